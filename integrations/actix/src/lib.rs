@@ -1,0 +1,1 @@
+//! actix-web integration for tower-lock (filled in by the integrations issue).

@@ -1,0 +1,1 @@
+//! axum integration for tower-lock (filled in by the integrations issue).

@@ -1,0 +1,393 @@
+//! The in-process backend: a sharded table of keys with direct hand-off to waiters.
+
+use std::{
+    collections::{HashMap, VecDeque, hash_map::RandomState},
+    hash::BuildHasher,
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{sync::oneshot, time::Instant};
+
+use super::{
+    AcquireRequest, Backend, BoxFuture, ExtendMode, Fence, Grant, Holder, LockError, LockKey,
+    Renewal, Token,
+};
+
+const SHARDS: usize = 64;
+
+/// The in-process backend: serializes within one process, with the same semantics as the
+/// Redis backend (TTLs, fences, FIFO, waiter limits).
+///
+/// Release hands the key straight to the first waiter, so waiters are served in arrival
+/// order and never race; a waiting task is woken exactly once, when the key is its own.
+/// When nothing holds or waits for a key, its entry is removed.
+pub struct MemoryBackend {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    fence: AtomicU64,
+    waiter_ids: AtomicU64,
+}
+
+#[derive(Default)]
+struct Shard {
+    map: HashMap<LockKey, Entry>,
+    /// Sweep expired, abandoned entries when the map grows past this size.
+    sweep_at: usize,
+}
+
+#[derive(Default)]
+struct Entry {
+    holder: Option<HeldBy>,
+    waiters: VecDeque<Waiter>,
+}
+
+struct HeldBy {
+    token: Token,
+    expires: Instant,
+    fence: u64,
+}
+
+struct Waiter {
+    id: u64,
+    token: Token,
+    ttl: Duration,
+    grant: oneshot::Sender<Grant>,
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("keys", &self.key_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryBackend {
+    /// An empty table.
+    pub fn new() -> Self {
+        MemoryBackend {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            hasher: RandomState::new(),
+            fence: AtomicU64::new(0),
+            waiter_ids: AtomicU64::new(0),
+        }
+    }
+
+    /// How many keys have an entry (held, or waited for, or expired and not yet swept).
+    pub fn key_count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap().map.len())
+            .sum()
+    }
+
+    fn shard(&self, key: &LockKey) -> MutexGuard<'_, Shard> {
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        self.shards[i].lock().unwrap()
+    }
+
+    fn next_fence(&self) -> Fence {
+        Fence::new(self.fence.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+impl Entry {
+    /// Drop an expired holder and hand the key to the next waiter.
+    fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
+        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
+            self.holder = None;
+            self.grant_next(now, backend);
+        }
+    }
+
+    /// Hand the free key to the first waiter still listening.
+    fn grant_next(&mut self, now: Instant, backend: &MemoryBackend) {
+        debug_assert!(self.holder.is_none());
+        while let Some(w) = self.waiters.pop_front() {
+            let fence = backend.next_fence();
+            if w.grant.send(Grant::new(fence, now)).is_ok() {
+                self.holder = Some(HeldBy {
+                    token: w.token,
+                    expires: now + w.ttl,
+                    fence: fence.get(),
+                });
+                return;
+            }
+        }
+    }
+
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.holder
+            .as_ref()
+            .map(|h| h.expires.saturating_duration_since(now))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.holder.is_none() && self.waiters.is_empty()
+    }
+}
+
+impl Shard {
+    fn remove_if_empty(&mut self, key: &LockKey) {
+        if self.map.get(key).is_some_and(Entry::is_empty) {
+            self.map.remove(key);
+            // Give memory back after a burst of distinct keys.
+            if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 8 {
+                self.map.shrink_to(self.map.len() * 2);
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        if self.map.len() < self.sweep_at {
+            return;
+        }
+        self.map.retain(|_, e| {
+            !(e.waiters.is_empty() && e.holder.as_ref().is_none_or(|h| h.expires <= now))
+        });
+        self.sweep_at = (self.map.len() * 2).max(64);
+    }
+}
+
+/// Removes a waiter whose acquire future is dropped, or gives back a grant it never saw.
+struct WaitGuard<'a> {
+    backend: &'a MemoryBackend,
+    key: &'a LockKey,
+    id: u64,
+    rx: Option<oneshot::Receiver<Grant>>,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let mut shard = self.backend.shard(self.key);
+        let now = Instant::now();
+        if let Some(entry) = shard.map.get_mut(self.key) {
+            if let Some(pos) = entry.waiters.iter().position(|w| w.id == self.id) {
+                entry.waiters.remove(pos);
+            } else if rx.try_recv().is_ok() {
+                // Granted under the shard lock before we got here: the key is ours, give
+                // it to the next in line.
+                entry.holder = None;
+                entry.grant_next(now, self.backend);
+            }
+        }
+        shard.remove_if_empty(self.key);
+    }
+}
+
+impl MemoryBackend {
+    async fn acquire_inner(&self, req: AcquireRequest) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        let (rx, id, mut holder_expires) = {
+            let mut shard = self.shard(&req.key);
+            let now = Instant::now();
+            shard.sweep(now);
+            let entry = shard.map.entry(req.key.clone()).or_default();
+            entry.expire(now, self);
+            match &mut entry.holder {
+                None => {
+                    let fence = self.next_fence();
+                    entry.holder = Some(HeldBy {
+                        token: req.token.clone(),
+                        expires: now + req.ttl,
+                        fence: fence.get(),
+                    });
+                    return Ok(Grant::new(fence, now));
+                }
+                Some(h) if h.token == req.token => {
+                    h.expires = now + req.ttl;
+                    return Ok(Grant::new(Fence::new(h.fence), now));
+                }
+                Some(_) => {}
+            }
+            let retry_after = entry.remaining(now);
+            if req.wait == Some(Duration::ZERO) {
+                return Err(LockError::Busy { retry_after });
+            }
+            if req
+                .max_waiters
+                .is_some_and(|max| entry.waiters.len() >= max)
+            {
+                return Err(LockError::QueueFull { retry_after });
+            }
+            let (tx, rx) = oneshot::channel();
+            let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
+            entry.waiters.push_back(Waiter {
+                id,
+                token: req.token.clone(),
+                ttl: req.ttl,
+                grant: tx,
+            });
+            let expires = entry.holder.as_ref().map(|h| h.expires);
+            (rx, id, expires)
+        };
+        let mut guard = WaitGuard {
+            backend: self,
+            key: &req.key,
+            id,
+            rx: Some(rx),
+        };
+        let deadline = req.wait.map(|w| started + w);
+        loop {
+            let rx = guard.rx.as_mut().expect("receiver present while waiting");
+            tokio::select! {
+                biased;
+                granted = rx => {
+                    guard.rx = None;
+                    // The sender is only dropped after a send or by our own guard.
+                    return granted.map_err(|_| LockError::Expired);
+                }
+                _ = sleep_until_opt(holder_expires) => {
+                    // The holder's TTL ran out: expire it, which grants the head waiter.
+                    let mut shard = self.shard(&req.key);
+                    let now = Instant::now();
+                    let entry = shard.map.get_mut(&req.key).expect("entry lives while waited on");
+                    entry.expire(now, self);
+                    holder_expires = entry.holder.as_ref().map(|h| h.expires);
+                }
+                _ = sleep_until_opt(deadline) => {
+                    let retry_after = {
+                        let shard = self.shard(&req.key);
+                        shard.map.get(&req.key).and_then(|e| e.remaining(Instant::now()))
+                    };
+                    // Dropping the guard removes us (or passes on a grant that raced in).
+                    drop(guard);
+                    return Err(LockError::TimedOut { waited: started.elapsed(), retry_after });
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+        Box::pin(self.acquire_inner(req))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let Some(entry) = shard.map.get_mut(key) else {
+                return Err(LockError::Expired);
+            };
+            entry.expire(now, self);
+            let result = match &entry.holder {
+                Some(h) if h.token == *token => {
+                    entry.holder = None;
+                    entry.grant_next(now, self);
+                    Ok(())
+                }
+                Some(_) => Err(LockError::NotOwned),
+                None => Err(LockError::Expired),
+            };
+            shard.remove_if_empty(key);
+            result
+        })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        ttl: Duration,
+        mode: ExtendMode,
+    ) -> BoxFuture<'a, Result<Duration, LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let Some(entry) = shard.map.get_mut(key) else {
+                return Err(LockError::Expired);
+            };
+            entry.expire(now, self);
+            let result = match &mut entry.holder {
+                Some(h) if h.token == *token => {
+                    h.expires = match mode {
+                        ExtendMode::Add => h.expires + ttl,
+                        ExtendMode::Replace => now + ttl,
+                    };
+                    Ok(h.expires - now)
+                }
+                Some(_) => Err(LockError::NotOwned),
+                None => Err(LockError::Expired),
+            };
+            shard.remove_if_empty(key);
+            result
+        })
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(async move {
+            Ok(leases
+                .iter()
+                .map(|r| {
+                    let mut shard = self.shard(&r.key);
+                    let now = Instant::now();
+                    let Some(entry) = shard.map.get_mut(&r.key) else {
+                        return false;
+                    };
+                    entry.expire(now, self);
+                    let ok = match &mut entry.holder {
+                        Some(h) if h.token == r.token => {
+                            h.expires = now + r.ttl;
+                            true
+                        }
+                        _ => false,
+                    };
+                    shard.remove_if_empty(&r.key);
+                    ok
+                })
+                .collect())
+        })
+    }
+
+    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let Some(entry) = shard.map.get_mut(key) else {
+                return Ok(None);
+            };
+            entry.expire(now, self);
+            let holder = entry.holder.as_ref().map(|h| {
+                Holder::new(
+                    h.token.clone(),
+                    Some(h.expires.saturating_duration_since(now)),
+                )
+            });
+            shard.remove_if_empty(key);
+            Ok(holder)
+        })
+    }
+
+    fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let shard = self.shard(key);
+            Ok(shard.map.get(key).map_or(0, |e| e.waiters.len()))
+        })
+    }
+}

@@ -1,0 +1,194 @@
+//! Typed errors of the lock engine.
+
+use std::{error::Error as StdError, fmt, time::Duration};
+
+/// Why a lock operation did not succeed.
+///
+/// The variants tell apart the cases a caller reacts to differently: the key is busy (try
+/// again later, `retry_after` says when the current lease would run out), the wait limit
+/// passed, the wait queue is full, the lease is not (or no longer) ours, the input was
+/// malformed, or the backend failed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum LockError {
+    /// A non-blocking acquire found the key held.
+    Busy {
+        /// The holder's remaining TTL, when the backend knows it.
+        retry_after: Option<Duration>,
+    },
+    /// A blocking acquire waited for its whole wait limit without getting the key.
+    TimedOut {
+        /// How long the caller waited.
+        waited: Duration,
+        /// The holder's remaining TTL when the wait ended, when known.
+        retry_after: Option<Duration>,
+    },
+    /// The key already has the configured maximum number of waiters.
+    QueueFull {
+        /// The holder's remaining TTL, when known.
+        retry_after: Option<Duration>,
+    },
+    /// The key is held under another token: the operation was refused and nothing changed.
+    NotOwned,
+    /// Nobody holds the key any more: our lease had already expired or been released.
+    Expired,
+    /// The key or token is malformed.
+    InvalidKey(KeyError),
+    /// The backend failed (connection lost, timeout, protocol error).
+    Backend(BackendError),
+}
+
+impl LockError {
+    /// The holder's remaining TTL carried by contention errors, if any.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            LockError::Busy { retry_after }
+            | LockError::TimedOut { retry_after, .. }
+            | LockError::QueueFull { retry_after } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// `true` for the errors that mean "someone else holds the key": busy, timed out, queue full.
+    pub fn is_contention(&self) -> bool {
+        matches!(
+            self,
+            LockError::Busy { .. } | LockError::TimedOut { .. } | LockError::QueueFull { .. }
+        )
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::Busy { .. } => f.write_str("lock is held by another owner"),
+            LockError::TimedOut { waited, .. } => {
+                write!(f, "timed out after waiting {waited:?} for the lock")
+            }
+            LockError::QueueFull { .. } => f.write_str("too many waiters for this lock"),
+            LockError::NotOwned => f.write_str("lock is held by another owner; not applied"),
+            LockError::Expired => f.write_str("lease had already expired; not applied"),
+            LockError::InvalidKey(e) => write!(f, "invalid lock key: {e}"),
+            LockError::Backend(e) => write!(f, "lock backend failed: {e}"),
+        }
+    }
+}
+
+impl StdError for LockError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            LockError::InvalidKey(e) => Some(e),
+            LockError::Backend(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<KeyError> for LockError {
+    fn from(e: KeyError) -> Self {
+        LockError::InvalidKey(e)
+    }
+}
+
+impl From<BackendError> for LockError {
+    fn from(e: BackendError) -> Self {
+        LockError::Backend(e)
+    }
+}
+
+/// A lock key or token that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The key (or token) is empty.
+    Empty,
+    /// The key (or token) is longer than the limit, in bytes.
+    TooLong {
+        /// The length that was given.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+    /// The key contains a control character.
+    ControlCharacter,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Empty => f.write_str("key is empty"),
+            KeyError::TooLong { len, max } => {
+                write!(f, "key is {len} bytes long, more than the limit of {max}")
+            }
+            KeyError::ControlCharacter => f.write_str("key contains a control character"),
+        }
+    }
+}
+
+impl StdError for KeyError {}
+
+/// A failure of the backend itself: it could not be reached, did not answer in time, or
+/// answered something unexpected. The operation's outcome is unknown to the caller.
+#[derive(Debug, Clone)]
+pub struct BackendError {
+    kind: BackendErrorKind,
+    message: String,
+    source: Option<std::sync::Arc<dyn StdError + Send + Sync>>,
+}
+
+/// What kind of backend failure happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// The backend did not answer within its timeout.
+    Timeout,
+    /// The backend could not be reached, or the connection broke.
+    Unavailable,
+    /// The backend answered something the engine does not understand.
+    Protocol,
+}
+
+impl BackendError {
+    /// A new backend error of `kind` with a message.
+    pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
+        BackendError {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// Attach the underlying error.
+    pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> BackendErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            BackendErrorKind::Timeout => "timeout",
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::Protocol => "protocol error",
+        };
+        write!(f, "{kind}: {}", self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for BackendError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}

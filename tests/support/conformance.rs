@@ -1,0 +1,669 @@
+//! The conformance suite: every backend must pass these cases unchanged.
+//!
+//! A backend plugs in with a [`Harness`] (a fresh engine per case, a time unit, and a way
+//! to list what the backend still keeps) and one `conformance_tests!` invocation in its
+//! own test file; see `tests/conformance_memory.rs`.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::time::{Instant, sleep, timeout};
+use tower_lock::{LockEngine, LockError, Token, engine::LockKey};
+
+/// What a backend provides to run the suite.
+pub trait Harness: Send + Sync + 'static {
+    /// The engine under test. Each case gets a harness of its own, so keys never collide.
+    fn engine(&self) -> LockEngine;
+    /// The time unit for TTL cases: short on a real clock, anything on a paused one.
+    fn unit(&self) -> Duration;
+    /// Keys (or other state) the backend still keeps for this harness.
+    fn residue(&self) -> Pin<Box<dyn Future<Output = Vec<String>> + Send + '_>>;
+}
+
+/// Instantiate every conformance case as a test.
+///
+/// `timed` is the test attribute for cases about TTLs and ordering (a paused clock where
+/// the backend allows it); `concurrent` the one for many-task cases; `harness` an async
+/// expression building a fresh harness.
+#[macro_export]
+macro_rules! conformance_tests {
+    (timed = #[$timed:meta], concurrent = #[$conc:meta], harness = $make:expr $(,)?) => {
+        $crate::conformance_tests!(@cases [$timed] $make;
+            fifo_grants_in_arrival_order_with_zero_overtakes,
+            try_acquire_under_contention_is_busy_with_retry_after,
+            only_one_of_simultaneous_tries_wins,
+            acquire_times_out_after_wait_limit,
+            release_by_non_owner_is_refused,
+            late_release_after_expiry_is_reported_and_not_applied,
+            extend_adds_or_replaces_and_reacquire_resets,
+            fences_strictly_increase_per_key,
+            watchdog_keeps_lease_past_its_ttl,
+            lost_fires_when_the_lease_is_gone,
+            lost_fires_at_the_deadline_without_renewal,
+            cancelled_waiters_leave_no_residue,
+            timed_out_waiters_leave_no_residue,
+            max_waiters_is_enforced,
+            drop_releases_without_waiting_for_the_ttl,
+            same_token_reenters_and_refreshes,
+            expired_holder_is_replaced_by_a_waiter,
+            invalid_keys_are_refused,
+            locked_and_owned_report_state,
+        );
+        $crate::conformance_tests!(@cases [$conc] $make;
+            mutual_exclusion_many_tasks_many_iterations,
+            fifo_mutual_exclusion_many_tasks_many_iterations,
+        );
+    };
+    (@cases [$attr:meta] $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[$attr]
+            async fn $case() {
+                let harness = $make.await;
+                support::conformance::bounded(support::conformance::$case(&harness)).await;
+            }
+        )*
+    };
+}
+
+/// Run a case with a time bound, so a broken backend fails the case instead of hanging it.
+pub async fn bounded(case: impl Future<Output = ()>) {
+    timeout(Duration::from_secs(120), case)
+        .await
+        .expect("conformance case did not finish within 120 s");
+}
+
+async fn assert_no_residue(h: &impl Harness) {
+    // Dropped leases release in a spawned task: allow it a moment to land.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let left = h.residue().await;
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "backend kept state: {left:?}");
+        sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Wait until `n` callers are queued for `key` (observable backend state, no event to await).
+async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
+    let lock = engine.lock(key);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        if lock.waiters().await.unwrap() == n {
+            return;
+        }
+        assert!(Instant::now() < give_up, "never saw {n} waiters on {key}");
+        tokio::task::yield_now().await;
+        sleep(Duration::from_millis(1)).await;
+    }
+}
+
+async fn remaining(engine: &LockEngine, key: &str) -> Duration {
+    engine
+        .lock(key)
+        .holder()
+        .await
+        .unwrap()
+        .expect("key is held")
+        .ttl
+        .expect("key has a TTL")
+}
+
+async fn exclusion_rounds(h: &impl Harness, fifo: bool) {
+    const TASKS: usize = 8;
+    const ITERATIONS: usize = 40;
+    const ROUNDS: usize = 3;
+    let engine = h.engine();
+    for round in 0..ROUNDS {
+        let key = format!("exclusion-{round}");
+        let inside = Arc::new(AtomicBool::new(false));
+        let violations = Arc::new(AtomicUsize::new(0));
+        // Deliberately racy read-modify-write: only mutual exclusion keeps it exact.
+        let counter = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let (engine, key) = (engine.clone(), key.clone());
+            let (inside, violations, counter) =
+                (inside.clone(), violations.clone(), counter.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ITERATIONS {
+                    let lease = engine
+                        .lock(&key)
+                        .fifo(fifo)
+                        .ttl(Duration::from_secs(10))
+                        .acquire()
+                        .await
+                        .expect("acquire");
+                    if inside.swap(true, Ordering::SeqCst) {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let v = counter.load(Ordering::SeqCst);
+                    tokio::task::yield_now().await;
+                    counter.store(v + 1, Ordering::SeqCst);
+                    inside.store(false, Ordering::SeqCst);
+                    lease.release().await.expect("release");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(
+            violations.load(Ordering::SeqCst),
+            0,
+            "overlapping critical sections"
+        );
+        assert_eq!(counter.load(Ordering::SeqCst), (TASKS * ITERATIONS) as u64);
+    }
+    assert_no_residue(h).await;
+}
+
+pub async fn mutual_exclusion_many_tasks_many_iterations(h: &impl Harness) {
+    exclusion_rounds(h, false).await;
+}
+
+pub async fn fifo_mutual_exclusion_many_tasks_many_iterations(h: &impl Harness) {
+    exclusion_rounds(h, true).await;
+}
+
+pub async fn fifo_grants_in_arrival_order_with_zero_overtakes(h: &impl Harness) {
+    const WAITERS: usize = 8;
+    let engine = h.engine();
+    for round in 0..3 {
+        let key = format!("fifo-{round}");
+        let holder = engine.lock(&key).fifo(true).acquire().await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..WAITERS {
+            let (e, k, order) = (engine.clone(), key.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let lease = e.lock(&k).fifo(true).acquire().await.unwrap();
+                order.lock().unwrap().push(i);
+                lease.release().await.unwrap();
+            }));
+            // Arrival order is only defined once the waiter is queued.
+            until_waiters(&engine, &key, i + 1).await;
+        }
+        holder.release().await.unwrap();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    }
+    assert_no_residue(h).await;
+}
+
+pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harness) {
+    let engine = h.engine();
+    let ttl = h.unit() * 10;
+    let lease = engine.lock("busy").ttl(ttl).acquire().await.unwrap();
+    match engine.lock("busy").try_acquire().await {
+        Err(LockError::Busy {
+            retry_after: Some(r),
+        }) => {
+            assert!(
+                r <= ttl && r > ttl / 2,
+                "retry_after {r:?} for a TTL of {ttl:?}"
+            )
+        }
+        other => panic!("expected Busy with retry_after, got {other:?}"),
+    }
+    lease.release().await.unwrap();
+    let again = engine
+        .lock("busy")
+        .try_acquire()
+        .await
+        .expect("free after release");
+    again.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn only_one_of_simultaneous_tries_wins(h: &impl Harness) {
+    let engine = h.engine();
+    for round in 0..5 {
+        let key = format!("race-{round}");
+        let tries = (0..16).map(|_| {
+            let engine = engine.clone();
+            let key = key.clone();
+            tokio::spawn(async move { engine.lock(&key).try_acquire().await })
+        });
+        let mut won = Vec::new();
+        for t in tries.collect::<Vec<_>>() {
+            match t.await.unwrap() {
+                Ok(lease) => won.push(lease),
+                Err(LockError::Busy { .. }) => {}
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "exactly one simultaneous try must win");
+        won.pop().unwrap().release().await.unwrap();
+    }
+    assert_no_residue(h).await;
+}
+
+pub async fn acquire_times_out_after_wait_limit(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lease = engine.lock("timeout").ttl(u * 50).acquire().await.unwrap();
+    let started = Instant::now();
+    let err = engine
+        .lock("timeout")
+        .wait(u * 2)
+        .acquire()
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert!(matches!(err, LockError::TimedOut { .. }), "{err:?}");
+    assert!(err.retry_after().is_some());
+    assert!(
+        waited >= u * 2 && waited < u * 2 + Duration::from_secs(1),
+        "waited {waited:?}"
+    );
+    lease.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn release_by_non_owner_is_refused(h: &impl Harness) {
+    let engine = h.engine();
+    let lease = engine.lock("owner").acquire().await.unwrap();
+    let key = LockKey::new("owner").unwrap();
+    let err = engine
+        .backend()
+        .release(&key, &Token::random())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::NotOwned), "{err:?}");
+    assert!(
+        lease.owned().await.unwrap(),
+        "a refused release must not change the holder"
+    );
+    lease.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn late_release_after_expiry_is_reported_and_not_applied(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    // Expired and nobody else took it: "already gone".
+    let a = engine
+        .lock("late")
+        .ttl(u * 2)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    sleep(u * 4).await;
+    assert!(matches!(a.release().await, Err(LockError::Expired)));
+    // Expired and someone else holds it now: refused, and the new holder keeps it.
+    let a = engine
+        .lock("late")
+        .ttl(u * 2)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    sleep(u * 4).await;
+    let b = engine.lock("late").ttl(u * 50).try_acquire().await.unwrap();
+    assert!(matches!(a.release().await, Err(LockError::NotOwned)));
+    assert!(b.owned().await.unwrap());
+    b.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn extend_adds_or_replaces_and_reacquire_resets(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lease = engine
+        .lock("extend")
+        .ttl(u * 10)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let after_add = lease.extend(u * 10).await.unwrap();
+    assert!(after_add > u * 15 && after_add <= u * 20, "{after_add:?}");
+    let held = remaining(&engine, "extend").await;
+    assert!(held > u * 15 && held <= u * 20, "{held:?}");
+    let after_replace = lease.extend_to(u * 3).await.unwrap();
+    assert!(
+        after_replace <= u * 3 && after_replace > u * 2,
+        "{after_replace:?}"
+    );
+    assert!(remaining(&engine, "extend").await <= u * 3);
+    let after_reacquire = lease.reacquire().await.unwrap();
+    assert!(
+        after_reacquire <= u * 10 && after_reacquire > u * 9,
+        "{after_reacquire:?}"
+    );
+    lease.release().await.unwrap();
+    // Extending a lease that is gone is refused.
+    let gone = engine
+        .lock("extend")
+        .ttl(u * 2)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    sleep(u * 4).await;
+    assert!(matches!(gone.extend(u).await, Err(LockError::Expired)));
+    assert!(matches!(gone.reacquire().await, Err(LockError::Expired)));
+    drop(gone);
+    assert_no_residue(h).await;
+}
+
+pub async fn fences_strictly_increase_per_key(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let mut last = None;
+    for _ in 0..20 {
+        let lease = engine.lock("fence").acquire().await.unwrap();
+        assert!(last.is_none_or(|l| lease.fence() > l));
+        last = Some(lease.fence());
+        lease.release().await.unwrap();
+    }
+    // Across an expiry: the next holder's fence is higher than the stale holder's.
+    let stale = engine
+        .lock("fence")
+        .ttl(u * 2)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    sleep(u * 4).await;
+    let next = engine.lock("fence").try_acquire().await.unwrap();
+    assert!(next.fence() > stale.fence());
+    next.release().await.unwrap();
+    drop(stale);
+    // Under contention, in grant order.
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..6)
+        .map(|_| {
+            let (engine, fences) = (engine.clone(), fences.clone());
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let lease = engine.lock("fence").acquire().await.unwrap();
+                    fences.lock().unwrap().push(lease.fence());
+                    lease.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let fences = fences.lock().unwrap().clone();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_no_residue(h).await;
+}
+
+pub async fn watchdog_keeps_lease_past_its_ttl(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lease = engine.lock("renewed").ttl(u * 3).acquire().await.unwrap();
+    sleep(u * 10).await;
+    assert!(!lease.is_lost());
+    assert!(
+        lease.owned().await.unwrap(),
+        "watchdog should have renewed the lease"
+    );
+    assert!(matches!(
+        engine.lock("renewed").try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    lease.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn lost_fires_when_the_lease_is_gone(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lease = engine.lock("lost").ttl(u * 3).acquire().await.unwrap();
+    let signal = lease.lost_signal();
+    assert!(!signal.is_lost());
+    // Someone removes the key behind the holder's back.
+    engine
+        .backend()
+        .release(lease.key(), lease.token())
+        .await
+        .unwrap();
+    timeout(u * 6, lease.lost())
+        .await
+        .expect("lost() should fire after the next renewal");
+    assert!(signal.is_lost());
+    drop(lease);
+    assert_no_residue(h).await;
+}
+
+pub async fn lost_fires_at_the_deadline_without_renewal(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let started = Instant::now();
+    let lease = engine
+        .lock("deadline")
+        .ttl(u * 3)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    timeout(u * 6, lease.lost())
+        .await
+        .expect("lost() at the validity deadline");
+    assert!(started.elapsed() >= u * 3, "lost before the TTL ran out");
+    drop(lease);
+    assert_no_residue(h).await;
+}
+
+pub async fn cancelled_waiters_leave_no_residue(h: &impl Harness) {
+    for fifo in [false, true] {
+        let engine = h.engine();
+        let holder = engine.lock("cancel").fifo(fifo).acquire().await.unwrap();
+        let waiters: Vec<_> = (0..5)
+            .map(|_| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.lock("cancel").fifo(fifo).acquire().await })
+            })
+            .collect();
+        until_waiters(&engine, "cancel", 5).await;
+        for w in &waiters {
+            w.abort();
+        }
+        for w in waiters {
+            assert!(w.await.unwrap_err().is_cancelled());
+        }
+        until_waiters(&engine, "cancel", 0).await;
+        holder.release().await.unwrap();
+        // The key is free at once: no cancelled waiter was handed the lock.
+        let next = engine
+            .lock("cancel")
+            .fifo(fifo)
+            .try_acquire()
+            .await
+            .unwrap();
+        next.release().await.unwrap();
+        assert_no_residue(h).await;
+    }
+}
+
+pub async fn timed_out_waiters_leave_no_residue(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let holder = engine.lock("waited").fifo(true).acquire().await.unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(
+                async move { engine.lock("waited").fifo(true).wait(u * 2).acquire().await },
+            )
+        })
+        .collect();
+    for w in waiters {
+        assert!(matches!(w.await.unwrap(), Err(LockError::TimedOut { .. })));
+    }
+    assert_eq!(engine.lock("waited").waiters().await.unwrap(), 0);
+    holder.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn max_waiters_is_enforced(h: &impl Harness) {
+    let engine = h.engine();
+    let holder = engine.lock("bounded").acquire().await.unwrap();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let lease = engine.lock("bounded").max_waiters(2).acquire().await?;
+                lease.release().await
+            })
+        })
+        .collect();
+    until_waiters(&engine, "bounded", 2).await;
+    let err = engine
+        .lock("bounded")
+        .max_waiters(2)
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::QueueFull {
+                retry_after: Some(_)
+            }
+        ),
+        "{err:?}"
+    );
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap().expect("queued waiters are served");
+    }
+    assert_no_residue(h).await;
+}
+
+pub async fn drop_releases_without_waiting_for_the_ttl(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lease = engine.lock("dropped").ttl(u * 100).acquire().await.unwrap();
+    drop(lease);
+    // Well within the TTL: only the release on drop can free it this soon.
+    let next = engine
+        .lock("dropped")
+        .wait(u * 5)
+        .acquire()
+        .await
+        .expect("released on drop");
+    next.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn same_token_reenters_and_refreshes(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let me = Token::new("worker-1").unwrap();
+    let first = engine
+        .lock("reentrant")
+        .token(me.clone())
+        .ttl(u * 10)
+        .acquire()
+        .await
+        .unwrap();
+    sleep(u * 5).await;
+    let second = engine
+        .lock("reentrant")
+        .token(me.clone())
+        .ttl(u * 10)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert_eq!(
+        first.fence(),
+        second.fence(),
+        "re-entry is the same acquisition"
+    );
+    assert!(
+        remaining(&engine, "reentrant").await > u * 9,
+        "re-entry refreshes the TTL"
+    );
+    let other = Token::new("worker-2").unwrap();
+    assert!(matches!(
+        engine.lock("reentrant").token(other).try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    second.release().await.unwrap();
+    assert!(matches!(first.release().await, Err(LockError::Expired)));
+    assert_no_residue(h).await;
+}
+
+pub async fn expired_holder_is_replaced_by_a_waiter(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let stale = engine
+        .lock("expiry")
+        .ttl(u * 3)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let next = engine
+        .lock("expiry")
+        .wait(u * 30)
+        .acquire()
+        .await
+        .expect("granted at expiry");
+    let waited = started.elapsed();
+    assert!(
+        waited >= u * 2 && waited < u * 3 + Duration::from_secs(1),
+        "waited {waited:?}"
+    );
+    assert!(next.fence() > stale.fence());
+    next.release().await.unwrap();
+    drop(stale);
+    assert_no_residue(h).await;
+}
+
+pub async fn invalid_keys_are_refused(h: &impl Harness) {
+    let engine = h.engine();
+    for bad in [String::new(), "x".repeat(10_000), "a\nb".to_string()] {
+        let err = engine.lock(&bad).try_acquire().await.unwrap_err();
+        assert!(matches!(err, LockError::InvalidKey(_)), "{bad:?}: {err:?}");
+    }
+    // Characters with meaning to Redis or to the engine's own layout are just data.
+    let tricky = ["{tag}", "a:b:c", "}{", "*", "lock:queue", "\u{e9}t\u{e9}"];
+    let leases: Vec<_> = {
+        let mut v = Vec::new();
+        for k in tricky {
+            v.push(engine.lock(k).try_acquire().await.expect(k));
+        }
+        v
+    };
+    for (k, lease) in tricky.iter().zip(&leases) {
+        assert_eq!(lease.key().as_str(), *k);
+        assert!(engine.lock(k).locked().await.unwrap());
+    }
+    assert!(!engine.lock("{tag").locked().await.unwrap());
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert_no_residue(h).await;
+}
+
+pub async fn locked_and_owned_report_state(h: &impl Harness) {
+    let engine = h.engine();
+    assert!(!engine.lock("state").locked().await.unwrap());
+    let lease = engine.lock("state").acquire().await.unwrap();
+    assert!(engine.lock("state").locked().await.unwrap());
+    assert!(lease.owned().await.unwrap());
+    let holder = engine.lock("state").holder().await.unwrap().unwrap();
+    assert_eq!(&holder.token, lease.token());
+    lease.release().await.unwrap();
+    assert!(!engine.lock("state").locked().await.unwrap());
+    assert_no_residue(h).await;
+}
