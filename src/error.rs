@@ -34,6 +34,8 @@ pub enum LockError {
     Expired,
     /// The key or token is malformed.
     InvalidKey(KeyError),
+    /// An argument is out of range (for example a non-finite number).
+    InvalidValue(&'static str),
     /// The backend failed (connection lost, timeout, protocol error).
     Backend(BackendError),
 }
@@ -69,6 +71,7 @@ impl fmt::Display for LockError {
             LockError::NotOwned => f.write_str("lock is held by another owner; not applied"),
             LockError::Expired => f.write_str("lease had already expired; not applied"),
             LockError::InvalidKey(e) => write!(f, "invalid lock key: {e}"),
+            LockError::InvalidValue(why) => write!(f, "invalid value: {why}"),
             LockError::Backend(e) => write!(f, "lock backend failed: {e}"),
         }
     }

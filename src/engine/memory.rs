@@ -1,7 +1,7 @@
 //! The in-process backend: a sharded table of keys with direct hand-off to waiters.
 
 use std::{
-    collections::{HashMap, VecDeque, hash_map::RandomState},
+    collections::{BTreeSet, HashMap, VecDeque, hash_map::RandomState},
     hash::BuildHasher,
     sync::{
         Mutex, MutexGuard,
@@ -14,7 +14,7 @@ use tokio::{sync::oneshot, time::Instant};
 
 use super::{
     AcquireRequest, Backend, BoxFuture, ExtendMode, Fence, Grant, Holder, LockError, LockKey,
-    Renewal, Token,
+    NumericAction, NumericOp, PoolHolders, PoolOp, Renewal, Token,
 };
 
 const SHARDS: usize = 64;
@@ -30,6 +30,8 @@ pub struct MemoryBackend {
     hasher: RandomState,
     fence: AtomicU64,
     waiter_ids: AtomicU64,
+    numbers: Mutex<HashMap<LockKey, (f64, Option<Instant>)>>,
+    pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
 }
 
 #[derive(Default)]
@@ -47,8 +49,15 @@ struct Entry {
 
 struct HeldBy {
     token: Token,
-    expires: Instant,
+    /// `None`: no expiry (only an admin can set that).
+    expires: Option<Instant>,
     fence: u64,
+}
+
+impl HeldBy {
+    fn expired(&self, now: Instant) -> bool {
+        self.expires.is_some_and(|e| e <= now)
+    }
 }
 
 struct Waiter {
@@ -80,15 +89,41 @@ impl MemoryBackend {
             hasher: RandomState::new(),
             fence: AtomicU64::new(0),
             waiter_ids: AtomicU64::new(0),
+            numbers: Mutex::default(),
+            pools: Mutex::default(),
         }
     }
 
-    /// How many keys have an entry (held, or waited for, or expired and not yet swept).
+    /// How many keys have an entry (held, or waited for, or expired and not yet swept),
+    /// counting numeric values and pools.
     pub fn key_count(&self) -> usize {
-        self.shards
+        let now = Instant::now();
+        let locks: usize = self
+            .shards
             .iter()
             .map(|s| s.lock().unwrap().map.len())
-            .sum()
+            .sum();
+        let numbers = {
+            let mut numbers = self.numbers.lock().unwrap();
+            numbers.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
+            numbers.len()
+        };
+        locks + numbers + self.pools.lock().unwrap().len()
+    }
+
+    fn holder_now(&self, key: &LockKey) -> Option<Holder> {
+        let mut shard = self.shard(key);
+        let now = Instant::now();
+        let entry = shard.map.get_mut(key)?;
+        entry.expire(now, self);
+        let holder = entry.holder.as_ref().map(|h| {
+            Holder::new(
+                h.token.clone(),
+                h.expires.map(|e| e.saturating_duration_since(now)),
+            )
+        });
+        shard.remove_if_empty(key);
+        holder
     }
 
     fn shard(&self, key: &LockKey) -> MutexGuard<'_, Shard> {
@@ -104,7 +139,7 @@ impl MemoryBackend {
 impl Entry {
     /// Drop an expired holder and hand the key to the next waiter.
     fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
-        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
+        if self.holder.as_ref().is_some_and(|h| h.expired(now)) {
             self.holder = None;
             self.grant_next(now, backend);
         }
@@ -118,7 +153,7 @@ impl Entry {
             if w.grant.send(Grant::new(fence, now)).is_ok() {
                 self.holder = Some(HeldBy {
                     token: w.token,
-                    expires: now + w.ttl,
+                    expires: Some(now + w.ttl),
                     fence: fence.get(),
                 });
                 return;
@@ -129,7 +164,8 @@ impl Entry {
     fn remaining(&self, now: Instant) -> Option<Duration> {
         self.holder
             .as_ref()
-            .map(|h| h.expires.saturating_duration_since(now))
+            .and_then(|h| h.expires)
+            .map(|e| e.saturating_duration_since(now))
     }
 
     fn is_empty(&self) -> bool {
@@ -153,7 +189,7 @@ impl Shard {
             return;
         }
         self.map.retain(|_, e| {
-            !(e.waiters.is_empty() && e.holder.as_ref().is_none_or(|h| h.expires <= now))
+            !(e.waiters.is_empty() && e.holder.as_ref().is_none_or(|h| h.expired(now)))
         });
         self.sweep_at = (self.map.len() * 2).max(64);
     }
@@ -202,13 +238,13 @@ impl MemoryBackend {
                     let fence = self.next_fence();
                     entry.holder = Some(HeldBy {
                         token: req.token.clone(),
-                        expires: now + req.ttl,
+                        expires: Some(now + req.ttl),
                         fence: fence.get(),
                     });
                     return Ok(Grant::new(fence, now));
                 }
                 Some(h) if h.token == req.token => {
-                    h.expires = now + req.ttl;
+                    h.expires = Some(now + req.ttl);
                     return Ok(Grant::new(Fence::new(h.fence), now));
                 }
                 Some(_) => {}
@@ -231,7 +267,7 @@ impl MemoryBackend {
                 ttl: req.ttl,
                 grant: tx,
             });
-            let expires = entry.holder.as_ref().map(|h| h.expires);
+            let expires = entry.holder.as_ref().and_then(|h| h.expires);
             (rx, id, expires)
         };
         let mut guard = WaitGuard {
@@ -256,7 +292,7 @@ impl MemoryBackend {
                     let now = Instant::now();
                     let entry = shard.map.get_mut(&req.key).expect("entry lives while waited on");
                     entry.expire(now, self);
-                    holder_expires = entry.holder.as_ref().map(|h| h.expires);
+                    holder_expires = entry.holder.as_ref().and_then(|h| h.expires);
                 }
                 _ = sleep_until_opt(deadline) => {
                     let retry_after = {
@@ -326,11 +362,13 @@ impl Backend for MemoryBackend {
             entry.expire(now, self);
             let result = match &mut entry.holder {
                 Some(h) if h.token == *token => {
-                    h.expires = match mode {
-                        ExtendMode::Add => h.expires + ttl,
-                        ExtendMode::Replace => now + ttl,
+                    let expires = match (mode, h.expires) {
+                        (ExtendMode::Add, Some(e)) => e + ttl,
+                        (ExtendMode::Add, None) => return Ok(Duration::MAX),
+                        (ExtendMode::Replace, _) => now + ttl,
                     };
-                    Ok(h.expires - now)
+                    h.expires = Some(expires);
+                    Ok(expires - now)
                 }
                 Some(_) => Err(LockError::NotOwned),
                 None => Err(LockError::Expired),
@@ -353,7 +391,7 @@ impl Backend for MemoryBackend {
                     entry.expire(now, self);
                     let ok = match &mut entry.holder {
                         Some(h) if h.token == r.token => {
-                            h.expires = now + r.ttl;
+                            h.expires = Some(now + r.ttl);
                             true
                         }
                         _ => false,
@@ -366,28 +404,153 @@ impl Backend for MemoryBackend {
     }
 
     fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = Instant::now();
-            let Some(entry) = shard.map.get_mut(key) else {
-                return Ok(None);
-            };
-            entry.expire(now, self);
-            let holder = entry.holder.as_ref().map(|h| {
-                Holder::new(
-                    h.token.clone(),
-                    Some(h.expires.saturating_duration_since(now)),
-                )
-            });
-            shard.remove_if_empty(key);
-            Ok(holder)
-        })
+        Box::pin(async move { Ok(self.holder_now(key)) })
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
             let shard = self.shard(key);
             Ok(shard.map.get(key).map_or(0, |e| e.waiters.len()))
+        })
+    }
+    fn admin_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        value: &'a Token,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let entry = shard.map.entry(key.clone()).or_default();
+            entry.holder = Some(HeldBy {
+                token: value.clone(),
+                expires: ttl.map(|t| now + t),
+                fence: self.next_fence().get(),
+            });
+            Ok(())
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let Some(entry) = shard.map.get_mut(key) else {
+                return Ok(false);
+            };
+            entry.expire(now, self);
+            let was_held = entry.holder.take().is_some();
+            if was_held {
+                entry.grant_next(now, self);
+            }
+            shard.remove_if_empty(key);
+            Ok(was_held)
+        })
+    }
+
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        op: &'a NumericOp,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let mut numbers = self.numbers.lock().unwrap();
+            let now = Instant::now();
+            let stored = numbers
+                .get(key)
+                .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+                .map(|(v, _)| *v);
+            let holds = stored.is_none_or(|s| op.compare.holds(op.value, s, op.epsilon));
+            if holds {
+                match op.action {
+                    NumericAction::Set { ttl } => {
+                        numbers.insert(key.clone(), (op.value, ttl.map(|t| now + t)));
+                    }
+                    NumericAction::Delete => {
+                        numbers.remove(key);
+                    }
+                }
+            }
+            Ok(holds)
+        })
+    }
+
+    fn numeric_get<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
+        Box::pin(async move {
+            let mut numbers = self.numbers.lock().unwrap();
+            let now = Instant::now();
+            if numbers
+                .get(key)
+                .is_some_and(|(_, exp)| exp.is_some_and(|e| e <= now))
+            {
+                numbers.remove(key);
+            }
+            Ok(numbers.get(key).map(|(v, _)| *v))
+        })
+    }
+
+    fn pool_modify<'a>(
+        &'a self,
+        pool: &'a LockKey,
+        op: &'a PoolOp,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let mut pools = self.pools.lock().unwrap();
+            let members = pools.entry(pool.clone()).or_default();
+            match op {
+                PoolOp::Add(keys) => members.extend(keys.iter().cloned()),
+                PoolOp::Remove(keys) => {
+                    for k in keys {
+                        members.remove(k);
+                    }
+                }
+                PoolOp::Replace(keys) => *members = keys.iter().cloned().collect(),
+                PoolOp::Clear => members.clear(),
+            }
+            let len = members.len();
+            if len == 0 {
+                pools.remove(pool);
+            }
+            Ok(len)
+        })
+    }
+
+    fn pool_members<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
+        Box::pin(async move {
+            let pools = self.pools.lock().unwrap();
+            Ok(pools
+                .get(pool)
+                .map(|m| m.iter().cloned().collect())
+                .unwrap_or_default())
+        })
+    }
+
+    fn pool_holders<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
+        Box::pin(async move {
+            let members: Vec<LockKey> = {
+                let pools = self.pools.lock().unwrap();
+                pools
+                    .get(pool)
+                    .map(|m| m.iter().cloned().collect())
+                    .unwrap_or_default()
+            };
+            Ok(members
+                .into_iter()
+                .map(|k| {
+                    let h = self.holder_now(&k);
+                    (k, h)
+                })
+                .collect())
         })
     }
 }

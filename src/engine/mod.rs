@@ -33,8 +33,12 @@
 //! renew, and holder inspection. The conformance suite in `tests/support/conformance.rs`
 //! runs unchanged against every backend.
 
+mod guard;
 mod lease;
 mod memory;
+mod numeric;
+mod pool;
+mod status;
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
@@ -42,10 +46,17 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub use crate::error::{BackendError, BackendErrorKind, KeyError, LockError};
+pub use guard::{GuardError, KeyMutex};
 pub use lease::{Lease, LostSignal};
 pub use memory::MemoryBackend;
+pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
+pub use pool::{LockPool, PoolHealth, PoolOp};
+pub use status::{LockAdmin, LockStatus};
 
 use lease::Watchdog;
+
+/// Every member of a pool with its holder, as returned by [`Backend::pool_holders`].
+pub type PoolHolders = Vec<(LockKey, Option<Holder>)>;
 
 /// A boxed, sendable future: what [`Backend`] methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -366,6 +377,50 @@ pub trait Backend: Send + Sync + 'static {
 
     /// How many callers wait for `key` now, on every node sharing the backend.
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
+
+    /// Admin: make `value` the holder of `key` for `ttl` (`None`: no expiry), whoever holds
+    /// it now. Waiters keep waiting. The new holding gets a fresh fence.
+    fn admin_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        value: &'a Token,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Admin: release `key` whoever holds it, handing it to the next waiter. Returns
+    /// whether it was held.
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Atomically apply `op` to the numeric value stored under `key` (a namespace apart
+    /// from locks). Returns whether the comparison held and the action was applied.
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        op: &'a NumericOp,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The numeric value stored under `key`, if any.
+    fn numeric_get<'a>(&'a self, key: &'a LockKey)
+    -> BoxFuture<'a, Result<Option<f64>, LockError>>;
+
+    /// Change the members of pool `pool` atomically; returns the new size.
+    fn pool_modify<'a>(
+        &'a self,
+        pool: &'a LockKey,
+        op: &'a PoolOp,
+    ) -> BoxFuture<'a, Result<usize, LockError>>;
+
+    /// The members of pool `pool`, sorted.
+    fn pool_members<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>>;
+
+    /// Every member of pool `pool` with its holder, read at one instant (one round trip).
+    fn pool_holders<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<PoolHolders, LockError>>;
 }
 
 pub(crate) struct EngineShared {
@@ -444,6 +499,28 @@ impl LockEngine {
             options: self.shared.defaults.clone(),
             token: None,
         }
+    }
+
+    /// A [`KeyMutex`] on `key`: run a closure while holding it, or acquire and release by
+    /// hand with "already held" / "not held" errors.
+    pub fn mutex(&self, key: impl AsRef<str>) -> KeyMutex {
+        KeyMutex::new(self.lock(key))
+    }
+
+    /// The numeric value under `key`, for compare-and-set.
+    pub fn numeric(&self, key: impl AsRef<str>) -> NumericKey {
+        NumericKey::new(self.clone(), LockKey::new(key))
+    }
+
+    /// The pool named `name`: a set of lock keys with membership and health operations.
+    pub fn pool(&self, name: impl AsRef<str>) -> LockPool {
+        LockPool::new(self.clone(), LockKey::new(name))
+    }
+
+    /// Administrative operations that ignore ownership: mark a key unavailable, force a
+    /// release. Meant for operators and tooling, not request paths.
+    pub fn admin(&self) -> LockAdmin {
+        LockAdmin::new(self.clone())
     }
 
     /// The backend this engine runs on.
@@ -578,6 +655,14 @@ impl Lock {
     pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
         let key = self.key()?;
         self.engine.shared.backend.holder(key).await
+    }
+
+    /// The key's status, judged against this handle's TTL as the expected bound.
+    pub async fn status(&self) -> Result<LockStatus, LockError> {
+        Ok(LockStatus::from_holder(
+            self.holder().await?,
+            self.options.ttl,
+        ))
     }
 
     /// How many callers wait for the key now.

@@ -15,7 +15,10 @@ use std::{
 };
 
 use tokio::time::{Instant, sleep, timeout};
-use tower_lock::{LockEngine, LockError, Token, engine::LockKey};
+use tower_lock::{
+    LockEngine, LockError, Token,
+    engine::{Compare, GuardError, LockKey, LockStatus},
+};
 
 /// What a backend provides to run the suite.
 pub trait Harness: Send + Sync + 'static {
@@ -55,6 +58,13 @@ macro_rules! conformance_tests {
             expired_holder_is_replaced_by_a_waiter,
             invalid_keys_are_refused,
             locked_and_owned_report_state,
+            status_tells_free_locked_unavailable_and_no_expiry,
+            admin_force_release_hands_the_key_to_the_next_waiter,
+            numeric_compare_and_set_follows_each_comparison,
+            numeric_values_expire_and_delete,
+            pool_membership_and_health,
+            key_mutex_releases_on_every_exit_path,
+            key_mutex_reports_held_not_held_and_expiry,
         );
         $crate::conformance_tests!(@cases [$conc] $make;
             mutual_exclusion_many_tasks_many_iterations,
@@ -665,5 +675,262 @@ pub async fn locked_and_owned_report_state(h: &impl Harness) {
     assert_eq!(&holder.token, lease.token());
     lease.release().await.unwrap();
     assert!(!engine.lock("state").locked().await.unwrap());
+    assert_no_residue(h).await;
+}
+
+pub async fn status_tells_free_locked_unavailable_and_no_expiry(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lock = engine.lock("status").ttl(u * 10);
+    assert_eq!(lock.status().await.unwrap(), LockStatus::Free);
+    let lease = lock.acquire().await.unwrap();
+    match lock.status().await.unwrap() {
+        LockStatus::Locked { owner, ttl } => {
+            assert_eq!(&owner, lease.token());
+            assert!(ttl <= u * 10 && ttl > u * 5, "{ttl:?}");
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    lease.release().await.unwrap();
+    let admin = engine.admin();
+    let down = Token::new("maintenance").unwrap();
+    admin.set("status", &down, Some(u * 100)).await.unwrap();
+    assert!(
+        matches!(lock.status().await.unwrap(), LockStatus::Unavailable { owner, .. } if owner == down)
+    );
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    admin.set("status", &down, None).await.unwrap();
+    assert_eq!(
+        lock.status().await.unwrap(),
+        LockStatus::NoExpiry {
+            owner: down.clone()
+        }
+    );
+    let holder = lock.holder().await.unwrap().unwrap();
+    assert_eq!((holder.token, holder.ttl), (down, None));
+    assert!(admin.force_release("status").await.unwrap());
+    assert!(!admin.force_release("status").await.unwrap());
+    assert_eq!(lock.status().await.unwrap(), LockStatus::Free);
+    assert_no_residue(h).await;
+}
+
+pub async fn admin_force_release_hands_the_key_to_the_next_waiter(h: &impl Harness) {
+    let engine = h.engine();
+    let stuck = engine.lock("forced").acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.lock("forced").acquire().await })
+    };
+    until_waiters(&engine, "forced", 1).await;
+    assert!(engine.admin().force_release("forced").await.unwrap());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("waiter gets the key after a forced release");
+    assert!(next.fence() > stuck.fence());
+    assert!(matches!(stuck.release().await, Err(LockError::NotOwned)));
+    next.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn numeric_compare_and_set_follows_each_comparison(h: &impl Harness) {
+    let engine = h.engine();
+    let n = engine.numeric("number").epsilon(0.01);
+    // (comparison, given, applies when stored is 10)
+    let table = [
+        (Compare::Greater, 11.0, true),
+        (Compare::Greater, 10.0, false),
+        (Compare::Less, 9.0, true),
+        (Compare::Less, 10.0, false),
+        (Compare::GreaterOrEqual, 9.995, true),
+        (Compare::GreaterOrEqual, 9.9, false),
+        (Compare::LessOrEqual, 10.005, true),
+        (Compare::LessOrEqual, 10.1, false),
+        (Compare::Equal, 10.005, true),
+        (Compare::Equal, 10.1, false),
+        (Compare::NotEqual, 10.1, true),
+        (Compare::NotEqual, 10.005, false),
+    ];
+    for (compare, given, applies) in table {
+        // Start from exactly 10 (an absent key satisfies any comparison).
+        assert!(n.get().await.unwrap().is_none());
+        assert!(
+            n.set_if(Compare::Greater, 10.0, None).await.unwrap(),
+            "absent key satisfies"
+        );
+        assert_eq!(
+            n.set_if(compare, given, None).await.unwrap(),
+            applies,
+            "{compare:?} {given} vs 10"
+        );
+        let expected = if applies { given } else { 10.0 };
+        assert_eq!(
+            n.get().await.unwrap(),
+            Some(expected),
+            "{compare:?} {given}"
+        );
+        // Compare-and-delete follows the same rule.
+        n.delete_if(Compare::NotEqual, f64::MAX).await.unwrap();
+        assert!(n.set_if(Compare::Greater, 10.0, None).await.unwrap());
+        assert_eq!(
+            n.delete_if(compare, given).await.unwrap(),
+            applies,
+            "delete {compare:?} {given}"
+        );
+        assert_eq!(n.get().await.unwrap().is_none(), applies);
+        n.delete_if(Compare::NotEqual, f64::MAX).await.unwrap();
+    }
+    assert!(matches!(
+        n.set_if(Compare::Greater, f64::NAN, None).await,
+        Err(LockError::InvalidValue(_))
+    ));
+    assert_eq!(n.get().await.unwrap(), None);
+    assert_no_residue(h).await;
+}
+
+pub async fn numeric_values_expire_and_delete(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let n = engine.numeric("expiring");
+    assert!(n.set_if(Compare::Greater, 5.5, Some(u * 2)).await.unwrap());
+    assert_eq!(n.get().await.unwrap(), Some(5.5));
+    sleep(u * 4).await;
+    assert_eq!(n.get().await.unwrap(), None, "the TTL removes the value");
+    assert!(n.set_if(Compare::Less, -3.25, None).await.unwrap());
+    assert!(!n.delete_if(Compare::Greater, -4.0).await.unwrap());
+    assert!(n.delete_if(Compare::Less, -4.0).await.unwrap());
+    assert_eq!(n.get().await.unwrap(), None);
+    assert_no_residue(h).await;
+}
+
+pub async fn pool_membership_and_health(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let pool = engine.pool("workers").expected_ttl(u * 10);
+    assert!(pool.is_empty().await.unwrap());
+    assert_eq!(pool.add(["w:1", "w:2", "w:3"]).await.unwrap(), 3);
+    assert_eq!(pool.add(["w:3", "w:4"]).await.unwrap(), 4);
+    assert_eq!(pool.remove(["w:4", "w:missing"]).await.unwrap(), 3);
+    assert!(pool.contains("w:2").await.unwrap());
+    assert!(!pool.contains("w:4").await.unwrap());
+    assert_eq!(pool.len().await.unwrap(), 3);
+    let held = engine.lock("w:1").ttl(u * 10).acquire().await.unwrap();
+    engine
+        .admin()
+        .set("w:2", &Token::new("down").unwrap(), Some(u * 100))
+        .await
+        .unwrap();
+    let statuses = pool.statuses().await.unwrap();
+    let names: Vec<&str> = statuses.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(names, ["w:1", "w:2", "w:3"]);
+    assert!(matches!(statuses[0].1, LockStatus::Locked { .. }));
+    assert!(matches!(statuses[1].1, LockStatus::Unavailable { .. }));
+    assert_eq!(statuses[2].1, LockStatus::Free);
+    let health = pool.health().await.unwrap();
+    assert_eq!((health.locked, health.free), (2, 1));
+    assert_eq!(pool.replace(["w:a", "w:b"]).await.unwrap(), 2);
+    let members: Vec<String> = pool
+        .members()
+        .await
+        .unwrap()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(members, ["w:a", "w:b"]);
+    assert_eq!(pool.health().await.unwrap().free, 2);
+    pool.clear().await.unwrap();
+    assert!(pool.is_empty().await.unwrap());
+    held.release().await.unwrap();
+    engine.admin().force_release("w:2").await.unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn key_mutex_releases_on_every_exit_path(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let m = engine.mutex("guarded");
+    // Normal return.
+    assert_eq!(m.run(|| async { 7 }).await.unwrap(), 7);
+    assert!(!engine.lock("guarded").locked().await.unwrap());
+    // An error returned by the closure is just its output: the key is released.
+    let r: Result<(), &str> = m.run(|| async { Err("boom") }).await.unwrap();
+    assert!(r.is_err());
+    assert!(!engine.lock("guarded").locked().await.unwrap());
+    // Panic inside the closure.
+    let panicked = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .mutex("guarded")
+                .run(|| async { panic!("handler bug") })
+                .await
+        })
+    };
+    assert!(panicked.await.unwrap_err().is_panic());
+    let after_panic = engine
+        .lock("guarded")
+        .ttl(u * 100)
+        .wait(u * 5)
+        .acquire()
+        .await;
+    after_panic
+        .expect("released after a panic")
+        .release()
+        .await
+        .unwrap();
+    // Cancellation while the closure runs.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let cancelled = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .mutex("guarded")
+                .run(|| async move {
+                    started_tx.send(()).unwrap();
+                    std::future::pending::<()>().await
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    assert!(engine.lock("guarded").locked().await.unwrap());
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    let after_cancel = engine.lock("guarded").wait(u * 5).acquire().await;
+    after_cancel
+        .expect("released after cancellation")
+        .release()
+        .await
+        .unwrap();
+    assert_no_residue(h).await;
+}
+
+pub async fn key_mutex_reports_held_not_held_and_expiry(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let m = engine.mutex("manual");
+    assert!(matches!(m.release().await, Err(GuardError::NotHeld)));
+    m.acquire().await.unwrap();
+    assert!(m.is_held());
+    assert!(matches!(m.acquire().await, Err(GuardError::AlreadyHeld)));
+    assert!(matches!(
+        m.run(|| async {}).await,
+        Err(GuardError::AlreadyHeld)
+    ));
+    m.release().await.unwrap();
+    assert!(!m.is_held());
+    assert!(matches!(m.release().await, Err(GuardError::NotHeld)));
+    // The lease runs out while the closure works: the caller is told.
+    let short = engine
+        .mutex("manual")
+        .with_lock(engine.lock("manual").ttl(u * 2).auto_renew(false));
+    let out = short.run(|| sleep(u * 4)).await;
+    assert!(
+        matches!(out, Err(GuardError::ExpiredBeforeRelease)),
+        "{out:?}"
+    );
     assert_no_residue(h).await;
 }
