@@ -15,10 +15,28 @@
 //! # }
 //! ```
 
+mod body;
 pub mod engine;
 mod error;
+mod future;
+pub mod key;
+mod layer;
+pub mod metrics;
+mod policy;
+pub mod reject;
+mod service;
 
+pub use body::LockedBody;
 pub use engine::{
     Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
+pub use future::ResponseFuture;
+pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
+pub use metrics::LockMetrics;
+pub use policy::{
+    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, RejectHook,
+    ReleasePoint,
+};
+pub use reject::{Rejection, RejectionKind};
+pub use service::LockService;
