@@ -52,12 +52,17 @@ async fn poll_ready_delegates_to_the_inner_service() {
 #[tokio::test(start_paused = true)]
 async fn lease_info_is_in_the_extensions_and_the_inner_error_is_unchanged() {
     let engine = LockEngine::in_memory();
-    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
     assert_ready_ok!(service.poll_ready());
     let mut fut = task::spawn(service.call(req("k")));
     assert_pending!(fut.poll());
     let (request, send) = handle.next_request().await.unwrap();
-    let info = request.extensions().get::<LeaseInfo>().expect("lease info").clone();
+    let info = request
+        .extensions()
+        .get::<LeaseInfo>()
+        .expect("lease info")
+        .clone();
     assert_eq!(info.key().as_str(), "k");
     assert!(!info.is_lost() && !info.is_degraded());
     send.send_error("inner failure");
@@ -71,7 +76,10 @@ async fn lease_info_is_in_the_extensions_and_the_inner_error_is_unchanged() {
 #[tokio::test(start_paused = true)]
 async fn waiter_is_answered_429_when_its_wait_limit_passes() {
     let engine = LockEngine::in_memory();
-    let layer = builder(&engine).wait(Duration::from_secs(5)).build().unwrap();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
 
     assert_ready_ok!(service.poll_ready());
@@ -87,9 +95,16 @@ async fn waiter_is_answered_429_when_its_wait_limit_passes() {
     tokio::time::advance(Duration::from_millis(2)).await;
     let res = assert_ready_ok!(waiter.poll());
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = res.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let retry: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(retry >= 1);
-    assert_eq!(body_json(res).await["type"], "urn:tower-lock:problem:wait-timed-out");
+    assert_eq!(
+        body_json(res).await["type"],
+        "urn:tower-lock:problem:wait-timed-out"
+    );
     // The waiter never reached the inner service.
     assert!(handle.poll_request().is_pending());
 }
@@ -97,7 +112,10 @@ async fn waiter_is_answered_429_when_its_wait_limit_passes() {
 #[tokio::test(start_paused = true)]
 async fn waiter_runs_once_the_holders_body_is_finished() {
     let engine = LockEngine::in_memory();
-    let layer = builder(&engine).wait(Duration::from_secs(5)).build().unwrap();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
 
     assert_ready_ok!(service.poll_ready());
@@ -138,7 +156,8 @@ async fn waiters_are_served_in_arrival_order_under_fifo() {
     for i in 0..4 {
         assert_ready_ok!(service.poll_ready());
         let mut r = req("k");
-        r.headers_mut().insert("x-seq", i.to_string().parse().unwrap());
+        r.headers_mut()
+            .insert("x-seq", i.to_string().parse().unwrap());
         let mut fut = task::spawn(service.call(r));
         assert_pending!(fut.poll());
         futs.push(fut);
@@ -159,7 +178,10 @@ async fn waiters_are_served_in_arrival_order_under_fifo() {
 #[tokio::test(start_paused = true)]
 async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
     let engine = LockEngine::in_memory();
-    let layer = builder(&engine).release(ReleasePoint::ResponseReady).build().unwrap();
+    let layer = builder(&engine)
+        .release(ReleasePoint::ResponseReady)
+        .build()
+        .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
     assert_ready_ok!(service.poll_ready());
     let mut fut = task::spawn(service.call(req("k")));
@@ -175,7 +197,8 @@ async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
 #[tokio::test(start_paused = true)]
 async fn switching_protocols_releases_when_the_response_is_returned() {
     let engine = LockEngine::in_memory();
-    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
     assert_ready_ok!(service.poll_ready());
     let mut fut = task::spawn(service.call(req("k")));
     assert_pending!(fut.poll());
@@ -192,7 +215,10 @@ async fn switching_protocols_releases_when_the_response_is_returned() {
 #[tokio::test(start_paused = true)]
 async fn dropping_the_response_future_gives_up_the_wait_and_the_lease() {
     let engine = LockEngine::in_memory();
-    let layer = builder(&engine).wait(Duration::from_secs(60)).build().unwrap();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
     assert_ready_ok!(service.poll_ready());
     let mut holder = task::spawn(service.call(req("k")));
@@ -279,7 +305,10 @@ fn misconfiguration_fails_at_build_time() {
         ConfigError::IdempotencyWait
     );
     assert!(matches!(
-        builder(&engine).key_prefix("bad\nprefix").build().unwrap_err(),
+        builder(&engine)
+            .key_prefix("bad\nprefix")
+            .build()
+            .unwrap_err(),
         ConfigError::KeyPrefix(_)
     ));
 }
@@ -310,7 +339,15 @@ async fn key_prefix_namespaces_the_keys() {
     let mut fut = task::spawn(service.call(req("k")));
     assert_pending!(fut.poll());
     let (request, _send) = handle.next_request().await.unwrap();
-    assert_eq!(request.extensions().get::<LeaseInfo>().unwrap().key().as_str(), "api:k");
+    assert_eq!(
+        request
+            .extensions()
+            .get::<LeaseInfo>()
+            .unwrap()
+            .key()
+            .as_str(),
+        "api:k"
+    );
     assert!(engine.lock("api:k").locked().await.unwrap());
     assert!(!engine.lock("k").locked().await.unwrap());
 }
