@@ -9,7 +9,7 @@
 //! let metrics = layer.metrics();
 //! let snap = metrics.snapshot();
 //! println!("acquired {} / rejected {}", snap.acquired, snap.rejected.total());
-//! println!("p? wait buckets: {:?}", snap.wait.buckets);
+//! println!("wait-time buckets: {:?} (bounds {:?} ms)", snap.wait.buckets, tower_lock::metrics::BUCKET_BOUNDS_MS);
 //! # }
 //! ```
 
