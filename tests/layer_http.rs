@@ -657,3 +657,53 @@ async fn raw_socket_sees_status_line_for_locked() {
     control.open();
     assert_eq!(first.await.unwrap().status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
+    let engine = LockEngine::in_memory();
+    let layer = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (senders_tx, mut senders_rx) = mpsc::unbounded_channel();
+    let app = Router::new()
+        .route(
+            "/stream",
+            post(move || {
+                let senders_tx = senders_tx.clone();
+                async move {
+                    let (tx, body) = channel_body();
+                    tx.send(Bytes::from_static(b"first\n")).await.unwrap();
+                    senders_tx.send(tx).unwrap();
+                    Response::new(Body::new(body))
+                }
+            }),
+        )
+        .route_layer(layer);
+    let server = serve(app).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    stream
+        .write_all(b"POST /stream HTTP/1.1\r\nhost: t\r\nx-key: k\r\ncontent-length: 0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = vec![0u8; 512];
+    let mut got = 0;
+    while !String::from_utf8_lossy(&head[..got]).contains("first") {
+        got += stream.read(&mut head[got..]).await.unwrap();
+    }
+    let tx = senders_rx.recv().await.unwrap();
+    assert!(engine.lock("k").try_acquire().await.is_err());
+    drop(stream);
+    // The server notices the closed connection and drops the body (and its lease); the
+    // sender then sees its receiver gone.
+    tokio::time::timeout(Duration::from_secs(10), tx.closed())
+        .await
+        .expect("the server drops the body when the client goes away");
+    engine
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the key is released when the client leaves mid-body");
+}
