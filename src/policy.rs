@@ -287,12 +287,16 @@ impl LockPolicy {
         // millisecond or more is counted as contended.
         let contended = waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
-        tracing::debug!(
-            fence = lease.fence().get(),
-            ?waited,
-            degraded,
-            "lock acquired"
-        );
+        if contended {
+            tracing::debug!(
+                fence = lease.fence().get(),
+                ?waited,
+                degraded,
+                "lock acquired after waiting"
+            );
+        } else {
+            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
+        }
         let info = LeaseInfo {
             key: lease.key().clone(),
             fence: lease.fence(),

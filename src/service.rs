@@ -15,6 +15,11 @@ use crate::{
 ///
 /// The inner service's error type is unchanged: rejections are responses, with a
 /// [`LockedBody`] that carries either the rejection or the inner body plus the lease.
+///
+/// `poll_ready` is the inner service's. A request that must wait for its lock keeps the
+/// inner service it was made ready on (clone-and-swap) until it is called, so a limiter
+/// *inside* this layer counts waiting requests too; put concurrency or rate limits
+/// outside it to count only requests that run.
 #[derive(Clone, Debug)]
 pub struct LockService<S> {
     inner: S,

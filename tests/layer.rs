@@ -430,3 +430,16 @@ async fn handler_observes_a_lost_lease_through_its_lease_info() {
     assert_ready!(lost.poll());
     assert!(info.is_lost());
 }
+
+#[tokio::test(start_paused = true)]
+async fn over_long_key_is_answered_400_without_reaching_the_inner_service() {
+    let layer = builder(&LockEngine::in_memory()).build().unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let res = service.call(req(&"k".repeat(600))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem = body_json(res).await;
+    assert_eq!(problem["type"], "urn:tower-lock:problem:malformed-key");
+    assert!(problem["detail"].as_str().unwrap().contains("512"));
+    assert!(handle.poll_request().is_pending());
+}
