@@ -48,7 +48,8 @@ pin_project! {
             #[pin]
             future: S::Future,
             held: Option<HeldLock>,
-            policy: Option<LockPolicy>,
+            // Release when the response is ready rather than when its body ends.
+            release_early: bool,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -85,12 +86,12 @@ where
         }
     }
 
-    pub(crate) fn calling(future: S::Future, held: Option<HeldLock>, policy: LockPolicy) -> Self {
+    pub(crate) fn calling(future: S::Future, held: Option<HeldLock>, policy: &LockPolicy) -> Self {
         ResponseFuture {
             state: State::Calling {
                 future,
                 held,
-                policy: Some(policy),
+                release_early: policy.release_point() == ReleasePoint::ResponseReady,
             },
         }
     }
@@ -134,27 +135,24 @@ where
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));
                         }
                     };
-                    let policy = policy.clone();
+                    let release_early = policy.release_point() == ReleasePoint::ResponseReady;
                     this.state.set(State::Calling {
                         future: service.call(request),
                         held,
-                        policy: Some(policy),
+                        release_early,
                     });
                 }
                 StateProj::Calling {
                     future,
                     held,
-                    policy,
+                    release_early,
                 } => {
                     let response = ready!(future.poll(cx))?;
                     let mut held = held.take();
-                    let policy = policy.take().expect("polled after completion");
                     // An upgraded connection outlives its response: it is not covered
                     // by the lock, which is released now rather than held by a body that
                     // may never be polled.
-                    if policy.release_point() == ReleasePoint::ResponseReady
-                        || response.status() == StatusCode::SWITCHING_PROTOCOLS
-                    {
+                    if *release_early || response.status() == StatusCode::SWITCHING_PROTOCOLS {
                         held = None;
                     }
                     return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, held))));

@@ -241,6 +241,12 @@ impl LockLayerBuilder {
         if self.ttl.is_zero() {
             return Err(ConfigError::ZeroTtl);
         }
+        if self.ttl > MAX_DURATION {
+            return Err(ConfigError::TooLong("ttl"));
+        }
+        if self.wait > MAX_DURATION {
+            return Err(ConfigError::TooLong("wait"));
+        }
         if self.wait.is_zero() && self.fifo {
             return Err(ConfigError::NeedsWait("fifo"));
         }
@@ -274,6 +280,10 @@ impl LockLayerBuilder {
     }
 }
 
+/// The longest `ttl` or `wait` accepted: a day. Longer is a mistake for an HTTP request
+/// (and `Duration::MAX` would overflow the clock).
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// A [`LockLayerBuilder`] configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -284,6 +294,8 @@ pub enum ConfigError {
     ZeroTtl,
     /// The named option only applies to waiting requests, and the wait limit is zero.
     NeedsWait(&'static str),
+    /// The named duration (`ttl` or `wait`) is longer than a day.
+    TooLong(&'static str),
     /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
     /// would run the duplicate after the first instead.
     IdempotencyWait,
@@ -298,6 +310,9 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
             ConfigError::NeedsWait(option) => {
                 write!(f, "`{option}` needs a wait limit greater than zero")
+            }
+            ConfigError::TooLong(option) => {
+                write!(f, "`{option}` is longer than a day")
             }
             ConfigError::IdempotencyWait => f.write_str(
                 "the idempotency preset answers duplicates with 409 at once; it cannot wait",

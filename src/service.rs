@@ -71,12 +71,12 @@ where
             }
             // No key to wait for: call the ready inner service right away.
             Start::Now(Outcome::Unlocked) => {
-                ResponseFuture::calling(self.inner.call(req), None, self.policy.clone())
+                ResponseFuture::calling(self.inner.call(req), None, &self.policy)
             }
             Start::Now(Outcome::Locked(held)) => {
                 let mut req = req;
                 req.extensions_mut().insert(held.info().clone());
-                ResponseFuture::calling(self.inner.call(req), Some(held), self.policy.clone())
+                ResponseFuture::calling(self.inner.call(req), Some(held), &self.policy)
             }
             Start::Pending(acquire) => {
                 // The ready service is the one to call once the lock is ours; leave a
