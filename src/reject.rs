@@ -15,6 +15,28 @@
 //! | [`TimedOut`](RejectionKind::TimedOut) | 429 | yes | the wait limit passed |
 //! | [`QueueFull`](RejectionKind::QueueFull) | 429 | yes | the key already has `max_waiters` waiters |
 //! | [`Unavailable`](RejectionKind::Unavailable) | 503 | yes | the backend failed (fail-closed policy) |
+//!
+//! A hook that keeps the status and headers but answers in plain text:
+//!
+//! ```
+//! use tower_lock::{LockEngine, LockLayer, key::PathKey};
+//!
+//! let layer = LockLayer::builder(LockEngine::in_memory())
+//!     .key(PathKey)
+//!     .on_reject(|rejection| {
+//!         let mut res = http::Response::new(format!("{}\n", rejection.detail()).into());
+//!         *res.status_mut() = rejection.status();
+//!         for (name, value) in rejection.headers() {
+//!             if name != "content-type" {
+//!                 res.headers_mut().insert(name, value.parse().unwrap());
+//!             }
+//!         }
+//!         res
+//!     })
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
 
 use std::{fmt, time::Duration};
 

@@ -443,3 +443,60 @@ async fn over_long_key_is_answered_400_without_reaching_the_inner_service() {
     assert!(problem["detail"].as_str().unwrap().contains("512"));
     assert!(handle.poll_request().is_pending());
 }
+
+/// A request from some other framework: only what `RequestView` asks for.
+struct ForeignRequest {
+    headers: Vec<(&'static str, &'static [u8])>,
+}
+
+impl tower_lock::key::RequestView for ForeignRequest {
+    fn method(&self) -> &str {
+        "POST"
+    }
+
+    fn path(&self) -> &str {
+        "/payments"
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_neutral_policy_serves_requests_of_other_frameworks() {
+    let policy = LockLayer::idempotency(LockEngine::in_memory())
+        .build_policy()
+        .unwrap();
+    let req = ForeignRequest {
+        headers: vec![("idempotency-key", b"\"abc\"")],
+    };
+    let tower_lock::Outcome::Locked(held) = policy.acquire(&req).await else {
+        panic!("first request gets the lock");
+    };
+    assert_eq!(held.info().key().as_str(), "idempotency-key:abc");
+    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&req).await else {
+        panic!("duplicate in flight is rejected");
+    };
+    assert_eq!(rejection.status().as_u16(), 409);
+    let headers = rejection.headers();
+    assert!(headers.contains(&("content-type", "application/problem+json".to_owned())));
+    assert!(headers.iter().any(|(n, v)| *n == "retry-after" && v != "0"));
+    let body: serde_json::Value = serde_json::from_slice(&rejection.body()).unwrap();
+    assert_eq!(body["status"], 409);
+
+    drop(held);
+    settle().await;
+    assert!(matches!(
+        policy.acquire(&req).await,
+        tower_lock::Outcome::Locked(_)
+    ));
+    let missing = ForeignRequest { headers: vec![] };
+    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&missing).await else {
+        panic!("a missing key is rejected");
+    };
+    assert_eq!(rejection.kind(), tower_lock::RejectionKind::MissingKey);
+}
