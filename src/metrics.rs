@@ -141,7 +141,9 @@ impl LockMetrics {
 pub struct MetricsSnapshot {
     /// Requests that ran holding their key (including degraded in-process locks).
     pub acquired: u64,
-    /// Requests that found their key held: they waited, or were turned away.
+    /// Requests that found their key held: turned away with `409`/`423`/`429`, or
+    /// granted after waiting (a grant under a wait limit that took 1 ms or more; the
+    /// engine does not report whether a grant queued).
     pub contended: u64,
     /// Requests that ran without a lock: no key under the pass-through policy, or the
     /// backend failed under the fail-open policy.

@@ -59,7 +59,13 @@ pub enum BackendFailurePolicy {
     /// Run the request without a lock, logging a warning.
     FailOpen,
     /// Lock on an in-process engine instead: requests are still serialized per key on
-    /// this node, not across the fleet. Logged as a warning.
+    /// this node, not across the fleet. Logged as a warning, and visible to handlers as
+    /// [`LeaseInfo::is_degraded`]: the in-process engine's fencing tokens are not
+    /// comparable with the backend's, so storage that checks fences should not accept
+    /// them as if they were.
+    ///
+    /// Every request tries the backend first, so during an outage each pays the
+    /// backend's timeout before falling back.
     Degrade,
 }
 
@@ -283,9 +289,10 @@ impl LockPolicy {
 
     fn held(&self, lease: Lease, started: Instant, degraded: bool) -> Outcome {
         let waited = started.elapsed();
-        // The engine cannot say whether a grant had to wait; a grant that took a
-        // millisecond or more is counted as contended.
-        let contended = waited >= Duration::from_millis(1);
+        // A non-waiting acquire that succeeded found the key free. A waiting one: the
+        // engine cannot say whether it queued, so a grant that took a millisecond or more
+        // is counted as contended.
+        let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
         if contended {
             tracing::debug!(
