@@ -124,8 +124,7 @@ pub use future::ResponseFuture;
 pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
 pub use metrics::LockMetrics;
 pub use policy::{
-    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, RejectHook,
-    ReleasePoint,
+    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, ReleasePoint,
 };
 pub use reject::{Rejection, RejectionKind};
 pub use service::LockService;

@@ -83,7 +83,7 @@ pub enum ReleasePoint {
 
 /// Builds a custom response for a rejection. Receives the typed rejection, with its
 /// headers already filled in; [`Rejection::into_response`] is the default.
-pub type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Send + Sync>;
+pub(crate) type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Send + Sync>;
 
 pub(crate) struct Config {
     pub(crate) extractor: Arc<dyn KeyExtractor>,
