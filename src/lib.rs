@@ -1,5 +1,94 @@
 //! tower-lock: serialize HTTP handlers per key, on a shared lock engine.
 //!
+//! A [`LockLayer`] derives a lock key from each request (a header, the `Idempotency-Key`,
+//! a tenant, the route, a closure: see [`key`]), takes a lease on it from a
+//! [`LockEngine`] (Redis for a fleet, in-process for one node), runs the inner service
+//! while holding it, and releases it when the response body is finished or the client
+//! goes away. Concurrent requests for one key wait their turn (optionally in arrival
+//! order) or are turned away with `423 Locked` / `429 Too Many Requests` and
+//! `Retry-After`, as `application/problem+json` ([`reject`]).
+//!
+//! # With axum
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{Extension, Router, body::Body, http::{Request, StatusCode}, routing::post};
+//! use tower::ServiceExt;
+//! use tower_lock::{LeaseInfo, LockEngine, LockLayer, key::HeaderKey};
+//!
+//! async fn rebuild(Extension(lease): Extension<LeaseInfo>) -> String {
+//!     // Hand the fencing token to the storage the lock protects.
+//!     format!("rebuilt {} under fence {}", lease.key(), lease.fence())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let engine = LockEngine::in_memory(); // or the Redis engine, shared by every node
+//! let lock = LockLayer::builder(engine)
+//!     .key(HeaderKey::new("x-tenant-id".parse()?))
+//!     .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
+//!     .fifo(true)
+//!     .build()?;
+//! // `route_layer`: only matched routes take locks, so a 404 stays a 404.
+//! let app = Router::new().route("/rebuild", post(rebuild)).route_layer(lock);
+//!
+//! let req = Request::post("/rebuild").header("x-tenant-id", "acme").body(Body::empty())?;
+//! assert_eq!(app.clone().oneshot(req).await?.status(), StatusCode::OK);
+//! let no_key = Request::post("/rebuild").body(Body::empty())?;
+//! assert_eq!(app.oneshot(no_key).await?.status(), StatusCode::BAD_REQUEST);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The `tower-lock-axum` crate adds a `Locked` extractor and route-aware keys
+//! (`RouteKey::params()`: one request at a time per `/tenants/{id}`).
+//!
+//! # With any tower service
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use http::{Request, Response, StatusCode};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//! use tower_lock::{LockEngine, LockLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = LockLayer::idempotency(LockEngine::in_memory()).build()?;
+//! let service = ServiceBuilder::new()
+//!     .layer(layer.clone())
+//!     .service(service_fn(|_req: Request<String>| async {
+//!         Ok::<_, Infallible>(Response::new("charged".to_owned()))
+//!     }));
+//!
+//! let req = Request::post("/charges").header("idempotency-key", "\"8e03978e\"").body(String::new())?;
+//! let res = service.clone().oneshot(req).await?;
+//! assert_eq!(res.status(), StatusCode::OK);
+//! let missing = service.oneshot(Request::post("/charges").body(String::new())?).await?;
+//! assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+//! assert_eq!(layer.metrics().snapshot().acquired, 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Behaviour
+//!
+//! - **Contention.** Wait limit `0` (the default): a held key is answered `423` at once
+//!   (`409` under the idempotency preset). A wait limit: the request waits (in arrival
+//!   order with `fifo`), bounded by `max_waiters`; a wait that runs out or a full queue
+//!   is answered `429`. `Retry-After` is whole seconds, rounded up, never 0.
+//! - **No key.** [`MissingKeyPolicy`]: `400` (the default) or run unlocked.
+//! - **Backend failure.** [`BackendFailurePolicy`]: `503` (the default), run unlocked,
+//!   or lock on an in-process engine (per node). Each is logged.
+//! - **Release.** [`ReleasePoint`]: when the response body ends or is dropped (the
+//!   default), or when the response is ready. A client that disconnects releases at once;
+//!   a `101 Switching Protocols` response releases when it is returned.
+//! - **Handlers** find a [`LeaseInfo`] (key, fencing token, wait time, lost signal) in the
+//!   request extensions.
+//! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
+//!   reject, release and lost leases; [`LockMetrics`] counters and histograms.
+//! - **Other frameworks** reuse the neutral [`LockPolicy`] through
+//!   [`key::RequestView`]; the tower service is a thin shell over it.
+//!
 //! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
 //!
 //! ```
@@ -15,10 +104,27 @@
 //! # }
 //! ```
 
+mod body;
 pub mod engine;
 mod error;
+mod future;
+pub mod key;
+mod layer;
+pub mod metrics;
+mod policy;
+pub mod reject;
+mod service;
 
+pub use body::LockedBody;
 pub use engine::{
     Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
+pub use future::ResponseFuture;
+pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
+pub use metrics::LockMetrics;
+pub use policy::{
+    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, ReleasePoint,
+};
+pub use reject::{Rejection, RejectionKind};
+pub use service::LockService;

@@ -1,1 +1,278 @@
-//! axum integration for tower-lock (filled in by the integrations issue).
+//! axum integration for [tower-lock](tower_lock): extractors for the lease a handler runs
+//! under, and lock keys derived from the matched route and its path parameters.
+//!
+//! One request at a time per tenant, in one line:
+//!
+//! ```
+//! use axum::{Router, routing::post};
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_axum::{Locked, RouteKey};
+//!
+//! async fn rebuild(Locked(lease): Locked) -> String {
+//!     format!("rebuilding under fence {}", lease.fence())
+//! }
+//!
+//! # fn main() -> Result<(), tower_lock::ConfigError> {
+//! let engine = LockEngine::in_memory();
+//! let app: Router = Router::new()
+//!     .route("/tenants/{id}/rebuild", post(rebuild))
+//!     .route_layer(LockLayer::builder(engine).key(RouteKey::params()).build()?);
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # `route_layer`, not `layer`
+//!
+//! Install the lock with [`Router::route_layer`](axum::Router::route_layer). It then runs
+//! only for requests that matched a route, after routing:
+//!
+//! - a request for an unknown path stays a `404` (and a wrong method a `405`) instead of
+//!   taking a lock and possibly being answered `423`, `429` or `400`;
+//! - the [`MatchedPath`] that [`RouteKey`] needs is in the request by then.
+//!
+//! [`Router::layer`](axum::Router::layer) also wraps the router's fallback: every unknown
+//! path would take a lock (one key for all of them with a header key) and could be
+//! answered `423` instead of `404`. There [`RouteKey`] finds no matched route and answers
+//! `400`, naming `route_layer` as the fix.
+
+use std::{convert::Infallible, fmt};
+
+use axum::{
+    extract::{FromRequestParts, MatchedPath, OptionalFromRequestParts, OriginalUri},
+    http::{StatusCode, request::Parts},
+    response::{IntoResponse, Response},
+};
+use tower_lock::{
+    Fence, LeaseInfo,
+    key::{KeyExtractor, MalformedKey, RequestView},
+};
+
+/// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
+/// time and lost signal.
+///
+/// Rejects with [`LockNotInstalled`] (`500`) when the request holds no lock: the layer is
+/// not installed on this route, or it let the request pass unlocked (no key under
+/// [`MissingKeyPolicy::PassThrough`](tower_lock::MissingKeyPolicy::PassThrough), or the
+/// fail-open policy). Extract `Option<Locked>` where that is expected.
+#[derive(Clone, Debug)]
+pub struct Locked(pub LeaseInfo);
+
+impl<S: Send + Sync> FromRequestParts<S> for Locked {
+    type Rejection = LockNotInstalled;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<LeaseInfo>()
+            .cloned()
+            .map(Locked)
+            .ok_or(LockNotInstalled)
+    }
+}
+
+impl<S: Send + Sync> OptionalFromRequestParts<S> for Locked {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        _state: &S,
+    ) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<LeaseInfo>().cloned().map(Locked))
+    }
+}
+
+/// Extracts just the fencing token of the lock the request holds; pass it to the
+/// storage the lock protects. Rejects like [`Locked`].
+#[derive(Clone, Copy, Debug)]
+pub struct LockFence(pub Fence);
+
+impl<S: Send + Sync> FromRequestParts<S> for LockFence {
+    type Rejection = LockNotInstalled;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<LeaseInfo>()
+            .map(|info| LockFence(info.fence()))
+            .ok_or(LockNotInstalled)
+    }
+}
+
+/// The request holds no lock: the tower-lock layer is not installed on this route, or let
+/// the request pass unlocked. A server bug, answered `500 Internal Server Error`.
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct LockNotInstalled;
+
+impl LockNotInstalled {
+    /// `500 Internal Server Error`.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+
+    /// The body text.
+    pub fn body_text(&self) -> &'static str {
+        "the handler needs a lock, but the request holds none (is the tower-lock layer installed on this route?)"
+    }
+}
+
+impl fmt::Display for LockNotInstalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.body_text())
+    }
+}
+
+impl std::error::Error for LockNotInstalled {}
+
+impl IntoResponse for LockNotInstalled {
+    fn into_response(self) -> Response {
+        (self.status(), self.body_text()).into_response()
+    }
+}
+
+/// A lock key from the matched route (axum's [`MatchedPath`]) and, optionally, its path
+/// parameters. Needs [`Router::route_layer`](axum::Router::route_layer) (see the
+/// [crate docs](crate)).
+///
+/// | extractor | `/tenants/{id}/jobs/{job}` called as `/tenants/7/jobs/9` locks |
+/// |---|---|
+/// | `RouteKey::route()` | `route:/tenants/{id}/jobs/{job}`: one request at a time on the route |
+/// | `RouteKey::params()` | `route:/tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
+/// | `RouteKey::param("id")` | `route:/tenants/{id}/jobs/{job}\|id=7`: per tenant |
+///
+/// Parameter values are taken verbatim from the path (still percent-encoded), with `|`
+/// and `%` escaped so that no value can pose as another parameter.
+#[derive(Clone, Debug)]
+pub struct RouteKey {
+    params: Params,
+}
+
+#[derive(Clone, Debug)]
+enum Params {
+    None,
+    All,
+    Named(Vec<String>),
+}
+
+impl RouteKey {
+    /// The matched route alone.
+    pub fn route() -> Self {
+        RouteKey {
+            params: Params::None,
+        }
+    }
+
+    /// The matched route and all of its path parameters.
+    pub fn params() -> Self {
+        RouteKey {
+            params: Params::All,
+        }
+    }
+
+    /// The matched route and the parameter `name`; chain [`and`](Self::and) for more.
+    pub fn param(name: impl Into<String>) -> Self {
+        RouteKey {
+            params: Params::Named(vec![name.into()]),
+        }
+    }
+
+    /// Also key on the parameter `name`.
+    pub fn and(mut self, name: impl Into<String>) -> Self {
+        match &mut self.params {
+            Params::Named(names) => names.push(name.into()),
+            _ => self.params = Params::Named(vec![name.into()]),
+        }
+        self
+    }
+}
+
+/// `(name, raw value)` of each parameter of `template` in `path`, matched by segment
+/// position (the router already checked that the path has the template's shape).
+fn match_params<'a>(template: &'a str, path: &'a str) -> Vec<(&'a str, &'a str)> {
+    let mut out = Vec::new();
+    let mut rest = path.strip_prefix('/').unwrap_or(path);
+    for segment in template.strip_prefix('/').unwrap_or(template).split('/') {
+        if let Some(name) = segment.strip_prefix("{*").and_then(|s| s.strip_suffix('}')) {
+            out.push((name, rest));
+            return out;
+        }
+        let (value, tail) = rest.split_once('/').unwrap_or((rest, ""));
+        // `{{` is an escaped literal brace, not a parameter.
+        if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}'))
+            && !segment.starts_with("{{")
+        {
+            out.push((name, value));
+        }
+        rest = tail;
+    }
+    out
+}
+
+fn escape(value: &str) -> String {
+    value.replace('%', "%25").replace('|', "%7C")
+}
+
+impl KeyExtractor for RouteKey {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        let extensions = req.extensions();
+        let Some(matched) = extensions.and_then(|e| e.get::<MatchedPath>()) else {
+            return Err(MalformedKey::new(
+                "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
+            ));
+        };
+        let template = matched.as_str();
+        let mut key = format!("route:{template}");
+        if matches!(self.params, Params::None) {
+            return Ok(Some(key));
+        }
+        // Inside a nested router the URI has lost its prefix; the matched path has not.
+        let path = extensions
+            .and_then(|e| e.get::<OriginalUri>())
+            .map_or_else(|| req.path(), |uri| uri.0.path());
+        let params = match_params(template, path);
+        match &self.params {
+            Params::None => {}
+            Params::All => {
+                for (name, value) in params {
+                    key.push_str(&format!("|{name}={}", escape(value)));
+                }
+            }
+            Params::Named(names) => {
+                for name in names {
+                    let Some((_, value)) = params.iter().find(|(n, _)| n == name) else {
+                        return Err(MalformedKey::new(format!(
+                            "the route {template} has no parameter {name}"
+                        )));
+                    };
+                    key.push_str(&format!("|{name}={}", escape(value)));
+                }
+            }
+        }
+        Ok(Some(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_are_matched_by_position_and_wildcards_take_the_rest() {
+        assert_eq!(
+            match_params("/tenants/{id}/jobs/{job}", "/tenants/7/jobs/9"),
+            vec![("id", "7"), ("job", "9")]
+        );
+        assert_eq!(
+            match_params("/files/{*path}", "/files/a/b/c"),
+            vec![("path", "a/b/c")]
+        );
+        assert!(match_params("/", "/").is_empty());
+    }
+
+    #[test]
+    fn escaped_values_cannot_pose_as_another_parameter() {
+        assert_eq!(escape("a|b=c"), "a%7Cb=c");
+        assert_eq!(escape("%7C"), "%257C");
+    }
+}

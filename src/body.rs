@@ -1,0 +1,116 @@
+//! [`LockedBody`], the response body of a [`LockService`](crate::LockService).
+
+use std::{
+    fmt,
+    pin::Pin,
+    task::{Context, Poll, ready},
+};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use crate::policy::HeldLock;
+
+pin_project! {
+    /// The inner response body plus the request's lease, released when the body ends
+    /// (its last frame is taken, it fails, or it is dropped); or a rejection body.
+    pub struct LockedBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
+        Inner {
+            #[pin]
+            body: B,
+            held: Option<HeldLock>,
+        },
+        Rejection {
+            body: Option<Bytes>,
+        },
+    }
+}
+
+impl<B> LockedBody<B> {
+    pub(crate) fn new(body: B, held: Option<HeldLock>) -> Self {
+        LockedBody {
+            kind: Kind::Inner { body, held },
+        }
+    }
+
+    pub(crate) fn rejection(body: Bytes) -> Self {
+        LockedBody {
+            kind: Kind::Rejection {
+                body: (!body.is_empty()).then_some(body),
+            },
+        }
+    }
+}
+
+impl<B> fmt::Debug for LockedBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match &self.kind {
+            Kind::Inner { held, .. } => {
+                if held.is_some() {
+                    "inner, holding lease"
+                } else {
+                    "inner"
+                }
+            }
+            Kind::Rejection { .. } => "rejection",
+        };
+        f.debug_struct("LockedBody").field("kind", &kind).finish()
+    }
+}
+
+impl<B> Body for LockedBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            KindProj::Inner { mut body, held } => {
+                let frame = ready!(body.as_mut().poll_frame(cx));
+                let ended = match &frame {
+                    None | Some(Err(_)) => true,
+                    Some(Ok(_)) => body.is_end_stream(),
+                };
+                if ended {
+                    // The last byte is handed to the server: the key is free for the next.
+                    *held = None;
+                }
+                Poll::Ready(frame)
+            }
+            KindProj::Rejection { body } => {
+                Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.is_end_stream(),
+            Kind::Rejection { body } => body.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Inner { body, .. } => body.size_hint(),
+            Kind::Rejection { body } => {
+                SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! [`ResponseFuture`], the future of a [`LockService`](crate::LockService) call.
+
+use std::{
+    fmt,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll, ready},
+};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::{
+    body::LockedBody,
+    engine::BoxFuture,
+    policy::{HeldLock, LockPolicy, Outcome, ReleasePoint},
+};
+
+pin_project! {
+    /// Waits for the lock, then runs the inner service's future while holding it.
+    ///
+    /// Dropping it (the client went away) gives up the wait, or releases the lease.
+    pub struct ResponseFuture<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        #[pin]
+        state: State<S, ReqB>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB>
+    where
+        S: Service<Request<ReqB>>,
+    {
+        Acquiring {
+            acquire: BoxFuture<'static, Outcome>,
+            // Both taken when the outcome is known.
+            service: Option<S>,
+            request: Option<Request<ReqB>>,
+            policy: LockPolicy,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            held: Option<HeldLock>,
+            // Release when the response is ready rather than when its body ends.
+            release_early: bool,
+        },
+        Rejected {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S, ReqB> fmt::Debug for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl<S, ReqB> ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+{
+    pub(crate) fn acquiring(
+        acquire: BoxFuture<'static, Outcome>,
+        service: S,
+        request: Request<ReqB>,
+        policy: LockPolicy,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Acquiring {
+                acquire,
+                service: Some(service),
+                request: Some(request),
+                policy,
+            },
+        }
+    }
+
+    pub(crate) fn calling(future: S::Future, held: Option<HeldLock>, policy: &LockPolicy) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                held,
+                release_early: policy.release_point() == ReleasePoint::ResponseReady,
+            },
+        }
+    }
+
+    pub(crate) fn rejected(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Rejected {
+                response: Some(response),
+            },
+        }
+    }
+}
+
+impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+{
+    type Output = Result<Response<LockedBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Acquiring {
+                    acquire,
+                    service,
+                    request,
+                    policy,
+                } => {
+                    let outcome = ready!(acquire.as_mut().poll(cx));
+                    let mut service = service.take().expect("polled after completion");
+                    let mut request = request.take().expect("polled after completion");
+                    let held = match outcome {
+                        Outcome::Locked(held) => {
+                            request.extensions_mut().insert(held.info().clone());
+                            Some(held)
+                        }
+                        Outcome::Unlocked => None,
+                        Outcome::Rejected(rejection) => {
+                            let response = policy.respond(rejection);
+                            return Poll::Ready(Ok(response.map(LockedBody::rejection)));
+                        }
+                    };
+                    let release_early = policy.release_point() == ReleasePoint::ResponseReady;
+                    this.state.set(State::Calling {
+                        future: service.call(request),
+                        held,
+                        release_early,
+                    });
+                }
+                StateProj::Calling {
+                    future,
+                    held,
+                    release_early,
+                } => {
+                    let response = ready!(future.poll(cx))?;
+                    let mut held = held.take();
+                    // An upgraded connection outlives its response: it is not covered
+                    // by the lock, which is released now rather than held by a body that
+                    // may never be polled.
+                    if *release_early || response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        held = None;
+                    }
+                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, held))));
+                }
+                StateProj::Rejected { response } => {
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.map(LockedBody::rejection)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! [`LockLayer`] and its builder.
+//!
+//! ```
+//! use std::time::Duration;
+//! use http::HeaderName;
+//! use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+//!
+//! # fn main() -> Result<(), tower_lock::ConfigError> {
+//! let layer = LockLayer::builder(LockEngine::in_memory())
+//!     .key(HeaderKey::new(HeaderName::from_static("x-tenant-id")))
+//!     .wait(Duration::from_secs(5)) // queue up to 5 s, then 429
+//!     .fifo(true)                   // in arrival order
+//!     .max_waiters(32)              // more than 32 waiting: 429 at once
+//!     .build()?;
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::{error::Error as StdError, fmt, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use tower_layer::Layer;
+
+use crate::{
+    engine::{LockEngine, LockKey},
+    error::KeyError,
+    key::{IdempotencyKey, KeyExtractor},
+    metrics::LockMetrics,
+    policy::{BackendFailurePolicy, Config, LockPolicy, MissingKeyPolicy, ReleasePoint},
+    reject::{Rejection, RejectionKind},
+    service::LockService,
+};
+
+/// Serializes the wrapped service per lock key; see the [crate docs](crate).
+///
+/// The layer holds an `Arc` of its policy and shared state, created by
+/// [`LockLayerBuilder::build`]: every service it wraps (for example every route of a
+/// router) locks on the same table and reports to the same metrics.
+#[derive(Clone, Debug)]
+pub struct LockLayer {
+    policy: LockPolicy,
+}
+
+impl LockLayer {
+    /// A builder locking on `engine`. Set a key extractor with
+    /// [`LockLayerBuilder::key`], then [`build`](LockLayerBuilder::build).
+    pub fn builder(engine: LockEngine) -> LockLayerBuilder {
+        LockLayerBuilder::new(engine)
+    }
+
+    /// The idempotency preset, after the IETF Idempotency-Key draft: the key is the
+    /// `Idempotency-Key` header (required: `400` when missing or malformed), and a
+    /// duplicate in flight is answered `409 Conflict` at once. Scope keys by tenant or
+    /// principal with
+    /// `.key(ScopedKey::new(header, IdempotencyKey::new()))`.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_lock::{LockEngine, LockLayer, key::{IdempotencyKey, ScopedKey}};
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .key(ScopedKey::new(HeaderName::from_static("x-tenant-id"), IdempotencyKey::new()))
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn idempotency(engine: LockEngine) -> LockLayerBuilder {
+        let mut b = LockLayerBuilder::new(engine)
+            .key(IdempotencyKey::new())
+            .on_missing_key(MissingKeyPolicy::Reject);
+        b.busy = RejectionKind::Conflict;
+        b
+    }
+
+    /// The layer's counters and histograms.
+    pub fn metrics(&self) -> LockMetrics {
+        self.policy.metrics()
+    }
+
+    /// The framework-neutral policy behind the layer.
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+}
+
+impl From<LockPolicy> for LockLayer {
+    fn from(policy: LockPolicy) -> Self {
+        LockLayer { policy }
+    }
+}
+
+impl<S> Layer<S> for LockLayer {
+    type Service = LockService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        // Clone the policy handle, never create state here: one layer on many services
+        // must exclude across all of them.
+        LockService::new(inner, self.policy.clone())
+    }
+}
+
+/// A [`LockLayer`] (or [`LockPolicy`]) under construction: setters consume and return the
+/// builder; [`build`](Self::build) checks the configuration.
+#[must_use]
+pub struct LockLayerBuilder {
+    engine: LockEngine,
+    extractor: Option<Arc<dyn KeyExtractor>>,
+    prefix: String,
+    missing: MissingKeyPolicy,
+    ttl: Duration,
+    wait: Duration,
+    fifo: bool,
+    max_waiters: Option<usize>,
+    busy: RejectionKind,
+    backend_failure: BackendFailurePolicy,
+    release: ReleasePoint,
+    retry_after_fallback: Duration,
+    on_reject: Option<crate::policy::RejectHook>,
+}
+
+impl fmt::Debug for LockLayerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLayerBuilder")
+            .field("prefix", &self.prefix)
+            .field("missing", &self.missing)
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("fifo", &self.fifo)
+            .field("max_waiters", &self.max_waiters)
+            .field("backend_failure", &self.backend_failure)
+            .field("release", &self.release)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockLayerBuilder {
+    fn new(engine: LockEngine) -> Self {
+        LockLayerBuilder {
+            engine,
+            extractor: None,
+            prefix: String::new(),
+            missing: MissingKeyPolicy::default(),
+            ttl: Duration::from_secs(30),
+            wait: Duration::ZERO,
+            fifo: false,
+            max_waiters: None,
+            busy: RejectionKind::Locked,
+            backend_failure: BackendFailurePolicy::default(),
+            release: ReleasePoint::default(),
+            retry_after_fallback: Duration::from_secs(1),
+            on_reject: None,
+        }
+    }
+
+    /// How to derive the lock key of a request (required). See [`crate::key`].
+    pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
+        self.extractor = Some(Arc::new(extractor));
+        self
+    }
+
+    /// A prefix put before every key, so that layers sharing one engine (or direct users
+    /// of it) cannot collide. Default: none.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// What to do with a request without a key. Default: [`MissingKeyPolicy::Reject`].
+    pub fn on_missing_key(mut self, policy: MissingKeyPolicy) -> Self {
+        self.missing = policy;
+        self
+    }
+
+    /// The lease length; renewed while the request runs, so it bounds how long a crashed
+    /// node blocks the key, not how long a request may take. Default: 30 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long a request waits for a held key. `Duration::ZERO` (the default) answers
+    /// `423 Locked` at once; otherwise a wait that runs out is answered
+    /// `429 Too Many Requests`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Grant waiting requests the key in arrival order. Needs a wait limit. Default: off.
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.fifo = fifo;
+        self
+    }
+
+    /// At most `max` requests wait per key; more are answered `429` at once. Needs a wait
+    /// limit. Default: no limit.
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.max_waiters = Some(max);
+        self
+    }
+
+    /// What to do when the backend fails. Default: [`BackendFailurePolicy::FailClosed`].
+    pub fn on_backend_failure(mut self, policy: BackendFailurePolicy) -> Self {
+        self.backend_failure = policy;
+        self
+    }
+
+    /// When to release the lease. Default: [`ReleasePoint::BodyEnd`]. `101 Switching
+    /// Protocols` responses always release when the response is returned.
+    pub fn release(mut self, point: ReleasePoint) -> Self {
+        self.release = point;
+        self
+    }
+
+    /// The `Retry-After` sent when the backend gives no hint (a `503`, or contention with
+    /// an unknown holder TTL). Rounded up to whole seconds, at least 1. Default: 1 s.
+    pub fn retry_after_fallback(mut self, d: Duration) -> Self {
+        self.retry_after_fallback = d;
+        self
+    }
+
+    /// Build rejection responses with `hook` instead of the default problem+json.
+    pub fn on_reject<F>(mut self, hook: F) -> Self
+    where
+        F: Fn(Rejection) -> http::Response<Bytes> + Send + Sync + 'static,
+    {
+        self.on_reject = Some(Arc::new(hook));
+        self
+    }
+
+    /// Check the configuration and build the layer.
+    pub fn build(self) -> Result<LockLayer, ConfigError> {
+        self.build_policy().map(LockLayer::from)
+    }
+
+    /// Check the configuration and build the framework-neutral policy (for framework
+    /// integrations).
+    pub fn build_policy(self) -> Result<LockPolicy, ConfigError> {
+        let extractor = self.extractor.ok_or(ConfigError::NoKeyExtractor)?;
+        if self.ttl.is_zero() {
+            return Err(ConfigError::ZeroTtl);
+        }
+        if self.ttl > MAX_DURATION {
+            return Err(ConfigError::TooLong("ttl"));
+        }
+        if self.wait > MAX_DURATION {
+            return Err(ConfigError::TooLong("wait"));
+        }
+        if self.wait.is_zero() && self.fifo {
+            return Err(ConfigError::NeedsWait("fifo"));
+        }
+        if self.wait.is_zero() && self.max_waiters.is_some() {
+            return Err(ConfigError::NeedsWait("max_waiters"));
+        }
+        if !self.wait.is_zero() && self.busy == RejectionKind::Conflict {
+            return Err(ConfigError::IdempotencyWait);
+        }
+        if !self.prefix.is_empty() {
+            // The prefix must itself be key material; a full key is checked per request.
+            LockKey::new(&self.prefix).map_err(ConfigError::KeyPrefix)?;
+        }
+        Ok(LockPolicy::new(
+            Config {
+                extractor,
+                prefix: self.prefix,
+                missing: self.missing,
+                ttl: self.ttl,
+                wait: self.wait,
+                fifo: self.fifo,
+                max_waiters: self.max_waiters,
+                busy: self.busy,
+                backend_failure: self.backend_failure,
+                release: self.release,
+                retry_after_fallback: self.retry_after_fallback,
+                on_reject: self.on_reject,
+            },
+            self.engine,
+        ))
+    }
+}
+
+/// The longest `ttl` or `wait` accepted: a day. Longer is a mistake for an HTTP request
+/// (and `Duration::MAX` would overflow the clock).
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A [`LockLayerBuilder`] configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No key extractor was set.
+    NoKeyExtractor,
+    /// The lease TTL is zero.
+    ZeroTtl,
+    /// The named option only applies to waiting requests, and the wait limit is zero.
+    NeedsWait(&'static str),
+    /// The named duration (`ttl` or `wait`) is longer than a day.
+    TooLong(&'static str),
+    /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
+    /// would run the duplicate after the first instead.
+    IdempotencyWait,
+    /// The key prefix is not valid key material.
+    KeyPrefix(KeyError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
+            ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
+            ConfigError::NeedsWait(option) => {
+                write!(f, "`{option}` needs a wait limit greater than zero")
+            }
+            ConfigError::TooLong(option) => {
+                write!(f, "`{option}` is longer than a day")
+            }
+            ConfigError::IdempotencyWait => f.write_str(
+                "the idempotency preset answers duplicates with 409 at once; it cannot wait",
+            ),
+            ConfigError::KeyPrefix(e) => write!(f, "invalid key prefix: {e}"),
+        }
+    }
+}
+
+impl StdError for ConfigError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            ConfigError::KeyPrefix(e) => Some(e),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The framework-neutral core of the middleware: from a request to "run it holding this
+//! lease", "run it unlocked" or "answer with this rejection".
+//!
+//! [`LockPolicy`] holds the layer's configuration and its shared state (the engine, the
+//! in-process fallback engine, the metrics). The tower [`LockLayer`](crate::LockLayer) is
+//! a thin shell over it; an integration for another framework calls
+//! [`LockPolicy::acquire`] with its own [`RequestView`] and maps the [`Outcome`].
+//!
+//! ```
+//! use tower_lock::{LockEngine, LockLayer, Outcome, key::PathKey};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let layer = LockLayer::builder(LockEngine::in_memory()).key(PathKey).build().unwrap();
+//! let policy = layer.policy();
+//! let req = http::Request::builder().uri("/reports/7").body(()).unwrap();
+//! match policy.acquire(&req).await {
+//!     Outcome::Locked(held) => println!("run the handler holding {}", held.info().key()),
+//!     Outcome::Unlocked => println!("run the handler without a lock"),
+//!     Outcome::Rejected(rejection) => println!("answer {}", rejection.status()),
+//!     _ => {}
+//! }
+//! # }
+//! ```
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::{
+    engine::{BoxFuture, Fence, Lease, LockEngine, LockKey, LostSignal},
+    error::LockError,
+    key::{KeyExtractor, RequestView},
+    metrics::LockMetrics,
+    reject::{Rejection, RejectionKind},
+};
+
+/// What to do with a request that has no lock key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MissingKeyPolicy {
+    /// Answer `400 Bad Request`, explaining which key is missing (the default: a request
+    /// that silently runs unprotected is the surprise to avoid).
+    #[default]
+    Reject,
+    /// Run the request without a lock.
+    PassThrough,
+}
+
+/// What to do when the lock backend fails (unreachable, timed out).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendFailurePolicy {
+    /// Answer `503 Service Unavailable` with `Retry-After` (the default).
+    #[default]
+    FailClosed,
+    /// Run the request without a lock, logging a warning.
+    FailOpen,
+    /// Lock on an in-process engine instead: requests are still serialized per key on
+    /// this node, not across the fleet. Logged as a warning, and visible to handlers as
+    /// [`LeaseInfo::is_degraded`]: the in-process engine's fencing tokens are not
+    /// comparable with the backend's, so storage that checks fences should not accept
+    /// them as if they were.
+    ///
+    /// Every request tries the backend first, so during an outage each pays the
+    /// backend's timeout before falling back.
+    Degrade,
+}
+
+/// When the lease of a request is released.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleasePoint {
+    /// When the response body has been fully sent, or dropped (the default): a streamed
+    /// response keeps its key until the last chunk.
+    #[default]
+    BodyEnd,
+    /// As soon as the inner service's response future completes, before the body is sent.
+    ResponseReady,
+}
+
+/// Builds a custom response for a rejection. Receives the typed rejection, with its
+/// headers already filled in; [`Rejection::into_response`] is the default.
+pub(crate) type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Send + Sync>;
+
+pub(crate) struct Config {
+    pub(crate) extractor: Arc<dyn KeyExtractor>,
+    pub(crate) prefix: String,
+    pub(crate) missing: MissingKeyPolicy,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) fifo: bool,
+    pub(crate) max_waiters: Option<usize>,
+    /// The answer to a held key when not waiting: `Locked` (423) or, for the idempotency
+    /// preset, `Conflict` (409).
+    pub(crate) busy: RejectionKind,
+    pub(crate) backend_failure: BackendFailurePolicy,
+    pub(crate) release: ReleasePoint,
+    pub(crate) retry_after_fallback: Duration,
+    pub(crate) on_reject: Option<RejectHook>,
+}
+
+struct Shared {
+    config: Config,
+    engine: LockEngine,
+    /// The in-process engine of the degrade policy, created with the policy so that every
+    /// service built from one layer shares it.
+    local: Option<LockEngine>,
+    metrics: LockMetrics,
+}
+
+/// The lock policy of a layer: key extraction, contention and failure handling, and the
+/// shared state they act on. Cheap to clone; clones share one lock table and one set of
+/// metrics.
+#[derive(Clone)]
+pub struct LockPolicy {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LockPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.shared.config;
+        f.debug_struct("LockPolicy")
+            .field("prefix", &c.prefix)
+            .field("missing", &c.missing)
+            .field("ttl", &c.ttl)
+            .field("wait", &c.wait)
+            .field("fifo", &c.fifo)
+            .field("max_waiters", &c.max_waiters)
+            .field("backend_failure", &c.backend_failure)
+            .field("release", &c.release)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the policy decided for a request.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Run the request holding this lease; drop it when the response is done.
+    Locked(HeldLock),
+    /// Run the request without a lock (no key under the pass-through policy, or the
+    /// backend failed under the fail-open policy).
+    Unlocked,
+    /// Answer with this rejection instead of running the request.
+    Rejected(Rejection),
+}
+
+/// The first step of an acquisition: decided at once, or a future to wait for.
+pub(crate) enum Start {
+    Now(Outcome),
+    Pending(BoxFuture<'static, Outcome>),
+}
+
+impl LockPolicy {
+    pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
+        let local =
+            (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
+        LockPolicy {
+            shared: Arc::new(Shared {
+                config,
+                engine,
+                local,
+                metrics: LockMetrics::default(),
+            }),
+        }
+    }
+
+    /// Decide for `req`: extract its key, then acquire the key as configured. Waiting, if
+    /// any, happens in the returned future, which borrows nothing from `req`; dropping it
+    /// gives up the wait and leaves nothing behind.
+    pub fn acquire(&self, req: &dyn RequestView) -> BoxFuture<'static, Outcome> {
+        match self.start(req) {
+            Start::Now(outcome) => Box::pin(std::future::ready(outcome)),
+            Start::Pending(fut) => fut,
+        }
+    }
+
+    /// The lock key of `req`, prefixed and validated: `Ok(None)` when it has none and the
+    /// policy lets it pass, a `400` rejection when it has none and the policy requires
+    /// one, or when it is malformed.
+    pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
+        let c = &self.shared.config;
+        let raw = match c.extractor.extract(req) {
+            Ok(Some(raw)) => raw,
+            Ok(None) => {
+                return match c.missing {
+                    MissingKeyPolicy::PassThrough => Ok(None),
+                    MissingKeyPolicy::Reject => Err(self.reject(
+                        RejectionKind::MissingKey,
+                        "this endpoint requires a lock key (for example an Idempotency-Key or tenant header) and the request has none".to_owned(),
+                        None,
+                    )),
+                };
+            }
+            Err(malformed) => {
+                return Err(self.reject(
+                    RejectionKind::MalformedKey,
+                    malformed.reason().to_owned(),
+                    None,
+                ));
+            }
+        };
+        let full = if c.prefix.is_empty() {
+            raw
+        } else {
+            format!("{}{raw}", c.prefix)
+        };
+        LockKey::new(&full).map(Some).map_err(|e| {
+            self.reject(
+                RejectionKind::MalformedKey,
+                format!("the lock key is unusable: {e}"),
+                None,
+            )
+        })
+    }
+
+    pub(crate) fn start(&self, req: &dyn RequestView) -> Start {
+        match self.key(req) {
+            Err(rejection) => Start::Now(Outcome::Rejected(rejection)),
+            Ok(None) => {
+                tracing::debug!("no lock key; running unlocked");
+                self.shared.metrics.unlocked();
+                Start::Now(Outcome::Unlocked)
+            }
+            Ok(Some(key)) => {
+                let span = tracing::debug_span!("tower_lock.acquire", %key);
+                Start::Pending(Box::pin(self.clone().lock(key).instrument(span)))
+            }
+        }
+    }
+
+    async fn lock(self, key: LockKey) -> Outcome {
+        let started = Instant::now();
+        let c = &self.shared.config;
+        match self.lock_on(&self.shared.engine, &key).await {
+            Ok(lease) => self.held(lease, started, false),
+            Err(LockError::Backend(error)) => match c.backend_failure {
+                BackendFailurePolicy::FailClosed => {
+                    tracing::error!(%error, "lock backend failed; rejecting (fail closed)");
+                    Outcome::Rejected(self.reject(
+                        RejectionKind::Unavailable,
+                        "the lock service is unavailable".to_owned(),
+                        Some(c.retry_after_fallback),
+                    ))
+                }
+                BackendFailurePolicy::FailOpen => {
+                    tracing::warn!(%error, "lock backend failed; running unlocked (fail open)");
+                    self.shared.metrics.unlocked();
+                    Outcome::Unlocked
+                }
+                BackendFailurePolicy::Degrade => {
+                    tracing::warn!(
+                        %error,
+                        "lock backend failed; locking in-process only (degraded)"
+                    );
+                    let local = self
+                        .shared
+                        .local
+                        .as_ref()
+                        .expect("degrade has a local engine");
+                    match self.lock_on(local, &key).await {
+                        Ok(lease) => {
+                            self.shared.metrics.degraded();
+                            self.held(lease, started, true)
+                        }
+                        Err(e) => self.refuse(e),
+                    }
+                }
+            },
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    async fn lock_on(&self, engine: &LockEngine, key: &LockKey) -> Result<Lease, LockError> {
+        let c = &self.shared.config;
+        let mut lock = engine.lock_key(key.clone()).ttl(c.ttl).fifo(c.fifo);
+        if let Some(max) = c.max_waiters {
+            lock = lock.max_waiters(max);
+        }
+        if c.wait.is_zero() {
+            lock.try_acquire().await
+        } else {
+            lock.wait(c.wait).acquire().await
+        }
+    }
+
+    fn held(&self, lease: Lease, started: Instant, degraded: bool) -> Outcome {
+        let waited = started.elapsed();
+        // A non-waiting acquire that succeeded found the key free. A waiting one: the
+        // engine cannot say whether it queued, so a grant that took a millisecond or more
+        // is counted as contended.
+        let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
+        self.shared.metrics.acquired(waited, contended);
+        if contended {
+            tracing::debug!(
+                fence = lease.fence().get(),
+                ?waited,
+                degraded,
+                "lock acquired after waiting"
+            );
+        } else {
+            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
+        }
+        let info = LeaseInfo {
+            key: lease.key().clone(),
+            fence: lease.fence(),
+            waited,
+            lost: lease.lost_signal(),
+            degraded,
+        };
+        Outcome::Locked(HeldLock {
+            lease: Some(lease),
+            info,
+            granted: Instant::now(),
+            metrics: self.shared.metrics.clone(),
+        })
+    }
+
+    fn refuse(&self, error: LockError) -> Outcome {
+        let c = &self.shared.config;
+        let retry = error.retry_after().unwrap_or(c.retry_after_fallback);
+        let (kind, detail) = match &error {
+            LockError::Busy { .. } if c.busy == RejectionKind::Conflict => (
+                RejectionKind::Conflict,
+                "a request with the same idempotency key is still being processed".to_owned(),
+            ),
+            LockError::Busy { .. } => (
+                RejectionKind::Locked,
+                "another request holds the lock for this resource".to_owned(),
+            ),
+            LockError::TimedOut { waited, .. } => (
+                RejectionKind::TimedOut,
+                format!(
+                    "waited {} ms for the lock without getting it",
+                    waited.as_millis()
+                ),
+            ),
+            LockError::QueueFull { .. } => (
+                RejectionKind::QueueFull,
+                "too many requests are already waiting for this lock".to_owned(),
+            ),
+            LockError::InvalidKey(e) => {
+                return Outcome::Rejected(self.reject(
+                    RejectionKind::MalformedKey,
+                    format!("the lock key is unusable: {e}"),
+                    None,
+                ));
+            }
+            other => {
+                tracing::error!(error = %other, "lock acquisition failed");
+                (
+                    RejectionKind::Unavailable,
+                    "the lock service is unavailable".to_owned(),
+                )
+            }
+        };
+        Outcome::Rejected(self.reject(kind, detail, Some(retry)))
+    }
+
+    fn reject(&self, kind: RejectionKind, detail: String, retry: Option<Duration>) -> Rejection {
+        self.shared.metrics.rejected(kind);
+        tracing::debug!(
+            reason = kind.as_str(),
+            status = kind.status().as_u16(),
+            "request rejected"
+        );
+        Rejection::new(kind, detail, retry)
+    }
+
+    /// The response for `rejection`: the user's hook if one is set, else
+    /// [`Rejection::into_response`].
+    pub fn respond(&self, rejection: Rejection) -> http::Response<Bytes> {
+        match &self.shared.config.on_reject {
+            Some(hook) => hook(rejection),
+            None => rejection.into_response(),
+        }
+    }
+
+    /// When leases are released.
+    pub fn release_point(&self) -> ReleasePoint {
+        self.shared.config.release
+    }
+
+    /// The policy's counters and histograms.
+    pub fn metrics(&self) -> LockMetrics {
+        self.shared.metrics.clone()
+    }
+
+    /// The engine the policy locks on.
+    pub fn engine(&self) -> &LockEngine {
+        &self.shared.engine
+    }
+
+    /// `true` if both share one lock table and one set of metrics.
+    pub fn same_policy(&self, other: &LockPolicy) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+/// What a handler may know about the lease it runs under; in the request extensions of
+/// every locked request. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LeaseInfo {
+    key: LockKey,
+    fence: Fence,
+    waited: Duration,
+    lost: LostSignal,
+    degraded: bool,
+}
+
+impl LeaseInfo {
+    /// The locked key (with the layer's prefix).
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The fencing token: pass it to storage so that it refuses writes from a holder
+    /// whose lease has run out.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// How long the request waited for the lock.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Resolves when the lease is lost (renewal failed or the key expired): the handler
+    /// is no longer protected and should stop.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// `true` if the lock was taken on the in-process fallback engine because the backend
+    /// failed (degrade policy): it excludes only requests on this node.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded
+    }
+}
+
+/// A lease taken by a [`LockPolicy`] for one request. Dropping it releases the key (in
+/// the background) and records the hold time.
+pub struct HeldLock {
+    lease: Option<Lease>,
+    info: LeaseInfo,
+    granted: Instant,
+    metrics: LockMetrics,
+}
+
+impl fmt::Debug for HeldLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeldLock")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HeldLock {
+    /// What the handler may know about the lease.
+    pub fn info(&self) -> &LeaseInfo {
+        &self.info
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        let held = self.granted.elapsed();
+        self.metrics.held(held);
+        if self.info.is_lost() {
+            tracing::warn!(key = %self.info.key, ?held, "lease was lost while the request held it");
+        } else {
+            tracing::debug!(key = %self.info.key, ?held, "lock released");
+        }
+        drop(self.lease.take());
+    }
+}

@@ -1,0 +1,276 @@
+//! Rejections: why a request was turned away, and the `application/problem+json`
+//! response (RFC 9457) that says so.
+//!
+//! A [`Rejection`] is framework-neutral: a status code, header name/value pairs (with
+//! `Retry-After` already filled in) and a body. [`Rejection::into_response`] builds the
+//! default `http` response; a hook set with
+//! [`LockLayerBuilder::on_reject`](crate::LockLayerBuilder::on_reject) may build its own.
+//!
+//! | kind | status | `Retry-After` | when |
+//! |---|---|---|---|
+//! | [`MissingKey`](RejectionKind::MissingKey) | 400 | no | no key, and the policy requires one |
+//! | [`MalformedKey`](RejectionKind::MalformedKey) | 400 | no | the key is malformed or too long |
+//! | [`Conflict`](RejectionKind::Conflict) | 409 | yes | idempotency preset: the same key is in flight |
+//! | [`Locked`](RejectionKind::Locked) | 423 | yes | the key is held and the layer does not wait |
+//! | [`TimedOut`](RejectionKind::TimedOut) | 429 | yes | the wait limit passed |
+//! | [`QueueFull`](RejectionKind::QueueFull) | 429 | yes | the key already has `max_waiters` waiters |
+//! | [`Unavailable`](RejectionKind::Unavailable) | 503 | yes | the backend failed (fail-closed policy) |
+//!
+//! A hook that keeps the status and headers but answers in plain text:
+//!
+//! ```
+//! use tower_lock::{LockEngine, LockLayer, key::PathKey};
+//!
+//! let layer = LockLayer::builder(LockEngine::in_memory())
+//!     .key(PathKey)
+//!     .on_reject(|rejection| {
+//!         let mut res = http::Response::new(format!("{}\n", rejection.detail()).into());
+//!         *res.status_mut() = rejection.status();
+//!         for (name, value) in rejection.headers() {
+//!             if name != "content-type" {
+//!                 res.headers_mut().insert(name, value.parse().unwrap());
+//!             }
+//!         }
+//!         res
+//!     })
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
+
+use std::{fmt, time::Duration};
+
+use bytes::Bytes;
+use http::StatusCode;
+
+/// The media type of rejection bodies.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Why a request was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectionKind {
+    /// The request has no lock key and the layer requires one (`400`).
+    MissingKey,
+    /// The request's lock key is malformed or too long (`400`).
+    MalformedKey,
+    /// A request with the same idempotency key is in flight (`409`).
+    Conflict,
+    /// The key is held and the layer does not wait (`423`).
+    Locked,
+    /// The request waited for its whole wait limit (`429`).
+    TimedOut,
+    /// The key already has the maximum number of waiters (`429`).
+    QueueFull,
+    /// The lock backend failed and the layer fails closed (`503`).
+    Unavailable,
+}
+
+impl RejectionKind {
+    pub(crate) const COUNT: usize = 7;
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    pub(crate) fn is_contention(self) -> bool {
+        matches!(
+            self,
+            RejectionKind::Conflict
+                | RejectionKind::Locked
+                | RejectionKind::TimedOut
+                | RejectionKind::QueueFull
+        )
+    }
+
+    /// The HTTP status of this kind.
+    pub fn status(self) -> StatusCode {
+        match self {
+            RejectionKind::MissingKey | RejectionKind::MalformedKey => StatusCode::BAD_REQUEST,
+            RejectionKind::Conflict => StatusCode::CONFLICT,
+            RejectionKind::Locked => StatusCode::LOCKED,
+            RejectionKind::TimedOut | RejectionKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            RejectionKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The stable problem `type` URI of this kind.
+    pub fn type_uri(self) -> &'static str {
+        match self {
+            RejectionKind::MissingKey => "urn:tower-lock:problem:missing-key",
+            RejectionKind::MalformedKey => "urn:tower-lock:problem:malformed-key",
+            RejectionKind::Conflict => "urn:tower-lock:problem:conflict",
+            RejectionKind::Locked => "urn:tower-lock:problem:locked",
+            RejectionKind::TimedOut => "urn:tower-lock:problem:wait-timed-out",
+            RejectionKind::QueueFull => "urn:tower-lock:problem:too-many-waiters",
+            RejectionKind::Unavailable => "urn:tower-lock:problem:lock-unavailable",
+        }
+    }
+
+    /// The problem `title`: short, the same for every rejection of this kind.
+    pub fn title(self) -> &'static str {
+        match self {
+            RejectionKind::MissingKey => "Lock key required",
+            RejectionKind::MalformedKey => "Malformed lock key",
+            RejectionKind::Conflict => "Request with this key already in progress",
+            RejectionKind::Locked => "Resource locked",
+            RejectionKind::TimedOut => "Timed out waiting for lock",
+            RejectionKind::QueueFull => "Too many requests waiting for lock",
+            RejectionKind::Unavailable => "Lock service unavailable",
+        }
+    }
+
+    /// The metric label of this kind, e.g. `"queue_full"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectionKind::MissingKey => "missing_key",
+            RejectionKind::MalformedKey => "malformed_key",
+            RejectionKind::Conflict => "conflict",
+            RejectionKind::Locked => "locked",
+            RejectionKind::TimedOut => "timed_out",
+            RejectionKind::QueueFull => "queue_full",
+            RejectionKind::Unavailable => "unavailable",
+        }
+    }
+}
+
+impl fmt::Display for RejectionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A request turned away by the lock policy, with everything needed to answer it.
+#[derive(Clone, Debug)]
+pub struct Rejection {
+    kind: RejectionKind,
+    detail: String,
+    retry_after: Option<u64>,
+}
+
+/// `Retry-After` in whole seconds: rounded up, and never 0 (a client told "retry after 0"
+/// retries in a tight loop).
+pub(crate) fn retry_after_secs(d: Duration) -> u64 {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    secs.max(1)
+}
+
+impl Rejection {
+    /// A rejection of `kind` explaining itself with `detail`; `retry_after` is rounded up
+    /// to whole seconds (at least 1) and sent as `Retry-After`.
+    pub fn new(
+        kind: RejectionKind,
+        detail: impl Into<String>,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        Rejection {
+            kind,
+            detail: detail.into(),
+            retry_after: retry_after.map(retry_after_secs),
+        }
+    }
+
+    /// Why the request was rejected.
+    pub fn kind(&self) -> RejectionKind {
+        self.kind
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    /// The explanation for this occurrence (the problem's `detail`).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    /// `Retry-After`, in whole seconds (never 0), when the client should retry.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
+    /// The response headers as name/value pairs: `content-type`, and `retry-after` when
+    /// set. Framework integrations copy them onto their own response type.
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut h = vec![("content-type", PROBLEM_JSON.to_owned())];
+        if let Some(secs) = self.retry_after {
+            h.push(("retry-after", secs.to_string()));
+        }
+        h
+    }
+
+    /// The `application/problem+json` body: `type`, `title`, `status`, `detail`, and
+    /// `retry_after` (seconds) when set.
+    pub fn body(&self) -> Bytes {
+        let mut v = serde_json::json!({
+            "type": self.kind.type_uri(),
+            "title": self.kind.title(),
+            "status": self.status().as_u16(),
+            "detail": self.detail,
+        });
+        if let Some(secs) = self.retry_after {
+            v["retry_after"] = secs.into();
+        }
+        Bytes::from(v.to_string())
+    }
+
+    /// The default response: status, headers and problem+json body.
+    pub fn into_response(self) -> http::Response<Bytes> {
+        let mut res = http::Response::new(self.body());
+        *res.status_mut() = self.status();
+        let headers = res.headers_mut();
+        for (name, value) in self.headers() {
+            // Both are ASCII we built ourselves.
+            headers.insert(
+                name,
+                http::HeaderValue::from_str(&value).expect("ASCII header value"),
+            );
+        }
+        res
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): {}",
+            self.kind.title(),
+            self.status().as_u16(),
+            self.detail
+        )
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_never_zero() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn response_carries_status_headers_and_problem_body() {
+        let res = Rejection::new(
+            RejectionKind::Locked,
+            "held",
+            Some(Duration::from_millis(2500)),
+        )
+        .into_response();
+        assert_eq!(res.status(), StatusCode::LOCKED);
+        assert_eq!(res.headers()["retry-after"], "3");
+        assert_eq!(res.headers()["content-type"], PROBLEM_JSON);
+        let body: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(body["type"], "urn:tower-lock:problem:locked");
+        assert_eq!(body["status"], 423);
+        assert_eq!(body["retry_after"], 3);
+    }
+}

@@ -1,0 +1,90 @@
+//! [`LockService`], the service a [`LockLayer`](crate::LockLayer) wraps around another.
+
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+
+use crate::{
+    body::LockedBody,
+    future::ResponseFuture,
+    policy::{LockPolicy, Outcome, Start},
+};
+
+/// Runs the inner service while holding the request's lock; see the [crate docs](crate).
+///
+/// The inner service's error type is unchanged: rejections are responses, with a
+/// [`LockedBody`] that carries either the rejection or the inner body plus the lease.
+///
+/// `poll_ready` is the inner service's. A request that must wait for its lock keeps the
+/// inner service it was made ready on (clone-and-swap) until it is called, so a limiter
+/// *inside* this layer counts waiting requests too; put concurrency or rate limits
+/// outside it to count only requests that run.
+#[derive(Clone, Debug)]
+pub struct LockService<S> {
+    inner: S,
+    policy: LockPolicy,
+}
+
+impl<S> LockService<S> {
+    pub(crate) fn new(inner: S, policy: LockPolicy) -> Self {
+        LockService { inner, policy }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwrap the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The policy this service locks with.
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for LockService<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+{
+    type Response = Response<LockedBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        match self.policy.start(&req) {
+            Start::Now(Outcome::Rejected(rejection)) => {
+                ResponseFuture::rejected(self.policy.respond(rejection))
+            }
+            // No key to wait for: call the ready inner service right away.
+            Start::Now(Outcome::Unlocked) => {
+                ResponseFuture::calling(self.inner.call(req), None, &self.policy)
+            }
+            Start::Now(Outcome::Locked(held)) => {
+                let mut req = req;
+                req.extensions_mut().insert(held.info().clone());
+                ResponseFuture::calling(self.inner.call(req), Some(held), &self.policy)
+            }
+            Start::Pending(acquire) => {
+                // The ready service is the one to call once the lock is ours; leave a
+                // fresh clone behind, which must be driven to readiness on its own.
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::acquiring(acquire, ready, req, self.policy.clone())
+            }
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! The layer at the poll level: tower-test mocks for the inner service, tokio's paused
+//! clock for the waiting logic, `poll_ready` / `call` driven by hand.
+
+use std::time::Duration;
+
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
+use tower_lock::{
+    ConfigError, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy, ReleasePoint,
+    key::{GlobalKey, HeaderKey},
+};
+use tower_test::mock;
+
+type Req = Request<String>;
+type Res = Response<String>;
+
+fn req(key: &str) -> Req {
+    Request::builder()
+        .uri("/x")
+        .header("x-key", key)
+        .body(String::new())
+        .unwrap()
+}
+
+fn builder(engine: &LockEngine) -> tower_lock::LockLayerBuilder {
+    LockLayer::builder(engine.clone()).key(HeaderKey::new(HeaderName::from_static("x-key")))
+}
+
+async fn body_json(res: Response<tower_lock::LockedBody<String>>) -> serde_json::Value {
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// Let spawned tasks (background releases) run.
+async fn settle() {
+    for _ in 0..5 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn poll_ready_delegates_to_the_inner_service() {
+    let layer = builder(&LockEngine::in_memory()).build().unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    handle.allow(0);
+    assert_pending!(service.poll_ready());
+    handle.allow(1);
+    assert_ready_ok!(service.poll_ready());
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_info_is_in_the_extensions_and_the_inner_error_is_unchanged() {
+    let engine = LockEngine::in_memory();
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(req("k")));
+    assert_pending!(fut.poll());
+    let (request, send) = handle.next_request().await.unwrap();
+    let info = request
+        .extensions()
+        .get::<LeaseInfo>()
+        .expect("lease info")
+        .clone();
+    assert_eq!(info.key().as_str(), "k");
+    assert!(!info.is_lost() && !info.is_degraded());
+    send.send_error("inner failure");
+    let err = assert_ready!(fut.poll()).unwrap_err();
+    assert_eq!(err.to_string(), "inner failure");
+    drop(fut);
+    settle().await;
+    assert!(!engine.lock("k").locked().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiter_is_answered_429_when_its_wait_limit_passes() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+
+    assert_ready_ok!(service.poll_ready());
+    let mut holder = task::spawn(service.call(req("k")));
+    assert_pending!(holder.poll());
+    let (_request, _send) = handle.next_request().await.unwrap();
+
+    assert_ready_ok!(service.poll_ready());
+    let mut waiter = task::spawn(service.call(req("k")));
+    assert_pending!(waiter.poll());
+    tokio::time::advance(Duration::from_millis(4_999)).await;
+    assert_pending!(waiter.poll());
+    tokio::time::advance(Duration::from_millis(2)).await;
+    let res = assert_ready_ok!(waiter.poll());
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = res.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(retry >= 1);
+    assert_eq!(
+        body_json(res).await["type"],
+        "urn:tower-lock:problem:wait-timed-out"
+    );
+    // The waiter never reached the inner service.
+    assert!(handle.poll_request().is_pending());
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiter_runs_once_the_holders_body_is_finished() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+
+    assert_ready_ok!(service.poll_ready());
+    let mut holder = task::spawn(service.call(req("k")));
+    assert_pending!(holder.poll());
+    let (_, send) = handle.next_request().await.unwrap();
+
+    assert_ready_ok!(service.poll_ready());
+    let mut waiter = task::spawn(service.call(req("k")));
+    assert_pending!(waiter.poll());
+
+    send.send_response(Response::new("holder body".to_owned()));
+    let res = assert_ready_ok!(holder.poll());
+    // The holder's response is out but its body is not finished: still locked.
+    settle().await;
+    assert_pending!(waiter.poll());
+    assert!(handle.poll_request().is_pending());
+
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "holder body");
+    settle().await;
+    assert!(waiter.is_woken());
+    assert_pending!(waiter.poll());
+    let (request, _send) = handle.next_request().await.unwrap();
+    assert!(request.extensions().get::<LeaseInfo>().is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiters_are_served_in_arrival_order_under_fifo() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(60))
+        .fifo(true)
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    let mut futs = Vec::new();
+    for i in 0..4 {
+        assert_ready_ok!(service.poll_ready());
+        let mut r = req("k");
+        r.headers_mut()
+            .insert("x-seq", i.to_string().parse().unwrap());
+        let mut fut = task::spawn(service.call(r));
+        assert_pending!(fut.poll());
+        futs.push(fut);
+    }
+    for expected in 0..4 {
+        let (request, send) = handle.next_request().await.unwrap();
+        assert_eq!(request.headers()["x-seq"], expected.to_string().as_str());
+        send.send_response(Response::new(String::new()));
+        let res = assert_ready_ok!(futs[expected].poll());
+        drop(res);
+        settle().await;
+        for fut in futs.iter_mut().skip(expected + 1) {
+            let _ = fut.poll();
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .release(ReleasePoint::ResponseReady)
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(req("k")));
+    assert_pending!(fut.poll());
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_response(Response::new("unread".to_owned()));
+    let res = assert_ready_ok!(fut.poll());
+    settle().await;
+    assert!(!engine.lock("k").locked().await.unwrap());
+    drop(res);
+}
+
+#[tokio::test(start_paused = true)]
+async fn switching_protocols_releases_when_the_response_is_returned() {
+    let engine = LockEngine::in_memory();
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Req, Res, _>(builder(&engine).build().unwrap());
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(req("k")));
+    assert_pending!(fut.poll());
+    let (_, send) = handle.next_request().await.unwrap();
+    let mut upgrade = Response::new(String::new());
+    *upgrade.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    send.send_response(upgrade);
+    let res = assert_ready_ok!(fut.poll());
+    settle().await;
+    assert!(!engine.lock("k").locked().await.unwrap());
+    drop(res);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_response_future_gives_up_the_wait_and_the_lease() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let mut holder = task::spawn(service.call(req("k")));
+    assert_pending!(holder.poll());
+    let _inflight = handle.next_request().await.unwrap();
+    assert_ready_ok!(service.poll_ready());
+    let mut waiter = task::spawn(service.call(req("k")));
+    assert_pending!(waiter.poll());
+    assert_eq!(engine.lock("k").waiters().await.unwrap(), 1);
+
+    drop(waiter);
+    assert_eq!(engine.lock("k").waiters().await.unwrap(), 0);
+    drop(holder);
+    settle().await;
+    assert!(!engine.lock("k").locked().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_key_passes_through_without_lease_info() {
+    let layer = builder(&LockEngine::in_memory())
+        .on_missing_key(MissingKeyPolicy::PassThrough)
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer.clone());
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(Request::new(String::new())));
+    assert_pending!(fut.poll());
+    let (request, send) = handle.next_request().await.unwrap();
+    assert!(request.extensions().get::<LeaseInfo>().is_none());
+    send.send_response(Response::new(String::new()));
+    assert_eq!(assert_ready_ok!(fut.poll()).status(), StatusCode::OK);
+    assert_eq!(layer.metrics().snapshot().unlocked, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn metrics_count_acquisitions_rejections_and_hold_time() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine).build().unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer.clone());
+    assert_ready_ok!(service.poll_ready());
+    let mut holder = task::spawn(service.call(req("k")));
+    assert_pending!(holder.poll());
+    let (_, send) = handle.next_request().await.unwrap();
+    assert_ready_ok!(service.poll_ready());
+    let res = service.call(req("k")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::LOCKED);
+
+    tokio::time::advance(Duration::from_millis(30)).await;
+    send.send_response(Response::new(String::new()));
+    drop(assert_ready_ok!(holder.poll()));
+    let snap = layer.metrics().snapshot();
+    assert_eq!(snap.acquired, 1);
+    assert_eq!(snap.rejected.locked, 1);
+    assert_eq!(snap.rejected.total(), 1);
+    assert_eq!(snap.contended, 1);
+    assert_eq!(snap.hold.count, 1);
+    assert!(snap.hold.sum >= Duration::from_millis(30));
+}
+
+#[test]
+fn misconfiguration_fails_at_build_time() {
+    let engine = LockEngine::in_memory();
+    assert_eq!(
+        LockLayer::builder(engine.clone()).build().unwrap_err(),
+        ConfigError::NoKeyExtractor
+    );
+    assert_eq!(
+        builder(&engine).fifo(true).build().unwrap_err(),
+        ConfigError::NeedsWait("fifo")
+    );
+    assert_eq!(
+        builder(&engine).max_waiters(3).build().unwrap_err(),
+        ConfigError::NeedsWait("max_waiters")
+    );
+    assert_eq!(
+        builder(&engine).ttl(Duration::ZERO).build().unwrap_err(),
+        ConfigError::ZeroTtl
+    );
+    assert_eq!(
+        LockLayer::idempotency(engine.clone())
+            .wait(Duration::from_secs(1))
+            .build()
+            .unwrap_err(),
+        ConfigError::IdempotencyWait
+    );
+    assert!(matches!(
+        builder(&engine)
+            .key_prefix("bad\nprefix")
+            .build()
+            .unwrap_err(),
+        ConfigError::KeyPrefix(_)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_layer_wrapping_two_services_shares_one_lock_table() {
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(GlobalKey::new("g"))
+        .build()
+        .unwrap();
+    let (mut a, mut handle_a) = mock::spawn_layer::<Req, Res, _>(layer.clone());
+    let (mut b, _handle_b) = mock::spawn_layer::<Req, Res, _>(layer.clone());
+    assert_ready_ok!(a.poll_ready());
+    let mut held = task::spawn(a.call(req("ignored")));
+    assert_pending!(held.poll());
+    let _inflight = handle_a.next_request().await.unwrap();
+    assert_ready_ok!(b.poll_ready());
+    let res = b.call(req("ignored")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::LOCKED);
+}
+
+#[tokio::test(start_paused = true)]
+async fn key_prefix_namespaces_the_keys() {
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine).key_prefix("api:").build().unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(req("k")));
+    assert_pending!(fut.poll());
+    let (request, _send) = handle.next_request().await.unwrap();
+    assert_eq!(
+        request
+            .extensions()
+            .get::<LeaseInfo>()
+            .unwrap()
+            .key()
+            .as_str(),
+        "api:k"
+    );
+    assert!(engine.lock("api:k").locked().await.unwrap());
+    assert!(!engine.lock("k").locked().await.unwrap());
+}
+
+/// The in-process backend, except that every renewal finds the lease gone.
+struct RenewalsFail(tower_lock::MemoryBackend);
+
+impl tower_lock::engine::Backend for RenewalsFail {
+    fn acquire(
+        &self,
+        req: tower_lock::engine::AcquireRequest,
+    ) -> tower_lock::engine::BoxFuture<'_, Result<tower_lock::engine::Grant, tower_lock::LockError>>
+    {
+        self.0.acquire(req)
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a tower_lock::LockKey,
+        token: &'a tower_lock::Token,
+    ) -> tower_lock::engine::BoxFuture<'a, Result<(), tower_lock::LockError>> {
+        self.0.release(key, token)
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a tower_lock::LockKey,
+        token: &'a tower_lock::Token,
+        ttl: Duration,
+        mode: tower_lock::engine::ExtendMode,
+    ) -> tower_lock::engine::BoxFuture<'a, Result<Duration, tower_lock::LockError>> {
+        self.0.extend(key, token, ttl, mode)
+    }
+
+    fn renew<'a>(
+        &'a self,
+        leases: &'a [tower_lock::engine::Renewal],
+    ) -> tower_lock::engine::BoxFuture<'a, Result<Vec<bool>, tower_lock::LockError>> {
+        Box::pin(async move { Ok(vec![false; leases.len()]) })
+    }
+
+    fn holder<'a>(
+        &'a self,
+        key: &'a tower_lock::LockKey,
+    ) -> tower_lock::engine::BoxFuture<
+        'a,
+        Result<Option<tower_lock::engine::Holder>, tower_lock::LockError>,
+    > {
+        self.0.holder(key)
+    }
+
+    fn waiters<'a>(
+        &'a self,
+        key: &'a tower_lock::LockKey,
+    ) -> tower_lock::engine::BoxFuture<'a, Result<usize, tower_lock::LockError>> {
+        self.0.waiters(key)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn handler_observes_a_lost_lease_through_its_lease_info() {
+    let engine = LockEngine::new(RenewalsFail(tower_lock::MemoryBackend::new()));
+    let layer = builder(&engine)
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let mut fut = task::spawn(service.call(req("k")));
+    assert_pending!(fut.poll());
+    let (request, _send) = handle.next_request().await.unwrap();
+    let info = request.extensions().get::<LeaseInfo>().unwrap().clone();
+    let signal = info.lost_signal();
+    let mut lost = task::spawn(async move { signal.lost().await });
+    assert_pending!(lost.poll());
+    assert!(!info.is_lost());
+    // The first renewal is due at a third of the TTL; it finds the lease gone.
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    settle().await;
+    assert_ready!(lost.poll());
+    assert!(info.is_lost());
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_long_key_is_answered_400_without_reaching_the_inner_service() {
+    let layer = builder(&LockEngine::in_memory()).build().unwrap();
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let res = service.call(req(&"k".repeat(600))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem = body_json(res).await;
+    assert_eq!(problem["type"], "urn:tower-lock:problem:malformed-key");
+    assert!(problem["detail"].as_str().unwrap().contains("512"));
+    assert!(handle.poll_request().is_pending());
+}
+
+/// A request from some other framework: only what `RequestView` asks for.
+struct ForeignRequest {
+    headers: Vec<(&'static str, &'static [u8])>,
+}
+
+impl tower_lock::key::RequestView for ForeignRequest {
+    fn method(&self) -> &str {
+        "POST"
+    }
+
+    fn path(&self) -> &str {
+        "/payments"
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_neutral_policy_serves_requests_of_other_frameworks() {
+    let policy = LockLayer::idempotency(LockEngine::in_memory())
+        .build_policy()
+        .unwrap();
+    let req = ForeignRequest {
+        headers: vec![("idempotency-key", b"\"abc\"")],
+    };
+    let tower_lock::Outcome::Locked(held) = policy.acquire(&req).await else {
+        panic!("first request gets the lock");
+    };
+    assert_eq!(held.info().key().as_str(), "idempotency-key:abc");
+    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&req).await else {
+        panic!("duplicate in flight is rejected");
+    };
+    assert_eq!(rejection.status().as_u16(), 409);
+    let headers = rejection.headers();
+    assert!(headers.contains(&("content-type", "application/problem+json".to_owned())));
+    assert!(headers.iter().any(|(n, v)| *n == "retry-after" && v != "0"));
+    let body: serde_json::Value = serde_json::from_slice(&rejection.body()).unwrap();
+    assert_eq!(body["status"], 409);
+
+    drop(held);
+    settle().await;
+    assert!(matches!(
+        policy.acquire(&req).await,
+        tower_lock::Outcome::Locked(_)
+    ));
+    let missing = ForeignRequest { headers: vec![] };
+    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&missing).await else {
+        panic!("a missing key is rejected");
+    };
+    assert_eq!(rejection.kind(), tower_lock::RejectionKind::MissingKey);
+}
