@@ -35,6 +35,8 @@
 
 mod lease;
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
 
