@@ -172,6 +172,43 @@ async fn client_pause_past_the_ttl_loses_the_lease_and_the_next_fence_is_higher(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "unseen").await;
+    // Warm the pool and the script cache, so the acquire below is one EVALSHA.
+    engine.lock("k").try_acquire().await.unwrap().release().await.unwrap();
+
+    // The server holds every command for 900 ms; the client gives up after 300 ms, but the
+    // acquire is already on the wire and will land once the pause ends.
+    server.cli(["CLIENT", "PAUSE", "900", "ALL"]);
+    let err = engine
+        .lock("k")
+        .ttl(Duration::from_secs(60))
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    tokio::task::block_in_place(|| server.wait_ready());
+
+    // Nobody saw that grant, so the engine gives it back: the key is free long before
+    // the 60 s TTL.
+    let give_up = Instant::now() + Duration::from_secs(3);
+    loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => {
+                lease.release().await.unwrap();
+                break;
+            }
+            Err(LockError::Busy { .. }) => {
+                assert!(Instant::now() < give_up, "the unseen grant was never released");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
     let server = RedisServer::start();
     let engine = engine(&server, "subkill").await;

@@ -77,7 +77,7 @@ mod wakeup;
 
 use std::{fmt, sync::Arc, time::Duration};
 
-use redis::ScriptInvocation;
+use redis::{ScriptInvocation, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
 use self::{
@@ -276,6 +276,8 @@ struct Cleanup {
     token: Token,
     armed: bool,
     in_flight: bool,
+    /// The connection the last attempt went out on: the release must follow it there.
+    pinned: Option<MultiplexedConnection>,
 }
 
 impl Drop for Cleanup {
@@ -292,8 +294,9 @@ impl Drop for Cleanup {
         let ticket = std::mem::take(&mut self.ticket);
         let token = self.token.clone();
         let release = self.in_flight;
+        let pinned = if release { self.pinned.take() } else { None };
         runtime.spawn(async move {
-            if let Err(error) = inner.leave(&names, &ticket, &token, release).await {
+            if let Err(error) = inner.leave(&names, &ticket, &token, release, pinned).await {
                 tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
             }
         });
@@ -314,6 +317,7 @@ impl Inner {
         names: &Names,
         req: &AcquireRequest,
         ticket: &str,
+        pin: &mut Option<MultiplexedConnection>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(&names.lock)
@@ -329,7 +333,11 @@ impl Inner {
             .arg(millis(FENCE_MARGIN));
         // Taken before sending: the TTL cannot have started on the server any earlier.
         let sent = Instant::now();
-        let (status, value): (i64, i64) = self.call("acquire", &inv).await?;
+        let (status, value): (i64, i64) = self
+            .pool
+            .invoke_pinned("acquire", &inv, pin)
+            .await
+            .map_err(LockError::Backend)?;
         Ok(match status {
             1 => Grant::new(Fence::new(u64::try_from(value).unwrap_or(0)), sent).into(),
             0 => Attempt::Busy(remaining(value)),
@@ -349,6 +357,7 @@ impl Inner {
         ticket: &str,
         token: &Token,
         release: bool,
+        pinned: Option<MultiplexedConnection>,
     ) -> Result<Option<Duration>, LockError> {
         let mut inv = LEAVE.prepare_invoke();
         inv.key(&names.lock)
@@ -360,6 +369,15 @@ impl Inner {
             .arg(if release { "1" } else { "0" })
             .arg(&names.channel)
             .arg(millis(FENCE_MARGIN));
+        if let Some(mut conn) = pinned {
+            // Behind the unseen acquire on its own connection, so it cannot overtake it.
+            match self.pool.invoke_on::<i64>("leave", &inv, &mut conn).await {
+                Ok(pttl) => return Ok(remaining(pttl)),
+                // That connection is gone, and with it anything still unsent on it.
+                Err(e) if e.kind() == BackendErrorKind::Unavailable => {}
+                Err(e) => return Err(LockError::Backend(e)),
+            }
+        }
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }
@@ -381,13 +399,17 @@ impl Inner {
             token: req.token.clone(),
             armed: true,
             in_flight: false,
+            pinned: None,
         };
         let mut subscription = None;
         loop {
             cleanup.in_flight = true;
             // On error the cleanup stays armed with `in_flight`: the grant may have landed.
-            let outcome = self.attempt(&names, &req, &ticket).await?;
+            let outcome = self
+                .attempt(&names, &req, &ticket, &mut cleanup.pinned)
+                .await?;
             cleanup.in_flight = false;
+            cleanup.pinned = None;
             let retry_after = match outcome {
                 Attempt::Granted(grant) => {
                     cleanup.armed = false;
@@ -406,7 +428,8 @@ impl Inner {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                let retry_after = match self.leave(&names, &ticket, &req.token, false).await {
+                let left = self.leave(&names, &ticket, &req.token, false, None).await;
+                let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
                         left.or(retry_after)

@@ -119,7 +119,7 @@ impl Pool {
 
     /// Check that the server answers.
     pub(crate) async fn ping(&self) -> Result<(), BackendError> {
-        self.run("PING", Call::Cmd(&redis::cmd("PING")))
+        self.run("PING", Call::Cmd(&redis::cmd("PING")), None)
             .await
             .map(|_: String| ())
     }
@@ -130,13 +130,47 @@ impl Pool {
         what: &'static str,
         inv: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
-        self.run(what, Call::Script(inv)).await
+        self.run(what, Call::Script(inv), None).await
+    }
+
+    /// Like [`Pool::invoke`], but first stores a handle on the connection the script is
+    /// sent on in `pin`. Commands sent later on that handle run after this one on the
+    /// server, whatever happens to its reply: that is how an acquire whose reply is lost
+    /// gets released without racing ahead of it.
+    pub(crate) async fn invoke_pinned<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+        pin: &mut Option<MultiplexedConnection>,
+    ) -> Result<T, BackendError> {
+        self.run(what, Call::Script(inv), Some(pin)).await
+    }
+
+    /// Run a script on a connection pinned by [`Pool::invoke_pinned`], within the timeout.
+    pub(crate) async fn invoke_on<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<T, BackendError> {
+        match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(conn)).await {
+            Ok(reply) => reply.map_err(|e| map_error(what, e)),
+            Err(_) => Err(self.timed_out(what)),
+        }
+    }
+
+    fn timed_out(&self, what: &'static str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("redis {what} did not answer within {:?}", self.timeout),
+        )
     }
 
     async fn run<T: FromRedisValue>(
         &self,
         what: &'static str,
         call: Call<'_, '_>,
+        pin: Option<&mut Option<MultiplexedConnection>>,
     ) -> Result<T, BackendError> {
         let deadline = Instant::now() + self.timeout;
         let mut conn = match tokio::time::timeout_at(deadline, self.pool.get()).await {
@@ -144,6 +178,10 @@ impl Pool {
             Ok(Err(bb8::RunError::User(e))) => return Err(map_error(what, e)),
             Ok(Err(bb8::RunError::TimedOut)) | Err(_) => return Err(self.checkout_failed(what)),
         };
+        if let Some(pin) = pin {
+            // A clone shares the socket (and its command order) with the pooled connection.
+            *pin = Some(conn.inner.clone());
+        }
         let reply = async {
             match call {
                 Call::Script(inv) => inv.invoke_async::<T>(&mut conn.inner).await,
@@ -163,10 +201,7 @@ impl Pool {
                 // The connection may be wedged (a paused or partitioned server): retire it.
                 conn.broken = true;
                 self.connector.invalidate();
-                Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("redis {what} did not answer within {:?}", self.timeout),
-                ))
+                Err(self.timed_out(what))
             }
         }
     }
