@@ -178,9 +178,9 @@ async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
     // Warm the pool and the script cache, so the acquire below is one EVALSHA.
     engine.lock("k").try_acquire().await.unwrap().release().await.unwrap();
 
-    // The server holds every command for 900 ms; the client gives up after 300 ms, but the
-    // acquire is already on the wire and will land once the pause ends.
-    server.cli(["CLIENT", "PAUSE", "900", "ALL"]);
+    // The server stops for a second; the client gives up after 300 ms, but the acquire is
+    // already on the wire and lands once the server wakes up.
+    let frozen = tokio::task::block_in_place(|| server.freeze(Duration::from_secs(1)));
     let err = engine
         .lock("k")
         .ttl(Duration::from_secs(60))
@@ -188,7 +188,7 @@ async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Backend(_)), "{err:?}");
-    tokio::task::block_in_place(|| server.wait_ready());
+    tokio::task::block_in_place(|| frozen.join().unwrap());
 
     // Nobody saw that grant, so the engine gives it back: the key is free long before
     // the 60 s TTL.

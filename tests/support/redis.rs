@@ -4,6 +4,7 @@
 //! let server = RedisServer::start();
 //! let backend = RedisBackend::connect(server.url()).await?;
 //! server.cli(["CLIENT", "PAUSE", "500", "ALL"]);
+//! server.freeze(Duration::from_millis(800)).join().unwrap(); // DEBUG SLEEP
 //! server.kill();    // SIGKILL: a crash, not a shutdown
 //! server.restart(); // same port, empty data set
 //! ```
@@ -115,6 +116,34 @@ impl RedisServer {
             .collect()
     }
 
+    /// Make the whole server stop processing for `d` (`DEBUG SLEEP`): commands already on
+    /// the wire are executed only afterwards, so clients time out although their commands
+    /// land. Returns once the server is seen frozen; join the handle to wait for the thaw.
+    pub fn freeze(&self, d: Duration) -> std::thread::JoinHandle<()> {
+        let port = self.port;
+        let secs = format!("{:.3}", d.as_secs_f64());
+        let sleeper = std::thread::spawn(move || {
+            let status = Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "DEBUG", "SLEEP", &secs])
+                .stdout(Stdio::null())
+                .status()
+                .expect("run redis-cli");
+            assert!(status.success());
+        });
+        // Frozen means: a PING goes unanswered for a while.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            s.write_all(b"PING\r\n").unwrap();
+            let mut buf = [0u8; 16];
+            if s.read(&mut buf).is_err() {
+                return sleeper;
+            }
+            assert!(Instant::now() < deadline, "the server never froze");
+        }
+    }
+
     /// Block until the server answers PING (for example after `CLIENT PAUSE`).
     pub fn wait_ready(&self) {
         wait_for_ping(self.port, Duration::from_secs(10)).expect("redis-server answers PING");
@@ -136,6 +165,8 @@ impl Guardian {
             .args(["-c", script, "sh"])
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            // DEBUG SLEEP (see `freeze`) from loopback clients; Redis 7 refuses it otherwise.
+            .args(["--enable-debug-command", "local"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -82,7 +82,7 @@ use tokio::time::Instant;
 
 use self::{
     pool::{Connector, Pool},
-    scripts::{ACQUIRE, EXTEND, HOLDER, LEAVE, RELEASE, RENEW, WAITERS},
+    scripts::{ACQUIRE, EXTEND, HOLDER, LEAVE, LEAVE_SOURCE, RELEASE, RENEW, WAITERS},
     wakeup::Wakeup,
 };
 use super::{
@@ -159,7 +159,9 @@ impl RedisBackendBuilder {
             .map_err(|e| config("invalid redis URL".into()).with_source(e))?;
         let connector = Arc::new(Connector::new(client.clone(), self.command_timeout));
         let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
-        pool.ping().await?;
+        // Load the scripts now, so first calls are one EVALSHA each (after a server restart
+        // redis-rs reloads them on NOSCRIPT).
+        pool.load(&scripts::all()).await?;
         let ticket_ttl = (3 * (self.command_timeout + FALLBACK_CAP)).max(Duration::from_secs(3));
         Ok(RedisBackend {
             inner: Arc::new(Inner {
@@ -359,25 +361,29 @@ impl Inner {
         release: bool,
         pinned: Option<MultiplexedConnection>,
     ) -> Result<Option<Duration>, LockError> {
-        let mut inv = LEAVE.prepare_invoke();
-        inv.key(&names.lock)
-            .key(&names.fence)
-            .key(&names.queue)
-            .key(&names.wait)
-            .arg(ticket)
-            .arg(token.as_str())
-            .arg(if release { "1" } else { "0" })
-            .arg(&names.channel)
-            .arg(millis(FENCE_MARGIN));
+        let keys = [&names.lock, &names.fence, &names.queue, &names.wait];
+        let release = if release { "1" } else { "0" };
+        let fence_margin = millis(FENCE_MARGIN).to_string();
+        let args = [
+            ticket,
+            token.as_str(),
+            release,
+            &names.channel,
+            &fence_margin,
+        ];
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
-            match self.pool.invoke_on::<i64>("leave", &inv, &mut conn).await {
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(LEAVE_SOURCE.as_str()).arg(keys.len()).arg(&keys).arg(&args);
+            match self.pool.query_on::<i64>("leave", &eval, &mut conn).await {
                 Ok(pttl) => return Ok(remaining(pttl)),
                 // That connection is gone, and with it anything still unsent on it.
                 Err(e) if e.kind() == BackendErrorKind::Unavailable => {}
                 Err(e) => return Err(LockError::Backend(e)),
             }
         }
+        let mut inv = LEAVE.prepare_invoke();
+        inv.key(&keys).arg(&args);
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }

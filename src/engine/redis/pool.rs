@@ -92,7 +92,6 @@ pub(crate) struct Pool {
 
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
-    Cmd(&'a redis::Cmd),
 }
 
 /// bb8 owns its manager; this forwards to the shared [`Connector`] so the subscriber can
@@ -117,11 +116,33 @@ impl Pool {
         }
     }
 
-    /// Check that the server answers.
-    pub(crate) async fn ping(&self) -> Result<(), BackendError> {
-        self.run("PING", Call::Cmd(&redis::cmd("PING")), None)
-            .await
-            .map(|_: String| ())
+    /// Load scripts into the server's cache (also proves the server answers).
+    pub(crate) async fn load(&self, scripts: &[&redis::Script]) -> Result<(), BackendError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut conn = self.checkout("SCRIPT LOAD", deadline).await?;
+        let load = async {
+            for script in scripts {
+                script.load_async(&mut conn.inner).await?;
+            }
+            Ok::<_, RedisError>(())
+        };
+        match tokio::time::timeout_at(deadline, load).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(map_error("SCRIPT LOAD", e)),
+            Err(_) => Err(self.timed_out("SCRIPT LOAD")),
+        }
+    }
+
+    async fn checkout(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+    ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
+            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+        }
     }
 
     /// Run a script within the command timeout (connection check-out included).
@@ -146,14 +167,14 @@ impl Pool {
         self.run(what, Call::Script(inv), Some(pin)).await
     }
 
-    /// Run a script on a connection pinned by [`Pool::invoke_pinned`], within the timeout.
-    pub(crate) async fn invoke_on<T: FromRedisValue>(
+    /// Run a command on a connection pinned by [`Pool::invoke_pinned`], within the timeout.
+    pub(crate) async fn query_on<T: FromRedisValue>(
         &self,
         what: &'static str,
-        inv: &ScriptInvocation<'_>,
+        cmd: &redis::Cmd,
         conn: &mut MultiplexedConnection,
     ) -> Result<T, BackendError> {
-        match tokio::time::timeout(self.timeout, inv.invoke_async::<T>(conn)).await {
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(conn)).await {
             Ok(reply) => reply.map_err(|e| map_error(what, e)),
             Err(_) => Err(self.timed_out(what)),
         }
@@ -173,11 +194,7 @@ impl Pool {
         pin: Option<&mut Option<MultiplexedConnection>>,
     ) -> Result<T, BackendError> {
         let deadline = Instant::now() + self.timeout;
-        let mut conn = match tokio::time::timeout_at(deadline, self.pool.get()).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(bb8::RunError::User(e))) => return Err(map_error(what, e)),
-            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => return Err(self.checkout_failed(what)),
-        };
+        let mut conn = self.checkout(what, deadline).await?;
         if let Some(pin) = pin {
             // A clone shares the socket (and its command order) with the pooled connection.
             *pin = Some(conn.inner.clone());
@@ -185,7 +202,6 @@ impl Pool {
         let reply = async {
             match call {
                 Call::Script(inv) => inv.invoke_async::<T>(&mut conn.inner).await,
-                Call::Cmd(cmd) => cmd.query_async::<T>(&mut conn.inner).await,
             }
         };
         match tokio::time::timeout_at(deadline, reply).await {

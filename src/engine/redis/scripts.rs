@@ -161,8 +161,15 @@ return 1
 /// Atomic so that removing the ticket and passing on the wake-up see one state: if the key
 /// is free and others still wait, the leaving waiter may have swallowed the wake-up meant
 /// for them, so it publishes a new one.
-pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
+///
+/// Also sent as a plain `EVAL` of [`LEAVE_SOURCE`] when it must follow an unseen acquire
+/// on that acquire's connection: `EVALSHA` could meet `NOSCRIPT` after a restart, and the
+/// reload round trip would come too late for a spawned cleanup that has given up.
+pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(&LEAVE_SOURCE));
+
+/// The source of [`LEAVE`].
+pub(crate) static LEAVE_SOURCE: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "{PRELUDE}{}",
         r#"
 if ARGV[1] ~= '' then
@@ -181,8 +188,15 @@ end
 wake(ARGV[4])
 return -2
 "#
-    ))
+    )
 });
+
+/// Every script, for loading them all at start-up.
+pub(crate) fn all() -> [&'static Script; 7] {
+    [
+        &ACQUIRE, &RELEASE, &LEAVE, &EXTEND, &RENEW, &HOLDER, &WAITERS,
+    ]
+}
 
 /// Extend (add to, or replace, the remaining TTL).
 ///
