@@ -53,7 +53,10 @@ impl Harness for Redis {
                 .unwrap();
             // Fence tombstones are documented: short-lived (TTL), kept so fences never repeat.
             keys.into_iter()
-                .filter(|k| !k.split_once("}:").is_some_and(|(_, rest)| rest.starts_with("fence:")))
+                .filter(|k| {
+                    !k.split_once("}:")
+                        .is_some_and(|(_, rest)| rest.starts_with("fence:"))
+                })
                 .collect()
         })
     }

@@ -176,7 +176,14 @@ async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
     let server = RedisServer::start();
     let engine = engine(&server, "unseen").await;
     // Warm the pool and the script cache, so the acquire below is one EVALSHA.
-    engine.lock("k").try_acquire().await.unwrap().release().await.unwrap();
+    engine
+        .lock("k")
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 
     // The server stops for a second; the client gives up after 300 ms, but the acquire is
     // already on the wire and lands once the server wakes up.
@@ -200,7 +207,10 @@ async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
                 break;
             }
             Err(LockError::Busy { .. }) => {
-                assert!(Instant::now() < give_up, "the unseen grant was never released");
+                assert!(
+                    Instant::now() < give_up,
+                    "the unseen grant was never released"
+                );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             Err(e) => panic!("{e:?}"),
@@ -297,7 +307,10 @@ async fn a_crashed_fifo_waiter_is_dropped_from_the_queue_by_the_server_clock() {
     let lease = behind.await.unwrap().expect("the queue moves on");
     let waited = released.elapsed();
     // The dead head's ticket lapses 3 s after its last refresh; then the next retry wins.
-    assert!(waited < Duration::from_secs(5), "queue stalled for {waited:?}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "queue stalled for {waited:?}"
+    );
     lease.release().await.unwrap();
     assert_eq!(engine.lock("q").waiters().await.unwrap(), 0);
     let left = tokio::task::block_in_place(|| residue(&server, "crash"));
@@ -334,7 +347,12 @@ async fn twenty_processes_increment_a_shared_counter_exactly() {
 /// Re-run this test binary as a child process playing `role` (see [`child_process_entry`]).
 fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ROLE, role)
         .env("TOWER_LOCK_TEST_REDIS", server.url())
         .env("TOWER_LOCK_TEST_PREFIX", prefix)
@@ -364,8 +382,8 @@ async fn child_process_entry() {
             unreachable!("the parent never releases to this waiter while it lives");
         }
         "counter" => {
-            let client = redis::Client::open(std::env::var("TOWER_LOCK_TEST_REDIS").unwrap())
-                .unwrap();
+            let client =
+                redis::Client::open(std::env::var("TOWER_LOCK_TEST_REDIS").unwrap()).unwrap();
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             for _ in 0..100 {
                 let lease = engine

@@ -124,7 +124,15 @@ impl RedisServer {
         let secs = format!("{:.3}", d.as_secs_f64());
         let sleeper = std::thread::spawn(move || {
             let status = Command::new("redis-cli")
-                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "DEBUG", "SLEEP", &secs])
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "DEBUG",
+                    "SLEEP",
+                    &secs,
+                ])
                 .stdout(Stdio::null())
                 .status()
                 .expect("run redis-cli");
@@ -160,7 +168,8 @@ impl Drop for RedisServer {
 
 impl Guardian {
     fn spawn(port: u16) -> Result<Self, String> {
-        let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null"#;
+        let script =
+            r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null"#;
         let mut shell = Command::new("sh")
             .args(["-c", script, "sh"])
             .args(["--port", &port.to_string()])

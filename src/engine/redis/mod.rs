@@ -311,7 +311,10 @@ impl Inner {
         what: &'static str,
         inv: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        self.pool.invoke(what, inv).await.map_err(LockError::Backend)
+        self.pool
+            .invoke(what, inv)
+            .await
+            .map_err(LockError::Backend)
     }
 
     async fn attempt(
@@ -330,7 +333,10 @@ impl Inner {
             .arg(millis(req.ttl))
             .arg(ticket)
             .arg(if req.fifo { "1" } else { "0" })
-            .arg(req.max_waiters.map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)))
+            .arg(
+                req.max_waiters
+                    .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
+            )
             .arg(self.ticket_ttl_ms)
             .arg(millis(FENCE_MARGIN));
         // Taken before sending: the TTL cannot have started on the server any earlier.
@@ -374,7 +380,10 @@ impl Inner {
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
-            eval.arg(LEAVE_SOURCE.as_str()).arg(keys.len()).arg(&keys).arg(&args);
+            eval.arg(LEAVE_SOURCE.as_str())
+                .arg(keys.len())
+                .arg(&keys)
+                .arg(&args);
             match self.pool.query_on::<i64>("leave", &eval, &mut conn).await {
                 Ok(pttl) => return Ok(remaining(pttl)),
                 // That connection is gone, and with it anything still unsent on it.
