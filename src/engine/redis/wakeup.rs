@@ -190,12 +190,13 @@ fn wake_one(channel: &mut Channel) {
     }
 }
 
-fn dispatch(shared: &Shared, msg: &redis::Msg) {
+/// Route one message: a FIFO ticket wakes its owner (if it waits here), an empty payload
+/// wakes one local waiter.
+fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
     let mut st = shared.state.lock().unwrap();
-    let Some(channel) = st.channels.get_mut(msg.get_channel_name()) else {
+    let Some(channel) = st.channels.get_mut(channel) else {
         return;
     };
-    let payload = msg.get_payload_bytes();
     if payload.is_empty() {
         wake_one(channel);
     } else if let Some(slot) = channel
@@ -244,7 +245,7 @@ async fn run(weak: Weak<Shared>) {
                 let Some(shared) = reader_weak.upgrade() else {
                     return;
                 };
-                dispatch(&shared, &msg);
+                dispatch(&shared, msg.get_channel_name(), msg.get_payload_bytes());
             }
         });
         if reconnecting {
@@ -345,5 +346,72 @@ async fn timeout<T>(
             std::io::ErrorKind::TimedOut,
             "subscriber command timed out",
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub() -> Wakeup {
+        // Nothing listens on port 1: the subscriber task just keeps retrying.
+        let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
+        let timeout = Duration::from_millis(100);
+        Wakeup::new(
+            client.clone(),
+            Arc::new(Connector::new(client, timeout)),
+            timeout,
+        )
+    }
+
+    fn woken(subs: &[Subscription]) -> Vec<bool> {
+        subs.iter()
+            .map(|s| tokio_test::task::spawn(s.woken()).poll().is_ready())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_release_wakes_one_local_waiter_not_all() {
+        let hub = hub();
+        let subs: Vec<_> = (0..3).map(|_| hub.subscribe("c", None)).collect();
+        dispatch(&hub.shared, "c", b"");
+        assert_eq!(woken(&subs), [true, false, false]);
+        // Two releases before anyone acts: two different waiters.
+        dispatch(&hub.shared, "c", b"");
+        dispatch(&hub.shared, "c", b"");
+        assert_eq!(woken(&subs), [true, true, false]);
+    }
+
+    #[tokio::test]
+    async fn a_fifo_release_wakes_only_the_named_head() {
+        let hub = hub();
+        let subs = vec![hub.subscribe("c", Some("t1")), hub.subscribe("c", Some("t2"))];
+        dispatch(&hub.shared, "c", b"t2");
+        assert_eq!(woken(&subs), [false, true]);
+        // Another node's head: nobody here.
+        dispatch(&hub.shared, "c", b"t9");
+        assert_eq!(woken(&subs), [false, false]);
+    }
+
+    #[tokio::test]
+    async fn an_unused_wake_up_is_passed_on_when_its_waiter_leaves() {
+        let hub = hub();
+        let first = hub.subscribe("c", None);
+        let second = hub.subscribe("c", None);
+        dispatch(&hub.shared, "c", b"");
+        drop(first);
+        assert_eq!(woken(&[second]), [true]);
+    }
+
+    #[tokio::test]
+    async fn channels_are_reference_counted() {
+        let hub = hub();
+        let a = hub.subscribe("c", None);
+        let b = hub.subscribe("c", None);
+        assert_eq!(hub.shared.state.lock().unwrap().channels.len(), 1);
+        drop(a);
+        assert!(hub.shared.state.lock().unwrap().channels.contains_key("c"));
+        drop(b);
+        assert!(hub.shared.state.lock().unwrap().channels.is_empty());
     }
 }
