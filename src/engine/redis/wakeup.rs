@@ -385,7 +385,10 @@ mod tests {
     #[tokio::test]
     async fn a_fifo_release_wakes_only_the_named_head() {
         let hub = hub();
-        let subs = vec![hub.subscribe("c", Some("t1")), hub.subscribe("c", Some("t2"))];
+        let subs = vec![
+            hub.subscribe("c", Some("t1")),
+            hub.subscribe("c", Some("t2")),
+        ];
         dispatch(&hub.shared, "c", b"t2");
         assert_eq!(woken(&subs), [false, true]);
         // Another node's head: nobody here.
