@@ -56,6 +56,7 @@ impl RedisServer {
     }
 
     /// One server per test binary, started on first use and killed when the process exits.
+    /// Tests sharing it keep apart by key prefix; never kill, pause or restart it.
     pub fn shared() -> &'static RedisServer {
         static SHARED: OnceLock<RedisServer> = OnceLock::new();
         SHARED.get_or_init(RedisServer::start)

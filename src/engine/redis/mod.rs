@@ -40,8 +40,8 @@
 //! |-----------------------|--------|---------------------------------------------------|
 //! | `P:{T}:lock:K`        | hash   | `t` = owner token, `f` = fence; the lease TTL     |
 //! | `P:{T}:fence:K`       | string | last fence granted; lease TTL + 10 s, 10 s after release (the tombstone) |
-//! | `P:{T}:queue:K`       | zset   | FIFO tickets by arrival; exists only while FIFO waiters wait, expires 3 s after the last refresh |
-//! | `P:{T}:wait:K`        | zset   | every waiter's ticket by deadline; exists only while someone waits |
+//! | `P:{T}:queue:K`       | zset   | FIFO tickets by arrival; exists only while FIFO waiters wait, expires one ticket TTL after the last refresh |
+//! | `P:{T}:wait:K`        | zset   | every waiter's ticket by deadline (counts waiters on all nodes, enforces `max_waiters`); exists only while someone waits, same expiry |
 //! | `P:{T}:wake:K`        | channel| release notifications (payload: FIFO head ticket, or empty) |
 //!
 //! The hash tag `{T}` is chosen by the engine, so every key of one lock lands in one
@@ -63,8 +63,12 @@
 //!
 //! Every call is bounded by the command timeout and fails with [`LockError::Backend`]. An
 //! acquire whose reply is lost (timeout, dropped connection, dropped future) is released by
-//! its token in a spawned task, so a grant nobody saw cannot block others for a TTL. Dead
-//! waiters' tickets expire by the server clock within 3 s. After a Redis restart the same
+//! its token in a spawned task, so a grant nobody saw cannot block others for a TTL. That
+//! release is sent on the very connection the acquire went out on, so it cannot overtake
+//! it. (With a caller-supplied token that already held the key, this also ends the earlier
+//! acquisition; its lease then reports lost.) Waiters refresh their tickets with every
+//! retry (at least every 250 ms); a dead waiter's ticket lapses by the server clock after
+//! the ticket TTL: 3 s, or three times (command timeout + 250 ms) if that is longer. After a Redis restart the same
 //! backend reconnects by itself: stale pooled connections are retired, and the subscriber
 //! reconnects, resubscribes and wakes every local waiter.
 //!
@@ -347,7 +351,10 @@ impl Inner {
             .await
             .map_err(LockError::Backend)?;
         Ok(match status {
-            1 => Grant::new(Fence::new(u64::try_from(value).unwrap_or(0)), sent).into(),
+            1 => Attempt::Granted(Grant::new(
+                Fence::new(u64::try_from(value).unwrap_or(0)),
+                sent,
+            )),
             0 => Attempt::Busy(remaining(value)),
             2 => Attempt::Full(remaining(value)),
             other => {
@@ -481,12 +488,6 @@ impl Inner {
                 }
             }
         }
-    }
-}
-
-impl From<Grant> for Attempt {
-    fn from(g: Grant) -> Self {
-        Attempt::Granted(g)
     }
 }
 
