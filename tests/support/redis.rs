@@ -169,8 +169,7 @@ impl Drop for RedisServer {
 
 impl Guardian {
     fn spawn(port: u16) -> Result<Self, String> {
-        let script =
-            r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
+        let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
         let mut shell = Command::new("sh")
             .args(["-c", script, "sh"])
             .args(["--port", &port.to_string()])

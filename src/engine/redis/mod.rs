@@ -632,6 +632,25 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn misconfiguration_is_refused_at_build_time() {
+        // Port 1: nothing listens, but none of these gets as far as connecting.
+        let builder = || RedisBackend::builder("redis://127.0.0.1:1");
+        for bad in [
+            builder().prefix("a{b}"),
+            builder().prefix(""),
+            builder().prefix("x".repeat(MAX_PREFIX_LEN + 1)),
+            builder().pool_size(0),
+            builder().command_timeout(Duration::ZERO),
+            RedisBackend::builder("not a url"),
+        ] {
+            let err = bad.build().await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+        }
+        let err = builder().build().await.unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
+    }
+
     #[test]
     fn millis_round_up() {
         assert_eq!(millis(Duration::from_micros(1)), 1);
