@@ -149,6 +149,8 @@ pub enum BackendErrorKind {
     Unavailable,
     /// The backend answered something the engine does not understand.
     Protocol,
+    /// The backend was configured wrongly (a bad URL, prefix or limit); found at build time.
+    Config,
 }
 
 impl BackendError {
@@ -179,6 +181,7 @@ impl fmt::Display for BackendError {
             BackendErrorKind::Timeout => "timeout",
             BackendErrorKind::Unavailable => "unavailable",
             BackendErrorKind::Protocol => "protocol error",
+            BackendErrorKind::Config => "configuration error",
         };
         write!(f, "{kind}: {}", self.message)?;
         if let Some(source) = &self.source {

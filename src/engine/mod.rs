@@ -38,6 +38,8 @@ mod lease;
 mod memory;
 mod numeric;
 mod pool;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod status;
 
 use std::{fmt, future::Future, pin::Pin, sync::Arc, time::Duration};

@@ -5,3 +5,4 @@
 
 pub mod conformance;
 pub mod http;
+pub mod redis;

@@ -1,0 +1,285 @@
+//! The command connection pool: bb8 over multiplexed connections, with broken-connection
+//! detection that costs no round trip.
+//!
+//! A multiplexed connection does not reconnect by itself, and bb8-redis's manager never
+//! reports one as broken, so a pool would keep handing out dead sockets after a Redis
+//! restart. Here every connection carries the pool's generation at connect time; any
+//! connection-level failure (I/O error, dropped connection, timeout) bumps the
+//! generation, which retires every older connection at its next check-out. The check is a
+//! local comparison, not a PING.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::{FromRedisValue, RedisError, ScriptInvocation, aio::MultiplexedConnection};
+use tokio::time::Instant;
+
+use crate::error::{BackendError, BackendErrorKind};
+
+/// Makes and vets the pool's connections.
+pub(crate) struct Connector {
+    client: redis::Client,
+    config: redis::AsyncConnectionConfig,
+    generation: AtomicU64,
+    /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
+    /// gives up because the server refuses connections.
+    last_connect_error: Mutex<Option<(Instant, RedisError)>>,
+}
+
+/// A pooled connection and the generation it belongs to.
+pub(crate) struct Conn {
+    inner: MultiplexedConnection,
+    generation: u64,
+    broken: bool,
+}
+
+impl Connector {
+    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout));
+        Connector {
+            client,
+            config,
+            generation: AtomicU64::new(0),
+            last_connect_error: Mutex::new(None),
+        }
+    }
+
+    /// Retire every connection made so far.
+    pub(crate) fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn current(&self, conn: &Conn) -> bool {
+        !conn.broken && conn.generation == self.generation.load(Ordering::Relaxed)
+    }
+}
+
+impl Connector {
+    async fn connect(&self) -> Result<Conn, RedisError> {
+        let generation = self.generation.load(Ordering::Relaxed);
+        match self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await
+        {
+            Ok(inner) => Ok(Conn {
+                inner,
+                generation,
+                broken: false,
+            }),
+            Err(e) => {
+                *self.last_connect_error.lock().unwrap() = Some((Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The pool plus its timeout: every command goes through [`Pool::invoke`].
+#[derive(Clone)]
+pub(crate) struct Pool {
+    pool: bb8::Pool<SharedConnector>,
+    connector: Arc<Connector>,
+    timeout: Duration,
+}
+
+enum Call<'a, 'b> {
+    Script(&'a ScriptInvocation<'b>),
+}
+
+/// bb8 owns its manager; this forwards to the shared [`Connector`] so the subscriber can
+/// invalidate the same generation.
+pub(crate) struct SharedConnector(pub(crate) Arc<Connector>);
+
+impl Pool {
+    pub(crate) fn new(connector: Arc<Connector>, size: u32, timeout: Duration) -> Self {
+        let pool = bb8::Pool::builder()
+            .max_size(size)
+            .min_idle(None)
+            .connection_timeout(timeout)
+            // A refused connection is reported at once; the caller decides about retries.
+            .retry_connection(false)
+            // Our is_valid is a local generation check, not a PING.
+            .test_on_check_out(true)
+            .build_unchecked(SharedConnector(connector.clone()));
+        Pool {
+            pool,
+            connector,
+            timeout,
+        }
+    }
+
+    /// Load scripts into the server's cache (also proves the server answers).
+    pub(crate) async fn load(&self, scripts: &[&redis::Script]) -> Result<(), BackendError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut conn = self.checkout("SCRIPT LOAD", deadline).await?;
+        let load = async {
+            for script in scripts {
+                script.load_async(&mut conn.inner).await?;
+            }
+            Ok::<_, RedisError>(())
+        };
+        match tokio::time::timeout_at(deadline, load).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(map_error("SCRIPT LOAD", e)),
+            Err(_) => Err(self.timed_out("SCRIPT LOAD")),
+        }
+    }
+
+    async fn checkout(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+    ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
+        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
+            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+        }
+    }
+
+    /// Run a script within the command timeout (connection check-out included).
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, BackendError> {
+        self.run(what, Call::Script(inv), None).await
+    }
+
+    /// Like [`Pool::invoke`], but first stores a handle on the connection the script is
+    /// sent on in `pin`. Commands sent later on that handle run after this one on the
+    /// server, whatever happens to its reply: that is how an acquire whose reply is lost
+    /// gets released without racing ahead of it.
+    pub(crate) async fn invoke_pinned<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+        pin: &mut Option<MultiplexedConnection>,
+    ) -> Result<T, BackendError> {
+        self.run(what, Call::Script(inv), Some(pin)).await
+    }
+
+    /// Run a command on a connection pinned by [`Pool::invoke_pinned`], within the timeout.
+    pub(crate) async fn query_on<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<T, BackendError> {
+        match tokio::time::timeout(self.timeout, cmd.query_async::<T>(conn)).await {
+            Ok(reply) => reply.map_err(|e| map_error(what, e)),
+            Err(_) => Err(self.timed_out(what)),
+        }
+    }
+
+    fn timed_out(&self, what: &'static str) -> BackendError {
+        BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("redis {what} did not answer within {:?}", self.timeout),
+        )
+    }
+
+    async fn run<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: Call<'_, '_>,
+        pin: Option<&mut Option<MultiplexedConnection>>,
+    ) -> Result<T, BackendError> {
+        let deadline = Instant::now() + self.timeout;
+        let mut conn = self.checkout(what, deadline).await?;
+        if let Some(pin) = pin {
+            // A clone shares the socket (and its command order) with the pooled connection.
+            *pin = Some(conn.inner.clone());
+        }
+        let reply = async {
+            match call {
+                Call::Script(inv) => inv.invoke_async::<T>(&mut conn.inner).await,
+            }
+        };
+        match tokio::time::timeout_at(deadline, reply).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                    conn.broken = true;
+                    self.connector.invalidate();
+                }
+                Err(map_error(what, e))
+            }
+            Err(_) => {
+                // The connection may be wedged (a paused or partitioned server): retire it.
+                conn.broken = true;
+                self.connector.invalidate();
+                Err(self.timed_out(what))
+            }
+        }
+    }
+
+    fn checkout_failed(&self, what: &'static str) -> BackendError {
+        let recent = self
+            .connector
+            .last_connect_error
+            .lock()
+            .unwrap()
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() <= self.timeout * 2)
+            .map(|(_, e)| e.clone());
+        match recent {
+            Some(e) => map_error(what, e),
+            None => BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("no redis connection for {what} within {:?}", self.timeout),
+            ),
+        }
+    }
+}
+
+impl bb8::ManageConnection for SharedConnector {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    async fn connect(&self) -> Result<Conn, RedisError> {
+        self.0.connect().await
+    }
+
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
+        if self.0.current(conn) {
+            Ok(())
+        } else {
+            Err(RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "connection retired",
+            )))
+        }
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        !self.0.current(conn)
+    }
+}
+
+/// Classify a redis-rs error.
+pub(crate) fn map_error(what: &'static str, e: RedisError) -> BackendError {
+    let kind = if e.is_timeout() {
+        BackendErrorKind::Timeout
+    } else if e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.code(),
+            Some("BUSY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY")
+        )
+    {
+        BackendErrorKind::Unavailable
+    } else {
+        BackendErrorKind::Protocol
+    };
+    BackendError::new(kind, format!("redis {what} failed")).with_source(e)
+}

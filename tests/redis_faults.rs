@@ -1,0 +1,411 @@
+//! The Redis backend across processes and under faults: many OS processes sharing one
+//! counter, a killed, paused and restarted server, a killed subscriber connection, a
+//! crashed FIFO waiter. Each test owns its redis-server.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::{
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use support::redis::RedisServer;
+use tokio::time::{Instant, timeout};
+use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+
+/// Set in a child process started by [`spawn_child`]: which role it plays.
+const CHILD_ROLE: &str = "TOWER_LOCK_TEST_CHILD";
+
+async fn engine(server: &RedisServer, prefix: &str) -> LockEngine {
+    let backend = RedisBackend::builder(server.url())
+        .prefix(prefix)
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .expect("connect");
+    LockEngine::new(backend)
+}
+
+/// Keys under `prefix` other than fence tombstones, which must all carry a TTL.
+fn residue(server: &RedisServer, prefix: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    for key in server.scan(&format!("{prefix}:*")) {
+        let is_tombstone = key
+            .split_once("}:")
+            .is_some_and(|(_, rest)| rest.starts_with("fence:"));
+        if is_tombstone {
+            let ttl: i64 = server.cli(["PTTL", &key]).parse().unwrap();
+            assert!(ttl > 0, "tombstone {key} has no TTL ({ttl})");
+        } else {
+            left.push(key);
+        }
+    }
+    left
+}
+
+async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.lock(key).waiters().await.unwrap() != n {
+        assert!(Instant::now() < give_up, "never saw {n} waiters on {key}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_work_leaves_only_expiring_tombstones() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "residue").await;
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let key = format!("k{}", i % 4);
+            let lock = engine
+                .lock(&key)
+                .fifo(i % 2 == 0)
+                .ttl(Duration::from_secs(5));
+            match i % 3 {
+                // Hold briefly, release explicitly.
+                0 => {
+                    let lease = lock.acquire().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    lease.release().await.unwrap();
+                }
+                // Give up waiting quickly (may also win at once).
+                1 => {
+                    let _ = lock.wait(Duration::from_millis(3)).acquire().await;
+                }
+                // Dropped mid-wait or dropped holding.
+                _ => {
+                    let _ = timeout(Duration::from_millis(4), lock.acquire()).await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Dropped leases and cancelled waiters clean up in spawned tasks.
+    let give_up = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = tokio::task::block_in_place(|| residue(&server, "residue"));
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < give_up, "residue: {left:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for k in 0..4 {
+        assert_eq!(engine.lock(format!("k{k}")).waiters().await.unwrap(), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_loses_leases_fails_fast_and_recovers_after_restart() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "kill").await;
+    let lease = engine
+        .lock("held")
+        .ttl(Duration::from_millis(600))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = lease.fence();
+
+    server.kill();
+    timeout(Duration::from_secs(3), lease.lost())
+        .await
+        .expect("a lease that cannot be renewed is reported lost");
+
+    let started = Instant::now();
+    let err = engine.lock("other").try_acquire().await.unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "failed after {:?}, not within the command timeout",
+        started.elapsed()
+    );
+    drop(lease);
+
+    server.restart();
+    // The same engine, not rebuilt: stale pooled connections were retired by the failures.
+    let next = engine
+        .lock("held")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("the engine recovers after a restart");
+    // The restarted server is empty, but its clock still runs ahead of the old fence.
+    assert!(next.fence() > fence);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_pause_past_the_ttl_loses_the_lease_and_the_next_fence_is_higher() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "pause").await;
+    let stale = engine
+        .lock("paused")
+        .ttl(Duration::from_millis(400))
+        .acquire()
+        .await
+        .unwrap();
+
+    server.cli(["CLIENT", "PAUSE", "1200", "ALL"]);
+    timeout(Duration::from_secs(3), stale.lost())
+        .await
+        .expect("renewals time out during the pause, so the lease is lost");
+    tokio::task::block_in_place(|| server.wait_ready());
+
+    let next = engine
+        .lock("paused")
+        .wait(Duration::from_secs(2))
+        .acquire()
+        .await
+        .expect("the expired lease is free after the pause");
+    assert!(next.fence() > stale.fence());
+    // The stale holder's late release is refused and changes nothing.
+    assert!(matches!(stale.release().await, Err(LockError::NotOwned)));
+    assert!(next.owned().await.unwrap());
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "unseen").await;
+    // Warm the pool and the script cache, so the acquire below is one EVALSHA.
+    engine
+        .lock("k")
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // The server stops for a second; the client gives up after 300 ms, but the acquire is
+    // already on the wire and lands once the server wakes up.
+    let frozen = tokio::task::block_in_place(|| server.freeze(Duration::from_secs(1)));
+    let err = engine
+        .lock("k")
+        .ttl(Duration::from_secs(60))
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Backend(_)), "{err:?}");
+    tokio::task::block_in_place(|| frozen.join().unwrap());
+
+    // Nobody saw that grant, so the engine gives it back: the key is free long before
+    // the 60 s TTL.
+    let give_up = Instant::now() + Duration::from_secs(3);
+    loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => {
+                lease.release().await.unwrap();
+                break;
+            }
+            Err(LockError::Busy { .. }) => {
+                assert!(
+                    Instant::now() < give_up,
+                    "the unseen grant was never released"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "subkill").await;
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let lease = engine
+                    .lock("k")
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await?;
+                let at = Instant::now();
+                lease.release().await?;
+                Ok::<_, LockError>(at)
+            })
+        })
+        .collect();
+    until_waiters(&engine, "k", 3).await;
+    let channels = || server.cli(["PUBSUB", "CHANNELS", "subkill:*"]);
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while channels().is_empty() {
+        assert!(Instant::now() < give_up, "the waiters never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let killed = server.cli(["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, "1", "exactly one subscriber connection per backend");
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let mut last = released;
+    for w in waiters {
+        let acquired = w.await.unwrap().expect("waiter acquires");
+        last = last.max(acquired);
+    }
+    // Three hand-offs, each bounded by the fallback timer (250 ms) if its message was lost.
+    assert!(
+        last - released < Duration::from_millis(3 * 250 + 500),
+        "hand-offs took {:?}",
+        last - released
+    );
+
+    // The subscriber came back by itself: a new waiter's channel is subscribed again.
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.lock("k").acquire().await })
+    };
+    until_waiters(&engine, "k", 1).await;
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while channels().is_empty() {
+        assert!(Instant::now() < give_up, "the subscriber did not reconnect");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    holder.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_fifo_waiter_is_dropped_from_the_queue_by_the_server_clock() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "crash").await;
+    let holder = engine.lock("q").fifo(true).acquire().await.unwrap();
+
+    // A FIFO waiter in another process, first in the queue, then SIGKILLed: no cleanup runs.
+    let mut child = spawn_child("fifo-waiter", &server, "crash");
+    until_waiters(&engine, "q", 1).await;
+    let behind = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .lock("q")
+                .fifo(true)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        })
+    };
+    until_waiters(&engine, "q", 2).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let lease = behind.await.unwrap().expect("the queue moves on");
+    let waited = released.elapsed();
+    // The dead head's ticket lapses 3 s after its last refresh; then the next retry wins.
+    assert!(
+        waited < Duration::from_secs(5),
+        "queue stalled for {waited:?}"
+    );
+    lease.release().await.unwrap();
+    assert_eq!(engine.lock("q").waiters().await.unwrap(), 0);
+    let left = tokio::task::block_in_place(|| residue(&server, "crash"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_processes_increment_a_shared_counter_exactly() {
+    const PROCESSES: usize = 20;
+    const INCREMENTS: usize = 100;
+    let server = RedisServer::start();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| spawn_child("counter", &server, "multi"))
+        .collect();
+    let statuses = tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|mut c| c.wait().unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    assert!(statuses.iter().all(|s| s.success()), "{statuses:?}");
+    // GET then SET is a lost update waiting to happen: only mutual exclusion across all
+    // processes makes the count exact.
+    assert_eq!(
+        server.cli(["GET", "counter"]),
+        (PROCESSES * INCREMENTS).to_string()
+    );
+    let left = tokio::task::block_in_place(|| residue(&server, "multi"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// Re-run this test binary as a child process playing `role` (see [`child_process_entry`]).
+fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ROLE, role)
+        .env("TOWER_LOCK_TEST_REDIS", server.url())
+        .env("TOWER_LOCK_TEST_PREFIX", prefix)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn child test process")
+}
+
+/// The entry point of child processes; in the parent run it checks nothing and returns.
+#[tokio::test]
+async fn child_process_entry() {
+    let Ok(role) = std::env::var(CHILD_ROLE) else {
+        return;
+    };
+    let url = std::env::var("TOWER_LOCK_TEST_REDIS").unwrap();
+    let prefix = std::env::var("TOWER_LOCK_TEST_PREFIX").unwrap();
+    let backend = RedisBackend::builder(url)
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap();
+    let engine = LockEngine::new(backend);
+    match role.as_str() {
+        "fifo-waiter" => {
+            // Wait until killed.
+            let _ = engine.lock("q").fifo(true).acquire().await;
+            unreachable!("the parent never releases to this waiter while it lives");
+        }
+        "counter" => {
+            let client =
+                redis::Client::open(std::env::var("TOWER_LOCK_TEST_REDIS").unwrap()).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..100 {
+                let lease = engine
+                    .lock("counter")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .unwrap();
+                let value: Option<u64> = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                let () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(value.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                lease.release().await.unwrap();
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+}

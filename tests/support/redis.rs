@@ -1,0 +1,244 @@
+//! A `redis-server` of the test's own, on a free loopback port.
+//!
+//! ```ignore
+//! let server = RedisServer::start();
+//! let backend = RedisBackend::connect(server.url()).await?;
+//! server.cli(["CLIENT", "PAUSE", "500", "ALL"]);
+//! server.freeze(Duration::from_millis(800)).join().unwrap(); // DEBUG SLEEP
+//! server.kill();    // SIGKILL: a crash, not a shutdown
+//! server.restart(); // same port, empty data set
+//! ```
+//!
+//! The server runs under a tiny `sh` guardian that reads our end of a pipe: when the test
+//! process exits for any reason (even a panic or an abort, or a shared server in a
+//! `static` that is never dropped), the pipe closes and the guardian kills the server. No
+//! stray servers survive a test run. Persistence is off, so nothing is written to disk.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::{Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+/// A redis-server process owned by the test.
+pub struct RedisServer {
+    port: u16,
+    running: Mutex<Option<Guardian>>,
+}
+
+struct Guardian {
+    shell: Child,
+    /// Closing it (drop) makes the guardian kill the server.
+    lifeline: Option<ChildStdin>,
+    pid: u32,
+}
+
+impl RedisServer {
+    /// Start a server on a free port and wait until it answers PING.
+    pub fn start() -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            match Guardian::spawn(port) {
+                Ok(g) => {
+                    return RedisServer {
+                        port,
+                        running: Mutex::new(Some(g)),
+                    };
+                }
+                // Someone took the port between our probe and the server's bind: try again.
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start redis-server: {last}");
+    }
+
+    /// One server per test binary, started on first use and killed when the process exits.
+    /// Tests sharing it keep apart by key prefix; never kill, pause or restart it.
+    pub fn shared() -> &'static RedisServer {
+        static SHARED: OnceLock<RedisServer> = OnceLock::new();
+        SHARED.get_or_init(RedisServer::start)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kill the server with SIGKILL (a crash) and wait until its port refuses connections.
+    pub fn kill(&self) {
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "redis-server did not die");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Start the server again on the same port (empty data set: persistence is off).
+    pub fn restart(&self) {
+        self.kill();
+        let g = Guardian::spawn(self.port).expect("restart redis-server on the same port");
+        *self.running.lock().unwrap() = Some(g);
+    }
+
+    /// Run `redis-cli` against this server and return its output (trimmed). Panics if the
+    /// command fails to run; Redis errors come back as text.
+    pub fn cli<I, S>(&self, args: I) -> String
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli failed: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Every key matching `pattern` (SCAN, not KEYS).
+    pub fn scan(&self, pattern: &str) -> Vec<String> {
+        let out = self.cli(["--scan", "--pattern", pattern]);
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Make the whole server stop processing for `d` (`DEBUG SLEEP`): commands already on
+    /// the wire are executed only afterwards, so clients time out although their commands
+    /// land. Returns once the server is seen frozen; join the handle to wait for the thaw.
+    pub fn freeze(&self, d: Duration) -> std::thread::JoinHandle<()> {
+        let port = self.port;
+        let secs = format!("{:.3}", d.as_secs_f64());
+        let sleeper = std::thread::spawn(move || {
+            let status = Command::new("redis-cli")
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "DEBUG",
+                    "SLEEP",
+                    &secs,
+                ])
+                .stdout(Stdio::null())
+                .status()
+                .expect("run redis-cli");
+            assert!(status.success());
+        });
+        // Frozen means: a PING goes unanswered for a while.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            s.write_all(b"PING\r\n").unwrap();
+            let mut buf = [0u8; 16];
+            if s.read(&mut buf).is_err() {
+                return sleeper;
+            }
+            assert!(Instant::now() < deadline, "the server never froze");
+        }
+    }
+
+    /// Block until the server answers PING (for example after `CLIENT PAUSE`).
+    pub fn wait_ready(&self) {
+        wait_for_ping(self.port, Duration::from_secs(10)).expect("redis-server answers PING");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.running.get_mut().unwrap().take() {
+            g.kill();
+        }
+    }
+}
+
+impl Guardian {
+    fn spawn(port: u16) -> Result<Self, String> {
+        let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
+        let mut shell = Command::new("sh")
+            .args(["-c", script, "sh"])
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            // DEBUG SLEEP (see `freeze`) from loopback clients; Redis 7 refuses it otherwise.
+            .args(["--enable-debug-command", "local"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn redis-server (is it installed?): {e}"))?;
+        let mut line = String::new();
+        BufReader::new(shell.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let pid: u32 = line
+            .trim()
+            .parse()
+            .map_err(|_| format!("guardian printed {line:?}"))?;
+        let lifeline = shell.stdin.take().expect("piped stdin");
+        let mut g = Guardian {
+            shell,
+            lifeline: Some(lifeline),
+            pid,
+        };
+        match wait_for_ping(port, Duration::from_secs(10)) {
+            Ok(()) => Ok(g),
+            Err(e) => {
+                g.kill();
+                Err(e)
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-9", &self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+        // Closing the lifeline ends the guardian's `read`; then reap the guardian.
+        drop(self.lifeline.take());
+        let _ = self.shell.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
+/// PING over a raw socket until the server answers `+PONG` (no client library needed).
+fn wait_for_ping(port: u16, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(limit));
+            let mut buf = [0u8; 64];
+            if s.write_all(b"PING\r\n").is_ok()
+                && let Ok(n) = s.read(&mut buf)
+                && buf[..n].starts_with(b"+PONG")
+            {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("redis-server on port {port} never answered PING"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
