@@ -10,12 +10,15 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::policy::HeldLock;
+use crate::{engine::BoxFuture, policy::HeldLock};
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends
     /// (its last frame is taken, it fails, or it is dropped); or a rejection body.
-    pub struct LockedBody<B> {
+        pub struct LockedBody<B>
+    where
+        B: Body,
+    {
         #[pin]
         kind: Kind<B>,
     }
@@ -23,11 +26,16 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B> {
+        enum Kind<B>
+    where
+        B: Body,
+    {
         Inner {
             #[pin]
             body: B,
             held: Option<HeldLock>,
+            // The release in flight, and the last frame it holds back.
+            releasing: Option<Releasing<B>>,
         },
         Rejection {
             body: Option<Bytes>,
@@ -35,10 +43,20 @@ pin_project! {
     }
 }
 
-impl<B> LockedBody<B> {
+/// The release of the lease, awaited before the body's last frame is handed over.
+struct Releasing<B: Body> {
+    release: BoxFuture<'static, ()>,
+    last: Option<Result<Frame<B::Data>, B::Error>>,
+}
+
+impl<B: Body> LockedBody<B> {
     pub(crate) fn new(body: B, held: Option<HeldLock>) -> Self {
         LockedBody {
-            kind: Kind::Inner { body, held },
+            kind: Kind::Inner {
+                body,
+                held,
+                releasing: None,
+            },
         }
     }
 
@@ -51,7 +69,7 @@ impl<B> LockedBody<B> {
     }
 }
 
-impl<B> fmt::Debug for LockedBody<B> {
+impl<B: Body> fmt::Debug for LockedBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.kind {
             Kind::Inner { held, .. } => {
@@ -80,18 +98,36 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { mut body, held } => {
+            KindProj::Inner {
+                mut body,
+                held,
+                releasing,
+            } => loop {
+                if let Some(r) = releasing {
+                    ready!(r.release.as_mut().poll(cx));
+                    let last = releasing.take().and_then(|r| r.last);
+                    return Poll::Ready(last);
+                }
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 let ended = match &frame {
                     None | Some(Err(_)) => true,
                     Some(Ok(_)) => body.is_end_stream(),
                 };
-                if ended {
-                    // The last byte is handed to the server: the key is free for the next.
-                    *held = None;
+                match held.take() {
+                    // Release before the last frame goes out: once the client has the
+                    // whole response, the key is free for its next request.
+                    Some(h) if ended => {
+                        *releasing = Some(Releasing {
+                            release: h.release(),
+                            last: frame,
+                        });
+                    }
+                    other => {
+                        *held = other;
+                        return Poll::Ready(frame);
+                    }
                 }
-                Poll::Ready(frame)
-            }
+            },
             KindProj::Rejection { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
@@ -100,7 +136,13 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body, .. } => body.is_end_stream(),
+            // While the lease is held, the server must poll once more so that it is
+            // released before the response completes.
+            Kind::Inner {
+                body,
+                held,
+                releasing,
+            } => held.is_none() && releasing.is_none() && body.is_end_stream(),
             Kind::Rejection { body } => body.is_none(),
         }
     }

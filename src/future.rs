@@ -108,6 +108,7 @@ where
 impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: http_body::Body,
 {
     type Output = Result<Response<LockedBody<ResB>>, S::Error>;
 

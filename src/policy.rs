@@ -446,8 +446,9 @@ impl LeaseInfo {
     }
 }
 
-/// A lease taken by a [`LockPolicy`] for one request. Dropping it releases the key (in
-/// the background) and records the hold time.
+/// A lease taken by a [`LockPolicy`] for one request. [`HeldLock::release`] releases the
+/// key and resolves when that is done; dropping it releases in the background. Either
+/// records the hold time.
 pub struct HeldLock {
     lease: Option<Lease>,
     info: LeaseInfo,
@@ -467,6 +468,23 @@ impl HeldLock {
     /// What the handler may know about the lease.
     pub fn info(&self) -> &LeaseInfo {
         &self.info
+    }
+
+    /// Release the key and resolve once the backend has applied it (or failed to; the
+    /// lease's TTL then frees the key). Response bodies await this before handing over
+    /// their last frame, so a client that has read a whole response finds the key free
+    /// for its next request.
+    pub fn release(mut self) -> BoxFuture<'static, ()> {
+        let lease = self.lease.take();
+        drop(self);
+        Box::pin(async move {
+            if let Some(lease) = lease {
+                let key = lease.key().clone();
+                if let Err(error) = lease.release().await {
+                    tracing::debug!(%key, %error, "release at body end did not apply");
+                }
+            }
+        })
     }
 }
 

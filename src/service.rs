@@ -55,6 +55,7 @@ impl<S> LockService<S> {
 impl<S, ReqB, ResB> Service<Request<ReqB>> for LockService<S>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: http_body::Body,
 {
     type Response = Response<LockedBody<ResB>>;
     type Error = S::Error;

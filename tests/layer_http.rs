@@ -707,3 +707,42 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         .await
         .expect("the key is released when the client leaves mid-body");
 }
+
+/// The lease is released before the response completes: a client that has read a whole
+/// response and at once sends the next request for the same key is never turned away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_to_back_requests_for_one_key_never_see_423() {
+    let engine = LockEngine::in_memory();
+    let layer = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/write", post(|| async { "written" }))
+        .route(
+            "/stream",
+            post(|| async {
+                // A body that ends after three chunks sent by another task.
+                let (tx, body) = channel_body();
+                tokio::spawn(async move {
+                    for chunk in ["a", "b", "c"] {
+                        tx.send(Bytes::from_static(chunk.as_bytes())).await.unwrap();
+                    }
+                });
+                Response::new(Body::new(body))
+            }),
+        )
+        .route_layer(layer);
+    let server = serve(app).await;
+    for round in 0..200 {
+        let path = if round % 2 == 0 { "/write" } else { "/stream" };
+        let reply = server.post(path, &[("x-key", "k")]).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::OK,
+            "round {round}: {}",
+            reply.text()
+        );
+    }
+    assert!(!engine.lock("k").locked().await.unwrap());
+}

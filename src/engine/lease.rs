@@ -90,7 +90,9 @@ struct WatchInner {
 struct WatchState {
     leases: HashMap<u64, Arc<LeaseState>>,
     next_id: u64,
-    running: bool,
+    /// The renewal task. Restarted when it has ended: it runs on the runtime of the first
+    /// lease, which may shut down before the engine does (an actix worker, a test).
+    task: Option<tokio::task::JoinHandle<()>>,
     /// When the task will next look at the registry by itself.
     scheduled: Option<Instant>,
 }
@@ -102,7 +104,7 @@ impl Watchdog {
                 state: Mutex::new(WatchState {
                     leases: HashMap::new(),
                     next_id: 0,
-                    running: false,
+                    task: None,
                     scheduled: None,
                 }),
                 wake: Notify::new(),
@@ -119,14 +121,17 @@ impl Watchdog {
         let id = st.next_id;
         st.next_id += 1;
         st.leases.insert(id, lease);
-        let start = !st.running;
-        st.running = true;
+        let start = st
+            .task
+            .as_ref()
+            .is_none_or(tokio::task::JoinHandle::is_finished);
         // Only wake the task when this lease is due before the task's own next look:
         // the common short-lived lease then costs one map insert, not a task wake-up.
         let wake = st.scheduled.is_none_or(|s| due < s);
         drop(st);
         if start {
-            tokio::spawn(run(Arc::downgrade(engine), self.inner.clone()));
+            let task = tokio::spawn(run(Arc::downgrade(engine), self.inner.clone()));
+            self.inner.state.lock().unwrap().task = Some(task);
         } else if wake {
             self.inner.wake.notify_one();
         }
@@ -176,7 +181,6 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                 .min();
             st.scheduled = next;
             if next.is_none() && due.is_empty() && engine.strong_count() == 0 {
-                st.running = false;
                 return;
             }
             next
@@ -198,9 +202,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
             }
             None => {
                 if engine.strong_count() == 0 {
-                    let mut st = inner.state.lock().unwrap();
-                    if st.leases.is_empty() {
-                        st.running = false;
+                    if inner.state.lock().unwrap().leases.is_empty() {
                         return;
                     }
                     continue;
@@ -432,6 +434,45 @@ impl Drop for Lease {
             if let Err(error) = engine.backend.release(&key, &token).await {
                 tracing::debug!(%key, %error, "release on drop did not apply");
             }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::LockEngine;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// The renewal task starts on the first lease's runtime; when that runtime is gone,
+    /// leases taken on another runtime must still be renewed.
+    #[test]
+    fn renewal_survives_the_runtime_that_started_it() {
+        let engine = LockEngine::in_memory();
+        let first = runtime();
+        first.block_on(async {
+            let lease = engine.lock("k").acquire().await.unwrap();
+            lease.release().await.unwrap();
+        });
+        drop(first);
+        runtime().block_on(async {
+            let lease = engine
+                .lock("k")
+                .ttl(Duration::from_millis(150))
+                .acquire()
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(!lease.is_lost());
+            assert!(lease.owned().await.unwrap(), "the lease was not renewed");
+            lease.release().await.unwrap();
         });
     }
 }

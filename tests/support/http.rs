@@ -8,6 +8,7 @@ use std::{
     time::Duration,
 };
 
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::{
@@ -38,10 +39,17 @@ impl Drop for TestServer {
 pub async fn serve(app: axum::Router) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // No Nagle on either side: small streamed chunks would otherwise wait for delayed ACKs
+    // and every test would measure TCP, not the layer.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    let client = Client::builder(TokioExecutor::new()).build_http();
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new()).build(connector);
     TestServer { addr, task, client }
 }
 

@@ -1,1 +1,496 @@
-//! actix-web integration for tower-lock (filled in by the integrations issue).
+//! actix-web integration for [tower-lock](tower_lock): a native actix middleware over the
+//! same lock engine and the same lock policy as the tower [`LockLayer`].
+//!
+//! actix-web 4 is not built on tower (and speaks `http` 0.2), so it gets its own
+//! [`Transform`]: [`LockMiddleware`]. It does no lock logic of its own. Each request is
+//! shown to the framework-neutral [`LockPolicy`] through [`ActixRequest`], a
+//! [`RequestView`] over actix's request head, and the policy's decision is mapped onto
+//! actix types: the same key extractors, the same `400`/`409`/`423`/`429`/`503` statuses,
+//! the same `Retry-After` and the same `application/problem+json` bodies as the tower
+//! layer (or the layer's `on_reject` hook).
+//!
+//! - **One policy for all workers.** Build the policy once, outside
+//!   [`HttpServer::new`](actix_web::HttpServer::new), and clone the middleware into the
+//!   app factory: every worker thread then locks on one lock table. A policy built inside
+//!   the factory would give each worker its own lock table, and requests served by
+//!   different workers would not exclude each other.
+//! - **The lease lives until the body ends.** The response body is wrapped in
+//!   [`LockedBody`], which owns the lease and drops it when the last chunk has been taken,
+//!   when the body fails, or when actix drops the body (the client went away).
+//! - **Handlers see their lease** with the [`Locked`] and [`LockFence`] extractors.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use actix_web::{App, HttpServer, web};
+//! use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+//! use tower_lock_actix::{LockFence, LockMiddleware};
+//!
+//! async fn rebuild(LockFence(fence): LockFence) -> String {
+//!     // Hand the fencing token to the storage the lock protects.
+//!     format!("rebuilt under fence {fence}")
+//! }
+//!
+//! #[actix_web::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Once, outside the app factory: all workers share this lock table.
+//!     let per_tenant = LockMiddleware::new(
+//!         LockLayer::builder(LockEngine::in_memory())
+//!             .key(HeaderKey::new("x-tenant-id".parse()?))
+//!             .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
+//!             .fifo(true)
+//!             .build_policy()?,
+//!     );
+//!     HttpServer::new(move || {
+//!         App::new().service(
+//!             web::resource("/rebuild")
+//!                 .wrap(per_tenant.clone())
+//!                 .route(web::post().to(rebuild)),
+//!         )
+//!     })
+//!     .workers(4)
+//!     .bind(("127.0.0.1", 8080))?
+//!     .run()
+//!     .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The same middleware, driven by actix's test harness:
+//!
+//! ```
+//! use std::time::Duration;
+//! use actix_web::{App, http::StatusCode, test, web};
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_actix::{LockMiddleware, Locked};
+//!
+//! # #[actix_web::main]
+//! # async fn main() {
+//! let engine = LockEngine::in_memory();
+//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).build().unwrap());
+//! let app = test::init_service(
+//!     App::new().service(
+//!         web::resource("/orders")
+//!             .wrap(lock)
+//!             .route(web::post().to(|Locked(lease): Locked| async move {
+//!                 format!("created under {}", lease.key())
+//!             })),
+//!     ),
+//! )
+//! .await;
+//!
+//! let order = || test::TestRequest::post().uri("/orders").insert_header(("idempotency-key", "\"o-1\""));
+//! let res = test::call_service(&app, order().to_request()).await;
+//! assert_eq!(res.status(), StatusCode::OK);
+//! // The response body holds the key until it has been read (or dropped).
+//! assert_eq!(test::read_body(res).await, "created under idempotency-key:o-1");
+//!
+//! // While another request holds the key, a duplicate is answered 409.
+//! let held = engine
+//!     .lock("idempotency-key:o-1")
+//!     .wait(Duration::from_secs(5)) // the release above runs in the background
+//!     .acquire()
+//!     .await
+//!     .unwrap();
+//! let res = test::call_service(&app, order().to_request()).await;
+//! assert_eq!(res.status(), StatusCode::CONFLICT);
+//! assert!(res.headers().contains_key("retry-after"));
+//! drop(held);
+//!
+//! let missing = test::TestRequest::post().uri("/orders").to_request();
+//! assert_eq!(test::call_service(&app, missing).await.status(), StatusCode::BAD_REQUEST);
+//! # }
+//! ```
+//!
+//! # Client disconnects
+//!
+//! A client that leaves while the body streams frees the key as soon as actix drops the
+//! body. actix-web notices a closed connection only when it reads from or writes to it,
+//! though: a handler that is still running (or a body that has nothing to send) when the
+//! client leaves keeps the key until it produces something or finishes
+//! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
+//! the handler's own timeouts bound that.
+
+use std::{
+    fmt,
+    future::{Future, Ready, ready},
+    pin::Pin,
+    rc::Rc,
+    task::{Context, Poll},
+};
+
+use actix_web::{
+    Error, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError,
+    body::{BodySize, BoxBody, EitherBody, MessageBody},
+    dev::{Payload, RequestHead, Service, ServiceRequest, ServiceResponse, Transform},
+    http::{
+        StatusCode,
+        header::{HeaderName, HeaderValue},
+    },
+};
+use bytes::Bytes;
+use pin_project_lite::pin_project;
+use tower_lock::{
+    Fence, HeldLock, LeaseInfo, LockLayer, LockMetrics, LockPolicy, Outcome, ReleasePoint,
+    engine::BoxFuture, key::RequestView,
+};
+
+/// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
+/// and [`LockPolicy`] work on actix requests.
+///
+/// Extractors that need `http` 1 extensions (such as axum's route keys) find none here.
+///
+/// ```
+/// use actix_web::test::TestRequest;
+/// use tower_lock::key::{IdempotencyKey, KeyExtractor};
+/// use tower_lock_actix::ActixRequest;
+///
+/// let req = TestRequest::post().insert_header(("idempotency-key", "\"k-1\"")).to_srv_request();
+/// let key = IdempotencyKey::new().extract(&ActixRequest::from(&req)).unwrap();
+/// assert_eq!(key.as_deref(), Some("idempotency-key:k-1"));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ActixRequest<'a> {
+    head: &'a RequestHead,
+}
+
+impl<'a> ActixRequest<'a> {
+    /// A view of `head`.
+    pub fn new(head: &'a RequestHead) -> Self {
+        ActixRequest { head }
+    }
+}
+
+impl<'a> From<&'a ServiceRequest> for ActixRequest<'a> {
+    fn from(req: &'a ServiceRequest) -> Self {
+        ActixRequest::new(req.head())
+    }
+}
+
+impl<'a> From<&'a HttpRequest> for ActixRequest<'a> {
+    fn from(req: &'a HttpRequest) -> Self {
+        ActixRequest::new(req.head())
+    }
+}
+
+impl RequestView for ActixRequest<'_> {
+    fn method(&self) -> &str {
+        self.head.method.as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.head.uri.path()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.head.headers.get(name).map(HeaderValue::as_bytes)
+    }
+}
+
+/// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
+/// service per lock key, as configured by a [`LockPolicy`].
+///
+/// Build it once, outside the `HttpServer::new` app factory, and clone it into the
+/// factory: clones share one lock table and one set of metrics (see the
+/// [crate docs](crate)). Wrap a [`web::resource`](actix_web::web::resource) or
+/// [`web::scope`](actix_web::web::scope) rather than the whole `App`, so that only
+/// requests that reached a guarded route take a lock and an unknown path stays a `404`.
+#[derive(Clone, Debug)]
+pub struct LockMiddleware {
+    policy: LockPolicy,
+}
+
+impl LockMiddleware {
+    /// A middleware applying `policy` (from
+    /// [`LockLayerBuilder::build_policy`](tower_lock::LockLayerBuilder::build_policy)).
+    pub fn new(policy: LockPolicy) -> Self {
+        LockMiddleware { policy }
+    }
+
+    /// The policy the middleware applies.
+    pub fn policy(&self) -> &LockPolicy {
+        &self.policy
+    }
+
+    /// The policy's counters and histograms.
+    pub fn metrics(&self) -> LockMetrics {
+        self.policy.metrics()
+    }
+}
+
+impl From<LockPolicy> for LockMiddleware {
+    fn from(policy: LockPolicy) -> Self {
+        LockMiddleware::new(policy)
+    }
+}
+
+/// The middleware shares the layer's policy: a tower service and an actix app built from
+/// one layer exclude each other.
+impl From<LockLayer> for LockMiddleware {
+    fn from(layer: LockLayer) -> Self {
+        LockMiddleware::new(layer.policy().clone())
+    }
+}
+
+impl From<&LockLayer> for LockMiddleware {
+    fn from(layer: &LockLayer) -> Self {
+        LockMiddleware::new(layer.policy().clone())
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for LockMiddleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<LockedBody<B>>>;
+    type Error = Error;
+    type Transform = LockMiddlewareService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        // Clone the policy handle, never build state here: actix calls this once per
+        // worker, and every worker must lock on the same table.
+        ready(Ok(LockMiddlewareService {
+            service: Rc::new(service),
+            policy: self.policy.clone(),
+        }))
+    }
+}
+
+/// The service [`LockMiddleware`] wraps around an actix service (one per worker).
+pub struct LockMiddlewareService<S> {
+    // Shared with the response future, which calls it once the lock is decided.
+    service: Rc<S>,
+    policy: LockPolicy,
+}
+
+impl<S> fmt::Debug for LockMiddlewareService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockMiddlewareService")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+type LocalBoxFuture<T> = Pin<Box<dyn Future<Output = T> + 'static>>;
+
+impl<S, B> Service<ServiceRequest> for LockMiddlewareService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = Error> + 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<EitherBody<LockedBody<B>>>;
+    type Error = Error;
+    type Future = LocalBoxFuture<Result<Self::Response, Self::Error>>;
+
+    actix_web::dev::forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        // The key is extracted now, while the request is borrowed; the returned future
+        // (the wait, if any) owns everything it needs.
+        let acquire = self.policy.acquire(&ActixRequest::from(&req));
+        let service = Rc::clone(&self.service);
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            // Dropping this future (actix gave up on the request) gives up the wait, or
+            // drops `held` and releases the key.
+            let held = match acquire.await {
+                Outcome::Locked(held) => {
+                    req.extensions_mut().insert(held.info().clone());
+                    Some(held)
+                }
+                Outcome::Unlocked => None,
+                Outcome::Rejected(rejection) => {
+                    let response = to_actix_response(policy.respond(rejection));
+                    return Ok(req.into_response(response).map_into_right_body());
+                }
+                _ => {
+                    return Err(actix_web::error::ErrorInternalServerError(
+                        "tower-lock decided on an outcome this version of tower-lock-actix does not know",
+                    ));
+                }
+            };
+            let response = service.call(req).await?;
+            // An upgraded connection outlives its response and is not covered by the lock.
+            let release_now = policy.release_point() == ReleasePoint::ResponseReady
+                || response.status() == StatusCode::SWITCHING_PROTOCOLS;
+            let held = if release_now { None } else { held };
+            Ok(response.map_body(|_, body| EitherBody::left(LockedBody::new(body, held))))
+        })
+    }
+}
+
+/// Converts the policy's `http` 1 response into an actix (`http` 0.2) one. Status and
+/// header names and values were valid in `http` 1 and are valid here; anything that is
+/// not is left out rather than failing the request.
+fn to_actix_response(res: http::Response<Bytes>) -> HttpResponse<BoxBody> {
+    let (parts, body) = res.into_parts();
+    let status =
+        StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::with_body(status, body);
+    let headers = response.headers_mut();
+    for (name, value) in &parts.headers {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            headers.append(name, value);
+        }
+    }
+    response.map_into_boxed_body()
+}
+
+pin_project! {
+    /// A response body that owns the request's lease and releases it when the body ends:
+    /// its last chunk has been taken, it failed, or it was dropped (the client went away).
+        pub struct LockedBody<B> {
+        #[pin]
+        body: B,
+        held: Option<HeldLock>,
+        // The release in flight; the body ends once it is done.
+        releasing: Option<BoxFuture<'static, ()>>,
+    }
+}
+
+impl<B> LockedBody<B> {
+    /// `body`, holding `held` (if any) until it ends.
+    pub fn new(body: B, held: Option<HeldLock>) -> Self {
+        LockedBody {
+            body,
+            held,
+            releasing: None,
+        }
+    }
+
+    /// `true` while the body still holds its lease.
+    pub fn is_holding(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The wrapped body.
+    pub fn get_ref(&self) -> &B {
+        &self.body
+    }
+}
+
+impl<B> fmt::Debug for LockedBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedBody")
+            .field("held", &self.held)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: MessageBody> MessageBody for LockedBody<B> {
+    type Error = B::Error;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Bytes, Self::Error>>> {
+        let this = self.project();
+        if let Some(release) = this.releasing {
+            std::task::ready!(release.as_mut().poll(cx));
+            *this.releasing = None;
+            return Poll::Ready(None);
+        }
+        let chunk = std::task::ready!(this.body.poll_next(cx));
+        match chunk {
+            // The body is done: release before the response completes, so a client that
+            // has the whole response finds the key free for its next request.
+            None => match this.held.take() {
+                Some(held) => {
+                    let mut release = held.release();
+                    match release.as_mut().poll(cx) {
+                        Poll::Ready(()) => Poll::Ready(None),
+                        Poll::Pending => {
+                            *this.releasing = Some(release);
+                            Poll::Pending
+                        }
+                    }
+                }
+                None => Poll::Ready(None),
+            },
+            Some(Err(e)) => {
+                // Broken body: give the key up at once (in the background).
+                *this.held = None;
+                Poll::Ready(Some(Err(e)))
+            }
+            chunk => Poll::Ready(chunk),
+        }
+    }
+
+    // `try_into_bytes` keeps its default (refuse): taking the bytes out would drop the
+    // lease before the response is written.
+}
+
+/// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
+/// time and lost signal.
+///
+/// Fails with [`LockNotInstalled`] (`500`) when the request holds no lock: the middleware
+/// does not wrap this route, or it let the request pass unlocked (no key under
+/// [`MissingKeyPolicy::PassThrough`](tower_lock::MissingKeyPolicy::PassThrough), or the
+/// fail-open policy). Extract `Option<Locked>` where that is expected.
+#[derive(Clone, Debug)]
+pub struct Locked(pub LeaseInfo);
+
+impl FromRequest for Locked {
+    type Error = LockNotInstalled;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<LeaseInfo>()
+                .cloned()
+                .map(Locked)
+                .ok_or(LockNotInstalled),
+        )
+    }
+}
+
+/// Extracts just the fencing token of the lock the request holds; pass it to the storage
+/// the lock protects. Fails like [`Locked`].
+#[derive(Clone, Copy, Debug)]
+pub struct LockFence(pub Fence);
+
+impl FromRequest for LockFence {
+    type Error = LockNotInstalled;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(req: &HttpRequest, _payload: &mut Payload) -> Self::Future {
+        ready(
+            req.extensions()
+                .get::<LeaseInfo>()
+                .map(|info| LockFence(info.fence()))
+                .ok_or(LockNotInstalled),
+        )
+    }
+}
+
+/// The request holds no lock: the middleware does not wrap this route, or let the request
+/// pass unlocked. A server bug, answered `500 Internal Server Error`.
+#[derive(Clone, Copy, Debug, Default)]
+#[non_exhaustive]
+pub struct LockNotInstalled;
+
+impl fmt::Display for LockNotInstalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the handler needs a lock, but the request holds none (is the tower-lock middleware wrapping this route?)",
+        )
+    }
+}
+
+impl std::error::Error for LockNotInstalled {}
+
+impl ResponseError for LockNotInstalled {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+}

@@ -141,8 +141,10 @@ impl IntoResponse for LockNotInstalled {
 /// | `RouteKey::params()` | `route:/tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
 /// | `RouteKey::param("id")` | `route:/tenants/{id}/jobs/{job}\|id=7`: per tenant |
 ///
-/// Parameter values are taken verbatim from the path (still percent-encoded), with `|`
-/// and `%` escaped so that no value can pose as another parameter.
+/// Parameter values are percent-decoded, as axum's `Path` decodes them, so `/tenants/acm%65`
+/// and `/tenants/acme` lock the same key; a value that does not decode to UTF-8 is answered
+/// `400`. In the key, `|` and `%` are escaped so that no value can pose as another
+/// parameter.
 #[derive(Clone, Debug)]
 pub struct RouteKey {
     params: Params,
@@ -213,6 +215,18 @@ fn escape(value: &str) -> String {
     value.replace('%', "%25").replace('|', "%7C")
 }
 
+/// The decoded, escaped form of a raw path parameter.
+fn key_value(name: &str, raw: &str) -> Result<String, MalformedKey> {
+    let decoded = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| {
+            MalformedKey::new(format!(
+                "path parameter {name} is not valid UTF-8 once decoded"
+            ))
+        })?;
+    Ok(escape(&decoded))
+}
+
 impl KeyExtractor for RouteKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
         let extensions = req.extensions();
@@ -235,7 +249,7 @@ impl KeyExtractor for RouteKey {
             Params::None => {}
             Params::All => {
                 for (name, value) in params {
-                    key.push_str(&format!("|{name}={}", escape(value)));
+                    key.push_str(&format!("|{name}={}", key_value(name, value)?));
                 }
             }
             Params::Named(names) => {
@@ -245,7 +259,7 @@ impl KeyExtractor for RouteKey {
                             "the route {template} has no parameter {name}"
                         )));
                     };
-                    key.push_str(&format!("|{name}={}", escape(value)));
+                    key.push_str(&format!("|{name}={}", key_value(name, value)?));
                 }
             }
         }
@@ -268,6 +282,14 @@ mod tests {
             vec![("path", "a/b/c")]
         );
         assert!(match_params("/", "/").is_empty());
+    }
+
+    #[test]
+    fn values_are_percent_decoded_like_axum_path() {
+        assert_eq!(key_value("id", "acm%65").unwrap(), "acme");
+        assert_eq!(key_value("id", "a%7Cb").unwrap(), "a%7Cb");
+        assert_eq!(key_value("id", "caf%C3%A9").unwrap(), "caf\u{e9}");
+        assert!(key_value("id", "%FF").is_err());
     }
 
     #[test]

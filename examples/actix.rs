@@ -1,0 +1,148 @@
+//! The demo's guards on actix-web, with the native actix middleware from
+//! `tower-lock-actix`: the same engine, key policy, statuses and problem+json bodies as
+//! the tower layer.
+//!
+//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`.
+//! - `POST /tenants/{id}/jobs`: one at a time per tenant, wait up to 1 s, then `429`.
+//! - `POST /tenants/{id}/import`: one at a time per tenant, no waiting: `423`.
+//!
+//! ```sh
+//! cargo run --example actix         # http://127.0.0.1:3001; PORT to change it
+//! ```
+
+mod common;
+
+use std::{env, error::Error, time::Duration};
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use serde_json::json;
+use tower_lock::{
+    ConfigError, LockEngine, LockLayer,
+    key::{KeyExtractor, MalformedKey, RequestView},
+};
+use tower_lock_actix::{LockMiddleware, Locked};
+
+/// The tenant of `/tenants/{id}/...` is the lock key: `tenant:{id}`.
+///
+/// Tenant ids are slugs (ASCII letters, digits, `-`, `_`); anything else is refused with
+/// `400`. Keying on the raw path instead would let `/tenants/acm%65/jobs`, which actix
+/// routes to tenant `acme` too, lock a different key than `/tenants/acme/jobs`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TenantKey;
+
+impl KeyExtractor for TenantKey {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        let Some(rest) = req.path().strip_prefix("/tenants/") else {
+            return Ok(None);
+        };
+        let id = rest.split('/').next().unwrap_or_default();
+        let slug = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+        if id.is_empty() || !id.bytes().all(slug) {
+            return Err(MalformedKey::new(
+                "the tenant id must be ASCII letters, digits, '-' or '_'",
+            ));
+        }
+        Ok(Some(format!("tenant:{id}")))
+    }
+}
+
+/// The middlewares of the app, built once (outside `HttpServer::new`) so that every
+/// worker thread locks on the same tables; cloned into each worker's app.
+#[derive(Clone, Debug)]
+pub(crate) struct Guards {
+    orders: LockMiddleware,
+    jobs: LockMiddleware,
+    import: LockMiddleware,
+    work: Duration,
+}
+
+impl Guards {
+    /// The guards, locking on `engine`; every handler takes `work` to answer.
+    pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
+        Ok(Guards {
+            orders: LockLayer::idempotency(engine.clone()).build()?.into(),
+            // One lock per tenant and endpoint: the prefixes keep jobs and imports apart.
+            jobs: LockLayer::builder(engine.clone())
+                .key(TenantKey)
+                .key_prefix("jobs:")
+                .wait(Duration::from_secs(1))
+                .fifo(true)
+                .max_waiters(4)
+                .build_policy()?
+                .into(),
+            import: LockLayer::builder(engine)
+                .key(TenantKey)
+                .key_prefix("import:")
+                .build_policy()?
+                .into(),
+            work,
+        })
+    }
+}
+
+/// The routes, each wrapped in its guard. Wrapping resources, not the whole app, keeps an
+/// unknown path a 404.
+pub(crate) fn routes(cfg: &mut web::ServiceConfig, guards: &Guards) {
+    let work = guards.work;
+    cfg.service(
+        web::resource("/orders")
+            .wrap(guards.orders.clone())
+            .route(web::post().to(move |Locked(lease): Locked| async move {
+                actix_web::rt::time::sleep(work).await;
+                HttpResponse::Created().json(json!({
+                    "lock": lease.key().as_str(),
+                    "fence": lease.fence().get(),
+                }))
+            })),
+    )
+    .service(
+        web::resource("/tenants/{id}/jobs")
+            .wrap(guards.jobs.clone())
+            .route(web::post().to(
+                move |tenant: web::Path<String>, Locked(lease): Locked| async move {
+                    actix_web::rt::time::sleep(work).await;
+                    HttpResponse::Ok().json(json!({
+                        "tenant": tenant.into_inner(),
+                        "job": "done",
+                        "fence": lease.fence().get(),
+                        "waited_ms": lease.waited().as_millis() as u64,
+                    }))
+                },
+            )),
+    )
+    .service(
+        web::resource("/tenants/{id}/import")
+            .wrap(guards.import.clone())
+            .route(web::post().to(
+                move |tenant: web::Path<String>, Locked(lease): Locked| async move {
+                    actix_web::rt::time::sleep(work).await;
+                    HttpResponse::Ok().json(json!({
+                        "tenant": tenant.into_inner(),
+                        "import": "done",
+                        "fence": lease.fence().get(),
+                    }))
+                },
+            )),
+    );
+}
+
+#[actix_web::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let engine = common::engine_from_env().await;
+    let work = env::var("WORK_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(Duration::from_secs(5), Duration::from_millis);
+    let guards = Guards::new(engine, work)?;
+    let server = HttpServer::new(move || App::new().configure(|cfg| routes(cfg, &guards)))
+        .workers(4)
+        .bind(common::listen_addr(3001))?;
+    let addr = server.addrs()[0];
+    println!(
+        "tower-lock actix demo on http://{addr} (each handler takes {work:?}, 4 workers)\n\
+         Try: curl -si -X POST http://{addr}/orders -H 'Idempotency-Key: \"order-1\"' &\n     \
+         sleep 0.2; curl -si -X POST http://{addr}/orders -H 'Idempotency-Key: \"order-1\"'"
+    );
+    server.run().await?;
+    Ok(())
+}

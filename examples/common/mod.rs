@@ -1,0 +1,50 @@
+//! Shared by the examples: the engine they lock on, and the address they listen on.
+
+use std::{env, net::SocketAddr};
+
+use tower_lock::LockEngine;
+
+/// The in-process engine, or the Redis engine when `REDIS_URL` is set.
+pub(crate) async fn engine_from_env() -> LockEngine {
+    match env::var("REDIS_URL") {
+        Ok(url) if !url.is_empty() => redis_engine(&url).await,
+        _ => {
+            println!("lock engine: in-process (set REDIS_URL to lock on Redis)");
+            LockEngine::in_memory()
+        }
+    }
+}
+
+/// The one place the examples switch to Redis.
+#[cfg(feature = "redis")]
+async fn redis_engine(url: &str) -> LockEngine {
+    match tower_lock::engine::redis::RedisBackend::connect(url).await {
+        Ok(backend) => {
+            println!("lock engine: Redis at {url}");
+            LockEngine::new(backend)
+        }
+        Err(e) => {
+            eprintln!("cannot use REDIS_URL={url}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Built without the `redis` feature: there is no Redis backend to switch to.
+#[cfg(not(feature = "redis"))]
+async fn redis_engine(url: &str) -> LockEngine {
+    println!(
+        "REDIS_URL={url} is set but tower-lock was built without the `redis` feature; using in-process"
+    );
+    LockEngine::in_memory()
+}
+
+/// 127.0.0.1 and `PORT` (default `default_port`; `PORT=0` picks a free port).
+#[allow(dead_code, reason = "the engine example listens on nothing")]
+pub(crate) fn listen_addr(default_port: u16) -> SocketAddr {
+    let port = env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(default_port);
+    SocketAddr::from(([127, 0, 0, 1], port))
+}

@@ -1,0 +1,252 @@
+//! The examples, driven over a real socket so that they cannot rot: each example's app
+//! is built by the example's own code (included here as a module) and answers the
+//! statuses its docs and the README promise.
+//!
+//! The keys are held directly on the engine (as another request would hold them), so the
+//! contended answers do not depend on how long a handler sleeps.
+
+// Each example is a crate of its own with its own `mod common;`; included side by side
+// here, the shared module is loaded once per example.
+#![allow(clippy::duplicate_mod)]
+
+mod support;
+
+#[path = "../examples/demo.rs"]
+#[allow(dead_code)]
+mod demo;
+
+#[path = "../examples/tenant_fifo.rs"]
+#[allow(dead_code)]
+mod tenant_fifo;
+
+#[path = "../examples/actix.rs"]
+#[allow(dead_code)]
+mod actix_example;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use actix_web::{App, HttpServer};
+use bytes::Bytes;
+use http::StatusCode;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use support::http::{Reply, serve};
+use tower_lock::{Lease, LockEngine};
+
+async fn hold(engine: &LockEngine, key: &str) -> Lease {
+    engine
+        .lock(key)
+        .ttl(Duration::from_secs(10))
+        .try_acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{key} is free: {e}"))
+}
+
+fn assert_problem(reply: &Reply, status: StatusCode, kind: &str) {
+    assert_eq!(reply.status, status, "{}", reply.text());
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        reply.json()["type"],
+        format!("urn:tower-lock:problem:{kind}")
+    );
+    assert_eq!(reply.json()["status"], status.as_u16());
+}
+
+fn assert_retry_after(reply: &Reply) {
+    let secs: u64 = reply
+        .header("retry-after")
+        .expect("Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=10).contains(&secs), "Retry-After {secs}");
+}
+
+#[tokio::test]
+async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
+    let engine = LockEngine::in_memory();
+    let server = serve(demo::app(engine.clone(), Duration::ZERO).unwrap()).await;
+    let key = |k: &'static str| [("idempotency-key", k)];
+
+    let created = server.post("/orders", &key("\"order-1\"")).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+    assert_eq!(created.json()["lock"], "idempotency-key:order-1");
+
+    let missing = server.post("/orders", &[]).await;
+    assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
+
+    let _order = hold(&engine, "idempotency-key:order-2").await;
+    let duplicate = server.post("/orders", &key("\"order-2\"")).await;
+    assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
+    assert_retry_after(&duplicate);
+
+    let _import = hold(&engine, "route:/tenants/{id}/import|id=acme").await;
+    let locked = server.post("/tenants/acme/import", &[]).await;
+    assert_problem(&locked, StatusCode::LOCKED, "locked");
+    assert_retry_after(&locked);
+    let other = server.post("/tenants/globex/import", &[]).await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text());
+
+    let _jobs = hold(&engine, "route:/tenants/{id}/jobs|id=acme").await;
+    let timed_out = server.post("/tenants/acme/jobs", &[]).await;
+    assert_problem(&timed_out, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
+    assert_retry_after(&timed_out);
+    let other = server.post("/tenants/globex/jobs", &[]).await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text());
+    assert_eq!(other.json()["tenant"], "globex");
+
+    // route_layer: an unknown path takes no lock and stays a 404.
+    assert_eq!(
+        server.post("/tenants/acme/unknown", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test]
+async fn demo_prints_a_curl_session_for_its_address() {
+    let hint = demo::curl_hint(SocketAddr::from(([127, 0, 0, 1], 4567)), Duration::ZERO);
+    assert!(hint.contains("curl -si -X POST http://127.0.0.1:4567/orders"));
+    assert!(hint.contains("/tenants/acme/jobs"));
+}
+
+async fn wait_for_waiters(engine: &LockEngine, key: &str, n: usize) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        // The engine offers no event for "a waiter queued"; look again after a short nap.
+        while engine.lock(key).waiters().await.unwrap() < n {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("waiters queue within 10 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_fifo_runs_one_tenants_jobs_in_arrival_order_and_other_tenants_alongside() {
+    const N: usize = 5;
+    let engine = LockEngine::in_memory();
+    let server = Arc::new(serve(tenant_fifo::app(engine.clone(), Duration::ZERO).unwrap()).await);
+
+    // An earlier job of acme holds the key while the others arrive one by one.
+    let first = hold(&engine, "tenant:acme").await;
+    let mut jobs = Vec::new();
+    for n in 0..N {
+        let server = server.clone();
+        jobs.push(tokio::spawn(async move {
+            let job = n.to_string();
+            server
+                .post("/jobs", &[("x-tenant-id", "acme"), ("x-job", &job)])
+                .await
+        }));
+        wait_for_waiters(&engine, "tenant:acme", n + 1).await;
+    }
+    // Another tenant is not held up by acme's queue.
+    let globex = server
+        .post("/jobs", &[("x-tenant-id", "globex"), ("x-job", "g")])
+        .await;
+    assert_eq!(globex.status, StatusCode::OK, "{}", globex.text());
+    assert_eq!(globex.json()["lock"], "tenant:globex");
+
+    drop(first);
+    let mut fences = Vec::new();
+    for (n, job) in jobs.into_iter().enumerate() {
+        let reply = job.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        assert_eq!(reply.json()["job"], n.to_string());
+        fences.push(reply.json()["fence"].as_u64().unwrap());
+    }
+    // Fences grow with each grant: granted in the order the jobs arrived.
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+
+    let no_tenant = server.post("/jobs", &[]).await;
+    assert_problem(&no_tenant, StatusCode::BAD_REQUEST, "missing-key");
+}
+
+/// `POST path` with `headers` to the server at `addr`.
+async fn post_to(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = http::Request::post(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let res = tokio::time::timeout(
+        Duration::from_secs(20),
+        client.request(req.body(Full::new(Bytes::new())).unwrap()),
+    )
+    .await
+    .expect("response within 20 s")
+    .expect("request succeeds");
+    let (parts, body) = res.into_parts();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.unwrap().to_bytes(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_example_answers_like_the_demo_across_workers() {
+    let engine = LockEngine::in_memory();
+    let guards = actix_example::Guards::new(engine.clone(), Duration::ZERO).unwrap();
+    let server =
+        HttpServer::new(move || App::new().configure(|cfg| actix_example::routes(cfg, &guards)))
+            .workers(2)
+            .disable_signals()
+            .bind(("127.0.0.1", 0))
+            .unwrap();
+    let addr = server.addrs()[0];
+    let server = server.run();
+    let handle = server.handle();
+    tokio::spawn(server);
+
+    let created = post_to(addr, "/orders", &[("idempotency-key", "\"order-1\"")]).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+
+    let missing = post_to(addr, "/orders", &[]).await;
+    assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
+
+    let _order = hold(&engine, "idempotency-key:order-2").await;
+    let duplicate = post_to(addr, "/orders", &[("idempotency-key", "\"order-2\"")]).await;
+    assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
+    assert_retry_after(&duplicate);
+
+    let _import = hold(&engine, "import:tenant:acme").await;
+    let locked = post_to(addr, "/tenants/acme/import", &[]).await;
+    assert_problem(&locked, StatusCode::LOCKED, "locked");
+    assert_retry_after(&locked);
+
+    let _jobs = hold(&engine, "jobs:tenant:acme").await;
+    let timed_out = post_to(addr, "/tenants/acme/jobs", &[]).await;
+    assert_problem(&timed_out, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
+    assert_retry_after(&timed_out);
+    let other = post_to(addr, "/tenants/globex/jobs", &[]).await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.text());
+    // Another spelling of acme cannot take a lock of its own.
+    let respelled = post_to(addr, "/tenants/acm%65/jobs", &[]).await;
+    assert_problem(&respelled, StatusCode::BAD_REQUEST, "malformed-key");
+
+    assert_eq!(
+        post_to(addr, "/unknown", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    handle.stop(false).await;
+}
+
+#[path = "../examples/engine.rs"]
+#[allow(dead_code)]
+mod engine_example;
+
+#[tokio::test]
+async fn engine_example_takes_turns_and_its_storage_refuses_a_stale_fence() {
+    let engine = LockEngine::in_memory();
+    let store = engine_example::FencedStore::default();
+    engine_example::take_turns(&engine, &store).await.unwrap();
+    assert!(store.read("invoice:42").unwrap().starts_with("worker "));
+
+    let refused = engine_example::stale_holder_is_refused(&engine, &store)
+        .await
+        .unwrap();
+    assert!(refused.offered < refused.seen);
+    assert_eq!(store.read("invoice:7").as_deref(), Some("paid"));
+}
