@@ -162,8 +162,12 @@ impl Args {
 
 /// The Redis URL from `--redis-url`, else `REDIS_URL`.
 pub(crate) fn redis_url(args: &Args) -> Option<String> {
-    args.string("redis-url")
-        .or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()))
+    args.string("redis-url").or_else(redis_url_from_env)
+}
+
+/// The Redis URL from `REDIS_URL`, if set and not empty.
+pub(crate) fn redis_url_from_env() -> Option<String> {
+    std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty())
 }
 
 // ---------------------------------------------------------------------------------------
