@@ -16,9 +16,7 @@ use std::{convert::Infallible, hint::black_box, time::Duration};
 use axum::{
     Router,
     body::Body,
-    extract::{Path, State},
     http::{Request, StatusCode},
-    routing::get,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio::runtime::Runtime;
@@ -102,34 +100,6 @@ fn engine_benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// The trivial service the layer wraps: a router with one route answering `200 ok`.
-fn app() -> Router {
-    Router::new().route("/items/{key}", get(|| async { "ok" }))
-}
-
-/// The same service locking by hand inside the handler: what the layer saves a user from
-/// writing, and a stand-in figure while the layer is not in the build.
-fn app_locking_in_handler(engine: LockEngine) -> Router {
-    async fn handler(
-        State(engine): State<LockEngine>,
-        Path(key): Path<String>,
-    ) -> Result<&'static str, StatusCode> {
-        let lease = engine
-            .lock(&key)
-            .acquire()
-            .await
-            .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
-        lease
-            .release()
-            .await
-            .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
-        Ok("ok")
-    }
-    Router::new()
-        .route("/items/{key}", get(handler))
-        .with_state(engine)
-}
-
 fn request() -> Request<Body> {
     Request::get("/items/k1")
         .header(support::KEY_HEADER, "k1")
@@ -147,17 +117,17 @@ async fn call(app: &Router) -> Result<(), Infallible> {
 fn layer_benches(c: &mut Criterion) {
     let rt = runtime();
     let mut group = c.benchmark_group("layer");
-    let bare = app();
+    let bare = support::app();
     group.bench_function("bare", |b| b.to_async(&rt).iter(|| call(&bare)));
 
     let engine = LockEngine::in_memory();
-    let by_hand = app_locking_in_handler(engine.clone());
+    let by_hand = support::app_locking_in_handler(engine.clone());
     group.bench_function("lock_in_handler/memory", |b| {
         b.to_async(&rt).iter(|| call(&by_hand))
     });
 
     // The lock layer itself, once it is in the build (see `support::with_lock_layer`).
-    match support::with_lock_layer(app(), engine) {
+    match support::with_lock_layer(support::app(), engine) {
         Some(layered) => {
             group.bench_function("lock_layer/memory", |b| {
                 b.to_async(&rt).iter(|| call(&layered))

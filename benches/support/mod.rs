@@ -78,6 +78,39 @@ pub(crate) fn with_lock_layer(router: axum::Router, engine: LockEngine) -> Optio
     None
 }
 
+/// The trivial service the layer wraps: one route answering `200 ok`.
+pub(crate) fn app() -> axum::Router {
+    axum::Router::new().route("/items/{key}", axum::routing::get(|| async { "ok" }))
+}
+
+/// The same service locking the path's key by hand inside the handler: what the layer
+/// saves a user from writing, and a stand-in figure while the layer is not in the build.
+/// (It releases when the handler returns; the layer holds until the body is sent.)
+pub(crate) fn app_locking_in_handler(engine: LockEngine) -> axum::Router {
+    use axum::{
+        extract::{Path, State},
+        http::StatusCode,
+    };
+    async fn handler(
+        State(engine): State<LockEngine>,
+        Path(key): Path<String>,
+    ) -> Result<&'static str, StatusCode> {
+        let lease = engine
+            .lock(&key)
+            .acquire()
+            .await
+            .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+        lease
+            .release()
+            .await
+            .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)?;
+        Ok("ok")
+    }
+    axum::Router::new()
+        .route("/items/{key}", axum::routing::get(handler))
+        .with_state(engine)
+}
+
 // ---------------------------------------------------------------------------------------
 // Command line.
 // ---------------------------------------------------------------------------------------
