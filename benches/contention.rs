@@ -516,6 +516,15 @@ fn p(sample: &[f64], pick: impl Fn(&Percentiles) -> f64) -> Option<f64> {
 async fn residue(config: &Config, n: u64) -> Result<Value, String> {
     let (engines, memory) = engines(config).await?;
     let run_id = run_id();
+    // The baseline is taken after a warm-up pass with the same workers, so one-time costs
+    // (runtime threads, allocator arenas, pool connections, scripts) are in it and what
+    // remains is what the keys left behind.
+    let warmup = (n / 100).clamp(1, 10_000);
+    let warm_errors =
+        lock_distinct(config, &engines, &format!("residue:{run_id}:warm"), warmup).await;
+    if warm_errors > 0 {
+        return Err(format!("{warm_errors} errors in the warm-up pass"));
+    }
     let mut stats = match &config.redis_url {
         Some(url) if config.backend == "redis" => Some(RedisStats::connect(url)?),
         _ => None,
@@ -524,55 +533,10 @@ async fn residue(config: &Config, n: u64) -> Result<Value, String> {
         Some(s) => Some(s.dbsize()?),
         None => None,
     };
-    // Baseline after the engine and the runtime have done their one-time allocations.
-    let warm = engines[0]
-        .lock(format!("residue:{run_id}:warmup"))
-        .acquire()
-        .await
-        .map_err(|e| format!("warm-up acquire: {e}"))?;
-    warm.release()
-        .await
-        .map_err(|e| format!("warm-up release: {e}"))?;
     let rss_before = support::rss_kib();
 
-    let next = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
     let began = Instant::now();
-    let mut tasks = Vec::new();
-    for worker in 0..config.workers {
-        let engine = engines[worker % engines.len()].clone();
-        let next = next.clone();
-        let errors = errors.clone();
-        let run_id = run_id.clone();
-        let config = config.clone();
-        tasks.push(tokio::spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                let lease = engine
-                    .lock(format!("residue:{run_id}:{i}"))
-                    .ttl(config.ttl)
-                    .fifo(config.fifo)
-                    .acquire()
-                    .await;
-                match lease {
-                    Ok(lease) => {
-                        if lease.release().await.is_err() {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.map_err(|e| format!("worker panicked: {e}"))?;
-    }
+    let errors = lock_distinct(config, &engines, &format!("residue:{run_id}"), n).await;
     let wall = began.elapsed();
     let rss_after = support::rss_kib();
     let dbsize_after = match stats.as_mut() {
@@ -585,7 +549,7 @@ async fn residue(config: &Config, n: u64) -> Result<Value, String> {
         &mut report,
         json!({
             "residue_keys": n,
-            "errors": errors.load(Ordering::Relaxed),
+            "errors": errors,
             "wall_s": round(wall.as_secs_f64(), 3),
             "cycles_per_s": round(n as f64 / wall.as_secs_f64(), 1),
             "rss_before_kib": rss_before,
@@ -598,6 +562,43 @@ async fn residue(config: &Config, n: u64) -> Result<Value, String> {
         }),
     );
     Ok(report)
+}
+
+/// Lock and release `n` distinct keys (`{prefix}:{i}`), spread over the configured workers
+/// and engines; returns the number of failed operations.
+async fn lock_distinct(config: &Config, engines: &[LockEngine], prefix: &str, n: u64) -> u64 {
+    let next = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..config.workers)
+        .map(|worker| {
+            let engine = engines[worker % engines.len()].clone();
+            let (next, errors) = (next.clone(), errors.clone());
+            let prefix = prefix.to_string();
+            let (ttl, fifo) = (config.ttl, config.fifo);
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let lock = engine.lock(format!("{prefix}:{i}")).ttl(ttl).fifo(fifo);
+                    let ok = match lock.acquire().await {
+                        Ok(lease) => lease.release().await.is_ok(),
+                        Err(_) => false,
+                    };
+                    if !ok {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        if task.await.is_err() {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    errors.load(Ordering::Relaxed)
 }
 
 /// The configuration part of every report, so a JSON line says what produced it.
@@ -620,6 +621,8 @@ fn header(config: &Config, bench: &str) -> Value {
         "engines": config.engines,
         "threads": config.threads,
         "overtake_slack_us": config.overtake_slack.as_micros() as u64,
+        // Other load on the machine, for judging the figures: 1-minute load average.
+        "loadavg_1m": loadavg(),
     })
 }
 
@@ -641,6 +644,15 @@ fn print_human(report: &Value) {
     for (k, v) in shown {
         eprintln!("{k:>30}: {v}");
     }
+}
+
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// A run id, so repeated runs against one Redis never share keys.
