@@ -215,10 +215,12 @@ fn main() -> ExitCode {
             }
             println!("{report}");
             if !args.benching() {
-                // The smoke run doubles as a test of the engine's invariants under load.
+                // The smoke run doubles as a test of the invariants that hold on any machine.
+                // (Overtakes are a measured figure: a thread preempted between reading the
+                // clock and queueing can look overtaken, so they are not asserted.)
                 assert_eq!(report["mutual_exclusion_violations"], 0, "{report}");
+                assert_eq!(report["fence_regressions"], 0, "{report}");
                 assert_eq!(report["errors"], 0, "{report}");
-                assert_eq!(report["fifo_overtakes"], 0, "{report}");
             }
             ExitCode::SUCCESS
         }

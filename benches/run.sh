@@ -107,6 +107,8 @@ if ! contention redis-fifo --backend redis "${CONTENDED[@]}" --fifo; then
 fi
 if [ "$REDIS_BACKEND" = yes ]; then
     contention redis-nofifo --backend redis "${CONTENDED[@]}"
+    # Two engines (two pools, two subscribers) on one Redis: FIFO across the nodes of a fleet.
+    contention redis-fifo-2engines --backend redis "${CONTENDED[@]}" --fifo --engines 2
     contention redis-1client --backend redis --workers 1 --keys 1 --iterations 5000 --hold-us 0
     contention redis-50distinct --backend redis --workers 50 --keys 50 --iterations 400 --hold-us 0
     contention redis-residue --backend redis --workers 16 --residue-keys 100000
@@ -182,6 +184,8 @@ for b in redis memory; do
 done
 HALF_C1=$(calc "${SET_C1:-0} / 2" 0)
 HALF_C50=$(calc "${SET_C50:-0} / 2" 0)
+row "redis FIFO across 2 engines: FIFO overtakes" "$(F redis-fifo-2engines fifo_overtakes)" "==" 0
+row "redis FIFO across 2 engines: hand-off p99 (us)" "$(F redis-fifo-2engines handoff_p99_us)" "" ""
 row "redis uncontended 1 client: cycles/s" "$(F redis-1client cycles_per_s)" ">=" \
     "$(calc "0.9 * $HALF_C1" 0)"
 row "redis   ... as a fraction of SET -c 1 / 2" \
