@@ -50,6 +50,9 @@ OPTIONS:
     --threads N              tokio worker threads            [available cores]
     --overtake-slack-us N    arrivals closer than this are not counted as
                                FIFO overtakes (clock-read races)             [50]
+    --stagger-us N           worker w first arrives w*N after the start, so
+                               the first round has an arrival order to keep
+                               (tokio sleep: rounded up to whole ms)       [1000]
     --residue-keys N         instead: lock and release N distinct keys, then
                                report RSS and leftover keys                 [off]
     --label TEXT             copied into the output, to tell runs apart
@@ -83,6 +86,7 @@ const OPTIONS: &[&str] = &[
     "engines",
     "threads",
     "overtake-slack-us",
+    "stagger-us",
     "residue-keys",
     "label",
     "json",
@@ -109,6 +113,7 @@ struct Config {
     engines: usize,
     threads: usize,
     overtake_slack: Duration,
+    stagger: Duration,
     residue_keys: Option<u64>,
     label: Option<String>,
     json: bool,
@@ -142,6 +147,7 @@ impl Config {
             engines: args.get("engines", 1)?,
             threads: args.get("threads", cores)?,
             overtake_slack: Duration::from_micros(args.get("overtake-slack-us", 50)?),
+            stagger: Duration::from_micros(args.get("stagger-us", 1000)?),
             residue_keys: match args.string("residue-keys") {
                 Some(_) => Some(args.get("residue-keys", 0)?),
                 None => None,
@@ -173,6 +179,7 @@ impl Config {
             engines: 2,
             threads: 2,
             overtake_slack: Duration::from_micros(50),
+            stagger: Duration::from_micros(1000),
             residue_keys: None,
             label: Some("smoke".into()),
             json: true,
@@ -341,6 +348,10 @@ async fn contention(config: &Config) -> Result<Value, String> {
                     .get_or_insert_with(|| format!("{what}: {e}"));
             };
             start.wait().await;
+            // All workers arriving in the same microsecond have no order for FIFO to keep
+            // (which reaches the backend first is a race); staggered, they do. From the
+            // second round on, the releasing worker re-arrives while the others wait.
+            tokio::time::sleep(config.stagger * worker as u32).await;
             for _ in 0..config.iterations {
                 let arrival = Instant::now();
                 let acquired = engine
@@ -418,6 +429,7 @@ async fn contention(config: &Config) -> Result<Value, String> {
         "longest_wait_ms": p(&analysis.waits, |p| p.max / 1000.0),
         "fifo_overtakes": analysis.overtakes,
         "fifo_overtakes_strict": analysis.overtakes_strict,
+        "fifo_overtake_positions": analysis.overtake_positions,
         "longest_run": analysis.longest_run,
         "fence_regressions": analysis.fence_regressions,
         "mutual_exclusion_violations": violations.load(Ordering::Relaxed),
@@ -453,6 +465,9 @@ struct Analysis {
     overtakes_strict: u64,
     longest_run: usize,
     fence_regressions: u64,
+    /// Where overtaking grants sit in their key's grant order (the first 20): at the start
+    /// of a run they are start-up races; later they are the engine's.
+    overtake_positions: Vec<usize>,
 }
 
 fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
@@ -464,6 +479,7 @@ fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
         overtakes_strict: 0,
         longest_run: 0,
         fence_regressions: 0,
+        overtake_positions: Vec::new(),
     };
     for log in logs {
         a.cycles += log.len();
@@ -494,18 +510,23 @@ fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
         // earliest arrival among the later grants (a suffix minimum) answers that for
         // every grant in one pass.
         let mut earliest_later: Option<Instant> = None;
-        for c in log.iter().rev() {
+        let mut positions = Vec::new();
+        for (i, c) in log.iter().enumerate().rev() {
             if let Some(e) = earliest_later {
                 if e < c.arrival {
                     a.overtakes_strict += 1;
                 }
                 if e + slack < c.arrival {
                     a.overtakes += 1;
+                    positions.push(i);
                 }
             }
             earliest_later = Some(earliest_later.map_or(c.arrival, |e| e.min(c.arrival)));
         }
+        positions.reverse();
+        a.overtake_positions.extend(positions);
     }
+    a.overtake_positions.truncate(20);
     a
 }
 
@@ -623,6 +644,7 @@ fn header(config: &Config, bench: &str) -> Value {
         "engines": config.engines,
         "threads": config.threads,
         "overtake_slack_us": config.overtake_slack.as_micros() as u64,
+        "stagger_us": config.stagger.as_micros() as u64,
         // Other load on the machine, for judging the figures: 1-minute load average.
         "loadavg_1m": loadavg(),
     })

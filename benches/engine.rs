@@ -127,7 +127,7 @@ fn layer_benches(c: &mut Criterion) {
     });
 
     // The lock layer itself, once it is in the build (see `support::with_lock_layer`).
-    match support::with_lock_layer(support::app(), engine) {
+    match support::with_lock_layer(support::app(), engine, false) {
         Some(layered) => {
             group.bench_function("lock_layer/memory", |b| {
                 b.to_async(&rt).iter(|| call(&layered))

@@ -272,10 +272,11 @@ async fn app(config: &Config, scenario: &Scenario) -> Result<Router, String> {
             support::redis_engine(url, "bench-http").await?
         }
     };
-    let engine = engine.with_defaults(LockOptions::new().fifo(config.fifo));
     match scenario.variant {
-        Variant::LockInHandler => Ok(support::app_locking_in_handler(engine)),
-        _ => support::with_lock_layer(support::app(), engine)
+        Variant::LockInHandler => Ok(support::app_locking_in_handler(
+            engine.with_defaults(LockOptions::new().fifo(config.fifo)),
+        )),
+        _ => support::with_lock_layer(support::app(), engine, config.fifo)
             .ok_or_else(|| "LockLayer is not in this build".to_string()),
     }
 }

@@ -53,28 +53,38 @@ pub(crate) async fn redis_engine(url: &str, prefix: &str) -> Result<LockEngine, 
 /// the same key (`/items/{key}`), so the layer can be keyed on either.
 pub(crate) const KEY_HEADER: &str = "x-lock-key";
 
-/// `router` wrapped in the lock layer over `engine`, keyed per request (see [`KEY_HEADER`]);
-/// `None` while the layer is not part of this build.
+/// `router` wrapped in the lock layer over `engine`, keyed by [`KEY_HEADER`], waiting for a
+/// held key (FIFO if `fifo`); `None` while the layer is not part of this build.
 ///
-/// The single place the benches construct `LockLayer`. The layer must be configured to
-/// wait for a held key (not reject it), so a hot key measures queueing, not 423s. It is
-/// compiled out until `src/layer.rs` lands: then change `any()` to `all()` here and
-/// `not(any())` to `not(all())` on the fallback, adjusting the builder calls to the final
-/// API.
+/// The single place the benches construct `LockLayer`. The layer waits rather than
+/// rejecting, so a hot key measures queueing, not `423`s. It is compiled out until
+/// `src/layer.rs` lands: then change `any()` to `all()` here and `not(any())` to
+/// `not(all())` on the fallback.
 #[cfg(any())]
-pub(crate) fn with_lock_layer(router: axum::Router, engine: LockEngine) -> Option<axum::Router> {
-    let layer = tower_lock::LockLayer::builder(engine)
-        .key_from_header(KEY_HEADER)
+pub(crate) fn with_lock_layer(
+    router: axum::Router,
+    engine: LockEngine,
+    fifo: bool,
+) -> Option<axum::Router> {
+    use axum::http::HeaderName;
+    use tower_lock::{LockLayer, key::HeaderKey};
+    let layer = LockLayer::builder(engine)
+        .key(HeaderKey::new(HeaderName::from_static(KEY_HEADER)))
         .wait(Duration::from_secs(30))
+        .fifo(fifo)
         .build()
-        .expect("lock layer configuration is valid");
+        .expect("the bench's layer configuration is valid");
     Some(router.layer(layer))
 }
 
 /// Fallback while the layer is not part of this build.
 #[cfg(not(any()))]
-pub(crate) fn with_lock_layer(router: axum::Router, engine: LockEngine) -> Option<axum::Router> {
-    let _ = (router, engine);
+pub(crate) fn with_lock_layer(
+    router: axum::Router,
+    engine: LockEngine,
+    fifo: bool,
+) -> Option<axum::Router> {
+    let _ = (router, engine, fifo);
     None
 }
 
