@@ -51,8 +51,7 @@ OPTIONS:
     --overtake-slack-us N    arrivals closer than this are not counted as
                                FIFO overtakes (clock-read races)             [50]
     --stagger-us N           worker w first arrives w*N after the start, so
-                               the first round has an arrival order to keep
-                               (tokio sleep: rounded up to whole ms)       [1000]
+                               the first round has an arrival order to keep  [500]
     --residue-keys N         instead: lock and release N distinct keys, then
                                report RSS and leftover keys                 [off]
     --label TEXT             copied into the output, to tell runs apart
@@ -147,7 +146,7 @@ impl Config {
             engines: args.get("engines", 1)?,
             threads: args.get("threads", cores)?,
             overtake_slack: Duration::from_micros(args.get("overtake-slack-us", 50)?),
-            stagger: Duration::from_micros(args.get("stagger-us", 1000)?),
+            stagger: Duration::from_micros(args.get("stagger-us", 500)?),
             residue_keys: match args.string("residue-keys") {
                 Some(_) => Some(args.get("residue-keys", 0)?),
                 None => None,
@@ -179,7 +178,7 @@ impl Config {
             engines: 2,
             threads: 2,
             overtake_slack: Duration::from_micros(50),
-            stagger: Duration::from_micros(1000),
+            stagger: Duration::from_micros(500),
             residue_keys: None,
             label: Some("smoke".into()),
             json: true,
@@ -327,7 +326,7 @@ async fn contention(config: &Config) -> Result<Value, String> {
     let violations = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(Mutex::new(None::<String>));
-    let start = Arc::new(tokio::sync::Barrier::new(config.workers + 1));
+    let mut starts = Vec::with_capacity(config.workers);
     let mut tasks = Vec::with_capacity(config.workers);
     for worker in 0..config.workers {
         let engine = engines[worker % engines.len()].clone();
@@ -335,7 +334,8 @@ async fn contention(config: &Config) -> Result<Value, String> {
         let violations = violations.clone();
         let errors = errors.clone();
         let first_error = first_error.clone();
-        let start = start.clone();
+        let (start_tx, start) = tokio::sync::oneshot::channel::<()>();
+        starts.push(start_tx);
         let config = config.clone();
         tasks.push(tokio::spawn(async move {
             let slot = &slots[worker % slots.len()];
@@ -347,11 +347,7 @@ async fn contention(config: &Config) -> Result<Value, String> {
                     .unwrap()
                     .get_or_insert_with(|| format!("{what}: {e}"));
             };
-            start.wait().await;
-            // All workers arriving in the same microsecond have no order for FIFO to keep
-            // (which reaches the backend first is a race); staggered, they do. From the
-            // second round on, the releasing worker re-arrives while the others wait.
-            tokio::time::sleep(config.stagger * worker as u32).await;
+            let _ = start.await;
             for _ in 0..config.iterations {
                 let arrival = Instant::now();
                 let acquired = engine
@@ -393,12 +389,25 @@ async fn contention(config: &Config) -> Result<Value, String> {
             }
         }));
     }
-    start.wait().await;
+    // Workers start one by one, `stagger` apart: arrivals in the same microsecond have no
+    // order for FIFO to keep (which reaches the backend first is a race); staggered, they
+    // do. From the second round on, the releasing worker re-arrives while the others wait.
+    // A plain thread gives the signals: tokio's timers would not fire while a worker that
+    // never waits (a free in-process key, a spinning hold) keeps the runtime busy.
     let began = Instant::now();
+    let stagger = config.stagger;
+    let starter = std::thread::spawn(move || {
+        for (w, start) in starts.into_iter().enumerate() {
+            let at = began + stagger * w as u32;
+            std::thread::sleep(at.saturating_duration_since(Instant::now()));
+            let _ = start.send(());
+        }
+    });
     for task in tasks {
         task.await.map_err(|e| format!("worker panicked: {e}"))?;
     }
     let wall = began.elapsed();
+    starter.join().map_err(|_| "the starter thread panicked")?;
 
     let commands = match (stats.as_mut(), before) {
         (Some(s), Some(before)) => Some(support::commands_between(&before, &s.command_calls()?)),
