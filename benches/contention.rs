@@ -53,7 +53,10 @@ OPTIONS:
     --stagger-us N           worker w first arrives w*N after the start, so
                                the first round has an arrival order to keep  [500]
     --residue-keys N         instead: lock and release N distinct keys, then
-                               report RSS and leftover keys                 [off]
+                               report RSS and leftover keys (in-process map
+                               entries; DBSIZE of the URL's database)       [off]
+    --settle-ms N            with --residue-keys: measure again N ms later,
+                               after TTL'd Redis keys have expired           [0]
     --label TEXT             copied into the output, to tell runs apart
     --json                   print only the JSON object
     --help                   this text
@@ -87,6 +90,7 @@ const OPTIONS: &[&str] = &[
     "overtake-slack-us",
     "stagger-us",
     "residue-keys",
+    "settle-ms",
     "label",
     "json",
     "help",
@@ -114,6 +118,7 @@ struct Config {
     overtake_slack: Duration,
     stagger: Duration,
     residue_keys: Option<u64>,
+    settle: Duration,
     label: Option<String>,
     json: bool,
 }
@@ -151,6 +156,7 @@ impl Config {
                 Some(_) => Some(args.get("residue-keys", 0)?),
                 None => None,
             },
+            settle: Duration::from_millis(args.get("settle-ms", 0)?),
             label: args.string("label"),
             json: args.flag("json"),
         };
@@ -180,6 +186,7 @@ impl Config {
             overtake_slack: Duration::from_micros(50),
             stagger: Duration::from_micros(500),
             residue_keys: None,
+            settle: Duration::ZERO,
             label: Some("smoke".into()),
             json: true,
         }
@@ -575,6 +582,23 @@ async fn residue(config: &Config, n: u64) -> Result<Value, String> {
         Some(s) => Some(s.dbsize()?),
         None => None,
     };
+    let key_count_after = memory.as_ref().map(|m| m.key_count());
+    // Redis keeps some keys on purpose for a while (e.g. fence tombstones, with a TTL):
+    // measured again once they should be gone.
+    let settled = if config.settle.is_zero() {
+        None
+    } else {
+        tokio::time::sleep(config.settle).await;
+        let dbsize = match stats.as_mut() {
+            Some(s) => Some(s.dbsize()?),
+            None => None,
+        };
+        Some((
+            support::rss_kib(),
+            memory.as_ref().map(|m| m.key_count()),
+            dbsize,
+        ))
+    };
 
     let mut report = header(config, "residue");
     extend(
@@ -588,9 +612,13 @@ async fn residue(config: &Config, n: u64) -> Result<Value, String> {
             "rss_after_kib": rss_after,
             "rss_growth_kib": rss_before.zip(rss_after).map(|(b, a)| a as i64 - b as i64),
             "rss_peak_kib": support::peak_rss_kib(),
-            "key_count_after": memory.map(|m| m.key_count()),
+            "key_count_after": key_count_after,
             "redis_dbsize_before": dbsize_before,
             "redis_dbsize_after": dbsize_after,
+            "settle_ms": config.settle.as_millis() as u64,
+            "rss_settled_kib": settled.and_then(|s| s.0),
+            "key_count_settled": settled.and_then(|s| s.1),
+            "redis_dbsize_settled": settled.and_then(|s| s.2),
         }),
     );
     Ok(report)

@@ -302,12 +302,18 @@ pub(crate) struct RedisStats {
 }
 
 impl RedisStats {
-    /// Connect to the server named by `url` (`redis://[user:password@]host[:port][/db]`).
+    /// Connect to the server named by `url` (`redis://[user:password@]host[:port][/db]`),
+    /// selecting its database.
     pub(crate) fn connect(url: &str) -> Result<Self, String> {
         let rest = url
             .strip_prefix("redis://")
             .ok_or_else(|| format!("only redis:// URLs are supported, not `{url}`"))?;
-        let rest = rest.split(['/', '?']).next().unwrap_or(rest);
+        let rest = rest.split('?').next().unwrap_or(rest);
+        let (rest, db) = match rest.split_once('/') {
+            Some((r, db)) if !db.is_empty() => (r, Some(db)),
+            Some((r, _)) => (r, None),
+            None => (rest, None),
+        };
         let (auth, hostport) = match rest.rsplit_once('@') {
             Some((a, h)) => (Some(a), h),
             None => (None, rest),
@@ -332,6 +338,9 @@ impl RedisStats {
             };
             conn.command(&args)?;
         }
+        if let Some(db) = db {
+            conn.command(&["SELECT", db])?;
+        }
         Ok(conn)
     }
 
@@ -351,7 +360,8 @@ impl RedisStats {
             .collect())
     }
 
-    /// Number of keys in the current database.
+    /// Number of keys in the selected database (give a run its own database, `/N` in the
+    /// URL, and this counts exactly what the run left behind).
     pub(crate) fn dbsize(&mut self) -> Result<u64, String> {
         self.command(&["DBSIZE"])?
             .parse()
