@@ -683,7 +683,7 @@ fn header(config: &Config, bench: &str) -> Value {
         "overtake_slack_us": config.overtake_slack.as_micros() as u64,
         "stagger_us": config.stagger.as_micros() as u64,
         // Other load on the machine, for judging the figures: 1-minute load average.
-        "loadavg_1m": loadavg(),
+        "loadavg_1m": support::loadavg(),
     })
 }
 
@@ -705,15 +705,6 @@ fn print_human(report: &Value) {
     for (k, v) in shown {
         eprintln!("{k:>30}: {v}");
     }
-}
-
-fn loadavg() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// A run id, so repeated runs against one Redis never share keys.

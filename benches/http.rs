@@ -38,8 +38,9 @@ USAGE:
 
 OPTIONS:
     --connections N       concurrent keep-alive connections (fixed concurrency)  [32]
-    --duration-secs F     measured time per scenario                              [3]
-    --warmup-secs F       unmeasured time before it                             [0.5]
+    --duration-secs F     measured time per scenario, over all rounds             [3]
+    --rounds N            scenarios take turns N times, a slice each              [3]
+    --warmup-secs F       unmeasured time before each slice                     [0.3]
     --server-threads N    server runtime threads                                  [1]
     --client-threads N    load generator runtime threads                          [1]
     --fifo                lock in FIFO mode
@@ -48,8 +49,8 @@ OPTIONS:
     --help                this text
 
 SCENARIOS (name = variant/backend/keys):
-    bare                         the server without locking, run first and last;
-                                 ratio_to_bare divides by the mean of the two
+    bare                         the server without locking: the baseline of
+                                 ratio_to_bare, measured in the same rounds
     lock_in_handler/B/K          the handler locks the path's key with the engine
     lock_layer/B/K               the server wrapped in LockLayer (when it is built)
     B = memory | redis;  K = distinct (a fresh key per request) | hot (one key for all)
@@ -59,6 +60,7 @@ const FLAGS: &[&str] = &["fifo", "json", "help"];
 const OPTIONS: &[&str] = &[
     "connections",
     "duration-secs",
+    "rounds",
     "warmup-secs",
     "server-threads",
     "client-threads",
@@ -71,6 +73,7 @@ const OPTIONS: &[&str] = &[
 struct Config {
     connections: usize,
     duration: Duration,
+    rounds: usize,
     warmup: Duration,
     server_threads: usize,
     client_threads: usize,
@@ -89,15 +92,20 @@ impl Config {
         let config = Config {
             connections: args.get("connections", 32)?,
             duration: secs("duration-secs", 3.0)?,
-            warmup: secs("warmup-secs", 0.5)?,
+            rounds: args.get("rounds", 3)?,
+            warmup: secs("warmup-secs", 0.3)?,
             server_threads: args.get("server-threads", 1)?,
             client_threads: args.get("client-threads", 1)?,
             fifo: args.flag("fifo"),
             redis_url: support::redis_url(args),
             json: args.flag("json"),
         };
-        if config.connections == 0 || config.server_threads == 0 || config.client_threads == 0 {
-            return Err("--connections and the thread counts must be at least 1".into());
+        if config.connections == 0
+            || config.rounds == 0
+            || config.server_threads == 0
+            || config.client_threads == 0
+        {
+            return Err("--connections, --rounds and the thread counts must be at least 1".into());
         }
         Ok(config)
     }
@@ -107,6 +115,7 @@ impl Config {
         Config {
             connections: 4,
             duration: Duration::from_millis(200),
+            rounds: 1,
             warmup: Duration::from_millis(50),
             server_threads: 1,
             client_threads: 1,
@@ -176,12 +185,11 @@ fn main() -> ExitCode {
         Config::smoke()
     };
 
-    let bare = Scenario {
+    let mut scenarios = vec![Scenario {
         variant: Variant::Bare,
         backend: Backend::Memory,
         hot: false,
-    };
-    let mut scenarios = vec![bare];
+    }];
     let mut backends = vec![Backend::Memory];
     if config.redis_url.is_some() {
         backends.push(Backend::Redis);
@@ -197,38 +205,38 @@ fn main() -> ExitCode {
             }
         }
     }
-    scenarios.push(bare);
 
+    // Scenarios take turns, a slice each per round, so drift in the machine's other load
+    // falls on all of them alike instead of on whichever ran last.
     let client = runtime(config.client_threads);
-    let mut results: Vec<Value> = Vec::new();
-    for (i, scenario) in scenarios.iter().enumerate() {
-        let mut result = match run(&config, &client, scenario) {
-            Ok(r) => r,
-            Err(skipped) => json!({ "skipped": skipped }),
-        };
-        result["bench"] = json!("http");
-        result["name"] = json!(scenario.name());
-        if scenario.variant == Variant::Bare {
-            result["round"] = json!(if i == 0 { 1 } else { 2 });
+    let slice = config.duration / config.rounds as u32;
+    let mut tallies: Vec<Tally> = scenarios.iter().map(|_| Tally::default()).collect();
+    for _ in 0..config.rounds {
+        for (scenario, tally) in scenarios.iter().zip(&mut tallies) {
+            if tally.skipped.is_some() {
+                continue;
+            }
+            match run(&config, &client, scenario, slice) {
+                Ok(outcome) => tally.add(outcome, slice),
+                Err(why) => tally.skipped = Some(why),
+            }
         }
-        if !config.json {
-            eprintln!("{:>32}: {}", scenario.name(), summary(&result));
-        }
-        results.push(result);
     }
 
-    // The baseline is the bare server measured before and after everything else, so
-    // machine-wide drift during the run shows up as a gap between the two.
-    let bare_rps: Vec<f64> = results
+    let bare_rps = tallies[0].rps();
+    let results: Vec<Value> = scenarios
         .iter()
-        .filter(|r| r["name"] == "bare")
-        .filter_map(|r| r["rps"].as_f64())
+        .zip(tallies)
+        .map(|(scenario, tally)| {
+            let mut r = tally.report(&config, scenario, bare_rps);
+            r["bench"] = json!("http");
+            r["name"] = json!(scenario.name());
+            r
+        })
         .collect();
-    let baseline =
-        (!bare_rps.is_empty()).then(|| bare_rps.iter().sum::<f64>() / bare_rps.len() as f64);
-    for r in &mut results {
-        if let (Some(rps), Some(base)) = (r["rps"].as_f64(), baseline) {
-            r["ratio_to_bare"] = json!(round(rps / base, 3));
+    for r in &results {
+        if !config.json {
+            eprintln!("{:>32}: {}", r["name"].as_str().unwrap_or("?"), summary(r));
         }
         println!("{r}");
     }
@@ -242,6 +250,58 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// One scenario's measurements, summed over the rounds.
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<f64>,
+    errors: u64,
+    measured: Duration,
+    rps_by_round: Vec<f64>,
+    skipped: Option<String>,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: LoadOutcome, slice: Duration) {
+        self.rps_by_round.push(round(
+            outcome.latencies.len() as f64 / slice.as_secs_f64(),
+            1,
+        ));
+        self.latencies.extend(outcome.latencies);
+        self.errors += outcome.errors;
+        self.measured += slice;
+    }
+
+    fn rps(&self) -> Option<f64> {
+        (!self.measured.is_zero())
+            .then(|| self.latencies.len() as f64 / self.measured.as_secs_f64())
+    }
+
+    fn report(mut self, config: &Config, scenario: &Scenario, bare_rps: Option<f64>) -> Value {
+        if let Some(why) = self.skipped {
+            return json!({ "skipped": why });
+        }
+        let requests = self.latencies.len();
+        let rps = self.rps();
+        let p = percentiles(&mut self.latencies).unwrap_or_default();
+        json!({
+            "backend": (scenario.variant != Variant::Bare).then(|| scenario.backend.name()),
+            "keys": if scenario.hot { "hot" } else { "distinct" },
+            "connections": config.connections,
+            "duration_s": self.measured.as_secs_f64(),
+            "rounds": config.rounds,
+            "requests": requests,
+            "errors": self.errors,
+            "rps": rps.map(|r| round(r, 1)),
+            "rps_by_round": self.rps_by_round,
+            "ratio_to_bare": rps.zip(bare_rps).map(|(r, b)| round(r / b, 3)),
+            "p50_us": round(p.p50, 1),
+            "p99_us": round(p.p99, 1),
+            "max_us": round(p.max, 1),
+            "loadavg_1m": support::loadavg(),
+        })
+    }
 }
 
 fn fail(message: &str) -> ExitCode {
@@ -281,8 +341,14 @@ async fn app(config: &Config, scenario: &Scenario) -> Result<Router, String> {
     }
 }
 
-/// One scenario: start its server on a fresh runtime and port, load it, stop it.
-fn run(config: &Config, client: &Runtime, scenario: &Scenario) -> Result<Value, String> {
+/// One slice of a scenario: start its server on a fresh runtime and port, load it for
+/// warm-up plus `slice`, stop it.
+fn run(
+    config: &Config,
+    client: &Runtime,
+    scenario: &Scenario,
+    slice: Duration,
+) -> Result<LoadOutcome, String> {
     let server = runtime(config.server_threads);
     let addr = server.block_on(async {
         let app = app(config, scenario).await?;
@@ -293,27 +359,10 @@ fn run(config: &Config, client: &Runtime, scenario: &Scenario) -> Result<Value, 
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok::<_, String>(addr)
     })?;
-
-    let outcome = client.block_on(load(config, addr, scenario.hot));
+    let outcome = client.block_on(load(config, addr, scenario.hot, slice));
     // Dropping the runtime stops the server and its connections.
     server.shutdown_timeout(Duration::from_secs(1));
-    let outcome = outcome?;
-
-    let mut latencies = outcome.latencies;
-    let requests = latencies.len();
-    let p = percentiles(&mut latencies).unwrap_or_default();
-    Ok(json!({
-        "backend": (scenario.variant != Variant::Bare).then(|| scenario.backend.name()),
-        "keys": if scenario.hot { "hot" } else { "distinct" },
-        "connections": config.connections,
-        "duration_s": config.duration.as_secs_f64(),
-        "requests": requests,
-        "errors": outcome.errors,
-        "rps": round(requests as f64 / config.duration.as_secs_f64(), 1),
-        "p50_us": round(p.p50, 1),
-        "p99_us": round(p.p99, 1),
-        "max_us": round(p.max, 1),
-    }))
+    outcome
 }
 
 struct LoadOutcome {
@@ -321,11 +370,16 @@ struct LoadOutcome {
     errors: u64,
 }
 
-/// Keep `connections` requests in flight for warm-up plus duration; record the requests
+/// Keep `connections` requests in flight for warm-up plus `slice`; record the requests
 /// sent inside the measured window.
-async fn load(config: &Config, addr: SocketAddr, hot: bool) -> Result<LoadOutcome, String> {
+async fn load(
+    config: &Config,
+    addr: SocketAddr,
+    hot: bool,
+    slice: Duration,
+) -> Result<LoadOutcome, String> {
     let measure_from = Instant::now() + config.warmup;
-    let until = measure_from + config.duration;
+    let until = measure_from + slice;
     let tasks: Vec<_> = (0..config.connections)
         .map(|conn| tokio::spawn(connection(addr, conn, hot, measure_from, until)))
         .collect();

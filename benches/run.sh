@@ -119,7 +119,7 @@ fi
 
 # --- HTTP bench (its Redis scenarios say "skipped" while the backend is not built) ------
 log "http bench"
-cargo bench -q --bench http -- --json --duration-secs 3 --redis-url "$REDIS_URL" \
+cargo bench -q --bench http -- --json --duration-secs 6 --rounds 3 --redis-url "$REDIS_URL" \
     >"$OUT/http.jsonl" 2>"$OUT/http.log"
 
 # --- criterion micro-benches -------------------------------------------------------------
@@ -200,8 +200,7 @@ row "redis   ... as a fraction of SET -c 50 / 2" \
 row "memory uncontended 1 client: cycles/s" "$(F memory-1client cycles_per_s)" "" ""
 row "memory 50 workers, distinct keys: cycles/s" "$(F memory-50distinct cycles_per_s)" "" ""
 
-row "http bare: requests/s (mean of first and last run)" \
-    "$(grep '"name":"bare"' "$OUT/http.jsonl" | awk -F'"rps":' '{ split($2, a, /[,}]/); s += a[1]; n++ } END { if (n) printf "%.0f", s / n }')" "" ""
+row "http bare: requests/s" "$(http_get bare rps)" "" ""
 for s in lock_layer/memory/distinct lock_layer/memory/hot lock_in_handler/memory/distinct \
     lock_in_handler/memory/hot lock_layer/redis/distinct lock_layer/redis/hot \
     lock_in_handler/redis/distinct lock_in_handler/redis/hot; do

@@ -289,6 +289,16 @@ fn page_size() -> Option<u64> {
     })
 }
 
+/// The 1-minute load average: other load on the machine, for judging the figures.
+pub(crate) fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 // ---------------------------------------------------------------------------------------
 // A minimal Redis client for the server's own statistics.
 // ---------------------------------------------------------------------------------------
