@@ -182,9 +182,12 @@ impl Config {
             fifo: true,
             ttl: Duration::from_secs(10),
             engines: 2,
-            threads: 2,
+            // A thread per worker: contention must not hinge on how soon the OS wakes a
+            // second thread on a busy machine.
+            threads: 4,
             overtake_slack: Duration::from_micros(50),
-            stagger: Duration::from_micros(500),
+            // All at once: the smoke run wants contention, not an arrival order.
+            stagger: Duration::ZERO,
             residue_keys: None,
             settle: Duration::ZERO,
             label: Some("smoke".into()),
