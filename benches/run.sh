@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Runs every benchmark and prints a table of figures against the project's targets.
+#
+#   bash benches/run.sh            # results (JSON, logs) land in target/bench-results/
+#
+# Figures are ratios against baselines measured in the same run (redis-benchmark against
+# the same server, the bare HTTP server), so they mean something on a busy machine too.
+# Targets are reported, never asserted: the script fails only if a bench itself fails.
+#
+# It starts its own redis-server on a free loopback port (no persistence) and stops it on
+# exit; it installs Debian's redis-server (which brings redis-benchmark and redis-cli) if
+# missing. The HTTP load generator is built into benches/http.rs, so wrk is not needed.
+# Budget: well under 10 minutes on 2 cores once the benches are built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+OUT="${CARGO_TARGET_DIR:-target}/bench-results"
+CRITERION_DIR="${CARGO_TARGET_DIR:-target}/criterion"
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.log
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- tools -----------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
+    log "redis-server not found; installing it from Debian's packages"
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+
+log "building the benches"
+cargo bench --no-run --bench engine --bench contention --bench http 2>"$OUT/build.log" ||
+    { cat "$OUT/build.log" >&2; exit 1; }
+
+# --- our own Redis ---------------------------------------------------------------------
+# A port nobody listens on: connecting to it must fail.
+free_port() {
+    local p
+    for p in $(shuf -i 20000-60000 -n 100); do
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+REDIS_PID=""
+stop_redis() { if [ -n "$REDIS_PID" ]; then kill "$REDIS_PID" 2>/dev/null || true; wait "$REDIS_PID" 2>/dev/null || true; fi; }
+trap stop_redis EXIT
+
+for _ in 1 2 3; do
+    PORT=$(free_port)
+    redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        --daemonize no --logfile "$OUT/redis.log" &
+    REDIS_PID=$!
+    for _ in $(seq 50); do
+        if redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG; then break 2; fi
+        sleep 0.1
+    done
+    stop_redis
+    REDIS_PID=""
+done
+if [ -z "$REDIS_PID" ]; then log "could not start redis-server (see $OUT/redis.log)"; exit 1; fi
+REDIS_URL="redis://127.0.0.1:$PORT"
+export REDIS_URL
+log "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on port $PORT"
+
+# --- baselines: what one Redis does with plain SETs, as a lock cycle is two round trips ---
+set_rate() { # clients requests -> SET requests per second
+    redis-benchmark -p "$PORT" -t set -c "$1" -n "$2" --csv 2>/dev/null |
+        awk -F, '/"SET"/ { gsub(/"/, "", $2); print $2 }'
+}
+log "redis-benchmark baselines"
+SET_C1_FIRST=$(set_rate 1 20000)
+SET_C50_FIRST=$(set_rate 50 200000)
+
+# --- contention bench ------------------------------------------------------------------
+# Each contention configuration runs REPEAT times (name.1.json, ...); the table shows the
+# median of each figure, and the worst run for the must-be-zero counts. A run lasts well
+# under a second, so one preemption on a shared machine would otherwise decide its p99.
+REPEAT=${BENCH_REPEAT:-3}
+contention() { # name args... -> $OUT/name.N.json; returns the bench's status
+    local name=$1 i
+    shift
+    log "contention $name: $*"
+    for i in $(seq "$REPEAT"); do
+        cargo bench -q --bench contention -- --json --label "$name" "$@" \
+            >"$OUT/$name.$i.json" 2>"$OUT/$name.log" || return
+    done
+}
+once() { # name args...: a contention run that is not repeated
+    REPEAT=1 contention "$@"
+}
+
+CONTENDED=(--workers 8 --keys 1 --iterations 50 --hold-us 1000)
+contention memory-fifo --backend memory "${CONTENDED[@]}" --fifo
+contention memory-nofifo --backend memory "${CONTENDED[@]}"
+contention memory-1client --backend memory --workers 1 --keys 1 --iterations 200000 --hold-us 0
+contention memory-50distinct --backend memory --workers 50 --keys 50 --iterations 4000 --hold-us 0
+once memory-residue --backend memory --residue-keys 1000000
+
+REDIS_BACKEND=yes
+if ! contention redis-fifo --backend redis "${CONTENDED[@]}" --fifo; then
+    if grep -q "redis backend not built" "$OUT/redis-fifo.log"; then
+        rm -f "$OUT"/redis-fifo.*.json
+        REDIS_BACKEND=no
+        log "the Redis backend is not in this build: Redis figures are n/a"
+    else
+        cat "$OUT/redis-fifo.log" >&2
+        exit 1
+    fi
+fi
+if [ "$REDIS_BACKEND" = yes ]; then
+    contention redis-nofifo --backend redis "${CONTENDED[@]}"
+    # Two engines (two pools, two subscribers) on one Redis: FIFO across the nodes of a fleet.
+    contention redis-fifo-2engines --backend redis "${CONTENDED[@]}" --fifo --engines 2
+    contention redis-1client --backend redis --workers 1 --keys 1 --iterations 5000 --hold-us 0
+    contention redis-50distinct --backend redis --workers 50 --keys 50 --iterations 400 --hold-us 0
+    # Its own database, so DBSIZE counts exactly what it leaves; a short TTL, so the keys
+    # Redis keeps on purpose for a while (with a TTL) are gone when it looks again.
+    once redis-residue --backend redis --redis-url "$REDIS_URL/1" --workers 16 \
+        --residue-keys 100000 --ttl-ms 1000 --settle-ms 15000
+fi
+
+# The baselines again, after the Redis runs: the higher of the two counts, so a moment of
+# competing load during one measurement cannot make the ratios look better than they are.
+log "redis-benchmark baselines, again"
+SET_C1_LAST=$(set_rate 1 20000)
+SET_C50_LAST=$(set_rate 50 200000)
+max() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a > b) ? a : b }'; }
+SET_C1=$(max "$SET_C1_FIRST" "$SET_C1_LAST")
+SET_C50=$(max "$SET_C50_FIRST" "$SET_C50_LAST")
+printf '{"set_c1_rps":[%s,%s],"set_c50_rps":[%s,%s]}\n' "$SET_C1_FIRST" "$SET_C1_LAST" \
+    "$SET_C50_FIRST" "$SET_C50_LAST" >"$OUT/redis-benchmark.json"
+
+# --- HTTP bench (its Redis scenarios say "skipped" while the backend is not built) ------
+log "http bench"
+cargo bench -q --bench http -- --json --duration-secs 6 --rounds 3 --redis-url "$REDIS_URL" \
+    >"$OUT/http.jsonl" 2>"$OUT/http.log"
+
+# --- criterion micro-benches -------------------------------------------------------------
+log "criterion micro-benches"
+rm -rf "$CRITERION_DIR/engine" "$CRITERION_DIR/layer" # no stale figures in the table
+cargo bench -q --bench engine -- --warm-up-time 1 --measurement-time 2 \
+    >"$OUT/engine.log" 2>&1
+
+# --- the table ---------------------------------------------------------------------------
+# The JSON is flat with unique field names, so a field is found by name without a JSON tool.
+jget() { # key [file] -> value, or nothing
+    { grep -o "\"$1\":[^,}]*" "${2:-/dev/stdin}" 2>/dev/null || true; } | head -1 |
+        cut -d: -f2- | tr -d '"' | sed 's/^null$//'
+}
+http_get() { grep "\"name\":\"$1\"" "$OUT/http.jsonl" | jget "$2"; }
+crit_ns() { # group/bench -> mean in ns
+    local f="$CRITERION_DIR/${1%%/*}/$(echo "${1#*/}" | tr '/' '_')/new/estimates.json"
+    [ -f "$f" ] && grep -o '"point_estimate":[0-9.e+-]*' "$f" | head -1 | cut -d: -f2
+}
+calc() { awk "BEGIN { printf \"%.${2:-1}f\", $1 }"; }
+
+row() { # label value op target [unit]
+    local label=$1 value=$2 op=$3 target=$4 status
+    if [ -z "$op" ]; then
+        status="" # a figure reported without a target
+        value=${value:-n/a}
+    elif [ -z "$value" ] || [ -z "$target" ]; then
+        status="n/a"
+        value=${value:-n/a}
+    else
+        status=$(awk -v v="$value" -v t="$target" -v op="$op" 'BEGIN {
+            ok = (op == "<=") ? v <= t : (op == ">=") ? v >= t : (op == "==") ? v == t : 1
+            print (ok ? "ok" : "MISS") }')
+    fi
+    printf '%-58s %14s  %-3s %-12s %s\n' "$label" "$value" "$op" "$target" "$status"
+}
+
+values() { # run field -> the field's value in each repetition of the run, one per line
+    local f
+    for f in "$OUT/$1".*.json; do
+        [ -f "$f" ] && jget "$2" "$f"
+    done | grep -v '^$' || true
+}
+F() { # run field -> median over the repetitions (the lower middle for an even count)
+    values "$1" "$2" | sort -g | awk '{ v[NR] = $0 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+Fmax() { # run field -> the worst (largest) over the repetitions
+    values "$1" "$2" | sort -g | tail -1
+}
+ratio() { # a b -> a/b, or nothing
+    if [ -n "$1" ] && [ -n "$2" ] && awk -v b="$2" 'BEGIN { exit !(b > 0) }'; then
+        calc "$1 / $2" 3
+    fi
+}
+
+echo
+echo "tower-lock benchmarks  ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg), redis on :$PORT)"
+echo "contention figures: median of $REPEAT runs each (overtakes, longest run: the worst run)"
+echo "baselines: redis-benchmark SET -c 1: $SET_C1/s (runs: $SET_C1_FIRST, $SET_C1_LAST)," \
+    "-c 50: $SET_C50/s (runs: $SET_C50_FIRST, $SET_C50_LAST); a lock cycle = 2 round trips"
+printf '%-58s %14s  %-16s %s\n' "figure" "measured" "target" "status"
+printf '%s\n' "$(printf '%.0s-' {1..96})"
+for b in redis memory; do
+    handoff_target=500
+    [ $b = memory ] && handoff_target=50
+    row "$b FIFO 8w/1key/1ms: hand-off p99 (us)" "$(F $b-fifo handoff_p99_us)" "<=" $handoff_target
+    row "$b FIFO 8w/1key/1ms: longest wait (ms)" "$(F $b-fifo longest_wait_ms)" "<=" 12
+    row "$b FIFO 8w/1key/1ms: FIFO overtakes" "$(Fmax $b-fifo fifo_overtakes)" "==" 0
+    row "$b FIFO 8w/1key/1ms: cycles/s" "$(F $b-fifo cycles_per_s)" ">=" 750
+    if [ $b = redis ]; then
+        row "$b FIFO 8w/1key/1ms: Redis commands per cycle" \
+            "$(F $b-fifo redis_commands_per_cycle)" "<=" 10
+    fi
+    row "$b FIFO 8w/1key/1ms: longest run by one worker (worst)" "$(Fmax $b-fifo longest_run)" "" ""
+    row "$b FIFO / non-FIFO throughput" \
+        "$(ratio "$(F $b-fifo cycles_per_s)" "$(F $b-nofifo cycles_per_s)")" ">=" 0.9
+    row "$b non-FIFO 8w/1key/1ms: hand-off p99 (us)" "$(F $b-nofifo handoff_p99_us)" "" ""
+    row "$b non-FIFO 8w/1key/1ms: FIFO overtakes" "$(F $b-nofifo fifo_overtakes)" "" ""
+done
+HALF_C1=$(calc "${SET_C1:-0} / 2" 0)
+HALF_C50=$(calc "${SET_C50:-0} / 2" 0)
+row "redis FIFO across 2 engines: FIFO overtakes" "$(Fmax redis-fifo-2engines fifo_overtakes)" "==" 0
+row "redis FIFO across 2 engines: hand-off p99 (us)" "$(F redis-fifo-2engines handoff_p99_us)" "" ""
+row "redis uncontended 1 client: cycles/s" "$(F redis-1client cycles_per_s)" ">=" \
+    "$(calc "0.9 * $HALF_C1" 0)"
+row "redis   ... as a fraction of SET -c 1 / 2" \
+    "$(ratio "$(F redis-1client cycles_per_s)" "$HALF_C1")" ">=" 0.9
+row "redis 50 workers, distinct keys: cycles/s" "$(F redis-50distinct cycles_per_s)" ">=" \
+    "$(calc "0.8 * $HALF_C50" 0)"
+row "redis   ... as a fraction of SET -c 50 / 2" \
+    "$(ratio "$(F redis-50distinct cycles_per_s)" "$HALF_C50")" ">=" 0.8
+row "memory uncontended 1 client: cycles/s" "$(F memory-1client cycles_per_s)" "" ""
+row "memory 50 workers, distinct keys: cycles/s" "$(F memory-50distinct cycles_per_s)" "" ""
+
+row "http bare: requests/s" "$(http_get bare rps)" "" ""
+for s in lock_layer/memory/distinct lock_layer/memory/hot lock_in_handler/memory/distinct \
+    lock_in_handler/memory/hot lock_layer/redis/distinct lock_layer/redis/hot \
+    lock_in_handler/redis/distinct lock_in_handler/redis/hot; do
+    if [ "$s" = lock_layer/memory/distinct ]; then
+        row "http $s / bare" "$(http_get "$s" ratio_to_bare)" ">=" 0.9
+    else
+        row "http $s / bare" "$(http_get "$s" ratio_to_bare)" "" ""
+    fi
+done
+row "http lock_layer/memory/distinct: p99 latency (us)" "$(http_get lock_layer/memory/distinct p99_us)" "" ""
+row "http bare: p99 latency (us)" "$(http_get bare p99_us)" "" ""
+
+row "residue: memory keys left after 1,000,000 locked+released" "$(F memory-residue key_count_after)" "==" 0
+row "residue: RSS before (KiB)" "$(F memory-residue rss_before_kib)" "" ""
+row "residue: RSS after (KiB)" "$(F memory-residue rss_after_kib)" "" ""
+row "residue: Redis keys right after 100,000 locks (TTL'd keys)" "$(F redis-residue redis_dbsize_after)" "" ""
+row "residue: Redis keys 15 s later (lease TTL 1 s)" "$(F redis-residue redis_dbsize_settled)" "==" 0
+
+violations=0
+for f in "$OUT"/*.json; do
+    v=$(jget mutual_exclusion_violations "$f")
+    violations=$((violations + ${v:-0}))
+done
+row "mutual-exclusion violations, all contention runs (sum)" "$violations" "==" 0
+
+for c in engine/memory/acquire_release engine/memory/acquire_release_fifo \
+    engine/memory/acquire_release_fresh_key engine/memory/try_acquire_busy \
+    engine/redis/acquire_release engine/redis/acquire_release_fifo layer/bare \
+    layer/lock_in_handler/memory layer/lock_layer/memory; do
+    ns=$(crit_ns "$c" || true)
+    row "criterion $c (ns)" "${ns:+$(calc "$ns" 0)}" "" ""
+done
+echo
+echo "raw results: $OUT/ (a JSON object per contention run, JSON lines for http)"
