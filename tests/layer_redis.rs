@@ -195,54 +195,62 @@ async fn next_arrival(arrivals: &mut mpsc::UnboundedReceiver<Arrival>) -> Arriva
 async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
     const N: usize = 8;
     const ROUNDS: usize = 3;
-    let (engine, prefix) = shared_engine("fifo").await;
-    let layer = LockLayer::builder(engine.clone())
-        .key(header_key())
-        .wait(Duration::from_secs(20))
-        .fifo(true)
-        .build()
-        .unwrap();
+    const NODES: usize = 3;
+    let prefix = "layer-redis-fifo";
     let in_handler = Arc::new(AtomicUsize::new(0));
     let max_in_handler = Arc::new(AtomicUsize::new(0));
     // Each handler reports (seq, fence) and stays inside until the test lets it go.
     let (arrivals_tx, mut arrivals_rx) = mpsc::unbounded_channel::<Arrival>();
     let app = {
         let (in_handler, max_in_handler) = (in_handler.clone(), max_in_handler.clone());
-        Router::new()
-            .route(
-                "/work",
-                post(move |Extension(info): Extension<LeaseInfo>, req: Request| {
-                    let (in_handler, max_in_handler, arrivals_tx) = (
-                        in_handler.clone(),
-                        max_in_handler.clone(),
-                        arrivals_tx.clone(),
-                    );
-                    async move {
-                        let now = in_handler.fetch_add(1, Ordering::SeqCst) + 1;
-                        max_in_handler.fetch_max(now, Ordering::SeqCst);
-                        let seq: usize = req.headers()["x-seq"].to_str().unwrap().parse().unwrap();
-                        let (go_tx, go_rx) = oneshot::channel();
-                        arrivals_tx.send((seq, info.fence().get(), go_tx)).unwrap();
-                        go_rx.await.unwrap();
-                        // Give a concurrent handler every chance to overlap this one.
-                        for _ in 0..10 {
-                            tokio::task::yield_now().await;
-                        }
-                        in_handler.fetch_sub(1, Ordering::SeqCst);
-                        "done"
+        Router::new().route(
+            "/work",
+            post(move |Extension(info): Extension<LeaseInfo>, req: Request| {
+                let (in_handler, max_in_handler, arrivals_tx) = (
+                    in_handler.clone(),
+                    max_in_handler.clone(),
+                    arrivals_tx.clone(),
+                );
+                async move {
+                    let now = in_handler.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_in_handler.fetch_max(now, Ordering::SeqCst);
+                    let seq: usize = req.headers()["x-seq"].to_str().unwrap().parse().unwrap();
+                    let (go_tx, go_rx) = oneshot::channel();
+                    arrivals_tx.send((seq, info.fence().get(), go_tx)).unwrap();
+                    go_rx.await.unwrap();
+                    // Give a concurrent handler every chance to overlap this one.
+                    for _ in 0..10 {
+                        tokio::task::yield_now().await;
                     }
-                }),
-            )
-            .route_layer(layer)
+                    in_handler.fetch_sub(1, Ordering::SeqCst);
+                    "done"
+                }
+            }),
+        )
     };
-    let server = Arc::new(serve(app).await);
+    // A fleet: each server has its own engine (pool and subscriber) on the one Redis, so
+    // the order comes from the Redis ticket queue, not from one process's local waiters.
+    let mut engines = Vec::new();
+    let mut servers = Vec::new();
+    for _ in 0..NODES {
+        let engine = redis_engine(RedisServer::shared(), prefix, None).await;
+        let layer = LockLayer::builder(engine.clone())
+            .key(header_key())
+            .wait(Duration::from_secs(20))
+            .fifo(true)
+            .build()
+            .unwrap();
+        servers.push(Arc::new(serve(app.clone().route_layer(layer)).await));
+        engines.push(engine);
+    }
+    let engine = &engines[0];
 
     let mut last_fence = 0;
     for round in 0..ROUNDS {
         let mut tasks = Vec::new();
         let mut inside = None;
         for seq in 0..N {
-            let server = server.clone();
+            let server = servers[seq % NODES].clone();
             tasks.push(tokio::spawn(async move {
                 server
                     .post("/work", &[("x-key", "k"), ("x-seq", &seq.to_string())])
@@ -251,8 +259,9 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
             if seq == 0 {
                 inside = Some(next_arrival(&mut arrivals_rx).await);
             } else {
-                // Arrival order is the order of the Redis ticket queue.
-                wait_for_waiters(&engine, "k", seq).await;
+                // Arrival order is the order of the Redis ticket queue (waiters on all
+                // nodes count).
+                wait_for_waiters(engine, "k", seq).await;
             }
         }
         for expected in 0..N {
@@ -276,7 +285,7 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
         }
     }
     assert_eq!(max_in_handler.load(Ordering::SeqCst), 1);
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), engine, prefix, &["k"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
