@@ -747,26 +747,7 @@ async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     let prefix = "layer-redis-pause";
     let redis = RedisServer::start();
     let engine = redis_engine(&redis, prefix, Some(SHORT_TIMEOUT)).await;
-    let (gate, control) = gate();
-    control.open();
-    let app = Router::new()
-        .merge(gated_route(
-            "/now",
-            LockLayer::builder(engine.clone())
-                .key(header_key())
-                .build()
-                .unwrap(),
-            gate.clone(),
-        ))
-        .merge(gated_route(
-            "/wait",
-            LockLayer::builder(engine.clone())
-                .key(header_key())
-                .wait(Duration::from_secs(5))
-                .build()
-                .unwrap(),
-            gate,
-        ));
+    let app = now_and_wait_app(&engine, Duration::from_secs(5));
     let server = serve(app).await;
     let up = server.post("/now", &[("x-key", "k")]).await;
     assert!(up.text().starts_with("fence:"), "{}", up.text());
@@ -786,11 +767,64 @@ async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     );
 
     tokio::task::block_in_place(|| redis.wait_ready());
-    // The acquire that timed out lands once the pause ends; the engine releases that
-    // unseen grant by its token, so the key is not blocked for the 30 s lease TTL.
+    // Once the pause ends the same layer locks again, and the key is not blocked for the
+    // 30 s lease TTL by whatever the timed-out acquire left behind.
     let started = Instant::now();
     let after = server.post("/wait", &[("x-key", "k")]).await;
     assert!(after.text().starts_with("fence:"), "{}", after.text());
     assert!(started.elapsed() < Duration::from_secs(5));
+    assert_no_residue(&redis, &engine, prefix, &["k"]).await;
+}
+
+/// Two routes on one engine: `/now` (wait 0) and `/wait` (waits up to `wait`).
+fn now_and_wait_app(engine: &LockEngine, wait: Duration) -> Router {
+    let (gate, control) = gate();
+    control.open();
+    Router::new()
+        .merge(gated_route(
+            "/now",
+            LockLayer::builder(engine.clone())
+                .key(header_key())
+                .build()
+                .unwrap(),
+            gate.clone(),
+        ))
+        .merge(gated_route(
+            "/wait",
+            LockLayer::builder(engine.clone())
+                .key(header_key())
+                .wait(wait)
+                .build()
+                .unwrap(),
+            gate,
+        ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_redis_is_answered_503_and_the_grant_that_lands_late_is_released() {
+    let prefix = "layer-redis-freeze";
+    let redis = RedisServer::start();
+    let engine = redis_engine(&redis, prefix, Some(SHORT_TIMEOUT)).await;
+    let server = serve(now_and_wait_app(&engine, Duration::from_secs(3))).await;
+    let up = server.post("/now", &[("x-key", "k")]).await;
+    assert!(up.text().starts_with("fence:"), "{}", up.text());
+
+    // DEBUG SLEEP: the server reads nothing for a while, then executes what is on the wire.
+    let thaw = tokio::task::block_in_place(|| redis.freeze(Duration::from_millis(1_500)));
+    let started = Instant::now();
+    let reply = server.post("/now", &[("x-key", "k")]).await;
+    let elapsed = started.elapsed();
+    assert_problem(&reply, StatusCode::SERVICE_UNAVAILABLE, "lock-unavailable");
+    assert!(
+        elapsed < SHORT_TIMEOUT + Duration::from_millis(800),
+        "503 after {elapsed:?}, not after the command timeout"
+    );
+    tokio::task::block_in_place(|| thaw.join().unwrap());
+
+    // The acquire behind that 503 lands after the thaw, granting the key (30 s lease TTL)
+    // to a token nobody saw; the engine releases it by that token, so the next request
+    // gets the key within its 3 s wait instead of a 429.
+    let after = server.post("/wait", &[("x-key", "k")]).await;
+    assert!(after.text().starts_with("fence:"), "{}", after.text());
     assert_no_residue(&redis, &engine, prefix, &["k"]).await;
 }
