@@ -114,6 +114,32 @@ async fn arrives(control: &mut GateControl, request: &mut JoinHandle<Reply>) -> 
     }
 }
 
+/// `POST path` with `headers` while another request with the same key is inside the
+/// handler: answered without entering the handler (fails at once if it does enter).
+async fn post_refused(
+    server: &Arc<TestServer>,
+    path: &'static str,
+    headers: &[(&str, &str)],
+    control: &mut GateControl,
+) -> Reply {
+    let server = server.clone();
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let mut request = tokio::spawn(async move {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        server.post(path, &headers).await
+    });
+    tokio::select! {
+        reply = &mut request => reply.unwrap(),
+        _ = control.arrived() => panic!("a second request with the same key entered the handler"),
+    }
+}
+
 async fn wait_for_waiters(engine: &LockEngine, key: &str, n: usize) {
     tokio::time::timeout(Duration::from_secs(10), async {
         // The engine offers no event for "a waiter queued"; look again shortly.
@@ -354,7 +380,7 @@ async fn held_key_is_answered_423_with_retry_after_and_problem_json() {
 
     let mut first = spawn_post(&server, "/work", "k");
     arrives(&mut control, &mut first).await;
-    let second = server.post("/work", &[("x-key", "k")]).await;
+    let second = post_refused(&server, "/work", &[("x-key", "k")], &mut control).await;
     // Retry-After comes from the holder's remaining TTL on Redis (at most 2.5 s).
     let retry = assert_problem(&second, StatusCode::LOCKED, "locked");
     assert!((1..=3).contains(&retry), "Retry-After {retry}");
@@ -381,7 +407,7 @@ async fn wait_that_runs_out_is_answered_429_with_retry_after() {
     let mut first = spawn_post(&server, "/work", "k");
     arrives(&mut control, &mut first).await;
     let started = Instant::now();
-    let second = server.post("/work", &[("x-key", "k")]).await;
+    let second = post_refused(&server, "/work", &[("x-key", "k")], &mut control).await;
     assert!(started.elapsed() >= Duration::from_millis(150), "it waited");
     assert_problem(&second, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
     // The waiter that gave up left the queue.
@@ -407,7 +433,7 @@ async fn full_wait_queue_is_answered_429_at_once() {
     let waiting = spawn_post(&server, "/work", "k");
     wait_for_waiters(&engine, "k", 1).await;
     let started = Instant::now();
-    let third = server.post("/work", &[("x-key", "k")]).await;
+    let third = post_refused(&server, "/work", &[("x-key", "k")], &mut control).await;
     assert_problem(&third, StatusCode::TOO_MANY_REQUESTS, "too-many-waiters");
     assert!(
         started.elapsed() < Duration::from_secs(5),
@@ -441,7 +467,13 @@ async fn idempotency_duplicate_in_flight_is_answered_409() {
     });
     arrives(&mut control, &mut first).await;
     // The bare form is the same key.
-    let dup = server.post("/work", &[("idempotency-key", "abc")]).await;
+    let dup = post_refused(
+        &server,
+        "/work",
+        &[("idempotency-key", "abc")],
+        &mut control,
+    )
+    .await;
     assert_problem(&dup, StatusCode::CONFLICT, "conflict");
     control.open();
     assert!(first.await.unwrap().text().starts_with("fence:"));
@@ -471,7 +503,7 @@ async fn two_servers_on_one_redis_exclude_each_other() {
     let (_engine_b, b) = node(gate).await;
     let mut held = spawn_post(&a, "/work", "k");
     arrives(&mut control, &mut held).await;
-    let refused = b.post("/work", &[("x-key", "k")]).await;
+    let refused = post_refused(&b, "/work", &[("x-key", "k")], &mut control).await;
     assert_problem(&refused, StatusCode::LOCKED, "locked");
     control.open();
     assert_eq!(held.await.unwrap().status, StatusCode::OK);
@@ -718,7 +750,7 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     // Degrade: serialized on this node by the in-process engine.
     let mut a = spawn_post(&server, "/degrade", "k");
     arrives(&mut control, &mut a).await;
-    let b = server.post("/degrade", &[("x-key", "k")]).await;
+    let b = post_refused(&server, "/degrade", &[("x-key", "k")], &mut control).await;
     assert_problem(&b, StatusCode::LOCKED, "locked");
     control.open();
     assert!(a.await.unwrap().text().starts_with("degraded:"));
@@ -730,10 +762,10 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     // The same layers and engine, not rebuilt, lock on Redis again.
     let mut a = spawn_post(&server, "/closed", "k");
     arrives(&mut control, &mut a).await;
-    let b = server.post("/closed", &[("x-key", "k")]).await;
+    let b = post_refused(&server, "/closed", &[("x-key", "k")], &mut control).await;
     assert_problem(&b, StatusCode::LOCKED, "locked");
     // Held on Redis, not in-process: the degrading layer sees it too.
-    let c = server.post("/degrade", &[("x-key", "k")]).await;
+    let c = post_refused(&server, "/degrade", &[("x-key", "k")], &mut control).await;
     assert_problem(&c, StatusCode::LOCKED, "locked");
     control.open();
     assert!(a.await.unwrap().text().starts_with("fence:"));
