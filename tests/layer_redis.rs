@@ -174,20 +174,26 @@ fn assert_problem(reply: &Reply, status: StatusCode, kind: &str) -> u64 {
     retry
 }
 
+/// Wait (event-driven) until the lease of a finished request is released, which happens in
+/// the background once its body ends: take the key and give it back.
+async fn until_free(engine: &LockEngine, key: &str) {
+    engine
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{key} is free within 5 s: {e}"))
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Once the requests are done, nothing is left under `prefix` but fence tombstones, each
 /// with a TTL. Each of `keys` is first taken and released through the engine, which
 /// waits (event-driven, well under any lease TTL) for releases still in flight.
 async fn assert_no_residue(server: &RedisServer, engine: &LockEngine, prefix: &str, keys: &[&str]) {
     for key in keys {
-        engine
-            .lock(key)
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap_or_else(|e| panic!("{key} is free within 5 s: {e}"))
-            .release()
-            .await
-            .unwrap();
+        until_free(engine, key).await;
     }
     let left = tokio::task::block_in_place(|| {
         let mut left = Vec::new();
@@ -478,6 +484,7 @@ async fn idempotency_duplicate_in_flight_is_answered_409() {
     control.open();
     assert!(first.await.unwrap().text().starts_with("fence:"));
     // Done, not in flight: the same key runs again.
+    until_free(&engine, "abc").await;
     let again = server.post("/work", &[("idempotency-key", "abc")]).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.text());
     assert_no_residue(RedisServer::shared(), &engine, &prefix, &["abc"]).await;
@@ -706,7 +713,11 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     let app = Router::new()
         .merge(gated_route(
             "/closed",
-            layer(BackendFailurePolicy::FailClosed),
+            // The default policy: fail closed.
+            LockLayer::builder(engine.clone())
+                .key(header_key())
+                .build()
+                .unwrap(),
             gate.clone(),
         ))
         .merge(gated_route(
@@ -769,6 +780,7 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     assert_problem(&c, StatusCode::LOCKED, "locked");
     control.open();
     assert!(a.await.unwrap().text().starts_with("fence:"));
+    until_free(&engine, "k").await;
     let d = server.post("/degrade", &[("x-key", "k")]).await;
     assert!(d.text().starts_with("fence:"), "{}", d.text());
     assert_no_residue(&redis, &engine, prefix, &["k"]).await;
@@ -783,6 +795,7 @@ async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     let server = serve(app).await;
     let up = server.post("/now", &[("x-key", "k")]).await;
     assert!(up.text().starts_with("fence:"), "{}", up.text());
+    until_free(&engine, "k").await;
 
     const PAUSE: Duration = Duration::from_secs(2);
     let paused = tokio::task::block_in_place(|| {
@@ -840,6 +853,7 @@ async fn frozen_redis_is_answered_503_and_the_grant_that_lands_late_is_released(
     let server = serve(now_and_wait_app(&engine, Duration::from_secs(3))).await;
     let up = server.post("/now", &[("x-key", "k")]).await;
     assert!(up.text().starts_with("fence:"), "{}", up.text());
+    until_free(&engine, "k").await;
 
     // DEBUG SLEEP: the server reads nothing for a while, then executes what is on the wire.
     let thaw = tokio::task::block_in_place(|| redis.freeze(Duration::from_millis(1_500)));
