@@ -1,7 +1,7 @@
 //! The layer through a real server socket (axum on 127.0.0.1:0, hyper-util client), on
 //! the Redis backend: ordering, status codes, release points and residue on a shared
 //! redis-server (each test under its own key prefix), and outages on a server of the
-//! test's own (killed, restarted, paused).
+//! test's own (killed, restarted, paused, frozen).
 #![cfg(feature = "redis")]
 
 mod support;
