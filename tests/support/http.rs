@@ -256,3 +256,75 @@ impl Backend for UnavailableBackend {
         Box::pin(async { down() })
     }
 }
+
+/// A gate handlers wait at until the test opens it, telling the test when each arrives
+/// (with a label, for example the request's sequence number).
+///
+/// ```ignore
+/// let (gate, mut control) = gate();
+/// // in the handler: gate.pass(label).await;
+/// let who = control.arrived().await; // a handler is inside, and waits
+/// control.open();                    // let every waiting (and later) handler through
+/// control.close();                   // handlers arriving from now on wait again
+/// ```
+#[derive(Clone)]
+pub struct Gate {
+    open: tokio::sync::watch::Receiver<bool>,
+    arrived: mpsc::UnboundedSender<String>,
+}
+
+/// The test's side of a [`Gate`].
+pub struct GateControl {
+    open: tokio::sync::watch::Sender<bool>,
+    arrived: mpsc::UnboundedReceiver<String>,
+}
+
+/// A closed gate and its control.
+pub fn gate() -> (Gate, GateControl) {
+    let (open_tx, open_rx) = tokio::sync::watch::channel(false);
+    let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
+    (
+        Gate {
+            open: open_rx,
+            arrived: arrived_tx,
+        },
+        GateControl {
+            open: open_tx,
+            arrived: arrived_rx,
+        },
+    )
+}
+
+impl Gate {
+    /// Report arrival as `who`, then wait until the gate is open.
+    pub async fn pass(&self, who: String) {
+        let _ = self.arrived.send(who);
+        let mut open = self.open.clone();
+        open.wait_for(|o| *o).await.unwrap();
+    }
+}
+
+impl GateControl {
+    /// The label of the next handler to arrive (panics after 10 s).
+    pub async fn arrived(&mut self) -> String {
+        tokio::time::timeout(Duration::from_secs(10), self.arrived.recv())
+            .await
+            .expect("a handler arrives within 10 s")
+            .unwrap()
+    }
+
+    /// The label of a handler that has already arrived, if any (does not wait).
+    pub fn try_arrived(&mut self) -> Option<String> {
+        self.arrived.try_recv().ok()
+    }
+
+    /// Let waiting and later handlers through.
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+
+    /// Make handlers arriving from now on wait again.
+    pub fn close(&self) {
+        self.open.send_replace(false);
+    }
+}
