@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::{engine::BoxFuture, policy::HeldLock};
+use crate::policy::HeldLock;
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends
@@ -30,12 +30,10 @@ pin_project! {
     where
         B: Body,
     {
-        Inner {
+                Inner {
             #[pin]
             body: B,
             held: Option<HeldLock>,
-            // The release in flight, and the last frame it holds back.
-            releasing: Option<Releasing<B>>,
         },
         Rejection {
             body: Option<Bytes>,
@@ -43,20 +41,10 @@ pin_project! {
     }
 }
 
-/// The release of the lease, awaited before the body's last frame is handed over.
-struct Releasing<B: Body> {
-    release: BoxFuture<'static, ()>,
-    last: Option<Result<Frame<B::Data>, B::Error>>,
-}
-
 impl<B: Body> LockedBody<B> {
     pub(crate) fn new(body: B, held: Option<HeldLock>) -> Self {
         LockedBody {
-            kind: Kind::Inner {
-                body,
-                held,
-                releasing: None,
-            },
+            kind: Kind::Inner { body, held },
         }
     }
 
@@ -98,36 +86,21 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner {
-                mut body,
-                held,
-                releasing,
-            } => loop {
-                if let Some(r) = releasing {
-                    ready!(r.release.as_mut().poll(cx));
-                    let last = releasing.take().and_then(|r| r.last);
-                    return Poll::Ready(last);
-                }
+            KindProj::Inner { mut body, held } => {
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 let ended = match &frame {
                     None | Some(Err(_)) => true,
                     Some(Ok(_)) => body.is_end_stream(),
                 };
-                match held.take() {
-                    // Release before the last frame goes out: once the client has the
-                    // whole response, the key is free for its next request.
-                    Some(h) if ended => {
-                        *releasing = Some(Releasing {
-                            release: h.release(),
-                            last: frame,
-                        });
-                    }
-                    other => {
-                        *held = other;
-                        return Poll::Ready(frame);
-                    }
+                if ended && let Some(held) = held.take() {
+                    // Released before the last frame is handed over, so a client that has
+                    // the whole response finds the key free for its next request. The
+                    // frame itself is never held back (a delayed last write would wait on
+                    // Nagle's algorithm).
+                    held.release_now();
                 }
-            },
+                Poll::Ready(frame)
+            }
             KindProj::Rejection { body } => {
                 Poll::Ready(body.take().map(|b| Ok(Frame::data(B::Data::from(b)))))
             }
@@ -138,11 +111,7 @@ where
         match &self.kind {
             // While the lease is held, the server must poll once more so that it is
             // released before the response completes.
-            Kind::Inner {
-                body,
-                held,
-                releasing,
-            } => held.is_none() && releasing.is_none() && body.is_end_stream(),
+            Kind::Inner { body, held } => held.is_none() && body.is_end_stream(),
             Kind::Rejection { body } => body.is_none(),
         }
     }

@@ -131,7 +131,7 @@ use bytes::Bytes;
 use pin_project_lite::pin_project;
 use tower_lock::{
     Fence, HeldLock, LeaseInfo, LockLayer, LockMetrics, LockPolicy, Outcome, ReleasePoint,
-    engine::BoxFuture, key::RequestView,
+    key::RequestView,
 };
 
 /// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
@@ -347,20 +347,14 @@ pin_project! {
         pub struct LockedBody<B> {
         #[pin]
         body: B,
-        held: Option<HeldLock>,
-        // The release in flight; the body ends once it is done.
-        releasing: Option<BoxFuture<'static, ()>>,
+                held: Option<HeldLock>,
     }
 }
 
 impl<B> LockedBody<B> {
     /// `body`, holding `held` (if any) until it ends.
     pub fn new(body: B, held: Option<HeldLock>) -> Self {
-        LockedBody {
-            body,
-            held,
-            releasing: None,
-        }
+        LockedBody { body, held }
     }
 
     /// `true` while the body still holds its lease.
@@ -394,35 +388,15 @@ impl<B: MessageBody> MessageBody for LockedBody<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Bytes, Self::Error>>> {
         let this = self.project();
-        if let Some(release) = this.releasing {
-            std::task::ready!(release.as_mut().poll(cx));
-            *this.releasing = None;
-            return Poll::Ready(None);
-        }
         let chunk = std::task::ready!(this.body.poll_next(cx));
-        match chunk {
-            // The body is done: release before the response completes, so a client that
-            // has the whole response finds the key free for its next request.
-            None => match this.held.take() {
-                Some(held) => {
-                    let mut release = held.release();
-                    match release.as_mut().poll(cx) {
-                        Poll::Ready(()) => Poll::Ready(None),
-                        Poll::Pending => {
-                            *this.releasing = Some(release);
-                            Poll::Pending
-                        }
-                    }
-                }
-                None => Poll::Ready(None),
-            },
-            Some(Err(e)) => {
-                // Broken body: give the key up at once (in the background).
-                *this.held = None;
-                Poll::Ready(Some(Err(e)))
-            }
-            chunk => Poll::Ready(chunk),
+        if !matches!(chunk, Some(Ok(_)))
+            && let Some(held) = this.held.take()
+        {
+            // The body is done (or broken): release before the response completes, so a
+            // client that has the whole response finds the key free for its next request.
+            held.release_now();
         }
+        Poll::Ready(chunk)
     }
 
     // `try_into_bytes` keeps its default (refuse): taking the bytes out would drop the
