@@ -11,7 +11,7 @@ use tower_lock::{
 };
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = LockEngine::in_memory();
 
     // A pool of printers, with the status of every member in one round trip.

@@ -128,3 +128,8 @@ pub use policy::{
 };
 pub use reject::{Rejection, RejectionKind};
 pub use service::LockService;
+
+// The README's code blocks compile as doctests, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -250,3 +250,13 @@ async fn engine_example_takes_turns_and_its_storage_refuses_a_stale_fence() {
     assert!(refused.offered < refused.seen);
     assert_eq!(store.read("invoice:7").as_deref(), Some("paid"));
 }
+
+#[path = "../examples/engine_tools.rs"]
+mod engine_tools;
+
+/// The tools example runs to the end without an error (its operations are specified by the
+/// conformance suite; this keeps the example itself from rotting).
+#[test]
+fn engine_tools_example_runs() {
+    engine_tools::main().expect("engine_tools example");
+}
