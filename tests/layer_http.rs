@@ -21,10 +21,10 @@ use axum::{
 };
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use support::http::{UnavailableBackend, channel_body, serve};
+use support::http::{Gate, UnavailableBackend, channel_body, gate, serve};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
-    sync::{mpsc, oneshot, watch},
+    sync::{mpsc, oneshot},
 };
 use tower_lock::{
     BackendFailurePolicy, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy,
@@ -33,54 +33,6 @@ use tower_lock::{
 
 fn header_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-key"))
-}
-
-/// A gate handlers wait at until the test opens it, telling the test when they arrive.
-#[derive(Clone)]
-struct Gate {
-    open: watch::Receiver<bool>,
-    arrived: mpsc::UnboundedSender<String>,
-}
-
-struct GateControl {
-    open: watch::Sender<bool>,
-    arrived: mpsc::UnboundedReceiver<String>,
-}
-
-fn gate() -> (Gate, GateControl) {
-    let (open_tx, open_rx) = watch::channel(false);
-    let (arrived_tx, arrived_rx) = mpsc::unbounded_channel();
-    (
-        Gate {
-            open: open_rx,
-            arrived: arrived_tx,
-        },
-        GateControl {
-            open: open_tx,
-            arrived: arrived_rx,
-        },
-    )
-}
-
-impl Gate {
-    async fn pass(&self, who: String) {
-        let _ = self.arrived.send(who);
-        let mut open = self.open.clone();
-        open.wait_for(|o| *o).await.unwrap();
-    }
-}
-
-impl GateControl {
-    async fn arrived(&mut self) -> String {
-        tokio::time::timeout(Duration::from_secs(10), self.arrived.recv())
-            .await
-            .expect("a handler arrives within 10 s")
-            .unwrap()
-    }
-
-    fn open(&self) {
-        self.open.send_replace(true);
-    }
 }
 
 /// A handler that waits at the gate and answers with its lease's fence (or "unlocked").
