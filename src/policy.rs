@@ -232,7 +232,15 @@ impl LockPolicy {
             }
             Ok(Some(key)) => {
                 let span = tracing::debug_span!("tower_lock.acquire", %key);
-                Start::Pending(Box::pin(self.clone().lock(key).instrument(span)))
+                let mut acquire: BoxFuture<'static, Outcome> =
+                    Box::pin(self.clone().lock(key).instrument(span));
+                // A free key on the in-process engine is granted on the first poll: then
+                // the request goes straight to the inner service, with no waiting state.
+                let mut cx = Context::from_waker(Waker::noop());
+                match acquire.as_mut().poll(&mut cx) {
+                    std::task::Poll::Ready(outcome) => Start::Now(outcome),
+                    std::task::Poll::Pending => Start::Pending(acquire),
+                }
             }
         }
     }
