@@ -41,15 +41,15 @@ local function clock()
 end
 local function sweep()
   local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if not first[1] then return false end
+  if not first[1] then return false, false end
   clock()
-  if tonumber(first[2]) > now_ms then return true end
+  if tonumber(first[2]) > now_ms then return true, false end
   local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, 64)
   if #dead > 0 then
     redis.call('ZREM', KEYS[4], unpack(dead))
     redis.call('ZREM', KEYS[3], unpack(dead))
   end
-  return redis.call('EXISTS', KEYS[4]) == 1
+  return redis.call('EXISTS', KEYS[4]) == 1, #dead > 0
 end
 local function wake(channel)
   if sweep() then
@@ -65,8 +65,8 @@ end
 /// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket (`''`: a plain try that
 ///   never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no limit),
 ///   `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` `'1'` if an
-///   earlier attempt may have registered the ticket (`'0'`: there is none to remove on a
-///   grant).
+///   earlier attempt may have registered the ticket (`'0'`: the server has never seen it,
+///   so there is none to remove on a grant, and a registration is a new one).
 /// - Returns `{1, fence}` granted; `{0, pttl}` not granted (the ticket is registered or
 ///   refreshed when one was given; `pttl` is `-2` when the key is free but the FIFO head
 ///   goes first); `{2, pttl}` refused because the waiter limit is reached.
@@ -112,8 +112,10 @@ else
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if head and head ~= ticket then
     -- Someone else is first: unless their ticket is dead.
-    sweep()
-    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    local _, swept = sweep()
+    if swept then
+      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    end
   end
   may_take = (not head) or (head == ticket)
 end
@@ -138,7 +140,7 @@ if ticket == '' then
   return {0, pttl}
 end
 clock()
-if not redis.call('ZSCORE', KEYS[4], ticket) then
+if ARGV[8] ~= '1' or not redis.call('ZSCORE', KEYS[4], ticket) then
   local max = tonumber(ARGV[5])
   if max >= 0 then
     sweep()
