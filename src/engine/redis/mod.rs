@@ -62,6 +62,8 @@
 //! a permanent key per lock name. Fences go backwards only if the Redis server clock steps
 //! back by more than those 10 s (or the server loses its data): keep the server on NTP with
 //! slewing, and on a failover use replicas whose clocks agree.
+//! The acquire script writes the tombstone with `SET … GET`, so the backend needs Redis 6.2
+//! or later.
 //!
 //! # Failures
 //!
