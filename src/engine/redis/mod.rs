@@ -26,7 +26,9 @@
 //! of multiplexed connections, each call bounded by the command timeout. Waiters do not
 //! poll: a failed try returns the holder's remaining TTL, the waiter subscribes to the
 //! key's wake-up channel (one subscriber connection per backend, reference counted per
-//! key), retries once the subscription is confirmed, then sleeps until a release message
+//! key), retries once the subscription is confirmed (skipped when the channel was already
+//! subscribed before the failed try and no message came since: then no release went
+//! unheard), then sleeps until a release message
 //! or a fallback timer of `min(remaining TTL, 250 ms)`, so a lost message costs at most a
 //! quarter second, never a lease TTL. A release wakes one waiter per node (in FIFO mode,
 //! only the queue head).
@@ -60,6 +62,8 @@
 //! a permanent key per lock name. Fences go backwards only if the Redis server clock steps
 //! back by more than those 10 s (or the server loses its data): keep the server on NTP with
 //! slewing, and on a failover use replicas whose clocks agree.
+//! The acquire script writes the tombstone with `SET … GET`, so the backend needs Redis 6.2
+//! or later.
 //!
 //! # Failures
 //!
@@ -343,6 +347,7 @@ impl Inner {
         names: &Names,
         req: &AcquireRequest,
         ticket: &str,
+        registered: bool,
         pin: &mut Option<MultiplexedConnection>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
@@ -359,7 +364,8 @@ impl Inner {
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             )
             .arg(self.ticket_ttl_ms)
-            .arg(millis(FENCE_MARGIN));
+            .arg(millis(FENCE_MARGIN))
+            .arg(if registered { "1" } else { "0" });
         // Taken before sending: the TTL cannot have started on the server any earlier.
         let sent = Instant::now();
         let (status, value): (i64, i64) = self
@@ -441,11 +447,18 @@ impl Inner {
             pinned: None,
         };
         let mut subscription = None;
+        // Whether an earlier attempt may have registered the ticket.
+        let mut registered = false;
         loop {
+            // Where the wake-up channel stands before this attempt goes out (see `covered`).
+            let mark = match &subscription {
+                None if waiting => self.wakeup.mark(&names.channel),
+                _ => None,
+            };
             cleanup.in_flight = true;
             // On error the cleanup stays armed with `in_flight`: the grant may have landed.
             let outcome = self
-                .attempt(&names, &req, &ticket, &mut cleanup.pinned)
+                .attempt(&names, &req, &ticket, registered, &mut cleanup.pinned)
                 .await?;
             cleanup.in_flight = false;
             cleanup.pinned = None;
@@ -463,7 +476,10 @@ impl Inner {
                     cleanup.armed = false;
                     return Err(LockError::Busy { retry_after });
                 }
-                Attempt::Busy(retry_after) => retry_after,
+                Attempt::Busy(retry_after) => {
+                    registered = true;
+                    retry_after
+                }
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -486,14 +502,25 @@ impl Inner {
             let wake_at = deadline.map_or(now + fallback, |d| d.min(now + fallback));
             match &subscription {
                 None => {
-                    let sub = self
-                        .wakeup
-                        .subscribe(&names.channel, req.fifo.then_some(ticket.as_str()));
-                    // Retry once the subscription is confirmed: a release before it was
-                    // unheard, one after it will be heard.
-                    tokio::select! {
-                        _ = sub.confirmed() => {}
-                        _ = tokio::time::sleep_until(wake_at) => {}
+                    let sub = self.wakeup.subscribe(
+                        &names.channel,
+                        req.fifo.then_some(ticket.as_str()),
+                        mark,
+                    );
+                    if sub.covered() {
+                        // Subscribed since before the attempt and nothing heard since: no
+                        // release went unheard, so wait for one like any later turn.
+                        tokio::select! {
+                            _ = sub.woken() => {}
+                            _ = tokio::time::sleep_until(wake_at) => {}
+                        }
+                    } else {
+                        // Retry once the subscription is confirmed: a release before it
+                        // was unheard, one after it will be heard.
+                        tokio::select! {
+                            _ = sub.confirmed() => {}
+                            _ = tokio::time::sleep_until(wake_at) => {}
+                        }
                     }
                     subscription = Some(sub);
                 }

@@ -20,21 +20,39 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared prelude: the server clock, and the sweep of tickets whose waiters stopped
-/// refreshing them (crashed processes, lost connections).
+/// Shared prelude: the server clock (read at most once, and only when needed), the sweep
+/// of tickets whose waiters stopped refreshing them (crashed processes, lost connections),
+/// and the wake-up.
+///
+/// Nothing here costs more than one command while nobody waits: `sweep` first reads the
+/// earliest ticket deadline, and stops there when the wait zset does not exist or when no
+/// deadline has passed. Every ticket in the queue is also in the wait zset, and the wait
+/// zset never expires before the queue, so "no wait zset" means "nobody waits, FIFO or not".
 ///
 /// Expects `KEYS[3]` = queue and `KEYS[4]` = wait.
 const PRELUDE: &str = r#"
-local clock = redis.call('TIME')
-local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local now_ms = math.floor(now_us / 1000)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, 64)
-if #dead > 0 then
-  redis.call('ZREM', KEYS[4], unpack(dead))
-  redis.call('ZREM', KEYS[3], unpack(dead))
+local now_us, now_ms
+local function clock()
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now_ms = math.floor(now_us / 1000)
+  end
+end
+local function sweep()
+  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if not first[1] then return false, false end
+  clock()
+  if tonumber(first[2]) > now_ms then return true, false end
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, 64)
+  if #dead > 0 then
+    redis.call('ZREM', KEYS[4], unpack(dead))
+    redis.call('ZREM', KEYS[3], unpack(dead))
+  end
+  return redis.call('EXISTS', KEYS[4]) == 1, #dead > 0
 end
 local function wake(channel)
-  if redis.call('ZCARD', KEYS[4]) > 0 then
+  if sweep() then
     local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
     redis.call('PUBLISH', channel, head or '')
   end
@@ -46,7 +64,9 @@ end
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` wait.
 /// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket (`''`: a plain try that
 ///   never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no limit),
-///   `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms).
+///   `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` `'1'` if an
+///   earlier attempt may have registered the ticket (`'0'`: the server has never seen it,
+///   so there is none to remove on a grant, and a registration is a new one).
 /// - Returns `{1, fence}` granted; `{0, pttl}` not granted (the ticket is registered or
 ///   refreshed when one was given; `pttl` is `-2` when the key is free but the FIFO head
 ///   goes first); `{2, pttl}` refused because the waiter limit is reached.
@@ -58,18 +78,23 @@ end
 /// The fence is `max(last fence + 1, server time in µs)`: the tombstone keeps the last
 /// fence for the lease TTL plus a margin, so fences strictly increase per key without a
 /// permanent key per lock name; after the tombstone is gone, the clock has moved past the
-/// last fence unless the server clock stepped back by more than the margin.
+/// last fence unless the server clock stepped back by more than the margin. The tombstone
+/// is written with `SET … GET` (Redis ≥ 6.2), which returns the last fence: only when that
+/// is not below the clock (same microsecond, or a clock step back) is it written twice.
 ///
 /// Re-entry (the token already holds the key) refreshes the TTL and returns the stored
 /// fence. A non-FIFO caller also respects a FIFO queue: only its head may take a free key,
-/// so FIFO waiters are never overtaken.
+/// so FIFO waiters are never overtaken. Dead tickets are swept when they could be in the
+/// way: a free key whose queue head is another ticket, or a waiter limit to check.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
 local token, ticket = ARGV[1], ARGV[3]
 local ttl, ticket_ttl, margin = tonumber(ARGV[2]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local holder = redis.call('HGET', KEYS[1], 't')
+local fifo = ARGV[4] == '1'
+local lock = redis.call('HMGET', KEYS[1], 't', 'f')
+local holder = lock[1]
 if holder == token then
   redis.call('PEXPIRE', KEYS[1], ttl)
   redis.call('PEXPIRE', KEYS[2], ttl + margin)
@@ -77,7 +102,7 @@ if holder == token then
     redis.call('ZREM', KEYS[3], ticket)
     redis.call('ZREM', KEYS[4], ticket)
   end
-  return {1, tonumber(redis.call('HGET', KEYS[1], 'f'))}
+  return {1, tonumber(lock[2])}
 end
 local pttl = -2
 local may_take = false
@@ -85,30 +110,45 @@ if holder then
   pttl = redis.call('PTTL', KEYS[1])
 else
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  may_take = (head == nil) or (head == ticket)
+  if head and head ~= ticket then
+    -- Someone else is first: unless their ticket is dead.
+    local _, swept = sweep()
+    if swept then
+      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    end
+  end
+  may_take = (not head) or (head == ticket)
 end
 if may_take then
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-  local fence = math.max(last + 1, now_us)
+  clock()
+  local fence = now_us
   local text = string.format('%.0f', fence)
+  local last = redis.call('SET', KEYS[2], text, 'PX', ttl + margin, 'GET')
+  if last and tonumber(last) >= fence then
+    fence = tonumber(last) + 1
+    text = string.format('%.0f', fence)
+    redis.call('SET', KEYS[2], text, 'PX', ttl + margin)
+  end
   redis.call('HSET', KEYS[1], 't', token, 'f', text)
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('SET', KEYS[2], text, 'PX', ttl + margin)
-  if ticket ~= '' then
+  if ticket ~= '' and ARGV[8] == '1' and redis.call('ZREM', KEYS[4], ticket) == 1 and fifo then
     redis.call('ZREM', KEYS[3], ticket)
-    redis.call('ZREM', KEYS[4], ticket)
   end
   return {1, fence}
 end
 if ticket == '' then
   return {0, pttl}
 end
-if not redis.call('ZSCORE', KEYS[4], ticket) then
+clock()
+if ARGV[8] ~= '1' or not redis.call('ZSCORE', KEYS[4], ticket) then
   local max = tonumber(ARGV[5])
-  if max >= 0 and redis.call('ZCARD', KEYS[4]) >= max then
-    return {2, pttl}
+  if max >= 0 then
+    sweep()
+    if redis.call('ZCARD', KEYS[4]) >= max then
+      return {2, pttl}
+    end
   end
-  if ARGV[4] == '1' then
+  if fifo then
     local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     local seq = now_us
     if tail[2] then seq = math.max(seq, tonumber(tail[2]) + 1) end
@@ -117,7 +157,8 @@ if not redis.call('ZSCORE', KEYS[4], ticket) then
 end
 redis.call('ZADD', KEYS[4], now_ms + ticket_ttl, ticket)
 redis.call('PEXPIRE', KEYS[4], ticket_ttl)
-if redis.call('EXISTS', KEYS[3]) == 1 then
+if fifo then
+  -- A no-op (0) when no FIFO waiter is queued.
   redis.call('PEXPIRE', KEYS[3], ticket_ttl)
 end
 return {0, pttl}
@@ -134,7 +175,8 @@ return {0, pttl}
 /// Atomic so that the compare-token and the delete are one step (a late release can never
 /// delete the next holder's lease), and so that the wake-up names the queue head as it is
 /// at the moment the key becomes free. It publishes only when someone waits: the FIFO
-/// head's ticket (only that waiter is woken), or `''` (one waiter per node is woken).
+/// head's ticket (only that waiter is woken), or `''` (one waiter per node is woken). With
+/// nobody waiting it costs four commands (`HGET`, `DEL`, `PEXPIRE`, one `ZRANGE`).
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
@@ -234,8 +276,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('DEL', KEYS[1])
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
 wake(ARGV[1])
 return 1

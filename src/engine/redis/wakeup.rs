@@ -11,7 +11,7 @@
 //! for an empty payload, the longest-waiting local waiter not already woken. No herd.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, VecDeque},
     sync::{Arc, Mutex, Weak},
     time::Duration,
 };
@@ -40,8 +40,12 @@ struct Shared {
 #[derive(Default)]
 struct State {
     channels: HashMap<String, Channel>,
-    /// Channels confirmed on the current connection.
-    subscribed: HashSet<String>,
+    /// Channels confirmed on the current connection, each with the event number of its
+    /// confirmation or of the last message dispatched on it (numbers are never reused, so
+    /// an unchanged number means "subscribed all along, nothing heard since").
+    subscribed: HashMap<String, u64>,
+    /// The last event number handed out.
+    events: u64,
     next_id: u64,
     task: Option<JoinHandle<()>>,
 }
@@ -76,10 +80,33 @@ impl Wakeup {
         }
     }
 
+    /// Where `channel` stands now: `Some` if it is subscribed on the live connection. Taken
+    /// before an attempt is sent, and handed to [`Wakeup::subscribe`] after it failed.
+    pub(crate) fn mark(&self, channel: &str) -> Option<u64> {
+        self.shared
+            .state
+            .lock()
+            .unwrap()
+            .subscribed
+            .get(channel)
+            .copied()
+    }
+
     /// Register a local waiter on `channel` (with its FIFO ticket, if any).
-    pub(crate) fn subscribe(&self, channel: &str, ticket: Option<&str>) -> Subscription {
+    ///
+    /// `mark` is what [`Wakeup::mark`] said before the failed attempt. If the channel has
+    /// been subscribed ever since and no message came on it, the subscription is
+    /// [covered](Subscription::covered): every release after that attempt will reach this
+    /// waiter, so it need not retry before waiting.
+    pub(crate) fn subscribe(
+        &self,
+        channel: &str,
+        ticket: Option<&str>,
+        mark: Option<u64>,
+    ) -> Subscription {
         let notify = Arc::new(Notify::new());
         let mut st = self.shared.state.lock().unwrap();
+        let covered = mark.is_some() && st.subscribed.get(channel).copied() == mark;
         let id = st.next_id;
         st.next_id += 1;
         let entry = st.channels.entry(channel.to_owned()).or_default();
@@ -104,6 +131,7 @@ impl Wakeup {
             channel: channel.to_owned(),
             id,
             notify,
+            covered,
         }
     }
 }
@@ -123,9 +151,16 @@ pub(crate) struct Subscription {
     channel: String,
     id: u64,
     notify: Arc<Notify>,
+    covered: bool,
 }
 
 impl Subscription {
+    /// Whether no release can have gone unheard between the attempt before this
+    /// subscription and the subscription itself (see [`Wakeup::subscribe`]).
+    pub(crate) fn covered(&self) -> bool {
+        self.covered
+    }
+
     /// Resolves once the channel is subscribed on the live connection: from then on, no
     /// release can go unheard (short of a connection loss, which wakes everyone).
     pub(crate) async fn confirmed(&self) {
@@ -139,7 +174,7 @@ impl Subscription {
                 .lock()
                 .unwrap()
                 .subscribed
-                .contains(&self.channel)
+                .contains_key(&self.channel)
             {
                 return;
             }
@@ -194,6 +229,11 @@ fn wake_one(channel: &mut Channel) {
 /// wakes one local waiter.
 fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
     let mut st = shared.state.lock().unwrap();
+    st.events += 1;
+    let event = st.events;
+    if let Some(heard) = st.subscribed.get_mut(channel) {
+        *heard = event;
+    }
     let Some(channel) = st.channels.get_mut(channel) else {
         return;
     };
@@ -294,12 +334,12 @@ async fn reconcile(
             let to_sub = st
                 .channels
                 .keys()
-                .filter(|c| !st.subscribed.contains(*c))
+                .filter(|c| !st.subscribed.contains_key(*c))
                 .cloned()
                 .collect();
             let to_unsub: Vec<String> = st
                 .subscribed
-                .iter()
+                .keys()
                 .filter(|c| !st.channels.contains_key(*c))
                 .cloned()
                 .collect();
@@ -318,7 +358,9 @@ async fn reconcile(
             timeout(limit, sink.subscribe(&to_sub)).await?;
             let mut st = shared.state.lock().unwrap();
             for c in &to_sub {
-                st.subscribed.insert(c.clone());
+                st.events += 1;
+                let event = st.events;
+                st.subscribed.insert(c.clone(), event);
                 if wake_all && let Some(channel) = st.channels.get_mut(c) {
                     // Releases published while we were away were lost: everyone retries.
                     for slot in &mut channel.waiters {
@@ -373,7 +415,7 @@ mod tests {
     #[tokio::test]
     async fn a_release_wakes_one_local_waiter_not_all() {
         let hub = hub();
-        let subs: Vec<_> = (0..3).map(|_| hub.subscribe("c", None)).collect();
+        let subs: Vec<_> = (0..3).map(|_| hub.subscribe("c", None, None)).collect();
         dispatch(&hub.shared, "c", b"");
         assert_eq!(woken(&subs), [true, false, false]);
         // Two releases before anyone acts: two different waiters.
@@ -386,8 +428,8 @@ mod tests {
     async fn a_fifo_release_wakes_only_the_named_head() {
         let hub = hub();
         let subs = vec![
-            hub.subscribe("c", Some("t1")),
-            hub.subscribe("c", Some("t2")),
+            hub.subscribe("c", Some("t1"), None),
+            hub.subscribe("c", Some("t2"), None),
         ];
         dispatch(&hub.shared, "c", b"t2");
         assert_eq!(woken(&subs), [false, true]);
@@ -399,8 +441,8 @@ mod tests {
     #[tokio::test]
     async fn an_unused_wake_up_is_passed_on_when_its_waiter_leaves() {
         let hub = hub();
-        let first = hub.subscribe("c", None);
-        let second = hub.subscribe("c", None);
+        let first = hub.subscribe("c", None, None);
+        let second = hub.subscribe("c", None, None);
         dispatch(&hub.shared, "c", b"");
         drop(first);
         assert_eq!(woken(&[second]), [true]);
@@ -409,8 +451,8 @@ mod tests {
     #[tokio::test]
     async fn channels_are_reference_counted() {
         let hub = hub();
-        let a = hub.subscribe("c", None);
-        let b = hub.subscribe("c", None);
+        let a = hub.subscribe("c", None, None);
+        let b = hub.subscribe("c", None, None);
         assert_eq!(hub.shared.state.lock().unwrap().channels.len(), 1);
         drop(a);
         assert!(hub.shared.state.lock().unwrap().channels.contains_key("c"));
