@@ -301,7 +301,8 @@ impl LockPolicy {
     }
 
     fn held(&self, lease: Lease, started: Instant, degraded: bool) -> Outcome {
-        let waited = started.elapsed();
+        let now = Instant::now();
+        let waited = now.saturating_duration_since(started);
         // A non-waiting acquire that succeeded found the key free. A waiting one: the
         // engine cannot say whether it queued, so a grant that took a millisecond or more
         // is counted as contended.
@@ -327,7 +328,7 @@ impl LockPolicy {
         Outcome::Locked(HeldLock {
             lease: Some(lease),
             info,
-            granted: Instant::now(),
+            granted: now,
             metrics: self.shared.metrics.clone(),
         })
     }

@@ -11,7 +11,6 @@ use std::{
 };
 
 use tokio::{sync::Notify, time::Instant};
-use tokio_util::sync::CancellationToken;
 
 use super::{EngineShared, ExtendMode, Fence, Grant, LockError, LockKey, Renewal, Token};
 
@@ -19,17 +18,49 @@ use super::{EngineShared, ExtendMode, Fence, Grant, LockError, LockKey, Renewal,
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
 /// `select!` on it to stop work that is no longer protected.
 #[derive(Clone, Debug)]
-pub struct LostSignal(CancellationToken);
+pub struct LostSignal(Arc<Lost>);
 
 impl LostSignal {
     /// Wait until the lease is lost. Never resolves for a lease that is released normally.
     pub async fn lost(&self) {
-        self.0.cancelled().await
+        self.0.wait().await
     }
 
     /// `true` once the lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.0.is_cancelled()
+        self.0.is_set()
+    }
+}
+
+/// A one-way flag with waiters. Every request clones it (into its `LeaseInfo`), so a clone
+/// must be a plain reference count.
+#[derive(Debug, Default)]
+struct Lost {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Lost {
+    fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -42,7 +73,7 @@ pub(crate) struct LeaseState {
     /// The lease length it was acquired with; `reacquire` resets to it.
     configured_ttl: Duration,
     auto_renew: bool,
-    lost: CancellationToken,
+    lost: Arc<Lost>,
     times: Mutex<LeaseTimes>,
 }
 
@@ -66,9 +97,9 @@ impl LeaseState {
     }
 
     fn mark_lost(&self, why: &'static str) {
-        if !self.lost.is_cancelled() {
+        if !self.lost.is_set() {
             tracing::warn!(key = %self.key, reason = why, "lease lost");
-            self.lost.cancel();
+            self.lost.set();
         }
     }
 }
@@ -157,7 +188,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
             let mut st = inner.state.lock().unwrap();
             st.leases.retain(|_, lease| {
                 let mut t = lease.times.lock().unwrap();
-                if lease.lost.is_cancelled() {
+                if lease.lost.is_set() {
                     return false;
                 }
                 if t.deadline <= now {
@@ -271,7 +302,7 @@ impl fmt::Debug for Lease {
             .field("key", &self.state.key)
             .field("fence", &self.fence)
             .field("waited", &self.waited)
-            .field("lost", &self.state.lost.is_cancelled())
+            .field("lost", &self.state.lost.is_set())
             .finish_non_exhaustive()
     }
 }
@@ -292,7 +323,7 @@ impl Lease {
             ttl_nanos: AtomicU64::new(ttl.as_nanos() as u64),
             configured_ttl: ttl,
             auto_renew,
-            lost: CancellationToken::new(),
+            lost: Arc::default(),
             times: Mutex::new(LeaseTimes {
                 deadline: grant.granted_at + ttl,
                 renew_at: auto_renew.then(|| grant.granted_at + renew_interval(ttl)),
@@ -337,7 +368,8 @@ impl Lease {
 
     /// Resolves when the lease is lost (see [`LostSignal`]).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.state.lost.clone().cancelled_owned()
+        let lost = self.state.lost.clone();
+        async move { lost.wait().await }
     }
 
     /// A cloneable handle on the lost signal, for handing to other tasks.
@@ -347,7 +379,7 @@ impl Lease {
 
     /// `true` once the lease is known to be lost.
     pub fn is_lost(&self) -> bool {
-        self.state.lost.is_cancelled()
+        self.state.lost.is_set()
     }
 
     /// Release the key. [`LockError::NotOwned`] or [`LockError::Expired`] mean the lease

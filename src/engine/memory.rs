@@ -229,7 +229,8 @@ impl MemoryBackend {
         let started = Instant::now();
         let (rx, id, mut holder_expires) = {
             let mut shard = self.shard(&req.key);
-            let now = Instant::now();
+            // One clock read serves: a lease that starts a moment early only ends early.
+            let now = started;
             shard.sweep(now);
             let entry = shard.map.entry(req.key.clone()).or_default();
             entry.expire(now, self);
