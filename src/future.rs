@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -47,9 +47,8 @@ pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-            held: Option<HeldLock>,
-            // Release when the response is ready rather than when its body ends.
-            release_early: bool,
+                        held: Option<HeldLock>,
+            release: ReleasePoint,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -91,7 +90,7 @@ where
             state: State::Calling {
                 future,
                 held,
-                release_early: policy.release_point() == ReleasePoint::ResponseReady,
+                release: policy.release_point(),
             },
         }
     }
@@ -136,25 +135,24 @@ where
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));
                         }
                     };
-                    let release_early = policy.release_point() == ReleasePoint::ResponseReady;
+                    let release = policy.release_point();
                     this.state.set(State::Calling {
                         future: service.call(request),
                         held,
-                        release_early,
+                        release,
                     });
                 }
                 StateProj::Calling {
                     future,
                     held,
-                    release_early,
+                    release,
                 } => {
                     let response = ready!(future.poll(cx))?;
                     let mut held = held.take();
-                    // An upgraded connection outlives its response: it is not covered
-                    // by the lock, which is released now rather than held by a body that
-                    // may never be polled.
-                    if *release_early || response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                        held = None;
+                    if release.releases_with_response(response.status().as_u16())
+                        && let Some(h) = held.take()
+                    {
+                        h.release_now();
                     }
                     return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, held))));
                 }

@@ -86,6 +86,16 @@ pub enum ReleasePoint {
     ResponseReady,
 }
 
+impl ReleasePoint {
+    /// Whether a response with this status code releases the key as it is returned rather
+    /// than at the end of its body: under [`ReleasePoint::ResponseReady`], and always for
+    /// `101 Switching Protocols` (an upgraded connection outlives its response and is not
+    /// covered by the lock).
+    pub fn releases_with_response(self, status: u16) -> bool {
+        self == ReleasePoint::ResponseReady || status == 101
+    }
+}
+
 /// Builds a custom response for a rejection. Receives the typed rejection, with its
 /// headers already filled in; [`Rejection::into_response`] is the default.
 pub(crate) type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Send + Sync>;
@@ -489,27 +499,20 @@ impl HeldLock {
     /// round trip, finished by a spawned task. Response bodies call this before handing
     /// over their last frame, so a client that has read a whole response finds the key
     /// free for its next request (on Redis, the release is on its way first).
-    pub fn release_now(self) {
-        let mut release = self.release();
+    pub fn release_now(mut self) {
+        let Some(lease) = self.lease.take() else {
+            return;
+        };
+        let mut release = Box::pin(async move {
+            let key = lease.key().clone();
+            if let Err(error) = lease.release().await {
+                tracing::debug!(%key, %error, "release did not apply");
+            }
+        });
         let mut cx = Context::from_waker(Waker::noop());
         if release.as_mut().poll(&mut cx).is_pending() {
             tokio::spawn(release);
         }
-    }
-
-    /// Release the key and resolve once the backend has applied it (or failed to; the
-    /// lease's TTL then frees the key).
-    pub fn release(mut self) -> BoxFuture<'static, ()> {
-        let lease = self.lease.take();
-        drop(self);
-        Box::pin(async move {
-            if let Some(lease) = lease {
-                let key = lease.key().clone();
-                if let Err(error) = lease.release().await {
-                    tracing::debug!(%key, %error, "release at body end did not apply");
-                }
-            }
-        })
     }
 }
 

@@ -85,6 +85,14 @@ struct LeaseTimes {
     renew_at: Option<Instant>,
 }
 
+impl LeaseTimes {
+    /// When the watchdog must next look at the lease: its renewal, or its deadline.
+    fn due(&self) -> Instant {
+        self.renew_at
+            .map_or(self.deadline, |r| r.min(self.deadline))
+    }
+}
+
 impl LeaseState {
     fn ttl(&self) -> Duration {
         Duration::from_nanos(self.ttl_nanos.load(Ordering::Relaxed))
@@ -144,26 +152,25 @@ impl Watchdog {
     }
 
     fn register(&self, engine: &Arc<EngineShared>, lease: Arc<LeaseState>) -> u64 {
-        let due = {
-            let t = lease.times.lock().unwrap();
-            t.renew_at.map_or(t.deadline, |r| r.min(t.deadline))
-        };
+        let due = lease.times.lock().unwrap().due();
         let mut st = self.inner.state.lock().unwrap();
         let id = st.next_id;
         st.next_id += 1;
         st.leases.insert(id, lease);
-        let start = st
+        if st
             .task
             .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished);
-        // Only wake the task when this lease is due before the task's own next look:
-        // the common short-lived lease then costs one map insert, not a task wake-up.
-        let wake = st.scheduled.is_none_or(|s| due < s);
-        drop(st);
-        if start {
-            let task = tokio::spawn(run(Arc::downgrade(engine), self.inner.clone()));
-            self.inner.state.lock().unwrap().task = Some(task);
-        } else if wake {
+            .is_none_or(tokio::task::JoinHandle::is_finished)
+        {
+            // Spawned under the lock, so that concurrent first leases start one task.
+            st.task = Some(tokio::spawn(run(
+                Arc::downgrade(engine),
+                self.inner.clone(),
+            )));
+        } else if st.scheduled.is_none_or(|s| due < s) {
+            // Only wake the task when this lease is due before the task's own next look:
+            // the common short-lived lease then costs one map insert, not a task wake-up.
+            drop(st);
             self.inner.wake.notify_one();
         }
         id
@@ -205,10 +212,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
             let next = st
                 .leases
                 .values()
-                .map(|l| {
-                    let t = l.times.lock().unwrap();
-                    t.renew_at.map_or(t.deadline, |r| r.min(t.deadline))
-                })
+                .map(|l| l.times.lock().unwrap().due())
                 .min();
             st.scheduled = next;
             if next.is_none() && due.is_empty() && engine.strong_count() == 0 {

@@ -111,6 +111,16 @@ impl MemoryBackend {
         locks + numbers + self.pools.lock().unwrap().len()
     }
 
+    /// The members of `pool`, sorted (a copy: the pool lock is not held while the
+    /// members' holders are read).
+    fn members(&self, pool: &LockKey) -> Vec<LockKey> {
+        let pools = self.pools.lock().unwrap();
+        pools
+            .get(pool)
+            .map(|m| m.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     fn holder_now(&self, key: &LockKey) -> Option<Holder> {
         let mut shard = self.shard(key);
         let now = Instant::now();
@@ -524,13 +534,7 @@ impl Backend for MemoryBackend {
         &'a self,
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
-        Box::pin(async move {
-            let pools = self.pools.lock().unwrap();
-            Ok(pools
-                .get(pool)
-                .map(|m| m.iter().cloned().collect())
-                .unwrap_or_default())
-        })
+        Box::pin(async move { Ok(self.members(pool)) })
     }
 
     fn pool_holders<'a>(
@@ -538,14 +542,8 @@ impl Backend for MemoryBackend {
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
         Box::pin(async move {
-            let members: Vec<LockKey> = {
-                let pools = self.pools.lock().unwrap();
-                pools
-                    .get(pool)
-                    .map(|m| m.iter().cloned().collect())
-                    .unwrap_or_default()
-            };
-            Ok(members
+            Ok(self
+                .members(pool)
                 .into_iter()
                 .map(|k| {
                     let h = self.holder_now(&k);

@@ -130,8 +130,7 @@ use actix_web::{
 use bytes::Bytes;
 use pin_project_lite::pin_project;
 use tower_lock::{
-    Fence, HeldLock, LeaseInfo, LockLayer, LockMetrics, LockPolicy, Outcome, ReleasePoint,
-    key::RequestView,
+    Fence, HeldLock, LeaseInfo, LockLayer, LockMetrics, LockPolicy, Outcome, key::RequestView,
 };
 
 /// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
@@ -312,10 +311,14 @@ where
                 }
             };
             let response = service.call(req).await?;
-            // An upgraded connection outlives its response and is not covered by the lock.
-            let release_now = policy.release_point() == ReleasePoint::ResponseReady
-                || response.status() == StatusCode::SWITCHING_PROTOCOLS;
-            let held = if release_now { None } else { held };
+            let mut held = held;
+            if policy
+                .release_point()
+                .releases_with_response(response.status().as_u16())
+                && let Some(h) = held.take()
+            {
+                h.release_now();
+            }
             Ok(response.map_body(|_, body| EitherBody::left(LockedBody::new(body, held))))
         })
     }

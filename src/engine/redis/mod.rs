@@ -94,7 +94,7 @@ use self::{
     pool::{Connector, Pool},
     scripts::{
         ACQUIRE, ADMIN_SET, COMPARE_AND_SET, EXTEND, FORCE_RELEASE, HOLDER, LEAVE, LEAVE_SOURCE,
-        NUMERIC_GET, POOL_HOLDERS, POOL_MODIFY, RELEASE, RENEW, WAITERS,
+        NUMERIC_GET, POOL_HOLDERS, POOL_MEMBERS, POOL_MODIFY, RELEASE, RENEW, WAITERS,
     },
     wakeup::Wakeup,
 };
@@ -242,8 +242,8 @@ struct Names {
 
 impl Names {
     fn new(prefix: &str, key: &LockKey) -> Self {
+        let base = tagged_base(prefix, key);
         let key = key.as_str();
-        let base = format!("{prefix}:{{{:016x}}}:", fnv1a(key.as_bytes()));
         let name = |kind: &str| format!("{base}{kind}:{key}");
         Names {
             lock: name("lock"),
@@ -255,10 +255,25 @@ impl Names {
     }
 }
 
-/// The Redis name of a single-key object (`num`, `pool`) with the same layout as a lock's.
+/// `P:{T}:`, the start of every Redis name of `key`: the prefix and the engine's hash tag.
+fn tagged_base(prefix: &str, key: &LockKey) -> String {
+    format!("{prefix}:{{{:016x}}}:", fnv1a(key.as_str().as_bytes()))
+}
+
+/// The Redis name of one kind of object of `key` (`lock`, `num`, `pool`, ...), laid out
+/// as [`Names`] lays out a lock's.
 fn object_name(prefix: &str, kind: &str, key: &LockKey) -> String {
-    let key = key.as_str();
-    format!("{prefix}:{{{:016x}}}:{kind}:{key}", fnv1a(key.as_bytes()))
+    format!("{}{kind}:{}", tagged_base(prefix, key), key.as_str())
+}
+
+fn malformed_member(e: super::KeyError) -> LockError {
+    LockError::Backend(
+        BackendError::new(
+            BackendErrorKind::Protocol,
+            "stored pool member is malformed",
+        )
+        .with_source(e),
+    )
 }
 
 fn malformed_token(e: super::KeyError) -> LockError {
@@ -739,7 +754,7 @@ impl Backend for RedisBackend {
             let with_locks = |inv: &mut ScriptInvocation<'_>, keys: &[LockKey]| {
                 for k in keys {
                     inv.arg(k.as_str())
-                        .arg(Names::new(&self.inner.prefix, k).lock);
+                        .arg(object_name(&self.inner.prefix, "lock", k));
                 }
             };
             match op {
@@ -771,12 +786,16 @@ impl Backend for RedisBackend {
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
         Box::pin(async move {
-            Ok(self
-                .pool_holders(pool)
-                .await?
-                .into_iter()
-                .map(|(k, _)| k)
-                .collect())
+            let name = object_name(&self.inner.prefix, "pool", pool);
+            let mut inv = POOL_MEMBERS.prepare_invoke();
+            inv.key(&name);
+            let members: Vec<String> = self.inner.call("pool members", &inv).await?;
+            let mut members = members
+                .iter()
+                .map(|m| LockKey::new(m).map_err(malformed_member))
+                .collect::<Result<Vec<_>, _>>()?;
+            members.sort();
+            Ok(members)
         })
     }
 
@@ -791,15 +810,7 @@ impl Backend for RedisBackend {
             let flat: Vec<(String, String, i64)> = self.inner.call("pool holders", &inv).await?;
             let mut out = Vec::with_capacity(flat.len());
             for (member, token, pttl) in flat {
-                let member = LockKey::new(&member).map_err(|e| {
-                    LockError::Backend(
-                        BackendError::new(
-                            BackendErrorKind::Protocol,
-                            "stored pool member is malformed",
-                        )
-                        .with_source(e),
-                    )
-                })?;
+                let member = LockKey::new(&member).map_err(malformed_member)?;
                 let holder = if token.is_empty() {
                     None
                 } else {

@@ -360,6 +360,15 @@ return redis.call('HLEN', KEYS[1])
     )
 });
 
+/// The members of a pool.
+///
+/// - `KEYS[1]` the pool.
+/// - Returns the member keys, unordered.
+///
+/// A script only so that every command of the backend goes through one path.
+pub(crate) static POOL_MEMBERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new("return redis.call('HKEYS', KEYS[1])"));
+
 /// Every member of a pool with its holder, in one round trip.
 ///
 /// - `KEYS[1]` the pool.
@@ -392,7 +401,7 @@ return out
 });
 
 /// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 13] {
+pub(crate) fn all() -> [&'static Script; 14] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -406,6 +415,7 @@ pub(crate) fn all() -> [&'static Script; 13] {
         &COMPARE_AND_SET,
         &NUMERIC_GET,
         &POOL_MODIFY,
+        &POOL_MEMBERS,
         &POOL_HOLDERS,
     ]
 }
