@@ -500,19 +500,9 @@ impl HeldLock {
     /// over their last frame, so a client that has read a whole response finds the key
     /// free for its next request (on Redis, the release is on its way first).
     pub fn release_now(mut self) {
-        let Some(lease) = self.lease.take() else {
-            return;
-        };
-        let mut release = Box::pin(async move {
-            let key = lease.key().clone();
-            if let Err(error) = lease.release().await {
-                tracing::debug!(%key, %error, "release did not apply");
-            }
-        });
-        let mut cx = Context::from_waker(Waker::noop());
-        if release.as_mut().poll(&mut cx).is_pending() {
-            tokio::spawn(release);
-        }
+        // Dropping the lease starts its release on the spot and, if the backend needs a
+        // round trip, finishes it on the engine's own runtime.
+        drop(self.lease.take());
     }
 }
 

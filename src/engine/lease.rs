@@ -1,7 +1,7 @@
 //! [`Lease`], the RAII guard of an acquisition, and the per-engine renewal watchdog.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     fmt,
     sync::{
         Arc, Mutex, Weak,
@@ -12,7 +12,9 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{EngineShared, ExtendMode, Fence, Grant, LockError, LockKey, Renewal, Token};
+use super::{
+    EngineShared, ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Renewal, Token, background,
+};
 
 /// Resolves when a lease is lost: renewal failed or found the key gone, or the local
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
@@ -74,14 +76,21 @@ pub(crate) struct LeaseState {
     configured_ttl: Duration,
     auto_renew: bool,
     lost: Arc<Lost>,
+    /// Set when a release begins: from then on a renewal that finds the key gone is that
+    /// release, not a lost lease.
+    released: AtomicBool,
+    /// Bumped when an extend begins. A renewal sent under an older epoch may have landed
+    /// before or after the extend; it renews the lease but does not move its deadline.
+    epoch: AtomicU64,
     times: Mutex<LeaseTimes>,
 }
 
 #[derive(Clone, Copy)]
 struct LeaseTimes {
-    /// Past this instant the backend may have expired the lease.
+    /// Past this instant the backend may have expired the lease. Only ever an instant the
+    /// backend confirmed: a send time plus a TTL the backend acknowledged.
     deadline: Instant,
-    /// When the next renewal is due (`None` while one is in flight).
+    /// When the next renewal is due (`None` while one is in flight, or without auto-renew).
     renew_at: Option<Instant>,
 }
 
@@ -98,13 +107,19 @@ impl LeaseState {
         Duration::from_nanos(self.ttl_nanos.load(Ordering::Relaxed))
     }
 
-    fn confirmed(&self, since: Instant, ttl: Duration) {
-        let mut t = self.times.lock().unwrap();
-        t.deadline = t.deadline.max(since + ttl);
-        t.renew_at = self.auto_renew.then(|| since + renew_interval(ttl));
+    fn set_ttl(&self, ttl: Duration) {
+        let nanos = u64::try_from(ttl.min(MAX_TTL).as_nanos()).unwrap_or(u64::MAX);
+        self.ttl_nanos.store(nanos, Ordering::Relaxed);
+    }
+
+    fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
     }
 
     fn mark_lost(&self, why: &'static str) {
+        if self.is_released() {
+            return;
+        }
         if !self.lost.is_set() {
             tracing::warn!(key = %self.key, reason = why, "lease lost");
             self.lost.set();
@@ -116,7 +131,12 @@ fn renew_interval(ttl: Duration) -> Duration {
     ttl / 3
 }
 
-/// The engine's single renewal task and its registry of live leases.
+/// The engine's single renewal task and its schedule of live leases.
+///
+/// Leases are kept in a map by id and, by the instant they next need attention (renewal
+/// or validity deadline), in an ordered set: a wake pops only the leases that are due, so
+/// it costs O(due · log n), not a scan of every live lease. The task runs on the engine's
+/// own runtime ([`background`]), never on a runtime the user owns.
 pub(crate) struct Watchdog {
     inner: Arc<WatchInner>,
 }
@@ -126,26 +146,42 @@ struct WatchInner {
     wake: Notify,
 }
 
+#[derive(Default)]
 struct WatchState {
-    leases: HashMap<u64, Arc<LeaseState>>,
+    /// Every registered lease, with the instant it is filed under in `queue`.
+    leases: HashMap<u64, (Arc<LeaseState>, Instant)>,
+    queue: BTreeSet<(Instant, u64)>,
     next_id: u64,
-    /// The renewal task. Restarted when it has ended: it runs on the runtime of the first
-    /// lease, which may shut down before the engine does (an actix worker, a test).
-    task: Option<tokio::task::JoinHandle<()>>,
-    /// When the task will next look at the registry by itself.
+    started: bool,
+    /// When the task will next look by itself (`None`: it waits for a registration).
     scheduled: Option<Instant>,
+}
+
+impl WatchState {
+    /// File lease `id` under `at`, replacing where it was filed. Returns whether the task
+    /// must be woken to look earlier than it planned.
+    fn file(&mut self, id: u64, at: Instant) -> bool {
+        let Some((_, filed)) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        let old = std::mem::replace(filed, at);
+        self.queue.remove(&(old, id));
+        self.queue.insert((at, id));
+        self.scheduled.is_none_or(|s| at < s)
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some((_, at)) = self.leases.remove(&id) {
+            self.queue.remove(&(at, id));
+        }
+    }
 }
 
 impl Watchdog {
     pub(crate) fn new() -> Self {
         Watchdog {
             inner: Arc::new(WatchInner {
-                state: Mutex::new(WatchState {
-                    leases: HashMap::new(),
-                    next_id: 0,
-                    task: None,
-                    scheduled: None,
-                }),
+                state: Mutex::new(WatchState::default()),
                 wake: Notify::new(),
             }),
         }
@@ -156,20 +192,15 @@ impl Watchdog {
         let mut st = self.inner.state.lock().unwrap();
         let id = st.next_id;
         st.next_id += 1;
-        st.leases.insert(id, lease);
-        if st
-            .task
-            .as_ref()
-            .is_none_or(tokio::task::JoinHandle::is_finished)
-        {
-            // Spawned under the lock, so that concurrent first leases start one task.
-            st.task = Some(tokio::spawn(run(
-                Arc::downgrade(engine),
-                self.inner.clone(),
-            )));
+        st.leases.insert(id, (lease, due));
+        st.queue.insert((due, id));
+        if !st.started {
+            // Under the lock, so that concurrent first leases start one task.
+            st.started = true;
+            background::handle().spawn(run(Arc::downgrade(engine), self.inner.clone()));
         } else if st.scheduled.is_none_or(|s| due < s) {
             // Only wake the task when this lease is due before the task's own next look:
-            // the common short-lived lease then costs one map insert, not a task wake-up.
+            // the common short-lived lease then costs one insert, not a task wake-up.
             drop(st);
             self.inner.wake.notify_one();
         }
@@ -177,45 +208,78 @@ impl Watchdog {
     }
 
     fn unregister(&self, id: u64) {
-        self.inner.state.lock().unwrap().leases.remove(&id);
+        self.inner.state.lock().unwrap().remove(id);
     }
 
-    fn reschedule(&self) {
-        self.inner.wake.notify_one();
+    /// The lease's times changed: file it where it is now due.
+    fn reschedule(&self, id: u64, lease: &LeaseState) {
+        let due = lease.times.lock().unwrap().due();
+        let wake = self.inner.state.lock().unwrap().file(id, due);
+        if wake {
+            self.inner.wake.notify_one();
+        }
     }
 }
 
-/// The renewal loop: one per engine, started with the first lease. It holds no strong
-/// reference to the engine while it sleeps, so dropping the engine ends it.
+/// A lease whose renewal is being sent, with what it was sent under.
+struct Due {
+    id: u64,
+    lease: Arc<LeaseState>,
+    epoch: u64,
+}
+
+/// The renewal loop: one per engine, on the engine's runtime. It holds no strong reference
+/// to the engine while it sleeps, so dropping the engine ends it.
 async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
     loop {
+        // Registered before the schedule is read, so a registration in between wakes us.
+        let woken = inner.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         let now = Instant::now();
-        let mut due: Vec<Arc<LeaseState>> = Vec::new();
+        let mut due: Vec<Due> = Vec::new();
         let next = {
             let mut st = inner.state.lock().unwrap();
-            st.leases.retain(|_, lease| {
+            while let Some(&(at, id)) = st.queue.first() {
+                if at > now {
+                    break;
+                }
+                st.queue.pop_first();
+                let lease = st.leases[&id].0.clone();
                 let mut t = lease.times.lock().unwrap();
-                if lease.lost.is_set() {
-                    return false;
+                if lease.lost.is_set() || lease.is_released() {
+                    drop(t);
+                    st.leases.remove(&id);
+                    continue;
                 }
                 if t.deadline <= now {
                     drop(t);
+                    st.leases.remove(&id);
                     lease.mark_lost("validity deadline passed without a confirmed renewal");
-                    return false;
+                    continue;
                 }
                 if t.renew_at.is_some_and(|r| r <= now) {
                     t.renew_at = None;
-                    due.push(lease.clone());
+                    due.push(Due {
+                        id,
+                        lease: lease.clone(),
+                        epoch: lease.epoch.load(Ordering::Acquire),
+                    });
                 }
-                true
-            });
-            let next = st
-                .leases
-                .values()
-                .map(|l| l.times.lock().unwrap().due())
-                .min();
+                // In flight, a lease is filed under its deadline: if the renewal never
+                // comes back, it is marked lost right then.
+                let at = t.due();
+                drop(t);
+                st.leases
+                    .get_mut(&id)
+                    .expect("popped lease is registered")
+                    .1 = at;
+                st.queue.insert((at, id));
+            }
+            let next = st.queue.first().map(|&(at, _)| at);
             st.scheduled = next;
-            if next.is_none() && due.is_empty() && engine.strong_count() == 0 {
+            if next.is_none() && engine.strong_count() == 0 {
+                st.started = false;
                 return;
             }
             next
@@ -224,65 +288,91 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
             let Some(shared) = engine.upgrade() else {
                 return;
             };
-            renew_batch(&shared, &due, now).await;
-            drop(shared);
-            continue;
+            // A batch in flight must not hold up deadlines of other leases.
+            tokio::spawn(renew_batch(shared, inner.clone(), due, now));
         }
         match next {
             Some(at) => {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
-                    _ = inner.wake.notified() => {}
+                    _ = &mut woken => {}
                 }
             }
             None => {
-                if engine.strong_count() == 0 {
-                    if inner.state.lock().unwrap().leases.is_empty() {
-                        return;
-                    }
-                    continue;
-                }
                 // Idle: wait for a registration, but look again now and then so the task
                 // ends soon after its engine is dropped.
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    _ = inner.wake.notified() => {}
+                    _ = &mut woken => {}
                 }
             }
         }
     }
 }
 
-async fn renew_batch(shared: &EngineShared, due: &[Arc<LeaseState>], sent_at: Instant) {
+async fn renew_batch(
+    shared: Arc<EngineShared>,
+    inner: Arc<WatchInner>,
+    due: Vec<Due>,
+    sent_at: Instant,
+) {
     let batch: Vec<Renewal> = due
         .iter()
-        .map(|l| Renewal {
-            key: l.key.clone(),
-            token: l.token.clone(),
-            ttl: l.ttl(),
+        .map(|d| Renewal {
+            key: d.lease.key.clone(),
+            token: d.lease.token.clone(),
+            ttl: d.lease.ttl(),
         })
         .collect();
-    match shared.backend.renew(&batch).await {
+    let result = shared.backend.renew(&batch).await;
+    drop(shared);
+    let watchdog = Watchdog { inner };
+    match result {
         Ok(results) => {
-            for ((lease, renewal), ok) in due.iter().zip(&batch).zip(results) {
-                if ok {
-                    lease.confirmed(sent_at, renewal.ttl);
-                } else {
-                    lease.mark_lost("renewal found the lease gone");
+            for ((d, renewal), ok) in due.iter().zip(&batch).zip(results) {
+                if d.lease.is_released() {
+                    continue;
                 }
+                if !ok {
+                    d.lease.mark_lost("renewal found the lease gone");
+                    watchdog.unregister(d.id);
+                    continue;
+                }
+                {
+                    let mut t = d.lease.times.lock().unwrap();
+                    if d.lease.epoch.load(Ordering::Acquire) == d.epoch {
+                        // Renewals never shorten a lease on the backend, so the backend's
+                        // expiry is at least the later of the two.
+                        t.deadline = t.deadline.max(after(sent_at, renewal.ttl));
+                    }
+                    if d.lease.auto_renew && t.renew_at.is_none() {
+                        t.renew_at = Some(after(sent_at, renew_interval(renewal.ttl)));
+                    }
+                }
+                watchdog.reschedule(d.id, &d.lease);
             }
         }
         Err(error) => {
             tracing::warn!(%error, leases = due.len(), "lease renewal failed; retrying");
             let retry = Instant::now();
-            for lease in due {
-                let mut t = lease.times.lock().unwrap();
-                let step =
-                    (lease.ttl() / 10).clamp(Duration::from_millis(1), Duration::from_millis(500));
-                t.renew_at = Some(retry + step);
+            for d in &due {
+                {
+                    let mut t = d.lease.times.lock().unwrap();
+                    let step = (d.lease.ttl() / 10)
+                        .clamp(Duration::from_millis(1), Duration::from_millis(500));
+                    t.renew_at = Some(retry + step);
+                }
+                watchdog.reschedule(d.id, &d.lease);
             }
         }
     }
+}
+
+/// `at + d`, or a century later when that is past what the clock can represent.
+pub(crate) fn after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d)
+        .or_else(|| at.checked_add(Duration::from_secs(100 * 365 * 24 * 60 * 60)))
+        .unwrap_or(at)
 }
 
 /// An acquired lock: the RAII guard of one acquisition.
@@ -296,8 +386,8 @@ pub struct Lease {
     id: u64,
     fence: Fence,
     waited: Duration,
-    released: AtomicBool,
-    runtime: tokio::runtime::Handle,
+    /// The release has been handed on (to `release`, or done): drop does nothing more.
+    handed_off: bool,
 }
 
 impl fmt::Debug for Lease {
@@ -324,15 +414,18 @@ impl Lease {
         let state = Arc::new(LeaseState {
             key,
             token,
-            ttl_nanos: AtomicU64::new(ttl.as_nanos() as u64),
+            ttl_nanos: AtomicU64::new(0),
             configured_ttl: ttl,
             auto_renew,
             lost: Arc::default(),
+            released: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
             times: Mutex::new(LeaseTimes {
-                deadline: grant.granted_at + ttl,
-                renew_at: auto_renew.then(|| grant.granted_at + renew_interval(ttl)),
+                deadline: after(grant.granted_at, ttl),
+                renew_at: auto_renew.then(|| after(grant.granted_at, renew_interval(ttl))),
             }),
         });
+        state.set_ttl(ttl);
         let id = engine.watchdog.register(&engine, state.clone());
         Lease {
             engine,
@@ -340,8 +433,7 @@ impl Lease {
             id,
             fence: grant.fence,
             waited,
-            released: AtomicBool::new(false),
-            runtime: tokio::runtime::Handle::current(),
+            handed_off: false,
         }
     }
 
@@ -386,27 +478,37 @@ impl Lease {
         self.state.lost.is_set()
     }
 
+    /// Stop renewing, and return the backend release to run.
+    fn begin_release(&mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        self.handed_off = true;
+        self.state.released.store(true, Ordering::Release);
+        self.engine.watchdog.unregister(self.id);
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        async move {
+            let result = engine.backend.release(&state.key, &state.token).await;
+            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released");
+            result
+        }
+    }
+
     /// Release the key. [`LockError::NotOwned`] or [`LockError::Expired`] mean the lease
     /// had already run out (another owner may hold the key): nothing was changed.
-    pub async fn release(self) -> Result<(), LockError> {
-        self.released.store(true, Ordering::Relaxed);
-        self.engine.watchdog.unregister(self.id);
-        let result = self
-            .engine
-            .backend
-            .release(&self.state.key, &self.state.token)
-            .await;
-        tracing::trace!(key = %self.state.key, ok = result.is_ok(), "lock released");
-        result
+    ///
+    /// Cancellation-safe: once this future has been created, the release happens. If it
+    /// is dropped before the backend answered, the release finishes in the background.
+    pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        background::Finish::new(self.begin_release())
     }
 
     /// Add `by` to the remaining TTL. The new remaining TTL also becomes the length the
-    /// watchdog renews to.
+    /// watchdog renews to. More than [`MAX_TTL`] in all is [`LockError::InvalidValue`].
     pub async fn extend(&self, by: Duration) -> Result<Duration, LockError> {
         self.change_ttl(by, ExtendMode::Add).await
     }
 
-    /// Replace the remaining TTL with `ttl` (also used for later renewals).
+    /// Replace the remaining TTL with `ttl` (also used for later renewals). More than
+    /// [`MAX_TTL`] is [`LockError::InvalidValue`].
     pub async fn extend_to(&self, ttl: Duration) -> Result<Duration, LockError> {
         self.change_ttl(ttl, ExtendMode::Replace).await
     }
@@ -419,6 +521,21 @@ impl Lease {
     }
 
     async fn change_ttl(&self, d: Duration, mode: ExtendMode) -> Result<Duration, LockError> {
+        check_ttl(d)?;
+        if mode == ExtendMode::Add {
+            let remaining = self.state.times.lock().unwrap().deadline;
+            let total = remaining
+                .saturating_duration_since(Instant::now())
+                .checked_add(d);
+            if total.is_none_or(|t| t > MAX_TTL) {
+                return Err(LockError::InvalidValue(
+                    "the lease would be longer than MAX_TTL",
+                ));
+            }
+        }
+        // Renewals sent before this point may land before or after the extend: none of
+        // them may move the deadline this extend sets.
+        self.state.epoch.fetch_add(1, Ordering::AcqRel);
         let sent = Instant::now();
         let result = self
             .engine
@@ -427,21 +544,27 @@ impl Lease {
             .await;
         match &result {
             Ok(remaining) => {
-                self.state
-                    .ttl_nanos
-                    .store(remaining.as_nanos() as u64, Ordering::Relaxed);
+                let remaining = (*remaining).min(MAX_TTL);
+                self.state.set_ttl(remaining);
                 {
                     let mut t = self.state.times.lock().unwrap();
-                    t.deadline = sent + *remaining;
+                    t.deadline = after(sent, remaining);
                     t.renew_at = self
                         .state
                         .auto_renew
-                        .then(|| sent + renew_interval(*remaining));
+                        .then(|| after(sent, renew_interval(remaining)));
                 }
-                self.engine.watchdog.reschedule();
+                self.engine.watchdog.reschedule(self.id, &self.state);
             }
             Err(LockError::NotOwned | LockError::Expired) => {
                 self.state.mark_lost("extend found the lease gone");
+            }
+            Err(_) if mode == ExtendMode::Replace => {
+                // It may still land: a shorter TTL would then hold from about now on.
+                let mut t = self.state.times.lock().unwrap();
+                t.deadline = t.deadline.min(after(sent, d));
+                drop(t);
+                self.engine.watchdog.reschedule(self.id, &self.state);
             }
             Err(_) => {}
         }
@@ -455,60 +578,28 @@ impl Lease {
     }
 }
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.released.load(Ordering::Relaxed) {
-            return;
-        }
-        self.engine.watchdog.unregister(self.id);
-        let engine = self.engine.clone();
-        let key = self.state.key.clone();
-        let token = self.state.token.clone();
-        // Never block the dropping thread: the release runs as its own task. If the runtime
-        // is gone, the TTL frees the key.
-        self.runtime.spawn(async move {
-            if let Err(error) = engine.backend.release(&key, &token).await {
-                tracing::debug!(%key, %error, "release on drop did not apply");
-            }
-        });
+/// A TTL the engine accepts: at most [`MAX_TTL`].
+pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
+    if ttl > MAX_TTL {
+        return Err(LockError::InvalidValue(
+            "a lease TTL may be at most MAX_TTL (365 days)",
+        ));
     }
+    Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use crate::LockEngine;
-
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    }
-
-    /// The renewal task starts on the first lease's runtime; when that runtime is gone,
-    /// leases taken on another runtime must still be renewed.
-    #[test]
-    fn renewal_survives_the_runtime_that_started_it() {
-        let engine = LockEngine::in_memory();
-        let first = runtime();
-        first.block_on(async {
-            let lease = engine.lock("k").acquire().await.unwrap();
-            lease.release().await.unwrap();
-        });
-        drop(first);
-        runtime().block_on(async {
-            let lease = engine
-                .lock("k")
-                .ttl(Duration::from_millis(150))
-                .acquire()
-                .await
-                .unwrap();
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            assert!(!lease.is_lost());
-            assert!(lease.owned().await.unwrap(), "the lease was not renewed");
-            lease.release().await.unwrap();
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.handed_off {
+            return;
+        }
+        // Never block the dropping thread, and never depend on its runtime: the release
+        // starts here and, if it needs a round trip, finishes on the engine's runtime.
+        let release = self.begin_release();
+        background::detach(async move {
+            if let Err(error) = release.await {
+                tracing::debug!(%error, "release on drop did not apply");
+            }
         });
     }
 }

@@ -10,11 +10,16 @@ use std::{
     time::Duration,
 };
 
-use tokio::{sync::oneshot, time::Instant};
+use std::sync::Arc;
+
+use tokio::{
+    sync::{Notify, oneshot},
+    time::Instant,
+};
 
 use super::{
     AcquireRequest, Backend, BoxFuture, ExtendMode, Fence, Grant, Holder, LockError, LockKey,
-    NumericAction, NumericOp, PoolHolders, PoolOp, Renewal, Token,
+    NumericAction, NumericOp, PoolHolders, PoolOp, Renewal, Token, lease::after,
 };
 
 const SHARDS: usize = 64;
@@ -45,6 +50,13 @@ struct Shard {
 struct Entry {
     holder: Option<HeldBy>,
     waiters: VecDeque<Waiter>,
+    /// Wakes the waiters when the holder's expiry moves earlier than they may have seen
+    /// (a hand-off to a shorter lease, a shortening extend, an admin set), so that each
+    /// re-reads it: a waiter must never sleep past the moment the key frees up.
+    changed: Option<Arc<Notify>>,
+    /// The holder expiry waiters were last told of (`None`: no expiry); every waiter
+    /// sleeps until no later than this.
+    told: Option<Instant>,
 }
 
 struct HeldBy {
@@ -147,6 +159,26 @@ impl MemoryBackend {
 }
 
 impl Entry {
+    /// Install `holder`, waking the waiters if it expires earlier than they were told.
+    fn set_holder(&mut self, holder: HeldBy) {
+        let expires = holder.expires;
+        self.holder = Some(holder);
+        self.expiry_changed(expires);
+    }
+
+    /// The holder's expiry is now `expires`.
+    fn expiry_changed(&mut self, expires: Option<Instant>) {
+        let earlier = match (expires, self.told) {
+            (Some(new), Some(told)) => new < told,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        self.told = expires;
+        if earlier && let Some(changed) = &self.changed {
+            changed.notify_waiters();
+        }
+    }
+
     /// Drop an expired holder and hand the key to the next waiter.
     fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
         if self.holder.as_ref().is_some_and(|h| h.expired(now)) {
@@ -161,9 +193,9 @@ impl Entry {
         while let Some(w) = self.waiters.pop_front() {
             let fence = backend.next_fence();
             if w.grant.send(Grant::new(fence, now)).is_ok() {
-                self.holder = Some(HeldBy {
+                self.set_holder(HeldBy {
                     token: w.token,
-                    expires: Some(now + w.ttl),
+                    expires: Some(after(now, w.ttl)),
                     fence: fence.get(),
                 });
                 return;
@@ -209,6 +241,7 @@ impl Shard {
 struct WaitGuard<'a> {
     backend: &'a MemoryBackend,
     key: &'a LockKey,
+    token: &'a Token,
     id: u64,
     rx: Option<oneshot::Receiver<Grant>>,
 }
@@ -223,11 +256,19 @@ impl Drop for WaitGuard<'_> {
         if let Some(entry) = shard.map.get_mut(self.key) {
             if let Some(pos) = entry.waiters.iter().position(|w| w.id == self.id) {
                 entry.waiters.remove(pos);
-            } else if rx.try_recv().is_ok() {
-                // Granted under the shard lock before we got here: the key is ours, give
-                // it to the next in line.
-                entry.holder = None;
-                entry.grant_next(now, self.backend);
+            } else if let Ok(grant) = rx.try_recv() {
+                // Granted before we got here. Give the key to the next in line only if
+                // that grant still holds it: it may have run out, or been forced free,
+                // and the key passed on to someone else whom we must not touch.
+                entry.expire(now, self.backend);
+                let ours = entry
+                    .holder
+                    .as_ref()
+                    .is_some_and(|h| h.token == *self.token && h.fence == grant.fence.get());
+                if ours {
+                    entry.holder = None;
+                    entry.grant_next(now, self.backend);
+                }
             }
         }
         shard.remove_if_empty(self.key);
@@ -237,7 +278,7 @@ impl Drop for WaitGuard<'_> {
 impl MemoryBackend {
     async fn acquire_inner(&self, req: AcquireRequest) -> Result<Grant, LockError> {
         let started = Instant::now();
-        let (rx, id, mut holder_expires) = {
+        let (rx, id, changed) = {
             let mut shard = self.shard(&req.key);
             // One clock read serves: a lease that starts a moment early only ends early.
             let now = started;
@@ -247,16 +288,19 @@ impl MemoryBackend {
             match &mut entry.holder {
                 None => {
                     let fence = self.next_fence();
-                    entry.holder = Some(HeldBy {
+                    entry.set_holder(HeldBy {
                         token: req.token.clone(),
-                        expires: Some(now + req.ttl),
+                        expires: Some(after(now, req.ttl)),
                         fence: fence.get(),
                     });
                     return Ok(Grant::new(fence, now));
                 }
                 Some(h) if h.token == req.token => {
-                    h.expires = Some(now + req.ttl);
-                    return Ok(Grant::new(Fence::new(h.fence), now));
+                    let expires = Some(after(now, req.ttl));
+                    h.expires = expires;
+                    let fence = Fence::new(h.fence);
+                    entry.expiry_changed(expires);
+                    return Ok(Grant::new(fence, now));
                 }
                 Some(_) => {}
             }
@@ -278,17 +322,31 @@ impl MemoryBackend {
                 ttl: req.ttl,
                 grant: tx,
             });
-            let expires = entry.holder.as_ref().and_then(|h| h.expires);
-            (rx, id, expires)
+            let changed = entry.changed.get_or_insert_with(Arc::default).clone();
+            (rx, id, changed)
         };
         let mut guard = WaitGuard {
             backend: self,
             key: &req.key,
+            token: &req.token,
             id,
             rx: Some(rx),
         };
-        let deadline = req.wait.map(|w| started + w);
+        // A wait too long for the clock is a wait without limit.
+        let deadline = req.wait.and_then(|w| started.checked_add(w));
         loop {
+            // Listening before the expiry is read, so a change in between is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let holder_expires = {
+                let mut shard = self.shard(&req.key);
+                // Expiring the holder (if its TTL ran out) grants the head waiter.
+                shard.map.get_mut(&req.key).and_then(|entry| {
+                    entry.expire(Instant::now(), self);
+                    entry.holder.as_ref().and_then(|h| h.expires)
+                })
+            };
             let rx = guard.rx.as_mut().expect("receiver present while waiting");
             tokio::select! {
                 biased;
@@ -297,14 +355,8 @@ impl MemoryBackend {
                     // The sender is only dropped after a send or by our own guard.
                     return granted.map_err(|_| LockError::Expired);
                 }
-                _ = sleep_until_opt(holder_expires) => {
-                    // The holder's TTL ran out: expire it, which grants the head waiter.
-                    let mut shard = self.shard(&req.key);
-                    let now = Instant::now();
-                    let entry = shard.map.get_mut(&req.key).expect("entry lives while waited on");
-                    entry.expire(now, self);
-                    holder_expires = entry.holder.as_ref().and_then(|h| h.expires);
-                }
+                _ = &mut notified => {}
+                _ = sleep_until_opt(holder_expires) => {}
                 _ = sleep_until_opt(deadline) => {
                     let retry_after = {
                         let shard = self.shard(&req.key);
@@ -374,11 +426,12 @@ impl Backend for MemoryBackend {
             let result = match &mut entry.holder {
                 Some(h) if h.token == *token => {
                     let expires = match (mode, h.expires) {
-                        (ExtendMode::Add, Some(e)) => e + ttl,
+                        (ExtendMode::Add, Some(e)) => after(e, ttl),
                         (ExtendMode::Add, None) => return Ok(Duration::MAX),
-                        (ExtendMode::Replace, _) => now + ttl,
+                        (ExtendMode::Replace, _) => after(now, ttl),
                     };
                     h.expires = Some(expires);
+                    entry.expiry_changed(Some(expires));
                     Ok(expires - now)
                 }
                 Some(_) => Err(LockError::NotOwned),
@@ -402,7 +455,13 @@ impl Backend for MemoryBackend {
                     entry.expire(now, self);
                     let ok = match &mut entry.holder {
                         Some(h) if h.token == r.token => {
-                            h.expires = Some(now + r.ttl);
+                            // A renewal never shortens a lease: one that lands after an
+                            // extend must not undo it.
+                            if let Some(e) = h.expires {
+                                let expires = e.max(after(now, r.ttl));
+                                h.expires = Some(expires);
+                                entry.expiry_changed(Some(expires));
+                            }
                             true
                         }
                         _ => false,
@@ -434,9 +493,9 @@ impl Backend for MemoryBackend {
             let mut shard = self.shard(key);
             let now = Instant::now();
             let entry = shard.map.entry(key.clone()).or_default();
-            entry.holder = Some(HeldBy {
+            entry.set_holder(HeldBy {
                 token: value.clone(),
-                expires: ttl.map(|t| now + t),
+                expires: ttl.map(|t| after(now, t)),
                 fence: self.next_fence().get(),
             });
             Ok(())
@@ -476,7 +535,7 @@ impl Backend for MemoryBackend {
             if holds {
                 match op.action {
                     NumericAction::Set { ttl } => {
-                        numbers.insert(key.clone(), (op.value, ttl.map(|t| now + t)));
+                        numbers.insert(key.clone(), (op.value, ttl.map(|t| after(now, t))));
                     }
                     NumericAction::Delete => {
                         numbers.remove(key);

@@ -33,6 +33,7 @@
 //! renew, and holder inspection. The conformance suite in `tests/support/conformance.rs`
 //! runs unchanged against every backend.
 
+pub(crate) mod background;
 mod guard;
 mod lease;
 mod memory;
@@ -67,6 +68,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub const MAX_KEY_LEN: usize = 512;
 /// The longest caller-supplied token accepted, in bytes.
 pub const MAX_TOKEN_LEN: usize = 128;
+/// The longest lease accepted (365 days): a longer TTL, or an extension past it, is
+/// [`LockError::InvalidValue`]. Longer waits need no limit: they are waits without one.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// A validated lock key: 1 to [`MAX_KEY_LEN`] bytes of UTF-8 with no control characters.
 ///
@@ -221,14 +225,16 @@ impl LockOptions {
     }
 
     /// The lease length. The watchdog renews a live lease at a third of it. Clamped to at
-    /// least 1 ms.
+    /// least 1 ms; more than [`MAX_TTL`] makes acquisition fail with
+    /// [`LockError::InvalidValue`].
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_millis(1));
         self
     }
 
     /// How long [`Lock::acquire`] waits for a held key; `Duration::ZERO` makes it
-    /// non-blocking. Default: no limit.
+    /// non-blocking. Default: no limit (and so is a wait too long for the clock, such as
+    /// `Duration::MAX`).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -616,8 +622,11 @@ impl Lock {
 
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let key = self.key()?.clone();
+        lease::check_ttl(self.options.ttl)?;
         let token = self.token.clone().unwrap_or_else(Token::random);
         let started = Instant::now();
+        // A wait the clock cannot represent is a wait without limit.
+        let wait = wait.filter(|w| started.checked_add(*w).is_some());
         let req = AcquireRequest {
             key: key.clone(),
             token: token.clone(),

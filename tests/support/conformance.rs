@@ -65,6 +65,9 @@ macro_rules! conformance_tests {
             pool_membership_and_health,
             key_mutex_releases_on_every_exit_path,
             key_mutex_reports_held_not_held_and_expiry,
+            a_stale_waiter_dropped_late_leaves_the_next_holder_alone,
+            a_waiter_is_granted_when_a_shorter_successor_lease_expires,
+            huge_durations_never_panic,
         );
         $crate::conformance_tests!(@cases [$conc] $make;
             mutual_exclusion_many_tasks_many_iterations,
@@ -932,5 +935,132 @@ pub async fn key_mutex_reports_held_not_held_and_expiry(h: &impl Harness) {
         matches!(out, Err(GuardError::ExpiredBeforeRelease)),
         "{out:?}"
     );
+    assert_no_residue(h).await;
+}
+
+/// A waiter registers, is then left unpolled while the key passes it by (its grant runs
+/// out, or an admin frees the key), another caller X takes the key, and only then is the
+/// waiter's future dropped: X must still hold the key. (Every state change compares the
+/// owner token, the clean-up of a dropped waiter included.)
+pub async fn a_stale_waiter_dropped_late_leaves_the_next_holder_alone(h: &impl Harness) {
+    let u = h.unit();
+    for forced in [false, true] {
+        let engine = h.engine();
+        let first = engine.lock("stale").acquire().await.unwrap();
+        let lock = engine.lock("stale").ttl(u).auto_renew(false);
+        let mut waiter = tokio_test::task::spawn(async move { lock.acquire().await });
+        assert!(
+            waiter.poll().is_pending(),
+            "the key is held: the waiter waits"
+        );
+        until_waiters(&engine, "stale", 1).await;
+        first.release().await.unwrap();
+        if forced {
+            // Whoever holds it now (the unpolled waiter, on a hand-off backend) is thrown out.
+            engine.admin().force_release("stale").await.unwrap();
+        } else {
+            // The waiter's grant (if it got one) runs out unseen.
+            sleep(u * 3).await;
+        }
+        let x = engine
+            .lock("stale")
+            .wait(u * 20)
+            .acquire()
+            .await
+            .expect("X takes the key the waiter never used");
+        drop(waiter);
+        assert!(
+            x.owned().await.unwrap(),
+            "dropping the stale waiter took X's key"
+        );
+        assert!(
+            matches!(
+                engine.lock("stale").try_acquire().await,
+                Err(LockError::Busy { .. })
+            ),
+            "a third caller acquired while X holds the key (forced: {forced})"
+        );
+        x.release().await.unwrap();
+        assert_no_residue(h).await;
+    }
+}
+
+/// After a hand-off to a holder with a shorter lease than the one a waiter first saw, the
+/// waiter gets the key when that shorter lease runs out, not when the first one would have.
+pub async fn a_waiter_is_granted_when_a_shorter_successor_lease_expires(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let first = engine
+        .lock("successor")
+        .ttl(u * 60)
+        .auto_renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let spawn_waiter = |ttl: Duration, wait: Duration| {
+        let lock = engine
+            .lock("successor")
+            .fifo(true)
+            .ttl(ttl)
+            .wait(wait)
+            .auto_renew(false);
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    // The successor: a short lease it never renews nor releases.
+    let successor = spawn_waiter(u * 2, u * 60);
+    until_waiters(&engine, "successor", 1).await;
+    let last = spawn_waiter(u * 3, u * 30);
+    until_waiters(&engine, "successor", 2).await;
+    first.release().await.unwrap();
+    let successor = successor.await.unwrap().expect("the successor is next");
+    let last = last
+        .await
+        .unwrap()
+        .expect("granted once the successor's short lease ran out");
+    assert!(last.fence() > successor.fence());
+    assert!(
+        last.waited() < u * 20,
+        "waited {:?} for a lease of {:?}",
+        last.waited(),
+        u * 2
+    );
+    drop(successor);
+    last.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+/// Durations too long for the clock never panic: an unbounded wait is no limit, a TTL
+/// or extension past the engine's maximum is refused with a typed error.
+pub async fn huge_durations_never_panic(h: &impl Harness) {
+    let engine = h.engine();
+    let holder = engine.lock("huge").acquire().await.unwrap();
+    let waiter = {
+        let lock = engine.lock("huge").wait(Duration::MAX);
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    until_waiters(&engine, "huge", 1).await;
+    holder.release().await.unwrap();
+    let lease = waiter
+        .await
+        .expect("a wait of Duration::MAX does not panic")
+        .expect("and is a wait without limit");
+    for result in [
+        lease.extend(Duration::MAX).await,
+        lease.extend_to(Duration::MAX).await,
+    ] {
+        assert!(
+            matches!(result, Err(LockError::InvalidValue(_))),
+            "extend past the maximum TTL: {result:?}"
+        );
+    }
+    assert!(lease.owned().await.unwrap());
+    lease.release().await.unwrap();
+    for ttl in [Duration::MAX, Duration::from_secs(u64::MAX / 4)] {
+        let result = engine.lock("huge-ttl").ttl(ttl).acquire().await;
+        assert!(
+            matches!(result, Err(LockError::InvalidValue(_))),
+            "a TTL of {ttl:?}: {result:?}"
+        );
+    }
     assert_no_residue(h).await;
 }

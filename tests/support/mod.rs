@@ -6,3 +6,4 @@
 pub mod conformance;
 pub mod http;
 pub mod redis;
+pub mod scripted;

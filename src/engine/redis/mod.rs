@@ -327,17 +327,14 @@ impl Drop for Cleanup {
         if !self.armed || (self.ticket.is_empty() && !self.in_flight) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime: the ticket and any unseen lease expire by themselves.
-            return;
-        };
         let inner = self.inner.clone();
         let names = self.names.clone();
         let ticket = std::mem::take(&mut self.ticket);
         let token = self.token.clone();
         let release = self.in_flight;
         let pinned = if release { self.pinned.take() } else { None };
-        runtime.spawn(async move {
+        // On the engine's runtime: the clean-up must not depend on the caller's.
+        crate::engine::background::handle().spawn(async move {
             if let Err(error) = inner.leave(&names, &ticket, &token, release, pinned).await {
                 tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
             }

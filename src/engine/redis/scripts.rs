@@ -456,6 +456,10 @@ return ttl
 ///   (ms).
 /// - Returns one `1` (renewed) or `0` (no longer held by that token) per lease.
 ///
+/// A renewal never shortens a lease (the expiry becomes the later of the current one and
+/// now + TTL): a renewal that lands after an `extend_to` must not undo it, or the holder's
+/// local deadline would outlive the lease on the server.
+///
 /// Atomic per lease (compare-token, then expire); one script so a batch costs one round
 /// trip.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
@@ -467,8 +471,11 @@ for i = 1, #KEYS / 2 do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
   local ttl = tonumber(ARGV[2 * i + 1])
   if redis.call('HGET', lock, 't') == ARGV[2 * i] then
-    redis.call('PEXPIRE', lock, ttl)
-    redis.call('PEXPIRE', fence, ttl + margin)
+    local left = redis.call('PTTL', lock)
+    if left >= 0 and left < ttl then
+      redis.call('PEXPIRE', lock, ttl)
+      redis.call('PEXPIRE', fence, ttl + margin)
+    end
     out[i] = 1
   else
     out[i] = 0

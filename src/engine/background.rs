@@ -1,0 +1,86 @@
+//! The engine's own runtime: one thread per process that keeps lease time (renewals,
+//! validity deadlines) and finishes releases whose callers went away.
+//!
+//! Nothing here may depend on a runtime the user owns: a runtime that blocks (a blocking
+//! handler on an actix worker) or shuts down (a worker restart, a short-lived runtime in a
+//! test) would otherwise stop renewals, leave `lost()` silent past its deadline, or drop a
+//! release half done, and another request would take a key whose holder still runs.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::OnceLock,
+    task::{Context, Poll, Waker},
+};
+
+use tokio::runtime::{Builder, Handle, Runtime};
+
+/// The process-wide runtime of the engine. Started on first use; never shut down (a
+/// `static` is never dropped), so work handed to it always finishes.
+pub(crate) fn handle() -> &'static Handle {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("tower-lock")
+                .enable_all()
+                .build()
+                .expect("start the tower-lock engine thread")
+        })
+        .handle()
+}
+
+/// Start `op` now, on the caller's thread: if it completes on its first poll (an in-process
+/// backend), that is the whole cost; otherwise it finishes on the engine's runtime. The
+/// caller is not waited for and cannot cancel it.
+pub(crate) fn detach<F>(op: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut op = Box::pin(op);
+    let mut cx = Context::from_waker(Waker::noop());
+    let _in = handle().enter();
+    if op.as_mut().poll(&mut cx).is_pending() {
+        handle().spawn(op);
+    }
+}
+
+/// A future that, once begun, finishes: polled in place while its caller waits, and handed
+/// to the engine's runtime if the caller drops it before it completes.
+///
+/// It is polled inside the engine runtime's context, so the timers and connections it
+/// creates belong to that runtime and survive the caller's.
+pub(crate) struct Finish<T: Send + 'static> {
+    op: Option<Pin<Box<dyn Future<Output = T> + Send + 'static>>>,
+}
+
+impl<T: Send + 'static> Finish<T> {
+    pub(crate) fn new(op: impl Future<Output = T> + Send + 'static) -> Self {
+        Finish {
+            op: Some(Box::pin(op)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Finish<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let op = self.op.as_mut().expect("Finish polled after completion");
+        let _in = handle().enter();
+        let out = std::task::ready!(op.as_mut().poll(cx));
+        self.op = None;
+        Poll::Ready(out)
+    }
+}
+
+impl<T: Send + 'static> Drop for Finish<T> {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            handle().spawn(async move {
+                op.await;
+            });
+        }
+    }
+}
