@@ -69,8 +69,13 @@ pub enum BackendFailurePolicy {
     /// comparable with the backend's, so storage that checks fences should not accept
     /// them as if they were.
     ///
-    /// Every request tries the backend first, so during an outage each pays the
-    /// backend's timeout before falling back.
+    /// Under this policy every request takes the node-local lock first and the backend's
+    /// second (keeping both), so the node-local lock alone serializes the node whatever
+    /// the backend does: a request that holds a key on the backend excludes one that
+    /// falls back while the backend stalls, and a degraded request excludes one that finds
+    /// the backend back. Across nodes, only the backend's lock excludes: during an outage,
+    /// two nodes may each run a request for one key. Every request tries the backend, so
+    /// during an outage each pays the backend's timeout before falling back.
     Degrade,
 }
 
@@ -257,11 +262,15 @@ impl LockPolicy {
 
     async fn lock(self, key: LockKey) -> Outcome {
         let started = Instant::now();
+        if let Some(local) = &self.shared.local {
+            return self.lock_degradable(local, key, started).await;
+        }
         let c = &self.shared.config;
-        match self.lock_on(&self.shared.engine, &key).await {
-            Ok(lease) => self.held(lease, started, false),
+        match self.lock_on(&self.shared.engine, &key, c.wait).await {
+            Ok(lease) => self.held(lease, None, started, false),
             Err(LockError::Backend(error)) => match c.backend_failure {
-                BackendFailurePolicy::FailClosed => {
+                // (A degrading policy locks in `lock_degradable`.)
+                BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
                     tracing::error!(%error, "lock backend failed; rejecting (fail closed)");
                     Outcome::Rejected(self.reject(
                         RejectionKind::Unavailable,
@@ -274,43 +283,62 @@ impl LockPolicy {
                     self.shared.metrics.unlocked();
                     Outcome::Unlocked
                 }
-                BackendFailurePolicy::Degrade => {
-                    tracing::warn!(
-                        %error,
-                        "lock backend failed; locking in-process only (degraded)"
-                    );
-                    let local = self
-                        .shared
-                        .local
-                        .as_ref()
-                        .expect("degrade has a local engine");
-                    match self.lock_on(local, &key).await {
-                        Ok(lease) => {
-                            self.shared.metrics.degraded();
-                            self.held(lease, started, true)
-                        }
-                        Err(e) => self.refuse(e),
-                    }
-                }
             },
             Err(e) => self.refuse(e),
         }
     }
 
-    async fn lock_on(&self, engine: &LockEngine, key: &LockKey) -> Result<Lease, LockError> {
+    /// The degrade policy: the node-local lock first, then the backend's. The node-local
+    /// lease is kept for the whole request, so the node stays serialized per key even
+    /// when the backend stalls while some requests hold its lock and others fall back.
+    async fn lock_degradable(&self, local: &LockEngine, key: LockKey, started: Instant) -> Outcome {
+        let c = &self.shared.config;
+        let node = match self.lock_on(local, &key, c.wait).await {
+            Ok(lease) => lease,
+            Err(e) => return self.refuse(e),
+        };
+        // What is left of the wait; a waiting policy keeps waiting (and answers 429, not
+        // 423, when nothing is left).
+        let wait = if c.wait.is_zero() {
+            Duration::ZERO
+        } else {
+            c.wait
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1))
+        };
+        match self.lock_on(&self.shared.engine, &key, wait).await {
+            Ok(lease) => self.held(lease, Some(node), started, false),
+            Err(LockError::Backend(error)) => {
+                tracing::warn!(
+                    %error,
+                    "lock backend failed; locking in-process only (degraded)"
+                );
+                self.shared.metrics.degraded();
+                self.held(node, None, started, true)
+            }
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    async fn lock_on(
+        &self,
+        engine: &LockEngine,
+        key: &LockKey,
+        wait: Duration,
+    ) -> Result<Lease, LockError> {
         let c = &self.shared.config;
         let mut lock = engine.lock_key(key.clone()).ttl(c.ttl).fifo(c.fifo);
         if let Some(max) = c.max_waiters {
             lock = lock.max_waiters(max);
         }
-        if c.wait.is_zero() {
+        if wait.is_zero() {
             lock.try_acquire().await
         } else {
-            lock.wait(c.wait).acquire().await
+            lock.wait(wait).acquire().await
         }
     }
 
-    fn held(&self, lease: Lease, started: Instant, degraded: bool) -> Outcome {
+    fn held(&self, lease: Lease, node: Option<Lease>, started: Instant, degraded: bool) -> Outcome {
         let now = Instant::now();
         let waited = now.saturating_duration_since(started);
         // A non-waiting acquire that succeeded found the key free. A waiting one: the
@@ -337,6 +365,7 @@ impl LockPolicy {
         };
         Outcome::Locked(HeldLock {
             lease: Some(lease),
+            node,
             info,
             granted: now,
             metrics: self.shared.metrics.clone(),
@@ -475,6 +504,9 @@ impl LeaseInfo {
 /// records the hold time.
 pub struct HeldLock {
     lease: Option<Lease>,
+    /// Under the degrade policy, the node-local lease taken before the backend's; released
+    /// after it.
+    node: Option<Lease>,
     info: LeaseInfo,
     granted: Instant,
     metrics: LockMetrics,
@@ -500,9 +532,10 @@ impl HeldLock {
     /// over their last frame, so a client that has read a whole response finds the key
     /// free for its next request (on Redis, the release is on its way first).
     pub fn release_now(mut self) {
-        // Dropping the lease starts its release on the spot and, if the backend needs a
+        // Dropping a lease starts its release on the spot and, if the backend needs a
         // round trip, finishes it on the engine's own runtime.
         drop(self.lease.take());
+        drop(self.node.take());
     }
 }
 
@@ -516,5 +549,6 @@ impl Drop for HeldLock {
             tracing::debug!(key = %self.info.key, ?held, "lock released");
         }
         drop(self.lease.take());
+        drop(self.node.take());
     }
 }

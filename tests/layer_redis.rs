@@ -786,6 +786,53 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     assert_no_residue(&redis, &engine, prefix, &["k"]).await;
 }
 
+/// Degrade promises per-node serialization whatever Redis does: a request holding a key
+/// on Redis excludes one that falls back to the in-process engine while Redis stalls, and a
+/// request holding a degraded lease excludes one that finds Redis back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn degrade_never_runs_two_handlers_for_one_key_on_one_node_whatever_redis_does() {
+    let prefix = "layer-redis-degrade-stall";
+    let redis = RedisServer::start();
+    let engine = redis_engine(&redis, prefix, Some(SHORT_TIMEOUT)).await;
+    let layer = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .on_backend_failure(BackendFailurePolicy::Degrade)
+        .build()
+        .unwrap();
+    let (gate, mut control) = gate();
+    let server = Arc::new(serve(gated_route("/degrade", layer.clone(), gate)).await);
+
+    // A holds k on Redis.
+    let mut a = spawn_post(&server, "/degrade", "k");
+    arrives(&mut control, &mut a).await;
+    // Redis stalls past the command timeout.
+    let paused = tokio::task::block_in_place(|| redis.cli(["CLIENT", "PAUSE", "3000", "ALL"]));
+    assert_eq!(paused, "OK");
+    // B for k on the same node must not run while A runs.
+    let b = post_refused(&server, "/degrade", &[("x-key", "k")], &mut control).await;
+    assert_problem(&b, StatusCode::LOCKED, "locked");
+    control.open();
+    assert!(a.await.unwrap().text().starts_with("fence:"));
+    control.close();
+
+    // C runs degraded while Redis is still stalled...
+    let mut c = spawn_post(&server, "/degrade", "k");
+    arrives(&mut control, &mut c).await;
+    // ...and D, arriving once Redis is back, must not run while C runs.
+    tokio::task::block_in_place(|| {
+        redis.cli(["CLIENT", "UNPAUSE"]);
+        redis.wait_ready();
+    });
+    let d = post_refused(&server, "/degrade", &[("x-key", "k")], &mut control).await;
+    assert_problem(&d, StatusCode::LOCKED, "locked");
+    control.open();
+    assert!(c.await.unwrap().text().starts_with("degraded:"));
+    assert!(layer.metrics().snapshot().degraded >= 1);
+    until_free(&engine, "k").await;
+    let e = server.post("/degrade", &[("x-key", "k")]).await;
+    assert!(e.text().starts_with("fence:"), "{}", e.text());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     let prefix = "layer-redis-pause";
