@@ -36,15 +36,47 @@ impl LostSignal {
 
 /// A one-way flag with waiters. Every request clones it (into its `LeaseInfo`), so a clone
 /// must be a plain reference count.
-#[derive(Debug, Default)]
+///
+/// It also knows the lease's validity deadline, so that [`Lost::is_set`] is exact at any
+/// instant, not only once the watchdog's timer has fired: a fenced write checked against
+/// it cannot slip in between the deadline and the watchdog's wake-up.
+#[derive(Debug)]
 struct Lost {
     set: AtomicBool,
+    /// The validity deadline, in nanoseconds since [`epoch`]; `u64::MAX`: none.
+    deadline: AtomicU64,
     notify: Notify,
+}
+
+impl Default for Lost {
+    fn default() -> Self {
+        Lost {
+            set: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            notify: Notify::new(),
+        }
+    }
+}
+
+/// The origin of [`Lost::deadline`]: some instant before any lease.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Lost {
     fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)
+            || since_epoch(Instant::now()) >= self.deadline.load(Ordering::Acquire)
+    }
+
+    fn valid_until(&self, deadline: Instant) {
+        self.deadline
+            .store(since_epoch(deadline), Ordering::Release);
     }
 
     fn set(&self) {
@@ -120,10 +152,21 @@ impl LeaseState {
         if self.is_released() {
             return;
         }
-        if !self.lost.is_set() {
+        if !self.lost.set.load(Ordering::Acquire) {
             tracing::warn!(key = %self.key, reason = why, "lease lost");
             self.lost.set();
         }
+    }
+
+    /// Move the validity deadline (an instant the backend confirmed). Once a deadline has
+    /// passed, the lease stays lost: a confirmation arriving after it changes nothing.
+    fn set_deadline(&self, t: &mut LeaseTimes, deadline: Instant) -> bool {
+        if self.lost.is_set() {
+            return false;
+        }
+        t.deadline = deadline;
+        self.lost.valid_until(deadline);
+        true
     }
 }
 
@@ -343,7 +386,8 @@ async fn renew_batch(
                     if d.lease.epoch.load(Ordering::Acquire) == d.epoch {
                         // Renewals never shorten a lease on the backend, so the backend's
                         // expiry is at least the later of the two.
-                        t.deadline = t.deadline.max(after(sent_at, renewal.ttl));
+                        let deadline = t.deadline.max(after(sent_at, renewal.ttl));
+                        d.lease.set_deadline(&mut t, deadline);
                     }
                     if d.lease.auto_renew && t.renew_at.is_none() {
                         t.renew_at = Some(after(sent_at, renew_interval(renewal.ttl)));
@@ -426,6 +470,7 @@ impl Lease {
             }),
         });
         state.set_ttl(ttl);
+        state.lost.valid_until(after(grant.granted_at, ttl));
         let id = engine.watchdog.register(&engine, state.clone());
         Lease {
             engine,
@@ -548,7 +593,7 @@ impl Lease {
                 self.state.set_ttl(remaining);
                 {
                     let mut t = self.state.times.lock().unwrap();
-                    t.deadline = after(sent, remaining);
+                    self.state.set_deadline(&mut t, after(sent, remaining));
                     t.renew_at = self
                         .state
                         .auto_renew
@@ -562,7 +607,8 @@ impl Lease {
             Err(_) if mode == ExtendMode::Replace => {
                 // It may still land: a shorter TTL would then hold from about now on.
                 let mut t = self.state.times.lock().unwrap();
-                t.deadline = t.deadline.min(after(sent, d));
+                let deadline = t.deadline.min(after(sent, d));
+                self.state.set_deadline(&mut t, deadline);
                 drop(t);
                 self.engine.watchdog.reschedule(self.id, &self.state);
             }
