@@ -14,7 +14,9 @@ use crate::policy::HeldLock;
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends
-    /// (its last frame is taken, it fails, or it is dropped); or a rejection body.
+    /// (its last frame is taken, it fails, or it is dropped); or a rejection body. The body
+    /// of a response with no body to send holds no lease: it was released before the
+    /// response was returned.
         pub struct LockedBody<B>
     where
         B: Body,

@@ -8,7 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -19,7 +19,8 @@ use crate::{
 };
 
 pin_project! {
-    /// Waits for the lock, then runs the inner service's future while holding it.
+    /// Waits for the lock, then runs the inner service's future while holding it; a
+    /// response with no body to send is returned once its lease has been released.
     ///
     /// Dropping it (the client went away) gives up the wait, or releases the lease.
     pub struct ResponseFuture<S, ReqB>
@@ -47,8 +48,16 @@ pin_project! {
         Calling {
             #[pin]
             future: S::Future,
-                        held: Option<HeldLock>,
+            held: Option<HeldLock>,
             release: ReleasePoint,
+            // The request was a HEAD: its response has no body to send.
+            head: bool,
+        },
+        // A response with no body to send waits here until its key is released: the
+        // server never polls that body, so releasing at its end would come too late.
+        Releasing {
+            release: BoxFuture<'static, ()>,
+            response: Option<S::Response>,
         },
         Rejected {
             response: Option<Response<Bytes>>,
@@ -85,12 +94,19 @@ where
         }
     }
 
-    pub(crate) fn calling(future: S::Future, held: Option<HeldLock>, policy: &LockPolicy) -> Self {
+    /// The inner service's `future`; `head` if the request was a `HEAD`.
+    pub(crate) fn calling(
+        future: S::Future,
+        head: bool,
+        held: Option<HeldLock>,
+        policy: &LockPolicy,
+    ) -> Self {
         ResponseFuture {
             state: State::Calling {
                 future,
                 held,
                 release: policy.release_point(),
+                head,
             },
         }
     }
@@ -136,25 +152,44 @@ where
                         }
                     };
                     let release = policy.release_point();
+                    let head = request.method() == Method::HEAD;
                     this.state.set(State::Calling {
                         future: service.call(request),
                         held,
                         release,
+                        head,
                     });
                 }
                 StateProj::Calling {
                     future,
                     held,
                     release,
+                    head,
                 } => {
                     let response = ready!(future.poll(cx))?;
-                    let mut held = held.take();
-                    if release.releases_with_response(response.status().as_u16())
-                        && let Some(h) = held.take()
-                    {
-                        h.release_now();
+                    let Some(held) = held.take() else {
+                        return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
+                    };
+                    let status = response.status().as_u16();
+                    if release.releases_with_response(status) {
+                        held.release_now();
+                        return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
                     }
-                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, held))));
+                    let body = response.body();
+                    let empty = body.is_end_stream() || body.size_hint().exact() == Some(0);
+                    if release.releases_before_response(status, *head || empty) {
+                        this.state.set(State::Releasing {
+                            release: Box::pin(held.release()),
+                            response: Some(response),
+                        });
+                        continue;
+                    }
+                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, Some(held)))));
+                }
+                StateProj::Releasing { release, response } => {
+                    ready!(release.as_mut().poll(cx));
+                    let response = response.take().expect("polled after completion");
+                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
                 }
                 StateProj::Rejected { response } => {
                     let response = response.take().expect("polled after completion");

@@ -80,8 +80,11 @@
 //! - **Backend failure.** [`BackendFailurePolicy`]: `503` (the default), run unlocked,
 //!   or lock on an in-process engine (per node). Each is logged.
 //! - **Release.** [`ReleasePoint`]: when the response body ends or is dropped (the
-//!   default), or when the response is ready. A client that disconnects releases at once;
-//!   a `101 Switching Protocols` response releases when it is returned.
+//!   default), or when the response is ready. A response with no body to send (`204`,
+//!   `304`, any answer to `HEAD`, an empty body) is released before its head is handed to
+//!   the server, the release completed, so a client's next request never meets its own
+//!   previous lease. A client that disconnects releases at once; a
+//!   `101 Switching Protocols` response releases when it is returned.
 //! - **Handlers** find a [`LeaseInfo`] (key, fencing token, wait time, lost signal) in the
 //!   request extensions.
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,

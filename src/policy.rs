@@ -84,7 +84,10 @@ pub enum BackendFailurePolicy {
 #[non_exhaustive]
 pub enum ReleasePoint {
     /// When the response body has been fully sent, or dropped (the default): a streamed
-    /// response keeps its key until the last chunk.
+    /// response keeps its key until the last chunk. A response with no body to send (`204`,
+    /// `304`, any answer to `HEAD`, an empty body) is released before its head is handed to
+    /// the server, the release completed, so a client's next request never meets its own
+    /// previous lease.
     #[default]
     BodyEnd,
     /// As soon as the inner service's response future completes, before the body is sent.
@@ -98,6 +101,20 @@ impl ReleasePoint {
     /// covered by the lock).
     pub fn releases_with_response(self, status: u16) -> bool {
         self == ReleasePoint::ResponseReady || status == 101
+    }
+
+    /// Whether a response with this status is released before it is handed to the server,
+    /// with the release completed rather than only begun ([`HeldLock::release`]): under
+    /// [`ReleasePoint::BodyEnd`], a response with no body to send. A server never polls
+    /// such a body, so its end would come only after the client has the response, and the
+    /// client's next request could meet its own lease.
+    ///
+    /// `1xx`, `204 No Content` and `304 Not Modified` never carry a body; `no_body` says
+    /// whether this response carries none for a reason its status does not show: it
+    /// answers a `HEAD` request, or its body is known to be empty.
+    pub fn releases_before_response(self, status: u16, no_body: bool) -> bool {
+        !self.releases_with_response(status)
+            && (no_body || (100..200).contains(&status) || status == 204 || status == 304)
     }
 }
 
@@ -536,6 +553,36 @@ impl HeldLock {
         // round trip, finishes it on the engine's own runtime.
         drop(self.lease.take());
         drop(self.node.take());
+    }
+
+    /// Release the key; the returned future resolves once the backend has applied the
+    /// release (or failed to: the lease's TTL then frees the key). The release begins in
+    /// this call and finishes even if the future is dropped: an in-process engine
+    /// completes it on the spot (the future is ready at its first poll), a backend that
+    /// needs a round trip finishes it on a spawned task. A response with no body to send
+    /// awaits this before its head is handed to the server, which never polls that body
+    /// (see [`ReleasePoint::releases_before_response`]).
+    pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
+        let task = self.lease.take().and_then(|lease| {
+            let mut release = Box::pin(async move {
+                let key = lease.key().clone();
+                if let Err(error) = lease.release().await {
+                    tracing::debug!(%key, %error, "release did not apply");
+                }
+            });
+            let mut cx = Context::from_waker(Waker::noop());
+            release
+                .as_mut()
+                .poll(&mut cx)
+                .is_pending()
+                .then(|| tokio::spawn(release))
+        });
+        async move {
+            if let Some(task) = task {
+                // An error means the runtime shut down first; the TTL then frees the key.
+                let _ = task.await;
+            }
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::task::{Context, Poll};
 
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use tower_service::Service;
 
 use crate::{
@@ -66,18 +66,20 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        // A response to HEAD has no body to send, whatever the inner service answers.
+        let head = req.method() == Method::HEAD;
         match self.policy.start(&req) {
             Start::Now(Outcome::Rejected(rejection)) => {
                 ResponseFuture::rejected(self.policy.respond(rejection))
             }
             // No key to wait for: call the ready inner service right away.
             Start::Now(Outcome::Unlocked) => {
-                ResponseFuture::calling(self.inner.call(req), None, &self.policy)
+                ResponseFuture::calling(self.inner.call(req), head, None, &self.policy)
             }
             Start::Now(Outcome::Locked(held)) => {
                 let mut req = req;
                 req.extensions_mut().insert(held.info().clone());
-                ResponseFuture::calling(self.inner.call(req), Some(held), &self.policy)
+                ResponseFuture::calling(self.inner.call(req), head, Some(held), &self.policy)
             }
             Start::Pending(acquire) => {
                 // The ready service is the one to call once the lock is ours; leave a

@@ -212,6 +212,77 @@ async fn switching_protocols_releases_when_the_response_is_returned() {
     drop(res);
 }
 
+/// A body that is empty by its exact size hint only: it does not say it has ended, and a
+/// server that trusts the hint never polls it.
+struct ZeroLengthBody;
+
+impl http_body::Body for ZeroLengthBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::task::Poll::Ready(None)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(0)
+    }
+}
+
+/// The lock on `k` after one request (`method`) answered by `response`, while the caller
+/// still holds the response with its body unread.
+async fn locked_while_the_response_is_unread<B>(method: &str, response: Response<B>) -> bool
+where
+    B: http_body::Body + Send + 'static,
+{
+    let engine = LockEngine::in_memory();
+    let (mut service, mut handle) =
+        mock::spawn_layer::<Req, Response<B>, _>(builder(&engine).build().unwrap());
+    assert_ready_ok!(service.poll_ready());
+    let mut request = req("k");
+    *request.method_mut() = method.parse().unwrap();
+    let mut fut = task::spawn(service.call(request));
+    assert_pending!(fut.poll());
+    let (_, send) = handle.next_request().await.unwrap();
+    send.send_response(response);
+    let res = assert_ready_ok!(fut.poll());
+    // No settling: the release must already be done when the response is returned.
+    let locked = engine.lock("k").locked().await.unwrap();
+    drop(res);
+    locked
+}
+
+fn response<B>(status: StatusCode, body: B) -> Response<B> {
+    let mut res = Response::new(body);
+    *res.status_mut() = status;
+    res
+}
+
+#[tokio::test(start_paused = true)]
+async fn bodiless_responses_are_released_before_they_are_returned() {
+    let cases = [
+        ("GET", StatusCode::NO_CONTENT, ""),
+        ("GET", StatusCode::NOT_MODIFIED, ""),
+        ("GET", StatusCode::OK, ""),
+        ("HEAD", StatusCode::OK, "the body a GET would have"),
+    ];
+    for (method, status, body) in cases {
+        let res = response(status, body.to_owned());
+        assert!(
+            !locked_while_the_response_is_unread(method, res).await,
+            "{method} answered {status}"
+        );
+    }
+    let res = response(StatusCode::OK, ZeroLengthBody);
+    assert!(!locked_while_the_response_is_unread("GET", res).await);
+    // A body to send keeps the key until it ends.
+    let res = response(StatusCode::OK, "unread".to_owned());
+    assert!(locked_while_the_response_is_unread("GET", res).await);
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropping_the_response_future_gives_up_the_wait_and_the_lease() {
     let engine = LockEngine::in_memory();

@@ -16,7 +16,10 @@
 //!   different workers would not exclude each other.
 //! - **The lease lives until the body ends.** The response body is wrapped in
 //!   [`LockedBody`], which owns the lease and drops it when the last chunk has been taken,
-//!   when the body fails, or when actix drops the body (the client went away).
+//!   when the body fails, or when actix drops the body (the client went away). A response
+//!   with no body to send (`204`, `304`, any answer to `HEAD`, a body of size none or 0),
+//!   which actix never polls, is released before it is handed to actix, the release
+//!   completed, so a client's next request never meets its own previous lease.
 //! - **Handlers see their lease** with the [`Locked`] and [`LockFence`] extractors.
 //!
 //! ```no_run
@@ -123,7 +126,7 @@ use actix_web::{
     body::{BodySize, BoxBody, EitherBody, MessageBody},
     dev::{Payload, RequestHead, Service, ServiceRequest, ServiceResponse, Transform},
     http::{
-        StatusCode,
+        Method, StatusCode,
         header::{HeaderName, HeaderValue},
     },
 };
@@ -289,6 +292,8 @@ where
         // The key is extracted now, while the request is borrowed; the returned future
         // (the wait, if any) owns everything it needs.
         let acquire = self.policy.acquire(&ActixRequest::from(&req));
+        // A response to HEAD has no body to send, whatever the handler answers.
+        let head = req.method() == Method::HEAD;
         let service = Rc::clone(&self.service);
         let policy = self.policy.clone();
         Box::pin(async move {
@@ -312,12 +317,22 @@ where
             };
             let response = service.call(req).await?;
             let mut held = held;
-            if policy
-                .release_point()
-                .releases_with_response(response.status().as_u16())
-                && let Some(h) = held.take()
-            {
-                h.release_now();
+            if let Some(h) = held.take() {
+                let status = response.status().as_u16();
+                let release = policy.release_point();
+                let empty = matches!(
+                    response.response().body().size(),
+                    BodySize::None | BodySize::Sized(0)
+                );
+                if release.releases_with_response(status) {
+                    h.release_now();
+                } else if release.releases_before_response(status, head || empty) {
+                    // actix never polls a body it must not send: releasing at the body's
+                    // end would come after the client has the response.
+                    h.release().await;
+                } else {
+                    held = Some(h);
+                }
             }
             Ok(response.map_body(|_, body| EitherBody::left(LockedBody::new(body, held))))
         })
