@@ -559,28 +559,20 @@ impl HeldLock {
     /// release (or failed to: the lease's TTL then frees the key). The release begins in
     /// this call and finishes even if the future is dropped: an in-process engine
     /// completes it on the spot (the future is ready at its first poll), a backend that
-    /// needs a round trip finishes it on a spawned task. A response with no body to send
+    /// needs a round trip finishes it on the engine's own runtime if this future is
+    /// dropped first. A response with no body to send
     /// awaits this before its head is handed to the server, which never polls that body
     /// (see [`ReleasePoint::releases_before_response`]).
     pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
-        let task = self.lease.take().and_then(|lease| {
-            let mut release = Box::pin(async move {
-                let key = lease.key().clone();
-                if let Err(error) = lease.release().await {
+        // Both releases begin here (`Lease::release` finishes once begun, whoever waits).
+        let lease = self.lease.take().map(Lease::release);
+        let node = self.node.take().map(Lease::release);
+        let key = self.info.key.clone();
+        async move {
+            for release in [lease, node].into_iter().flatten() {
+                if let Err(error) = release.await {
                     tracing::debug!(%key, %error, "release did not apply");
                 }
-            });
-            let mut cx = Context::from_waker(Waker::noop());
-            release
-                .as_mut()
-                .poll(&mut cx)
-                .is_pending()
-                .then(|| tokio::spawn(release))
-        });
-        async move {
-            if let Some(task) = task {
-                // An error means the runtime shut down first; the TTL then frees the key.
-                let _ = task.await;
             }
         }
     }

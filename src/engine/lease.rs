@@ -290,7 +290,9 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                 st.queue.pop_first();
                 let lease = st.leases[&id].0.clone();
                 let mut t = lease.times.lock().unwrap();
-                if lease.lost.is_set() || lease.is_released() {
+                // The flag itself: `is_set` also reads the deadline, whose passing is what
+                // this loop must turn into a wake-up for `lost()`.
+                if lease.lost.set.load(Ordering::Acquire) || lease.is_released() {
                     drop(t);
                     st.leases.remove(&id);
                     continue;
