@@ -21,10 +21,11 @@ use axum::{
 };
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use support::http::{Gate, UnavailableBackend, channel_body, gate, serve};
+use support::http::{Gate, GateControl, Reply, UnavailableBackend, channel_body, gate, serve};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     sync::{mpsc, oneshot},
+    task::JoinHandle,
 };
 use tower_lock::{
     BackendFailurePolicy, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy,
@@ -35,11 +36,18 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-key"))
 }
 
-/// A handler that waits at the gate and answers with its lease's fence (or "unlocked").
+/// A handler on `/work` that waits at the gate and answers with its lease's fence (or
+/// "unlocked").
 fn gated_app(layer: LockLayer, gate: Gate) -> Router {
+    gated_route("/work", layer, gate)
+}
+
+/// A handler on `path` that reports its `x-seq` header at the gate, waits there, and
+/// answers with its lease's fence (or "unlocked").
+fn gated_route(path: &str, layer: LockLayer, gate: Gate) -> Router {
     Router::new()
         .route(
-            "/work",
+            path,
             post(move |req: Request| {
                 let gate = gate.clone();
                 async move {
@@ -697,4 +705,107 @@ async fn back_to_back_requests_for_one_key_never_see_423() {
         );
     }
     assert!(!engine.lock("k").locked().await.unwrap());
+}
+
+/// Wait until the handler of `request` reports `who` at the gate; fail at once if the
+/// request is answered instead (refused by its layer).
+async fn reaches_its_handler(
+    control: &mut GateControl,
+    request: &mut JoinHandle<Reply>,
+    who: &str,
+) {
+    tokio::select! {
+        arrived = control.arrived() => assert_eq!(arrived, who),
+        reply = request => {
+            let reply = reply.unwrap();
+            panic!(
+                "request {who} was answered {} instead of reaching its handler: {}",
+                reply.status,
+                reply.text()
+            );
+        }
+    }
+}
+
+/// Keys are data, never syntax: `a` + `bX` and `ab` + `X` are two locks, not one.
+#[tokio::test]
+async fn a_client_of_one_namespace_cannot_spell_a_key_of_another() {
+    let engine = LockEngine::in_memory();
+    let layer = |namespace: &str| {
+        LockLayer::builder(engine.clone())
+            .key(header_key())
+            .key_prefix(namespace)
+            .build()
+            .unwrap()
+    };
+    let (gate, mut control) = gate();
+    let app =
+        gated_route("/a", layer("a"), gate.clone()).merge(gated_route("/ab", layer("ab"), gate));
+    let server = Arc::new(serve(app).await);
+
+    let mut first = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post("/a", &[("x-key", "bX"), ("x-seq", "first")])
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut first, "first").await;
+    let mut second = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post("/ab", &[("x-key", "X"), ("x-seq", "second")])
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut second, "second").await;
+    control.open();
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    assert_eq!(second.await.unwrap().status, StatusCode::OK);
+}
+
+/// A layer keyed on a plain header cannot take the idempotency preset's lock by sending
+/// the preset's key words.
+#[tokio::test]
+async fn a_plain_header_key_cannot_block_the_idempotency_preset() {
+    let engine = LockEngine::in_memory();
+    let plain = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .build()
+        .unwrap();
+    let idempotent = LockLayer::idempotency(engine).build().unwrap();
+    let (gate, mut control) = gate();
+    let app =
+        gated_route("/plain", plain, gate.clone()).merge(gated_route("/orders", idempotent, gate));
+    let server = Arc::new(serve(app).await);
+
+    let mut squatter = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post(
+                    "/plain",
+                    &[("x-key", "idempotency-key:k"), ("x-seq", "plain")],
+                )
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut squatter, "plain").await;
+    let mut order = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post(
+                    "/orders",
+                    &[("idempotency-key", "\"k\""), ("x-seq", "order")],
+                )
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut order, "order").await;
+    control.open();
+    assert_eq!(squatter.await.unwrap().status, StatusCode::OK);
+    assert_eq!(order.await.unwrap().status, StatusCode::OK);
 }
