@@ -85,7 +85,7 @@ impl Case {
     fn policy(&self, engine: &LockEngine) -> LockPolicy {
         self.extractor
             .apply(LockLayer::builder(engine.clone()))
-            .key_prefix(self.namespace.clone())
+            .namespace(self.namespace.clone())
             .on_missing_key(MissingKeyPolicy::PassThrough)
             .build_policy()
             .unwrap_or_else(|e| panic!("{self:?}: {e}"))

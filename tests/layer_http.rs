@@ -36,6 +36,16 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-key"))
 }
 
+/// The lock key of a request with `x-key: <value>` to a layer keyed on [`header_key`]
+/// without a namespace.
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode(
+        "",
+        tower_lock::key::KeyExtractor::kind(&header_key()),
+        value,
+    )
+}
+
 /// A handler on `/work` that waits at the gate and answers with its lease's fence (or
 /// "unlocked").
 fn gated_app(layer: LockLayer, gate: Gate) -> Router {
@@ -137,7 +147,7 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
             assert_eq!(control.arrived().await, "0");
         } else {
             // Arrival order is the order in the engine's queue.
-            wait_for_waiters(&engine, "k", seq).await;
+            wait_for_waiters(&engine, &lock_key("k"), seq).await;
         }
     }
     control.open();
@@ -249,7 +259,7 @@ async fn full_wait_queue_is_answered_429_at_once() {
         let server = server.clone();
         async move { server.post("/work", &[("x-key", "k")]).await }
     });
-    wait_for_waiters(&engine, "k", 1).await;
+    wait_for_waiters(&engine, &lock_key("k"), 1).await;
     let third = server.post("/work", &[("x-key", "k")]).await;
     assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
@@ -457,7 +467,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     let frame = body.frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap(), "first");
     // The handler has returned, the body is still streaming: the key is held.
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     let again = server.post("/stream", &[("x-key", "k")]).await;
     assert_eq!(again.status, StatusCode::LOCKED);
 
@@ -467,7 +477,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     assert_eq!(rest, "last");
     // Released once the body ended (in the background): a waiter gets it.
     let lease = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -516,7 +526,7 @@ async fn disconnecting_client_frees_the_key() {
         .await
         .unwrap();
     entered_rx.recv().await.unwrap();
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     drop(stream);
 
     tokio::time::timeout(Duration::from_secs(10), dropped_rx)
@@ -525,7 +535,7 @@ async fn disconnecting_client_frees_the_key() {
         .unwrap();
     // The TTL is a minute: getting the key within seconds means it was released.
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -653,7 +663,7 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         got += stream.read(&mut head[got..]).await.unwrap();
     }
     let tx = senders_rx.recv().await.unwrap();
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     drop(stream);
     // The server notices the closed connection and drops the body (and its lease); the
     // sender then sees its receiver gone.
@@ -661,7 +671,7 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         .await
         .expect("the server drops the body when the client goes away");
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -704,7 +714,7 @@ async fn back_to_back_requests_for_one_key_never_see_423() {
             reply.text()
         );
     }
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
 }
 
 /// Wait until the handler of `request` reports `who` at the gate; fail at once if the
@@ -734,7 +744,7 @@ async fn a_client_of_one_namespace_cannot_spell_a_key_of_another() {
     let layer = |namespace: &str| {
         LockLayer::builder(engine.clone())
             .key(header_key())
-            .key_prefix(namespace)
+            .namespace(namespace)
             .build()
             .unwrap()
     };
