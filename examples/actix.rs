@@ -22,7 +22,7 @@ use tower_lock::{
 };
 use tower_lock_actix::{LockMiddleware, Locked};
 
-/// The tenant of `/tenants/{id}/...` is the lock key: `tenant:{id}`.
+/// The tenant of `/tenants/{id}/...` is the lock key's value, of the kind `tenant`.
 ///
 /// Tenant ids are slugs (ASCII letters, digits, `-`, `_`); anything else is refused with
 /// `400`. Keying on the raw path instead would let `/tenants/acm%65/jobs`, which actix
@@ -42,7 +42,11 @@ impl KeyExtractor for TenantKey {
                 "the tenant id must be ASCII letters, digits, '-' or '_'",
             ));
         }
-        Ok(Some(format!("tenant:{id}")))
+        Ok(Some(id.to_owned()))
+    }
+
+    fn kind(&self) -> &str {
+        "tenant"
     }
 }
 
@@ -61,10 +65,11 @@ impl Guards {
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
         Ok(Guards {
             orders: LockLayer::idempotency(engine.clone()).build()?.into(),
-            // One lock per tenant and endpoint: the prefixes keep jobs and imports apart.
+            // One lock per tenant and endpoint: the namespaces keep jobs and imports apart
+            // (`jobs/tenant/acme`, `import/tenant/acme`).
             jobs: LockLayer::builder(engine.clone())
                 .key(TenantKey)
-                .key_prefix("jobs:")
+                .namespace("jobs")
                 .wait(Duration::from_secs(1))
                 .fifo(true)
                 .max_waiters(4)
@@ -72,7 +77,7 @@ impl Guards {
                 .into(),
             import: LockLayer::builder(engine)
                 .key(TenantKey)
-                .key_prefix("import:")
+                .namespace("import")
                 .build_policy()?
                 .into(),
             work,

@@ -27,8 +27,9 @@ use tower_lock_axum::Locked;
 pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigError> {
     let per_tenant = LockLayer::builder(engine)
         .key(HeaderKey::new("x-tenant-id".parse().expect("header name")))
-        // Namespaced, so these keys cannot collide with other users of the engine.
-        .key_prefix("tenant:")
+        // Namespaced, so these locks are apart from those of other layers on the engine
+        // (the lock of acme is `jobs/header=x-tenant-id/acme`).
+        .namespace("jobs")
         // Wait in line for up to 30 s, strictly first come first served; at most 16 in
         // line per tenant, more are turned away with 429 at once.
         .wait(Duration::from_secs(30))

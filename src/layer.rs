@@ -25,7 +25,7 @@ use tower_layer::Layer;
 use crate::{
     engine::{LockEngine, LockKey},
     error::KeyError,
-    key::{IdempotencyKey, KeyExtractor},
+    key::{self, IdempotencyKey, KeyExtractor},
     metrics::LockMetrics,
     policy::{BackendFailurePolicy, Config, LockPolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
@@ -106,7 +106,7 @@ impl<S> Layer<S> for LockLayer {
 pub struct LockLayerBuilder {
     engine: LockEngine,
     extractor: Option<Arc<dyn KeyExtractor>>,
-    prefix: String,
+    namespace: String,
     missing: MissingKeyPolicy,
     ttl: Duration,
     wait: Duration,
@@ -122,7 +122,7 @@ pub struct LockLayerBuilder {
 impl fmt::Debug for LockLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayerBuilder")
-            .field("prefix", &self.prefix)
+            .field("namespace", &self.namespace)
             .field("missing", &self.missing)
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
@@ -139,7 +139,7 @@ impl LockLayerBuilder {
         LockLayerBuilder {
             engine,
             extractor: None,
-            prefix: String::new(),
+            namespace: String::new(),
             missing: MissingKeyPolicy::default(),
             ttl: Duration::from_secs(30),
             wait: Duration::ZERO,
@@ -159,11 +159,26 @@ impl LockLayerBuilder {
         self
     }
 
-    /// A prefix put before every key, so that layers sharing one engine (or direct users
-    /// of it) cannot collide. Default: none.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+    /// The layer's namespace: the first part of each of its lock keys
+    /// (`<namespace>/<kind>/<value>`, see [`key`](crate::key#the-lock-key)). Layers on one
+    /// engine with different namespaces never share a lock, whatever their clients send;
+    /// layers with the same namespace and extractors of the same kind share their locks
+    /// (one tenant lock over several routes, say). Give each layer keyed by a closure a
+    /// namespace of its own. Any text without control characters. Default: empty.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
         self
+    }
+
+    /// The former name of [`namespace`](Self::namespace), which it now sets. The lock key
+    /// is no longer the prefix's text glued to the extracted value: a prefix of
+    /// `"tenant:"` names keys such as `tenant:/header=x-tenant-id/acme`.
+    #[deprecated(
+        since = "0.1.0",
+        note = "use `namespace`: the prefix is now one part of an injective key encoding"
+    )]
+    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
+        self.namespace(prefix)
     }
 
     /// What to do with a request without a key. Default: [`MissingKeyPolicy::Reject`].
@@ -256,14 +271,17 @@ impl LockLayerBuilder {
         if !self.wait.is_zero() && self.busy == RejectionKind::Conflict {
             return Err(ConfigError::IdempotencyWait);
         }
-        if !self.prefix.is_empty() {
-            // The prefix must itself be key material; a full key is checked per request.
-            LockKey::new(&self.prefix).map_err(ConfigError::KeyPrefix)?;
+        if !self.namespace.is_empty() {
+            // The namespace must itself be key material; a full key is checked per request.
+            LockKey::new(&self.namespace).map_err(ConfigError::Namespace)?;
         }
+        let key_head = key::key_head(&self.namespace, extractor.kind());
+        LockKey::new(&key_head).map_err(ConfigError::Namespace)?;
         Ok(LockPolicy::new(
             Config {
                 extractor,
-                prefix: self.prefix,
+                namespace: self.namespace,
+                key_head,
                 missing: self.missing,
                 ttl: self.ttl,
                 wait: self.wait,
@@ -299,8 +317,9 @@ pub enum ConfigError {
     /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
     /// would run the duplicate after the first instead.
     IdempotencyWait,
-    /// The key prefix is not valid key material.
-    KeyPrefix(KeyError),
+    /// The namespace (or, with it, the extractor's kind) is not valid key material: a
+    /// control character, or too long to leave room for a value.
+    Namespace(KeyError),
 }
 
 impl fmt::Display for ConfigError {
@@ -317,7 +336,7 @@ impl fmt::Display for ConfigError {
             ConfigError::IdempotencyWait => f.write_str(
                 "the idempotency preset answers duplicates with 409 at once; it cannot wait",
             ),
-            ConfigError::KeyPrefix(e) => write!(f, "invalid key prefix: {e}"),
+            ConfigError::Namespace(e) => write!(f, "invalid key namespace: {e}"),
         }
     }
 }
@@ -325,7 +344,7 @@ impl fmt::Display for ConfigError {
 impl StdError for ConfigError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            ConfigError::KeyPrefix(e) => Some(e),
+            ConfigError::Namespace(e) => Some(e),
             _ => None,
         }
     }

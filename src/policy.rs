@@ -36,7 +36,7 @@ use tracing::Instrument;
 
 use crate::{
     engine::{BoxFuture, Fence, Lease, LockEngine, LockKey, LostSignal},
-    error::LockError,
+    error::{KeyError, LockError},
     key::{KeyExtractor, RequestView},
     metrics::LockMetrics,
     reject::{Rejection, RejectionKind},
@@ -124,7 +124,11 @@ pub(crate) type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Se
 
 pub(crate) struct Config {
     pub(crate) extractor: Arc<dyn KeyExtractor>,
-    pub(crate) prefix: String,
+    /// The layer's namespace, possibly empty.
+    pub(crate) namespace: String,
+    /// `<namespace>/<kind>/`, escaped ([`crate::key::encode`]): every lock key of the
+    /// layer is this followed by an extracted value.
+    pub(crate) key_head: String,
     pub(crate) missing: MissingKeyPolicy,
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
@@ -160,7 +164,8 @@ impl fmt::Debug for LockPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.shared.config;
         f.debug_struct("LockPolicy")
-            .field("prefix", &c.prefix)
+            .field("namespace", &c.namespace)
+            .field("kind", &c.extractor.kind())
             .field("missing", &c.missing)
             .field("ttl", &c.ttl)
             .field("wait", &c.wait)
@@ -215,9 +220,10 @@ impl LockPolicy {
         }
     }
 
-    /// The lock key of `req`, prefixed and validated: `Ok(None)` when it has none and the
+    /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
+    /// [`key`](crate::key#the-lock-key)), validated: `Ok(None)` when it has none and the
     /// policy lets it pass, a `400` rejection when it has none and the policy requires
-    /// one, or when it is malformed.
+    /// one, or when it is malformed or too long.
     pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let c = &self.shared.config;
         let raw = match c.extractor.extract(req) {
@@ -240,18 +246,44 @@ impl LockPolicy {
                 ));
             }
         };
-        let full = if c.prefix.is_empty() {
-            raw
-        } else {
-            format!("{}{raw}", c.prefix)
-        };
-        LockKey::new(&full).map(Some).map_err(|e| {
+        self.lock_key(&raw).map(Some).map_err(|e| {
             self.reject(
                 RejectionKind::MalformedKey,
                 format!("the lock key is unusable: {e}"),
                 None,
             )
         })
+    }
+
+    /// The lock key this policy takes for a request whose extractor gives `value`:
+    /// `<namespace>/<kind>/<value>` (see [`key`](crate::key#the-lock-key)). Lock it on
+    /// the engine to exclude the layer's requests for that value, for example from a
+    /// background job.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+    ///
+    /// let layer = LockLayer::builder(LockEngine::in_memory())
+    ///     .namespace("billing")
+    ///     .key(HeaderKey::new(HeaderName::from_static("x-tenant-id")))
+    ///     .build()
+    ///     .unwrap();
+    /// let key = layer.policy().lock_key("acme").unwrap();
+    /// assert_eq!(key.as_str(), "billing/header=x-tenant-id/acme");
+    /// ```
+    pub fn lock_key(&self, value: &str) -> Result<LockKey, KeyError> {
+        let head = &self.shared.config.key_head;
+        let mut key = String::with_capacity(head.len() + value.len());
+        key.push_str(head);
+        key.push_str(value);
+        LockKey::new(key)
+    }
+
+    /// The layer's namespace (empty unless set with
+    /// [`namespace`](crate::LockLayerBuilder::namespace)).
+    pub fn namespace(&self) -> &str {
+        &self.shared.config.namespace
     }
 
     pub(crate) fn start(&self, req: &dyn RequestView) -> Start {
@@ -482,7 +514,8 @@ pub struct LeaseInfo {
 }
 
 impl LeaseInfo {
-    /// The locked key (with the layer's prefix).
+    /// The locked key: `<namespace>/<kind>/<value>` (see
+    /// [`key`](crate::key#the-lock-key)).
     pub fn key(&self) -> &LockKey {
         &self.key
     }

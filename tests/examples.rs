@@ -72,24 +72,24 @@ async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
 
     let created = server.post("/orders", &key("\"order-1\"")).await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
-    assert_eq!(created.json()["lock"], "idempotency-key:order-1");
+    assert_eq!(created.json()["lock"], "/idempotency-key/order-1");
 
     let missing = server.post("/orders", &[]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
 
-    let _order = hold(&engine, "idempotency-key:order-2").await;
+    let _order = hold(&engine, "/idempotency-key/order-2").await;
     let duplicate = server.post("/orders", &key("\"order-2\"")).await;
     assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
     assert_retry_after(&duplicate);
 
-    let _import = hold(&engine, "route:/tenants/{id}/import|id=acme").await;
+    let _import = hold(&engine, "/axum-route//tenants/{id}/import|id=acme").await;
     let locked = server.post("/tenants/acme/import", &[]).await;
     assert_problem(&locked, StatusCode::LOCKED, "locked");
     assert_retry_after(&locked);
     let other = server.post("/tenants/globex/import", &[]).await;
     assert_eq!(other.status, StatusCode::OK, "{}", other.text());
 
-    let _jobs = hold(&engine, "route:/tenants/{id}/jobs|id=acme").await;
+    let _jobs = hold(&engine, "/axum-route//tenants/{id}/jobs|id=acme").await;
     let timed_out = server.post("/tenants/acme/jobs", &[]).await;
     assert_problem(&timed_out, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
     assert_retry_after(&timed_out);
@@ -129,7 +129,7 @@ async fn tenant_fifo_runs_one_tenants_jobs_in_arrival_order_and_other_tenants_al
     let server = Arc::new(serve(tenant_fifo::app(engine.clone(), Duration::ZERO).unwrap()).await);
 
     // An earlier job of acme holds the key while the others arrive one by one.
-    let first = hold(&engine, "tenant:acme").await;
+    let first = hold(&engine, "jobs/header=x-tenant-id/acme").await;
     let mut jobs = Vec::new();
     for n in 0..N {
         let server = server.clone();
@@ -139,14 +139,14 @@ async fn tenant_fifo_runs_one_tenants_jobs_in_arrival_order_and_other_tenants_al
                 .post("/jobs", &[("x-tenant-id", "acme"), ("x-job", &job)])
                 .await
         }));
-        wait_for_waiters(&engine, "tenant:acme", n + 1).await;
+        wait_for_waiters(&engine, "jobs/header=x-tenant-id/acme", n + 1).await;
     }
     // Another tenant is not held up by acme's queue.
     let globex = server
         .post("/jobs", &[("x-tenant-id", "globex"), ("x-job", "g")])
         .await;
     assert_eq!(globex.status, StatusCode::OK, "{}", globex.text());
-    assert_eq!(globex.json()["lock"], "tenant:globex");
+    assert_eq!(globex.json()["lock"], "jobs/header=x-tenant-id/globex");
 
     drop(first);
     let mut fences = Vec::new();
@@ -206,17 +206,17 @@ async fn actix_example_answers_like_the_demo_across_workers() {
     let missing = post_to(addr, "/orders", &[]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
 
-    let _order = hold(&engine, "idempotency-key:order-2").await;
+    let _order = hold(&engine, "/idempotency-key/order-2").await;
     let duplicate = post_to(addr, "/orders", &[("idempotency-key", "\"order-2\"")]).await;
     assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
     assert_retry_after(&duplicate);
 
-    let _import = hold(&engine, "import:tenant:acme").await;
+    let _import = hold(&engine, "import/tenant/acme").await;
     let locked = post_to(addr, "/tenants/acme/import", &[]).await;
     assert_problem(&locked, StatusCode::LOCKED, "locked");
     assert_retry_after(&locked);
 
-    let _jobs = hold(&engine, "jobs:tenant:acme").await;
+    let _jobs = hold(&engine, "jobs/tenant/acme").await;
     let timed_out = post_to(addr, "/tenants/acme/jobs", &[]).await;
     assert_problem(&timed_out, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
     assert_retry_after(&timed_out);

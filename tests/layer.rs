@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
 use tower_lock::{
     ConfigError, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy, ReleasePoint,
-    key::{GlobalKey, HeaderKey},
+    key::{GlobalKey, HeaderKey, KeyExtractor},
 };
 use tower_test::mock;
 
@@ -23,8 +23,17 @@ fn req(key: &str) -> Req {
         .unwrap()
 }
 
+fn header_key() -> HeaderKey {
+    HeaderKey::new(HeaderName::from_static("x-key"))
+}
+
 fn builder(engine: &LockEngine) -> tower_lock::LockLayerBuilder {
-    LockLayer::builder(engine.clone()).key(HeaderKey::new(HeaderName::from_static("x-key")))
+    LockLayer::builder(engine.clone()).key(header_key())
+}
+
+/// The lock key of a request with `x-key: <value>` to a layer made by [`builder`].
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode("", header_key().kind(), value)
 }
 
 async fn body_json(res: Response<tower_lock::LockedBody<String>>) -> serde_json::Value {
@@ -63,14 +72,14 @@ async fn lease_info_is_in_the_extensions_and_the_inner_error_is_unchanged() {
         .get::<LeaseInfo>()
         .expect("lease info")
         .clone();
-    assert_eq!(info.key().as_str(), "k");
+    assert_eq!(info.key().as_str(), "/header=x-key/k");
     assert!(!info.is_lost() && !info.is_degraded());
     send.send_error("inner failure");
     let err = assert_ready!(fut.poll()).unwrap_err();
     assert_eq!(err.to_string(), "inner failure");
     drop(fut);
     settle().await;
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
@@ -190,7 +199,7 @@ async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
     send.send_response(Response::new("unread".to_owned()));
     let res = assert_ready_ok!(fut.poll());
     settle().await;
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
     drop(res);
 }
 
@@ -208,7 +217,7 @@ async fn switching_protocols_releases_when_the_response_is_returned() {
     send.send_response(upgrade);
     let res = assert_ready_ok!(fut.poll());
     settle().await;
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
     drop(res);
 }
 
@@ -298,13 +307,13 @@ async fn dropping_the_response_future_gives_up_the_wait_and_the_lease() {
     assert_ready_ok!(service.poll_ready());
     let mut waiter = task::spawn(service.call(req("k")));
     assert_pending!(waiter.poll());
-    assert_eq!(engine.lock("k").waiters().await.unwrap(), 1);
+    assert_eq!(engine.lock(lock_key("k")).waiters().await.unwrap(), 1);
 
     drop(waiter);
-    assert_eq!(engine.lock("k").waiters().await.unwrap(), 0);
+    assert_eq!(engine.lock(lock_key("k")).waiters().await.unwrap(), 0);
     drop(holder);
     settle().await;
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
 }
 
 #[tokio::test(start_paused = true)]
@@ -377,10 +386,10 @@ fn misconfiguration_fails_at_build_time() {
     );
     assert!(matches!(
         builder(&engine)
-            .key_prefix("bad\nprefix")
+            .namespace("bad\nnamespace")
             .build()
             .unwrap_err(),
-        ConfigError::KeyPrefix(_)
+        ConfigError::Namespace(_)
     ));
 }
 
@@ -402,25 +411,39 @@ async fn one_layer_wrapping_two_services_shares_one_lock_table() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn key_prefix_namespaces_the_keys() {
+async fn namespace_is_the_first_part_of_the_lock_key() {
     let engine = LockEngine::in_memory();
-    let layer = builder(&engine).key_prefix("api:").build().unwrap();
-    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    let layer = builder(&engine).namespace("api").build().unwrap();
+    assert_eq!(layer.policy().namespace(), "api");
+    let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer.clone());
     assert_ready_ok!(service.poll_ready());
     let mut fut = task::spawn(service.call(req("k")));
     assert_pending!(fut.poll());
     let (request, _send) = handle.next_request().await.unwrap();
+    let key = request
+        .extensions()
+        .get::<LeaseInfo>()
+        .unwrap()
+        .key()
+        .clone();
+    assert_eq!(key.as_str(), "api/header=x-key/k");
+    assert_eq!(layer.policy().lock_key("k").unwrap(), key);
+    assert!(engine.lock("api/header=x-key/k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
+}
+
+#[test]
+#[allow(deprecated)]
+fn key_prefix_still_sets_the_namespace() {
+    let layer = builder(&LockEngine::in_memory())
+        .key_prefix("api")
+        .build()
+        .unwrap();
+    assert_eq!(layer.policy().namespace(), "api");
     assert_eq!(
-        request
-            .extensions()
-            .get::<LeaseInfo>()
-            .unwrap()
-            .key()
-            .as_str(),
-        "api:k"
+        layer.policy().lock_key("k").unwrap().as_str(),
+        "api/header=x-key/k"
     );
-    assert!(engine.lock("api:k").locked().await.unwrap());
-    assert!(!engine.lock("k").locked().await.unwrap());
 }
 
 /// On the real clock: the engine keeps lease time on its own runtime, which a paused
@@ -504,7 +527,7 @@ async fn the_neutral_policy_serves_requests_of_other_frameworks() {
     let tower_lock::Outcome::Locked(held) = policy.acquire(&req).await else {
         panic!("first request gets the lock");
     };
-    assert_eq!(held.info().key().as_str(), "idempotency-key:abc");
+    assert_eq!(held.info().key().as_str(), "/idempotency-key/abc");
     let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&req).await else {
         panic!("duplicate in flight is rejected");
     };

@@ -21,10 +21,11 @@ use axum::{
 };
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use support::http::{Gate, UnavailableBackend, channel_body, gate, serve};
+use support::http::{Gate, GateControl, Reply, UnavailableBackend, channel_body, gate, serve};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     sync::{mpsc, oneshot},
+    task::JoinHandle,
 };
 use tower_lock::{
     BackendFailurePolicy, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy,
@@ -35,11 +36,28 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-key"))
 }
 
-/// A handler that waits at the gate and answers with its lease's fence (or "unlocked").
+/// The lock key of a request with `x-key: <value>` to a layer keyed on [`header_key`]
+/// without a namespace.
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode(
+        "",
+        tower_lock::key::KeyExtractor::kind(&header_key()),
+        value,
+    )
+}
+
+/// A handler on `/work` that waits at the gate and answers with its lease's fence (or
+/// "unlocked").
 fn gated_app(layer: LockLayer, gate: Gate) -> Router {
+    gated_route("/work", layer, gate)
+}
+
+/// A handler on `path` that reports its `x-seq` header at the gate, waits there, and
+/// answers with its lease's fence (or "unlocked").
+fn gated_route(path: &str, layer: LockLayer, gate: Gate) -> Router {
     Router::new()
         .route(
-            "/work",
+            path,
             post(move |req: Request| {
                 let gate = gate.clone();
                 async move {
@@ -129,7 +147,7 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
             assert_eq!(control.arrived().await, "0");
         } else {
             // Arrival order is the order in the engine's queue.
-            wait_for_waiters(&engine, "k", seq).await;
+            wait_for_waiters(&engine, &lock_key("k"), seq).await;
         }
     }
     control.open();
@@ -241,7 +259,7 @@ async fn full_wait_queue_is_answered_429_at_once() {
         let server = server.clone();
         async move { server.post("/work", &[("x-key", "k")]).await }
     });
-    wait_for_waiters(&engine, "k", 1).await;
+    wait_for_waiters(&engine, &lock_key("k"), 1).await;
     let third = server.post("/work", &[("x-key", "k")]).await;
     assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
@@ -449,7 +467,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     let frame = body.frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap(), "first");
     // The handler has returned, the body is still streaming: the key is held.
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     let again = server.post("/stream", &[("x-key", "k")]).await;
     assert_eq!(again.status, StatusCode::LOCKED);
 
@@ -459,7 +477,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     assert_eq!(rest, "last");
     // Released once the body ended (in the background): a waiter gets it.
     let lease = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -508,7 +526,7 @@ async fn disconnecting_client_frees_the_key() {
         .await
         .unwrap();
     entered_rx.recv().await.unwrap();
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     drop(stream);
 
     tokio::time::timeout(Duration::from_secs(10), dropped_rx)
@@ -517,7 +535,7 @@ async fn disconnecting_client_frees_the_key() {
         .unwrap();
     // The TTL is a minute: getting the key within seconds means it was released.
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -645,7 +663,7 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         got += stream.read(&mut head[got..]).await.unwrap();
     }
     let tx = senders_rx.recv().await.unwrap();
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     drop(stream);
     // The server notices the closed connection and drops the body (and its lease); the
     // sender then sees its receiver gone.
@@ -653,7 +671,7 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         .await
         .expect("the server drops the body when the client goes away");
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -696,5 +714,108 @@ async fn back_to_back_requests_for_one_key_never_see_423() {
             reply.text()
         );
     }
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
+}
+
+/// Wait until the handler of `request` reports `who` at the gate; fail at once if the
+/// request is answered instead (refused by its layer).
+async fn reaches_its_handler(
+    control: &mut GateControl,
+    request: &mut JoinHandle<Reply>,
+    who: &str,
+) {
+    tokio::select! {
+        arrived = control.arrived() => assert_eq!(arrived, who),
+        reply = request => {
+            let reply = reply.unwrap();
+            panic!(
+                "request {who} was answered {} instead of reaching its handler: {}",
+                reply.status,
+                reply.text()
+            );
+        }
+    }
+}
+
+/// Keys are data, never syntax: `a` + `bX` and `ab` + `X` are two locks, not one.
+#[tokio::test]
+async fn a_client_of_one_namespace_cannot_spell_a_key_of_another() {
+    let engine = LockEngine::in_memory();
+    let layer = |namespace: &str| {
+        LockLayer::builder(engine.clone())
+            .key(header_key())
+            .namespace(namespace)
+            .build()
+            .unwrap()
+    };
+    let (gate, mut control) = gate();
+    let app =
+        gated_route("/a", layer("a"), gate.clone()).merge(gated_route("/ab", layer("ab"), gate));
+    let server = Arc::new(serve(app).await);
+
+    let mut first = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post("/a", &[("x-key", "bX"), ("x-seq", "first")])
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut first, "first").await;
+    let mut second = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post("/ab", &[("x-key", "X"), ("x-seq", "second")])
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut second, "second").await;
+    control.open();
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    assert_eq!(second.await.unwrap().status, StatusCode::OK);
+}
+
+/// A layer keyed on a plain header cannot take the idempotency preset's lock by sending
+/// the preset's key words.
+#[tokio::test]
+async fn a_plain_header_key_cannot_block_the_idempotency_preset() {
+    let engine = LockEngine::in_memory();
+    let plain = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .build()
+        .unwrap();
+    let idempotent = LockLayer::idempotency(engine).build().unwrap();
+    let (gate, mut control) = gate();
+    let app =
+        gated_route("/plain", plain, gate.clone()).merge(gated_route("/orders", idempotent, gate));
+    let server = Arc::new(serve(app).await);
+
+    let mut squatter = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post(
+                    "/plain",
+                    &[("x-key", "idempotency-key:k"), ("x-seq", "plain")],
+                )
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut squatter, "plain").await;
+    let mut order = tokio::spawn({
+        let server = server.clone();
+        async move {
+            server
+                .post(
+                    "/orders",
+                    &[("idempotency-key", "\"k\""), ("x-seq", "order")],
+                )
+                .await
+        }
+    });
+    reaches_its_handler(&mut control, &mut order, "order").await;
+    control.open();
+    assert_eq!(squatter.await.unwrap().status, StatusCode::OK);
+    assert_eq!(order.await.unwrap().status, StatusCode::OK);
 }

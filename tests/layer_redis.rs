@@ -46,6 +46,16 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(HeaderName::from_static("x-key"))
 }
 
+/// The lock key of a request with `x-key: <value>` to a layer keyed on [`header_key`]
+/// without a namespace.
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode(
+        "",
+        tower_lock::key::KeyExtractor::kind(&header_key()),
+        value,
+    )
+}
+
 /// An engine on `server` under `prefix` (the test's own namespace), with the default
 /// command timeout or `timeout`.
 async fn redis_engine(server: &RedisServer, prefix: &str, timeout: Option<Duration>) -> LockEngine {
@@ -293,7 +303,7 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
             } else {
                 // Arrival order is the order of the Redis ticket queue (waiters on all
                 // nodes count).
-                wait_for_waiters(engine, "k", seq).await;
+                wait_for_waiters(engine, &lock_key("k"), seq).await;
             }
         }
         for expected in 0..N {
@@ -361,7 +371,7 @@ async fn waiting_requests_without_fifo_never_overlap() {
     for _ in 1..N {
         tasks.push(spawn_post(&server, "/work", "k"));
     }
-    wait_for_waiters(&engine, "k", N - 1).await;
+    wait_for_waiters(&engine, &lock_key("k"), N - 1).await;
     // Everyone queued behind the holder: no second handler got in meanwhile.
     assert_eq!(control.try_arrived(), None);
     control.open();
@@ -417,7 +427,7 @@ async fn wait_that_runs_out_is_answered_429_with_retry_after() {
     assert!(started.elapsed() >= Duration::from_millis(150), "it waited");
     assert_problem(&second, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
     // The waiter that gave up left the queue.
-    assert_eq!(engine.lock("k").waiters().await.unwrap(), 0);
+    assert_eq!(engine.lock(lock_key("k")).waiters().await.unwrap(), 0);
     control.open();
     assert_eq!(first.await.unwrap().status, StatusCode::OK);
     assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
@@ -437,7 +447,7 @@ async fn full_wait_queue_is_answered_429_at_once() {
     let mut first = spawn_post(&server, "/work", "k");
     arrives(&mut control, &mut first).await;
     let waiting = spawn_post(&server, "/work", "k");
-    wait_for_waiters(&engine, "k", 1).await;
+    wait_for_waiters(&engine, &lock_key("k"), 1).await;
     let started = Instant::now();
     let third = post_refused(&server, "/work", &[("x-key", "k")], &mut control).await;
     assert_problem(&third, StatusCode::TOO_MANY_REQUESTS, "too-many-waiters");
@@ -554,7 +564,10 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), chunk);
         // The handler has returned, the body is still open: the key is held on Redis.
-        assert!(engine.lock("k").locked().await.unwrap(), "after {chunk}");
+        assert!(
+            engine.lock(lock_key("k")).locked().await.unwrap(),
+            "after {chunk}"
+        );
     }
     let again = server.post("/stream", &[("x-key", "k")]).await;
     assert_problem(&again, StatusCode::LOCKED, "locked");
@@ -567,7 +580,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     // 60 s lease TTL.
     let started = Instant::now();
     let lease = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(5))
         .acquire()
         .await
@@ -620,7 +633,7 @@ async fn disconnecting_client_frees_the_key() {
         .await
         .unwrap();
     let dropped = entered_rx.recv().await.unwrap();
-    assert!(engine.lock("k").locked().await.unwrap());
+    assert!(engine.lock(lock_key("k")).locked().await.unwrap());
     drop(stream);
 
     tokio::time::timeout(Duration::from_secs(10), dropped)
@@ -630,7 +643,7 @@ async fn disconnecting_client_frees_the_key() {
     // The TTL is a minute: getting the key within seconds means it was released.
     let started = Instant::now();
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(5))
         .acquire()
         .await
@@ -679,13 +692,13 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         got += n;
     }
     let tx = senders_rx.recv().await.unwrap();
-    assert!(engine.lock("k").locked().await.unwrap());
+    assert!(engine.lock(lock_key("k")).locked().await.unwrap());
     drop(stream);
     tokio::time::timeout(Duration::from_secs(10), tx.closed())
         .await
         .expect("the server drops the body when the client goes away");
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(5))
         .acquire()
         .await

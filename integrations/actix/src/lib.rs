@@ -85,11 +85,11 @@
 //! let res = test::call_service(&app, order().to_request()).await;
 //! assert_eq!(res.status(), StatusCode::OK);
 //! // The response body holds the key until it has been read (or dropped).
-//! assert_eq!(test::read_body(res).await, "created under idempotency-key:o-1");
+//! assert_eq!(test::read_body(res).await, "created under /idempotency-key/o-1");
 //!
 //! // While another request holds the key, a duplicate is answered 409.
 //! let held = engine
-//!     .lock("idempotency-key:o-1")
+//!     .lock("/idempotency-key/o-1")
 //!     .wait(Duration::from_secs(5)) // the release above runs in the background
 //!     .acquire()
 //!     .await
@@ -148,7 +148,7 @@ use tower_lock::{
 ///
 /// let req = TestRequest::post().insert_header(("idempotency-key", "\"k-1\"")).to_srv_request();
 /// let key = IdempotencyKey::new().extract(&ActixRequest::from(&req)).unwrap();
-/// assert_eq!(key.as_deref(), Some("idempotency-key:k-1"));
+/// assert_eq!(key.as_deref(), Some("k-1"));
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ActixRequest<'a> {

@@ -33,6 +33,16 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(http::HeaderName::from_static("x-key"))
 }
 
+/// The lock key of a request with `x-key: <value>` to a layer keyed on [`header_key`]
+/// without a namespace.
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode(
+        "",
+        tower_lock::key::KeyExtractor::kind(&header_key()),
+        value,
+    )
+}
+
 /// An actix server with `WORKERS` workers whose `/work` resource answers "ok" under
 /// `policy`.
 fn actix_ok(policy: LockPolicy) -> TestServer {
@@ -173,7 +183,7 @@ async fn held_key_is_answered_423_like_the_tower_layer() {
     let engine = LockEngine::in_memory();
     let (tower, actix) = both(|| LockLayer::builder(engine.clone()).key(header_key())).await;
     let _held = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .ttl(Duration::from_secs(10))
         .acquire()
         .await
@@ -200,7 +210,7 @@ async fn wait_that_runs_out_is_answered_429_like_the_tower_layer() {
     })
     .await;
     let _held = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .ttl(Duration::from_secs(10))
         .acquire()
         .await
@@ -230,7 +240,7 @@ async fn full_wait_queue_is_answered_429_like_the_tower_layer() {
     })
     .await;
     let _held = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .ttl(Duration::from_secs(10))
         .acquire()
         .await
@@ -262,7 +272,7 @@ async fn idempotency_preset_answers_400_and_409_like_the_tower_layer() {
     assert_eq!(a.json()["type"], "urn:tower-lock:problem:malformed-key");
 
     let _held = engine
-        .lock("idempotency-key:order-1")
+        .lock(tower_lock::key::encode("", "idempotency-key", "order-1"))
         .ttl(Duration::from_secs(10))
         .acquire()
         .await
@@ -338,7 +348,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     assert_eq!(frame.into_data().unwrap(), "first\n");
 
     // The handler has returned, the body is still streaming: the key is held.
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     let again = server.post("/stream", &[("x-key", "k")]).await;
     assert_eq!(again.status, StatusCode::LOCKED);
 
@@ -348,7 +358,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
     assert_eq!(rest, "last\n");
     // Released once the body ended (in the background): a waiter gets it.
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -370,7 +380,7 @@ async fn disconnecting_client_frees_the_key() {
         got += stream.read(&mut head[got..]).await.unwrap();
     }
     let tx = senders.recv().await.unwrap();
-    assert!(engine.lock("k").try_acquire().await.is_err());
+    assert!(engine.lock(lock_key("k")).try_acquire().await.is_err());
     drop(stream);
 
     // actix notices a closed connection when it next writes to it (actix-web#1313): keep
@@ -381,7 +391,7 @@ async fn disconnecting_client_frees_the_key() {
     .await
     .expect("the server drops the body when the client goes away");
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -393,7 +403,7 @@ async fn extractors_see_the_lease_or_fail_with_500_without_one() {
     let lock = LockMiddleware::new(
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
-            .key_prefix("t:")
+            .namespace("t")
             .build_policy()
             .unwrap(),
     );
@@ -426,7 +436,11 @@ async fn extractors_see_the_lease_or_fail_with_500_without_one() {
 
     let reply = server.post("/locked", &[("x-key", "k")]).await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert!(reply.text().starts_with("t:k "), "{}", reply.text());
+    assert!(
+        reply.text().starts_with("t/header=x-key/k "),
+        "{}",
+        reply.text()
+    );
     assert_eq!(server.post("/bare", &[]).await.text(), "lease: false");
     let reply = server.post("/needs-lock", &[]).await;
     assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -450,7 +464,7 @@ async fn rejection_hook_answers_on_actix_as_on_the_tower_layer() {
             })
     })
     .await;
-    let _held = engine.lock("k").acquire().await.unwrap();
+    let _held = engine.lock(lock_key("k")).acquire().await.unwrap();
     let t = tower.post("/work", &[("x-key", "k")]).await;
     let a = actix.post("/work", &[("x-key", "k")]).await;
     assert_eq!(a.status, StatusCode::LOCKED);
@@ -476,7 +490,7 @@ async fn release_at_response_ready_frees_the_key_while_the_body_streams() {
     assert_eq!(frame.into_data().unwrap(), "first\n");
     // The body is still open, and yet the key is free.
     engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(10))
         .acquire()
         .await

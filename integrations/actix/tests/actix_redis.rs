@@ -30,6 +30,16 @@ fn header_key() -> HeaderKey {
     HeaderKey::new(http::HeaderName::from_static("x-key"))
 }
 
+/// The lock key of a request with `x-key: <value>` to a layer keyed on [`header_key`]
+/// without a namespace.
+fn lock_key(value: &str) -> String {
+    tower_lock::key::encode(
+        "",
+        tower_lock::key::KeyExtractor::kind(&header_key()),
+        value,
+    )
+}
+
 /// An engine on `server` (one per simulated node), keys under `prefix`.
 async fn node(server: &RedisServer, prefix: &str) -> LockEngine {
     let backend = RedisBackend::builder(server.url())
@@ -170,7 +180,7 @@ async fn held_and_timed_out_keys_are_answered_like_the_tower_layer() {
     );
 
     let held = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .ttl(Duration::from_secs(10))
         .acquire()
         .await
@@ -246,12 +256,12 @@ async fn a_streaming_body_holds_the_key_until_its_last_chunk() {
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(&first[..], b"first");
     // The handler has returned, the body is still streaming: the key is held on Redis.
-    assert!(engine.lock("k").locked().await.unwrap());
+    assert!(engine.lock(lock_key("k")).locked().await.unwrap());
     drop(tx); // the body ends
     assert!(body.frame().await.is_none());
     // Freed at body end, long before its 30 s TTL.
     let next = engine
-        .lock("k")
+        .lock(lock_key("k"))
         .wait(Duration::from_secs(5))
         .acquire()
         .await

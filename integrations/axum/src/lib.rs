@@ -135,16 +135,23 @@ impl IntoResponse for LockNotInstalled {
 /// parameters. Needs [`Router::route_layer`](axum::Router::route_layer) (see the
 /// [crate docs](crate)).
 ///
+/// Its kind is `axum-route`, and its value the route and the chosen parameters; a layer
+/// without a namespace then locks (see [`tower_lock::key`] for the lock key):
+///
 /// | extractor | `/tenants/{id}/jobs/{job}` called as `/tenants/7/jobs/9` locks |
 /// |---|---|
-/// | `RouteKey::route()` | `route:/tenants/{id}/jobs/{job}`: one request at a time on the route |
-/// | `RouteKey::params()` | `route:/tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
-/// | `RouteKey::param("id")` | `route:/tenants/{id}/jobs/{job}\|id=7`: per tenant |
+/// | `RouteKey::route()` | `/axum-route//tenants/{id}/jobs/{job}`: one request at a time on the route |
+/// | `RouteKey::params()` | `/axum-route//tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
+/// | `RouteKey::param("id")` | `/axum-route//tenants/{id}/jobs/{job}\|id=7`: per tenant |
 ///
 /// Parameter values are percent-decoded, as axum's `Path` decodes them, so `/tenants/acm%65`
 /// and `/tenants/acme` lock the same key; a value that does not decode to UTF-8 is answered
-/// `400`. In the key, `|` and `%` are escaped so that no value can pose as another
-/// parameter.
+/// `400`. In the value, `|` and `%` are escaped (in the route as in the parameters) so
+/// that no parameter value can pose as another parameter or another route.
+///
+/// Two layers with one namespace and route keys share the locks of one route (and the
+/// same parameters); to keep the locks of two layers on one route apart, give them
+/// different namespaces.
 #[derive(Clone, Debug)]
 pub struct RouteKey {
     params: Params,
@@ -236,7 +243,7 @@ impl KeyExtractor for RouteKey {
             ));
         };
         let template = matched.as_str();
-        let mut key = format!("route:{template}");
+        let mut key = escape(template);
         if matches!(self.params, Params::None) {
             return Ok(Some(key));
         }
@@ -264,6 +271,10 @@ impl KeyExtractor for RouteKey {
             }
         }
         Ok(Some(key))
+    }
+
+    fn kind(&self) -> &str {
+        "axum-route"
     }
 }
 
@@ -296,5 +307,12 @@ mod tests {
     fn escaped_values_cannot_pose_as_another_parameter() {
         assert_eq!(escape("a|b=c"), "a%7Cb=c");
         assert_eq!(escape("%7C"), "%257C");
+    }
+
+    #[test]
+    fn route_keys_have_a_kind_of_their_own() {
+        assert_eq!(RouteKey::route().kind(), "axum-route");
+        assert_eq!(RouteKey::params().kind(), "axum-route");
+        assert_eq!(RouteKey::param("id").and("job").kind(), "axum-route");
     }
 }

@@ -80,14 +80,14 @@ async fn one_job_per_tenant_across_nodes_on_redis() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(key, "route:/tenants/{id}/jobs|id=acme");
+    assert_eq!(key, "/axum-route//tenants/{id}/jobs|id=acme");
     assert!(engine.lock(&key).locked().await.unwrap(), "held on Redis");
     // The same tenant on the other node, spelled with a percent-escape: 423.
     assert_eq!(send_post(b, "/tenants/acm%65/jobs").await, 423);
     // Another tenant on the other node runs.
     let other = tokio::spawn(send_post(b, "/tenants/globex/jobs"));
     let (other_key, other_fence) = arrived.recv().await.unwrap();
-    assert_eq!(other_key, "route:/tenants/{id}/jobs|id=globex");
+    assert_eq!(other_key, "/axum-route//tenants/{id}/jobs|id=globex");
     open_tx.send_replace(true);
     assert_eq!(first.await.unwrap(), 200);
     assert_eq!(other.await.unwrap(), 200);
