@@ -182,7 +182,10 @@ async fn worker(engine: LockEngine, store: Arc<Store>, seed: u64, until: Instant
             // A release the caller gives up on mid-flight.
             2..=3 => {
                 let patience = Duration::from_micros(rng.random_range(0..1_500));
-                if tokio::time::timeout(patience, lease.release()).await.is_err() {
+                if tokio::time::timeout(patience, lease.release())
+                    .await
+                    .is_err()
+                {
                     store.cancelled.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -281,7 +284,10 @@ fn redis_exclusion_soak_across_two_engines_and_a_restart() {
         let left: Vec<String> = redis
             .scan("soak:*")
             .into_iter()
-            .filter(|k| !k.split_once("}:").is_some_and(|(_, r)| r.starts_with("fence:")))
+            .filter(|k| {
+                !k.split_once("}:")
+                    .is_some_and(|(_, r)| r.starts_with("fence:"))
+            })
             .collect();
         if left.is_empty() {
             break;
@@ -331,7 +337,11 @@ fn memory_exclusion_soak_with_force_releases_and_abandoned_waiters() {
             if backend.key_count() == 0 {
                 break;
             }
-            assert!(Instant::now() < deadline, "{} keys kept", backend.key_count());
+            assert!(
+                Instant::now() < deadline,
+                "{} keys kept",
+                backend.key_count()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });

@@ -259,7 +259,7 @@ where
     send.send_response(response);
     let res = assert_ready_ok!(fut.poll());
     // No settling: the release must already be done when the response is returned.
-    let locked = engine.lock("k").locked().await.unwrap();
+    let locked = engine.lock(lock_key("k")).locked().await.unwrap();
     drop(res);
     locked
 }

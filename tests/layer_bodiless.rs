@@ -60,7 +60,13 @@ async fn bodiless_responses_release_the_key_before_the_client_has_them(engine: L
         refused.iter().all(|(_, locked)| *locked == 0),
         "requests answered 423 (of {ROUNDS} per kind): {refused:?}"
     );
-    assert!(!engine.lock("k").locked().await.unwrap());
+    assert!(
+        !engine
+            .lock(tower_lock::key::encode("", "header=x-key", "k"))
+            .locked()
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,6 +56,11 @@ fn lock_key(value: &str) -> String {
     )
 }
 
+/// The lock key of a request with `idempotency-key: <value>` to the idempotency preset.
+fn idempotency_lock_key(value: &str) -> String {
+    tower_lock::key::encode("", "idempotency-key", value)
+}
+
 /// An engine on `server` under `prefix` (the test's own namespace), with the default
 /// command timeout or `timeout`.
 async fn redis_engine(server: &RedisServer, prefix: &str, timeout: Option<Duration>) -> LockEngine {
@@ -201,7 +206,12 @@ async fn until_free(engine: &LockEngine, key: &str) {
 /// Once the requests are done, nothing is left under `prefix` but fence tombstones, each
 /// with a TTL. Each of `keys` is first taken and released through the engine, which
 /// waits (event-driven, well under any lease TTL) for releases still in flight.
-async fn assert_no_residue(server: &RedisServer, engine: &LockEngine, prefix: &str, keys: &[&str]) {
+async fn assert_no_residue(
+    server: &RedisServer,
+    engine: &LockEngine,
+    prefix: &str,
+    keys: &[String],
+) {
     for key in keys {
         until_free(engine, key).await;
     }
@@ -327,7 +337,7 @@ async fn fifo_requests_with_one_key_never_overlap_and_run_in_arrival_order() {
         }
     }
     assert_eq!(max_in_handler.load(Ordering::SeqCst), 1);
-    assert_no_residue(RedisServer::shared(), engine, prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), engine, prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,7 +390,7 @@ async fn waiting_requests_without_fifo_never_overlap() {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     }
     assert_eq!(max_in_handler.load(Ordering::SeqCst), 1);
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,7 +417,13 @@ async fn held_key_is_answered_423_with_retry_after_and_problem_json() {
     control.open();
     assert!(first.await.unwrap().text().starts_with("fence:"));
     assert!(other.await.unwrap().text().starts_with("fence:"));
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k", "other"]).await;
+    assert_no_residue(
+        RedisServer::shared(),
+        &engine,
+        &prefix,
+        &[lock_key("k"), lock_key("other")],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,7 +446,7 @@ async fn wait_that_runs_out_is_answered_429_with_retry_after() {
     assert_eq!(engine.lock(lock_key("k")).waiters().await.unwrap(), 0);
     control.open();
     assert_eq!(first.await.unwrap().status, StatusCode::OK);
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,7 +475,7 @@ async fn full_wait_queue_is_answered_429_at_once() {
     control.open();
     assert_eq!(first.await.unwrap().status, StatusCode::OK);
     assert_eq!(waiting.await.unwrap().status, StatusCode::OK);
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,10 +510,16 @@ async fn idempotency_duplicate_in_flight_is_answered_409() {
     control.open();
     assert!(first.await.unwrap().text().starts_with("fence:"));
     // Done, not in flight: the same key runs again.
-    until_free(&engine, "abc").await;
+    until_free(&engine, &idempotency_lock_key("abc")).await;
     let again = server.post("/work", &[("idempotency-key", "abc")]).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.text());
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["abc"]).await;
+    assert_no_residue(
+        RedisServer::shared(),
+        &engine,
+        &prefix,
+        &[idempotency_lock_key("abc")],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -524,7 +546,7 @@ async fn two_servers_on_one_redis_exclude_each_other() {
     assert_problem(&refused, StatusCode::LOCKED, "locked");
     control.open();
     assert_eq!(held.await.unwrap().status, StatusCode::OK);
-    assert_no_residue(server, &engine_a, prefix, &["k"]).await;
+    assert_no_residue(server, &engine_a, prefix, &[lock_key("k")]).await;
     let after = b.post("/work", &[("x-key", "k")]).await;
     assert_eq!(after.status, StatusCode::OK, "{}", after.text());
 }
@@ -587,7 +609,7 @@ async fn streaming_body_keeps_the_key_locked_until_its_last_chunk() {
         .expect("the key is released after the last chunk");
     assert!(started.elapsed() < Duration::from_secs(5));
     lease.release().await.unwrap();
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 /// Sends its signal when dropped: tells the test the server dropped the handler.
@@ -652,7 +674,7 @@ async fn disconnecting_client_frees_the_key() {
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -706,7 +728,7 @@ async fn client_leaving_in_the_middle_of_a_streamed_body_frees_the_key() {
         .release()
         .await
         .unwrap();
-    assert_no_residue(RedisServer::shared(), &engine, &prefix, &["k"]).await;
+    assert_no_residue(RedisServer::shared(), &engine, &prefix, &[lock_key("k")]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -793,10 +815,10 @@ async fn killed_redis_fails_closed_open_or_degraded_and_the_same_layer_locks_aft
     assert_problem(&c, StatusCode::LOCKED, "locked");
     control.open();
     assert!(a.await.unwrap().text().starts_with("fence:"));
-    until_free(&engine, "k").await;
+    until_free(&engine, &lock_key("k")).await;
     let d = server.post("/degrade", &[("x-key", "k")]).await;
     assert!(d.text().starts_with("fence:"), "{}", d.text());
-    assert_no_residue(&redis, &engine, prefix, &["k"]).await;
+    assert_no_residue(&redis, &engine, prefix, &[lock_key("k")]).await;
 }
 
 /// Degrade promises per-node serialization whatever Redis does: a request holding a key
@@ -841,7 +863,7 @@ async fn degrade_never_runs_two_handlers_for_one_key_on_one_node_whatever_redis_
     control.open();
     assert!(c.await.unwrap().text().starts_with("degraded:"));
     assert!(layer.metrics().snapshot().degraded >= 1);
-    until_free(&engine, "k").await;
+    until_free(&engine, &lock_key("k")).await;
     let e = server.post("/degrade", &[("x-key", "k")]).await;
     assert!(e.text().starts_with("fence:"), "{}", e.text());
 }
@@ -855,7 +877,7 @@ async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     let server = serve(app).await;
     let up = server.post("/now", &[("x-key", "k")]).await;
     assert!(up.text().starts_with("fence:"), "{}", up.text());
-    until_free(&engine, "k").await;
+    until_free(&engine, &lock_key("k")).await;
 
     const PAUSE: Duration = Duration::from_secs(2);
     let paused = tokio::task::block_in_place(|| {
@@ -878,7 +900,7 @@ async fn paused_redis_is_answered_503_within_the_command_timeout_not_a_hang() {
     let after = server.post("/wait", &[("x-key", "k")]).await;
     assert!(after.text().starts_with("fence:"), "{}", after.text());
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_no_residue(&redis, &engine, prefix, &["k"]).await;
+    assert_no_residue(&redis, &engine, prefix, &[lock_key("k")]).await;
 }
 
 /// Two routes on one engine: `/now` (wait 0) and `/wait` (waits up to `wait`).
@@ -913,7 +935,7 @@ async fn frozen_redis_is_answered_503_and_the_grant_that_lands_late_is_released(
     let server = serve(now_and_wait_app(&engine, Duration::from_secs(3))).await;
     let up = server.post("/now", &[("x-key", "k")]).await;
     assert!(up.text().starts_with("fence:"), "{}", up.text());
-    until_free(&engine, "k").await;
+    until_free(&engine, &lock_key("k")).await;
 
     // DEBUG SLEEP: the server reads nothing for a while, then executes what is on the wire.
     let thaw = tokio::task::block_in_place(|| redis.freeze(Duration::from_millis(1_500)));
@@ -932,5 +954,5 @@ async fn frozen_redis_is_answered_503_and_the_grant_that_lands_late_is_released(
     // gets the key within its 3 s wait instead of a 429.
     let after = server.post("/wait", &[("x-key", "k")]).await;
     assert!(after.text().starts_with("fence:"), "{}", after.text());
-    assert_no_residue(&redis, &engine, prefix, &["k"]).await;
+    assert_no_residue(&redis, &engine, prefix, &[lock_key("k")]).await;
 }
