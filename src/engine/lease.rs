@@ -174,6 +174,9 @@ fn renew_interval(ttl: Duration) -> Duration {
     ttl / 3
 }
 
+/// How much earlier than due a renewal may be sent, to join a batch going out anyway.
+const RENEW_AHEAD: Duration = Duration::from_millis(20);
+
 /// The engine's single renewal task and its schedule of live leases.
 ///
 /// Leases are kept in a map by id and, by the instant they next need attention (renewal
@@ -281,10 +284,14 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
         woken.as_mut().enable();
         let now = Instant::now();
         let mut due: Vec<Due> = Vec::new();
+        // Renewals due a little later go out with this batch: one wake and one backend
+        // call serve many leases. Deadlines are never judged early.
+        let horizon = now + RENEW_AHEAD;
+        let mut not_yet: Vec<(Instant, u64)> = Vec::new();
         let next = {
             let mut st = inner.state.lock().unwrap();
             while let Some(&(at, id)) = st.queue.first() {
-                if at > now {
+                if at > horizon {
                     break;
                 }
                 st.queue.pop_first();
@@ -303,14 +310,17 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                     lease.mark_lost("validity deadline passed without a confirmed renewal");
                     continue;
                 }
-                if t.renew_at.is_some_and(|r| r <= now) {
-                    t.renew_at = None;
-                    due.push(Due {
-                        id,
-                        lease: lease.clone(),
-                        epoch: lease.epoch.load(Ordering::Acquire),
-                    });
+                if !t.renew_at.is_some_and(|r| r <= horizon) {
+                    // Its deadline, not yet reached: look again then.
+                    not_yet.push((at, id));
+                    continue;
                 }
+                t.renew_at = None;
+                due.push(Due {
+                    id,
+                    lease: lease.clone(),
+                    epoch: lease.epoch.load(Ordering::Acquire),
+                });
                 // In flight, a lease is filed under its deadline: if the renewal never
                 // comes back, it is marked lost right then.
                 let at = t.due();
@@ -321,6 +331,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                     .1 = at;
                 st.queue.insert((at, id));
             }
+            st.queue.extend(not_yet);
             let next = st.queue.first().map(|&(at, _)| at);
             st.scheduled = next;
             if next.is_none() && engine.strong_count() == 0 {
