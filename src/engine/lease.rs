@@ -310,7 +310,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                     lease.mark_lost("validity deadline passed without a confirmed renewal");
                     continue;
                 }
-                if !t.renew_at.is_some_and(|r| r <= horizon) {
+                if t.renew_at.is_none_or(|r| r > horizon) {
                     // Its deadline, not yet reached: look again then.
                     not_yet.push((at, id));
                     continue;
