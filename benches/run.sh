@@ -32,7 +32,7 @@ if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/nu
 fi
 
 log "building the benches"
-cargo bench --no-run --bench engine --bench contention --bench http 2>"$OUT/build.log" ||
+cargo bench --no-run --bench engine --bench contention --bench http --bench watchdog 2>"$OUT/build.log" ||
     { cat "$OUT/build.log" >&2; exit 1; }
 
 # --- our own Redis ---------------------------------------------------------------------
@@ -142,6 +142,11 @@ log "http bench"
 cargo bench -q --bench http -- --json --duration-secs 6 --rounds 3 --redis-url "$REDIS_URL" \
     >"$OUT/http.jsonl" 2>"$OUT/http.log"
 
+# --- watchdog: CPU per live lease, against the backend's own renew cost ----------------
+log "watchdog bench"
+cargo bench -q --bench watchdog -- --leases 20000 --ttl-ms 3000 --window-s 6 \
+    >"$OUT/watchdog.json" 2>"$OUT/watchdog.log"
+
 # --- criterion micro-benches -------------------------------------------------------------
 log "criterion micro-benches"
 rm -rf "$CRITERION_DIR/engine" "$CRITERION_DIR/layer" # no stale figures in the table
@@ -248,6 +253,9 @@ done
 row "http lock_layer/memory/distinct: p99 latency (us)" "$(http_get lock_layer/memory/distinct p99_us)" "" ""
 row "http bare: p99 latency (us)" "$(http_get bare p99_us)" "" ""
 
+row "watchdog: CPU % of a core, 20,000 live leases (3 s TTL)" "$(jget cpu_pct "$OUT/watchdog.json")" "" ""
+row "watchdog: CPU ms per s per 1,000 live leases" "$(jget cpu_ms_per_s_per_1000 "$OUT/watchdog.json")" "" ""
+row "watchdog: CPU / the backend's own renew work" "$(jget overhead "$OUT/watchdog.json")" "" ""
 row "residue: memory keys left after 1,000,000 locked+released" "$(F memory-residue key_count_after)" "==" 0
 row "residue: RSS before (KiB)" "$(F memory-residue rss_before_kib)" "" ""
 row "residue: RSS after (KiB)" "$(F memory-residue rss_after_kib)" "" ""
