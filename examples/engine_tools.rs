@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tower_lock::{
     LockEngine, Token,
-    engine::{Compare, GuardError, LockStatus},
+    engine::{Compare, LockStatus, MutexError},
 };
 
 #[tokio::main]
@@ -37,7 +37,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let shown = match status {
             LockStatus::Free => "free".to_string(),
             LockStatus::Locked { ttl, .. } => format!("printing ({}s left)", ttl.as_secs()),
-            LockStatus::Unavailable { owner, ttl } => {
+            LockStatus::Reserved { owner, ttl } => {
                 format!("unavailable: {} for {}s", owner.as_str(), ttl.as_secs())
             }
             LockStatus::NoExpiry { .. } => "stuck (no expiry)".to_string(),
@@ -69,7 +69,7 @@ pub(crate) async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("nightly job processed {rows} rows");
     nightly.acquire().await?;
     match nightly.acquire().await {
-        Err(GuardError::AlreadyHeld) => println!("second acquire on the same handle: refused"),
+        Err(MutexError::AlreadyHeld) => println!("second acquire on the same handle: refused"),
         other => println!("unexpected: {other:?}"),
     }
     nightly.release().await?;

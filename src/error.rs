@@ -38,6 +38,9 @@ pub enum LockError {
     InvalidValue(&'static str),
     /// The backend failed (connection lost, timeout, protocol error).
     Backend(BackendError),
+    /// The backend lacks the optional capability the operation needs (admin operations,
+    /// numeric compare-and-set, lock pools); nothing was done.
+    Unsupported(&'static str),
 }
 
 impl LockError {
@@ -73,6 +76,7 @@ impl fmt::Display for LockError {
             LockError::InvalidKey(e) => write!(f, "invalid lock key: {e}"),
             LockError::InvalidValue(why) => write!(f, "invalid value: {why}"),
             LockError::Backend(e) => write!(f, "lock backend failed: {e}"),
+            LockError::Unsupported(what) => write!(f, "the backend does not support {what}"),
         }
     }
 }

@@ -6,7 +6,7 @@ mod support;
 use std::{future::Future, pin::Pin, sync::Arc, time::Duration};
 
 use support::conformance::Harness;
-use tower_lock::{LockEngine, MemoryBackend};
+use tower_lock::{LockEngine, MemoryBackend, engine::Backend};
 
 struct Memory {
     backend: Arc<MemoryBackend>,
@@ -22,6 +22,10 @@ async fn memory() -> Memory {
 impl Harness for Memory {
     fn engine(&self) -> LockEngine {
         self.engine.clone()
+    }
+
+    fn backend(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
     }
 
     fn unit(&self) -> Duration {

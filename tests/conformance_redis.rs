@@ -9,14 +9,19 @@ mod support;
 use std::{
     future::Future,
     pin::Pin,
+    sync::Arc,
     sync::atomic::{AtomicUsize, Ordering},
     time::Duration,
 };
 
 use support::{conformance::Harness, redis::RedisServer};
-use tower_lock::{LockEngine, engine::redis::RedisBackend};
+use tower_lock::{
+    LockEngine,
+    engine::{Backend, redis::RedisBackend},
+};
 
 struct Redis {
+    backend: Arc<RedisBackend>,
     engine: LockEngine,
     prefix: String,
 }
@@ -30,8 +35,10 @@ async fn redis() -> Redis {
         .build()
         .await
         .expect("connect to the test redis-server");
+    let backend = Arc::new(backend);
     Redis {
-        engine: LockEngine::new(backend),
+        engine: LockEngine::from_arc(backend.clone()),
+        backend,
         prefix,
     }
 }
@@ -39,6 +46,10 @@ async fn redis() -> Redis {
 impl Harness for Redis {
     fn engine(&self) -> LockEngine {
         self.engine.clone()
+    }
+
+    fn backend(&self) -> Arc<dyn Backend> {
+        self.backend.clone()
     }
 
     fn unit(&self) -> Duration {

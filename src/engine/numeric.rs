@@ -120,7 +120,10 @@ impl NumericKey {
 
     /// The stored value, if any.
     pub async fn get(&self) -> Result<Option<f64>, LockError> {
-        self.engine.backend().numeric_get(self.key()?).await
+        self.engine
+            .numeric_backend()?
+            .numeric_get(self.key()?)
+            .await
     }
 
     /// Store `value` (with `ttl`) if `compare` holds between `value` and the stored value.
@@ -154,7 +157,7 @@ impl NumericKey {
             action,
         };
         self.engine
-            .backend()
+            .numeric_backend()?
             .compare_and_set(self.key()?, &op)
             .await
     }

@@ -17,8 +17,7 @@ use hyper_util::{
 };
 use tokio::{net::TcpListener, sync::mpsc, task::JoinHandle};
 use tower_lock::engine::{
-    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockKey, NumericOp, PoolHolders,
-    PoolOp, Renewal,
+    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockKey, Renewal,
 };
 use tower_lock::{BackendError, BackendErrorKind, LockError, Token};
 
@@ -203,56 +202,6 @@ impl Backend for UnavailableBackend {
     }
 
     fn waiters<'a>(&'a self, _key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn admin_set<'a>(
-        &'a self,
-        _key: &'a LockKey,
-        _value: &'a Token,
-        _ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn force_release<'a>(&'a self, _key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn compare_and_set<'a>(
-        &'a self,
-        _key: &'a LockKey,
-        _op: &'a NumericOp,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn numeric_get<'a>(
-        &'a self,
-        _key: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn pool_modify<'a>(
-        &'a self,
-        _pool: &'a LockKey,
-        _op: &'a PoolOp,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn pool_members<'a>(
-        &'a self,
-        _pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
-        Box::pin(async { down() })
-    }
-
-    fn pool_holders<'a>(
-        &'a self,
-        _pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
         Box::pin(async { down() })
     }
 }

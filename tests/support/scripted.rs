@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use tower_lock::{
     LockError, MemoryBackend, Token,
     engine::{
-        AcquireRequest, Backend, BackendError, BackendErrorKind, BoxFuture, ExtendMode, Grant,
-        Holder, LockKey, NumericOp, PoolHolders, PoolOp, Renewal,
+        AcquireRequest, Backend, BackendError, BackendErrorKind, BoxFuture, Capabilities,
+        ExtendMode, Grant, Holder, LockKey, Renewal,
     },
 };
 
@@ -89,6 +89,18 @@ pub struct Scripted {
     pub release: Hook,
     /// Renewals that arrive while this is set fail as a backend error (a partition).
     pub fail_renewals: AtomicBool,
+    /// Report no optional capability: a backend that implements the core trait only.
+    pub core_only: bool,
+}
+
+impl Scripted {
+    /// The in-process backend seen through the core `Backend` trait only.
+    pub fn core_only() -> Self {
+        Scripted {
+            core_only: true,
+            ..Scripted::default()
+        }
+    }
 }
 
 fn partitioned<T>() -> Result<T, LockError> {
@@ -146,53 +158,11 @@ impl Backend for Scripted {
         self.inner.waiters(key)
     }
 
-    fn admin_set<'a>(
-        &'a self,
-        key: &'a LockKey,
-        value: &'a Token,
-        ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), LockError>> {
-        self.inner.admin_set(key, value, ttl)
-    }
-
-    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.inner.force_release(key)
-    }
-
-    fn compare_and_set<'a>(
-        &'a self,
-        key: &'a LockKey,
-        op: &'a NumericOp,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        self.inner.compare_and_set(key, op)
-    }
-
-    fn numeric_get<'a>(
-        &'a self,
-        key: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
-        self.inner.numeric_get(key)
-    }
-
-    fn pool_modify<'a>(
-        &'a self,
-        pool: &'a LockKey,
-        op: &'a PoolOp,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
-        self.inner.pool_modify(pool, op)
-    }
-
-    fn pool_members<'a>(
-        &'a self,
-        pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
-        self.inner.pool_members(pool)
-    }
-
-    fn pool_holders<'a>(
-        &'a self,
-        pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
-        self.inner.pool_holders(pool)
+    fn capabilities(&self) -> Capabilities<'_> {
+        if self.core_only {
+            Capabilities::none()
+        } else {
+            self.inner.capabilities()
+        }
     }
 }

@@ -19,7 +19,7 @@ use std::{
 use futures_util::StreamExt;
 use tokio::{sync::Notify, task::JoinHandle};
 
-use super::pool::Connector;
+use super::connection::Connector;
 
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {

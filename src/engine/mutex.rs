@@ -13,7 +13,7 @@ use super::{Lease, Lock, LockError};
 /// Why a [`KeyMutex`] operation failed.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum GuardError {
+pub enum MutexError {
     /// This handle already holds the key (acquire or run while held).
     AlreadyHeld,
     /// This handle does not hold the key (release while not held).
@@ -25,31 +25,31 @@ pub enum GuardError {
     Lock(LockError),
 }
 
-impl fmt::Display for GuardError {
+impl fmt::Display for MutexError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GuardError::AlreadyHeld => f.write_str("this handle already holds the lock"),
-            GuardError::NotHeld => f.write_str("this handle does not hold the lock"),
-            GuardError::ExpiredBeforeRelease => {
+            MutexError::AlreadyHeld => f.write_str("this handle already holds the lock"),
+            MutexError::NotHeld => f.write_str("this handle does not hold the lock"),
+            MutexError::ExpiredBeforeRelease => {
                 f.write_str("the lease expired before it was released")
             }
-            GuardError::Lock(e) => write!(f, "{e}"),
+            MutexError::Lock(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for GuardError {
+impl std::error::Error for MutexError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            GuardError::Lock(e) => Some(e),
+            MutexError::Lock(e) => Some(e),
             _ => None,
         }
     }
 }
 
-impl From<LockError> for GuardError {
+impl From<LockError> for MutexError {
     fn from(e: LockError) -> Self {
-        GuardError::Lock(e)
+        MutexError::Lock(e)
     }
 }
 
@@ -64,7 +64,7 @@ impl From<LockError> for GuardError {
 /// use tower_lock::LockEngine;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), tower_lock::engine::GuardError> {
+/// # async fn main() -> Result<(), tower_lock::engine::MutexError> {
 /// let engine = LockEngine::in_memory();
 /// let nightly = engine.mutex("job:nightly-report");
 /// let rows = nightly.run(|| async { 42 }).await?;
@@ -116,43 +116,43 @@ impl KeyMutex {
         self.running.load(Ordering::Acquire) || self.held.lock().unwrap().is_some()
     }
 
-    /// Acquire the key for this handle; [`GuardError::AlreadyHeld`] if it holds it.
-    pub async fn acquire(&self) -> Result<(), GuardError> {
+    /// Acquire the key for this handle; [`MutexError::AlreadyHeld`] if it holds it.
+    pub async fn acquire(&self) -> Result<(), MutexError> {
         if self.is_held() {
-            return Err(GuardError::AlreadyHeld);
+            return Err(MutexError::AlreadyHeld);
         }
         let lease = self.lock.acquire().await?;
         let mut held = self.held.lock().unwrap();
         if held.is_some() || self.running.load(Ordering::Acquire) {
             // Another call on this handle won the race; ours is released on drop.
-            return Err(GuardError::AlreadyHeld);
+            return Err(MutexError::AlreadyHeld);
         }
         *held = Some(lease);
         Ok(())
     }
 
-    /// Release the key; [`GuardError::NotHeld`] if this handle does not hold it,
-    /// [`GuardError::ExpiredBeforeRelease`] if the lease had already run out.
-    pub async fn release(&self) -> Result<(), GuardError> {
+    /// Release the key; [`MutexError::NotHeld`] if this handle does not hold it,
+    /// [`MutexError::ExpiredBeforeRelease`] if the lease had already run out.
+    pub async fn release(&self) -> Result<(), MutexError> {
         let lease = self
             .held
             .lock()
             .unwrap()
             .take()
-            .ok_or(GuardError::NotHeld)?;
+            .ok_or(MutexError::NotHeld)?;
         finish(lease).await
     }
 
     /// Run `f` while holding the key, then release it. The closure's output is returned
     /// only if the lease was still ours at the end; otherwise
-    /// [`GuardError::ExpiredBeforeRelease`] tells the caller the work was unprotected.
-    pub async fn run<F, Fut, T>(&self, f: F) -> Result<T, GuardError>
+    /// [`MutexError::ExpiredBeforeRelease`] tells the caller the work was unprotected.
+    pub async fn run<F, Fut, T>(&self, f: F) -> Result<T, MutexError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = T>,
     {
         if self.held.lock().unwrap().is_some() || self.running.swap(true, Ordering::AcqRel) {
-            return Err(GuardError::AlreadyHeld);
+            return Err(MutexError::AlreadyHeld);
         }
         let _running = Running(&self.running);
         // Held in a local: a panic or a cancelled future drops it, and drop releases.
@@ -162,10 +162,10 @@ impl KeyMutex {
     }
 }
 
-async fn finish(lease: Lease) -> Result<(), GuardError> {
+async fn finish(lease: Lease) -> Result<(), MutexError> {
     match lease.release().await {
         Ok(()) => Ok(()),
-        Err(LockError::Expired | LockError::NotOwned) => Err(GuardError::ExpiredBeforeRelease),
-        Err(e) => Err(GuardError::Lock(e)),
+        Err(LockError::Expired | LockError::NotOwned) => Err(MutexError::ExpiredBeforeRelease),
+        Err(e) => Err(MutexError::Lock(e)),
     }
 }

@@ -4,13 +4,11 @@ use std::{
     collections::{BTreeSet, HashMap, VecDeque, hash_map::RandomState},
     hash::BuildHasher,
     sync::{
-        Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
 };
-
-use std::sync::Arc;
 
 use tokio::{
     sync::{Notify, oneshot},
@@ -18,9 +16,11 @@ use tokio::{
 };
 
 use super::{
-    AcquireRequest, Backend, BoxFuture, ExtendMode, Fence, Grant, Holder, LockError, LockKey,
-    NumericAction, NumericOp, PoolHolders, PoolOp, Renewal, Token, lease::after,
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder, LockError,
+    LockKey, Renewal, Token, options::after,
 };
+
+mod capabilities;
 
 const SHARDS: usize = 64;
 
@@ -483,132 +483,11 @@ impl Backend for MemoryBackend {
             Ok(shard.map.get(key).map_or(0, |e| e.waiters.len()))
         })
     }
-    fn admin_set<'a>(
-        &'a self,
-        key: &'a LockKey,
-        value: &'a Token,
-        ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = Instant::now();
-            let entry = shard.map.entry(key.clone()).or_default();
-            entry.set_holder(HeldBy {
-                token: value.clone(),
-                expires: ttl.map(|t| after(now, t)),
-                fence: self.next_fence().get(),
-            });
-            Ok(())
-        })
-    }
 
-    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = Instant::now();
-            let Some(entry) = shard.map.get_mut(key) else {
-                return Ok(false);
-            };
-            entry.expire(now, self);
-            let was_held = entry.holder.take().is_some();
-            if was_held {
-                entry.grant_next(now, self);
-            }
-            shard.remove_if_empty(key);
-            Ok(was_held)
-        })
-    }
-
-    fn compare_and_set<'a>(
-        &'a self,
-        key: &'a LockKey,
-        op: &'a NumericOp,
-    ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
-            let mut numbers = self.numbers.lock().unwrap();
-            let now = Instant::now();
-            let stored = numbers
-                .get(key)
-                .filter(|(_, exp)| exp.is_none_or(|e| e > now))
-                .map(|(v, _)| *v);
-            let holds = stored.is_none_or(|s| op.compare.holds(op.value, s, op.epsilon));
-            if holds {
-                match op.action {
-                    NumericAction::Set { ttl } => {
-                        numbers.insert(key.clone(), (op.value, ttl.map(|t| after(now, t))));
-                    }
-                    NumericAction::Delete => {
-                        numbers.remove(key);
-                    }
-                }
-            }
-            Ok(holds)
-        })
-    }
-
-    fn numeric_get<'a>(
-        &'a self,
-        key: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
-        Box::pin(async move {
-            let mut numbers = self.numbers.lock().unwrap();
-            let now = Instant::now();
-            if numbers
-                .get(key)
-                .is_some_and(|(_, exp)| exp.is_some_and(|e| e <= now))
-            {
-                numbers.remove(key);
-            }
-            Ok(numbers.get(key).map(|(v, _)| *v))
-        })
-    }
-
-    fn pool_modify<'a>(
-        &'a self,
-        pool: &'a LockKey,
-        op: &'a PoolOp,
-    ) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async move {
-            let mut pools = self.pools.lock().unwrap();
-            let members = pools.entry(pool.clone()).or_default();
-            match op {
-                PoolOp::Add(keys) => members.extend(keys.iter().cloned()),
-                PoolOp::Remove(keys) => {
-                    for k in keys {
-                        members.remove(k);
-                    }
-                }
-                PoolOp::Replace(keys) => *members = keys.iter().cloned().collect(),
-                PoolOp::Clear => members.clear(),
-            }
-            let len = members.len();
-            if len == 0 {
-                pools.remove(pool);
-            }
-            Ok(len)
-        })
-    }
-
-    fn pool_members<'a>(
-        &'a self,
-        pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
-        Box::pin(async move { Ok(self.members(pool)) })
-    }
-
-    fn pool_holders<'a>(
-        &'a self,
-        pool: &'a LockKey,
-    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
-        Box::pin(async move {
-            Ok(self
-                .members(pool)
-                .into_iter()
-                .map(|k| {
-                    let h = self.holder_now(&k);
-                    (k, h)
-                })
-                .collect())
-        })
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+            .with_admin(self)
+            .with_numeric(self)
+            .with_pools(self)
     }
 }

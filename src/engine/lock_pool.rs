@@ -60,12 +60,12 @@ impl LockPool {
         LockPool {
             engine,
             name,
-            expected_ttl: super::LockOptions::default().ttl_value(),
+            expected_ttl: super::LockOptions::default().ttl,
         }
     }
 
     /// The TTL members are expected to be held with; longer TTLs report as
-    /// [`LockStatus::Unavailable`]. Default: the default lease TTL.
+    /// [`LockStatus::Reserved`]. Default: the default lease TTL.
     pub fn expected_ttl(mut self, ttl: Duration) -> Self {
         self.expected_ttl = ttl;
         self
@@ -78,7 +78,10 @@ impl LockPool {
     }
 
     async fn modify(&self, op: PoolOp) -> Result<usize, LockError> {
-        self.engine.backend().pool_modify(self.name()?, &op).await
+        self.engine
+            .pool_backend()?
+            .pool_modify(self.name()?, &op)
+            .await
     }
 
     /// Add keys; returns the new size.
@@ -112,7 +115,7 @@ impl LockPool {
 
     /// The members, sorted.
     pub async fn members(&self) -> Result<Vec<LockKey>, LockError> {
-        self.engine.backend().pool_members(self.name()?).await
+        self.engine.pool_backend()?.pool_members(self.name()?).await
     }
 
     /// Whether `key` is a member.
@@ -133,7 +136,11 @@ impl LockPool {
 
     /// The lock status of every member, read in one round trip.
     pub async fn statuses(&self) -> Result<Vec<(LockKey, LockStatus)>, LockError> {
-        let holders = self.engine.backend().pool_holders(self.name()?).await?;
+        let holders = self
+            .engine
+            .pool_backend()?
+            .pool_holders(self.name()?)
+            .await?;
         Ok(holders
             .into_iter()
             .map(|(k, h)| (k, LockStatus::from_holder(h, self.expected_ttl)))

@@ -1,0 +1,166 @@
+//! [`Lock`]: a handle on one key with its acquisition options; acquiring it yields a
+//! [`Lease`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{
+    AcquireRequest, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
+    LockStatus, Token, options,
+};
+
+/// A handle on one key of a [`LockEngine`], with its acquisition options.
+///
+/// Setters consume and return the handle; [`Lock::acquire`] and [`Lock::try_acquire`]
+/// yield a [`Lease`], on which release, extend, reacquire and owned live.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    engine: LockEngine,
+    key: Result<LockKey, KeyError>,
+    options: LockOptions,
+    token: Option<Token>,
+}
+
+impl Lock {
+    pub(super) fn new(
+        engine: LockEngine,
+        key: Result<LockKey, KeyError>,
+        options: LockOptions,
+    ) -> Self {
+        Lock {
+            engine,
+            key,
+            options,
+            token: None,
+        }
+    }
+
+    /// Replace all options.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// See [`LockOptions::ttl`].
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options = self.options.ttl(ttl);
+        self
+    }
+
+    /// See [`LockOptions::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options = self.options.wait(wait);
+        self
+    }
+
+    /// See [`LockOptions::fifo`].
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.options = self.options.fifo(fifo);
+        self
+    }
+
+    /// See [`LockOptions::max_waiters`].
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.options = self.options.max_waiters(max);
+        self
+    }
+
+    /// See [`LockOptions::auto_renew`].
+    pub fn auto_renew(mut self, on: bool) -> Self {
+        self.options = self.options.auto_renew(on);
+        self
+    }
+
+    /// Acquire with this owner token instead of a fresh random one. Acquiring a key that
+    /// this token already holds succeeds and refreshes its TTL (reentrancy by owner).
+    pub fn token(mut self, token: Token) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The key, if valid.
+    pub fn key(&self) -> Result<&LockKey, LockError> {
+        self.key
+            .as_ref()
+            .map_err(|e| LockError::InvalidKey(e.clone()))
+    }
+
+    /// Acquire the key, waiting up to the configured wait limit.
+    ///
+    /// Errors: [`LockError::TimedOut`] after the wait limit ([`LockError::Busy`] when the
+    /// limit is zero), [`LockError::QueueFull`], [`LockError::InvalidKey`],
+    /// [`LockError::Backend`]. Dropping the future while it waits leaves nothing behind.
+    pub async fn acquire(&self) -> Result<Lease, LockError> {
+        self.acquire_with(self.options.wait).await
+    }
+
+    /// Acquire the key only if it is free now; otherwise [`LockError::Busy`] with the
+    /// holder's remaining TTL.
+    pub async fn try_acquire(&self) -> Result<Lease, LockError> {
+        self.acquire_with(Some(Duration::ZERO)).await
+    }
+
+    async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
+        let key = self.key()?.clone();
+        options::check_ttl(self.options.ttl)?;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let started = Instant::now();
+        // A wait the clock cannot represent is a wait without limit.
+        let wait = wait.filter(|w| started.checked_add(*w).is_some());
+        let req = AcquireRequest {
+            key: key.clone(),
+            token: token.clone(),
+            ttl: self.options.ttl,
+            wait,
+            fifo: self.options.fifo,
+            max_waiters: self.options.max_waiters,
+        };
+        let span = tracing::trace_span!("lock.acquire", key = %key, fifo = self.options.fifo);
+        let grant = self
+            .engine
+            .shared
+            .backend
+            .acquire(req)
+            .instrument(span)
+            .await?;
+        let waited = started.elapsed();
+        tracing::trace!(key = %key, fence = grant.fence.get(), ?waited, "lock acquired");
+        Ok(Lease::new(
+            self.engine.shared.clone(),
+            key,
+            token,
+            grant,
+            waited,
+            self.options.ttl,
+            self.options.auto_renew,
+        ))
+    }
+
+    /// `true` if anyone holds the key now.
+    pub async fn locked(&self) -> Result<bool, LockError> {
+        let key = self.key()?;
+        Ok(self.engine.shared.backend.holder(key).await?.is_some())
+    }
+
+    /// Who holds the key now (token and remaining TTL), if anyone.
+    pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
+        let key = self.key()?;
+        self.engine.shared.backend.holder(key).await
+    }
+
+    /// The key's status, judged against this handle's TTL as the expected bound.
+    pub async fn status(&self) -> Result<LockStatus, LockError> {
+        Ok(LockStatus::from_holder(
+            self.holder().await?,
+            self.options.ttl,
+        ))
+    }
+
+    /// How many callers wait for the key now.
+    pub async fn waiters(&self) -> Result<usize, LockError> {
+        let key = self.key()?;
+        self.engine.shared.backend.waiters(key).await
+    }
+}

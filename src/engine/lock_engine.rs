@@ -1,0 +1,127 @@
+//! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
+
+use std::{fmt, sync::Arc};
+
+use super::{
+    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
+    MemoryBackend, NumericBackend, NumericKey, PoolBackend, lock::Lock, watchdog::Watchdog,
+};
+
+pub(crate) struct EngineShared {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) watchdog: Watchdog,
+    defaults: LockOptions,
+}
+
+/// A handle on a lock engine: cheap to clone, shared by every clone.
+///
+/// Create it once (at startup) and clone it wherever locks are needed; all clones share
+/// one backend and one renewal task.
+#[derive(Clone)]
+pub struct LockEngine {
+    pub(super) shared: Arc<EngineShared>,
+}
+
+impl fmt::Debug for LockEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockEngine")
+            .field("defaults", &self.shared.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockEngine {
+    /// An engine over the in-process backend: serializes within this process only.
+    pub fn in_memory() -> Self {
+        Self::new(MemoryBackend::new())
+    }
+
+    /// An engine over any backend.
+    pub fn new(backend: impl Backend) -> Self {
+        Self::from_arc(Arc::new(backend))
+    }
+
+    /// An engine over a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        LockEngine {
+            shared: Arc::new(EngineShared {
+                backend,
+                watchdog: Watchdog::new(),
+                defaults: LockOptions::default(),
+            }),
+        }
+    }
+
+    /// Set the options every [`Lock`] from this engine starts with.
+    pub fn with_defaults(self, defaults: LockOptions) -> Self {
+        LockEngine {
+            shared: Arc::new(EngineShared {
+                backend: self.shared.backend.clone(),
+                watchdog: Watchdog::new(),
+                defaults,
+            }),
+        }
+    }
+
+    /// A handle on `key`, with the engine's default options. The key is validated when
+    /// the lock is used; an invalid key makes every operation return
+    /// [`LockError::InvalidKey`].
+    pub fn lock(&self, key: impl AsRef<str>) -> Lock {
+        Lock::new(
+            self.clone(),
+            LockKey::new(key),
+            self.shared.defaults.clone(),
+        )
+    }
+
+    /// A handle on an already validated key.
+    pub fn lock_key(&self, key: LockKey) -> Lock {
+        Lock::new(self.clone(), Ok(key), self.shared.defaults.clone())
+    }
+
+    /// A [`KeyMutex`] on `key`: run a closure while holding it, or acquire and release by
+    /// hand with "already held" / "not held" errors.
+    pub fn mutex(&self, key: impl AsRef<str>) -> KeyMutex {
+        KeyMutex::new(self.lock(key))
+    }
+
+    /// The numeric value under `key`, for compare-and-set.
+    pub fn numeric(&self, key: impl AsRef<str>) -> NumericKey {
+        NumericKey::new(self.clone(), LockKey::new(key))
+    }
+
+    /// The pool named `name`: a set of lock keys with membership and health operations.
+    pub fn pool(&self, name: impl AsRef<str>) -> LockPool {
+        LockPool::new(self.clone(), LockKey::new(name))
+    }
+
+    /// Administrative operations that ignore ownership: reserve a key, force a
+    /// release. Meant for operators and tooling, not request paths.
+    pub fn admin(&self) -> LockAdmin {
+        LockAdmin::new(self.clone())
+    }
+
+    pub(crate) fn admin_backend(&self) -> Result<&dyn AdminBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .admin
+            .ok_or(LockError::Unsupported("admin operations"))
+    }
+
+    pub(crate) fn numeric_backend(&self) -> Result<&dyn NumericBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .numeric
+            .ok_or(LockError::Unsupported("numeric compare-and-set"))
+    }
+
+    pub(crate) fn pool_backend(&self) -> Result<&dyn PoolBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .pools
+            .ok_or(LockError::Unsupported("lock pools"))
+    }
+}

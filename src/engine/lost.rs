@@ -1,0 +1,90 @@
+//! [`LostSignal`]: how a holder learns that its lease is gone.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, AtomicU64, Ordering},
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+/// Resolves when a lease is lost: renewal failed or found the key gone, or the local
+/// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
+/// `select!` on it to stop work that is no longer protected.
+#[derive(Clone, Debug)]
+pub struct LostSignal(pub(super) Arc<Lost>);
+
+impl LostSignal {
+    /// Wait until the lease is lost. Never resolves for a lease that is released normally.
+    pub async fn lost(&self) {
+        self.0.wait().await
+    }
+
+    /// `true` once the lease is lost.
+    pub fn is_lost(&self) -> bool {
+        self.0.is_set()
+    }
+}
+
+/// A one-way flag with waiters. Every request clones it (into its `LeaseInfo`), so a clone
+/// must be a plain reference count.
+///
+/// It also knows the lease's validity deadline, so that [`Lost::is_set`] is exact at any
+/// instant, not only once the watchdog's timer has fired: a fenced write checked against
+/// it cannot slip in between the deadline and the watchdog's wake-up.
+#[derive(Debug)]
+pub(super) struct Lost {
+    pub(super) set: AtomicBool,
+    /// The validity deadline, in nanoseconds since [`epoch`]; `u64::MAX`: none.
+    deadline: AtomicU64,
+    notify: Notify,
+}
+
+impl Default for Lost {
+    fn default() -> Self {
+        Lost {
+            set: AtomicBool::new(false),
+            deadline: AtomicU64::new(u64::MAX),
+            notify: Notify::new(),
+        }
+    }
+}
+
+/// The origin of [`Lost::deadline`]: some instant before any lease.
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Lost {
+    pub(super) fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+            || since_epoch(Instant::now()) >= self.deadline.load(Ordering::Acquire)
+    }
+
+    pub(super) fn valid_until(&self, deadline: Instant) {
+        self.deadline
+            .store(since_epoch(deadline), Ordering::Release);
+    }
+
+    pub(super) fn set(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(super) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! The core [`Backend`] methods on Redis: one script call each.
+
+use std::time::Duration;
+
+use super::{
+    FENCE_MARGIN, RENEW_CHUNK, RedisBackend, malformed_token, millis,
+    names::Names,
+    outcome, remaining,
+    scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
+};
+use crate::engine::{
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
+    LockKey, Renewal, Token,
+};
+use crate::error::{BackendError, BackendErrorKind};
+
+impl Backend for RedisBackend {
+    fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+        Box::pin(self.inner.clone().acquire(req))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let names = Names::new(&self.inner.prefix, key);
+            let mut inv = RELEASE.prepare_invoke();
+            inv.key(&names.lock)
+                .key(&names.fence)
+                .key(&names.queue)
+                .key(&names.wait)
+                .arg(token.as_str())
+                .arg(&names.channel)
+                .arg(millis(FENCE_MARGIN));
+            outcome(self.inner.call("release", &inv).await?)
+        })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        ttl: Duration,
+        mode: ExtendMode,
+    ) -> BoxFuture<'a, Result<Duration, LockError>> {
+        Box::pin(async move {
+            let names = Names::new(&self.inner.prefix, key);
+            let mut inv = EXTEND.prepare_invoke();
+            inv.key(&names.lock)
+                .key(&names.fence)
+                .arg(token.as_str())
+                .arg(millis(ttl))
+                .arg(match mode {
+                    ExtendMode::Add => "add",
+                    ExtendMode::Replace => "replace",
+                })
+                .arg(millis(FENCE_MARGIN));
+            let left: i64 = self.inner.call("extend", &inv).await?;
+            outcome(left)?;
+            Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
+        })
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(async move {
+            let mut renewed = Vec::with_capacity(leases.len());
+            for chunk in leases.chunks(RENEW_CHUNK) {
+                let mut inv = RENEW.prepare_invoke();
+                inv.arg(millis(FENCE_MARGIN));
+                for lease in chunk {
+                    let names = Names::new(&self.inner.prefix, &lease.key);
+                    inv.key(names.lock)
+                        .key(names.fence)
+                        .arg(lease.token.as_str())
+                        .arg(millis(lease.ttl));
+                }
+                let results: Vec<i64> = self.inner.call("renew", &inv).await?;
+                if results.len() != chunk.len() {
+                    return Err(LockError::Backend(BackendError::new(
+                        BackendErrorKind::Protocol,
+                        "renew script answered the wrong number of results",
+                    )));
+                }
+                renewed.extend(results.into_iter().map(|r| r == 1));
+            }
+            Ok(renewed)
+        })
+    }
+
+    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+        Box::pin(async move {
+            let names = Names::new(&self.inner.prefix, key);
+            let mut inv = HOLDER.prepare_invoke();
+            inv.key(&names.lock);
+            let (token, pttl): (String, i64) = self.inner.call("holder", &inv).await?;
+            if token.is_empty() {
+                return Ok(None);
+            }
+            let token = Token::new(&token).map_err(malformed_token)?;
+            Ok(Some(Holder::new(token, remaining(pttl))))
+        })
+    }
+
+    fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let names = Names::new(&self.inner.prefix, key);
+            let mut inv = WAITERS.prepare_invoke();
+            inv.key(&names.wait);
+            let n: i64 = self.inner.call("waiters", &inv).await?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+            .with_admin(self)
+            .with_numeric(self)
+            .with_pools(self)
+    }
+}
