@@ -17,7 +17,7 @@ pin_project! {
     /// (its last frame is taken, it fails, or it is dropped); or a rejection body. The body
     /// of a response with no body to send holds no lease: it was released before the
     /// response was returned.
-        pub struct LockedBody<B>
+    pub struct LockedBody<B>
     where
         B: Body,
     {
@@ -28,11 +28,11 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-        enum Kind<B>
+    enum Kind<B>
     where
         B: Body,
     {
-                Inner {
+        Inner {
             #[pin]
             body: B,
             held: Option<HeldLock>,

@@ -362,10 +362,10 @@ fn to_actix_response(res: http::Response<Bytes>) -> HttpResponse<BoxBody> {
 pin_project! {
     /// A response body that owns the request's lease and releases it when the body ends:
     /// its last chunk has been taken, it failed, or it was dropped (the client went away).
-        pub struct LockedBody<B> {
+    pub struct LockedBody<B> {
         #[pin]
         body: B,
-                held: Option<HeldLock>,
+        held: Option<HeldLock>,
     }
 }
 
