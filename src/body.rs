@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::policy::HeldLock;
+use crate::integration::LockGuard;
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends
@@ -35,7 +35,7 @@ pin_project! {
         Inner {
             #[pin]
             body: B,
-            held: Option<HeldLock>,
+            held: Option<LockGuard>,
         },
         Rejection {
             body: Option<Bytes>,
@@ -44,7 +44,7 @@ pin_project! {
 }
 
 impl<B: Body> LockedBody<B> {
-    pub(crate) fn new(body: B, held: Option<HeldLock>) -> Self {
+    pub(crate) fn new(body: B, held: Option<LockGuard>) -> Self {
         LockedBody {
             kind: Kind::Inner { body, held },
         }

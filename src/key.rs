@@ -77,7 +77,7 @@
 //! type a kind of its own).
 //!
 //! Direct users of the engine can take a layer's lock with
-//! [`LockPolicy::lock_key`](crate::LockPolicy::lock_key), for example a background job
+//! [`RequestLocker::lock_key`](crate::integration::RequestLocker::lock_key), for example a background job
 //! that must not run while a tenant's requests do.
 
 use std::{borrow::Cow, error::Error as StdError, fmt};

@@ -25,21 +25,23 @@ use tower_layer::Layer;
 use crate::{
     engine::{LockEngine, LockKey},
     error::KeyError,
+    integration::{Config, RejectHook, RequestLocker},
     key::{self, IdempotencyKey, KeyExtractor},
     metrics::LockMetrics,
-    policy::{BackendFailurePolicy, Config, LockPolicy, MissingKeyPolicy, ReleasePoint},
+    options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
     service::LockService,
 };
 
 /// Serializes the wrapped service per lock key; see the [crate docs](crate).
 ///
-/// The layer holds an `Arc` of its policy and shared state, created by
+/// The layer holds an `Arc` of its configuration and shared state (a
+/// [`RequestLocker`]), created by
 /// [`LockLayerBuilder::build`]: every service it wraps (for example every route of a
 /// router) locks on the same table and reports to the same metrics.
 #[derive(Clone, Debug)]
 pub struct LockLayer {
-    policy: LockPolicy,
+    locker: RequestLocker,
 }
 
 impl LockLayer {
@@ -75,18 +77,20 @@ impl LockLayer {
 
     /// The layer's counters and histograms.
     pub fn metrics(&self) -> LockMetrics {
-        self.policy.metrics()
+        self.locker.metrics()
     }
 
-    /// The framework-neutral policy behind the layer.
-    pub fn policy(&self) -> &LockPolicy {
-        &self.policy
+    /// The framework-neutral runtime core behind the layer: hand it to a framework
+    /// integration to lock on the same table, or ask it for a lock key
+    /// ([`RequestLocker::lock_key`]).
+    pub fn locker(&self) -> &RequestLocker {
+        &self.locker
     }
 }
 
-impl From<LockPolicy> for LockLayer {
-    fn from(policy: LockPolicy) -> Self {
-        LockLayer { policy }
+impl From<RequestLocker> for LockLayer {
+    fn from(locker: RequestLocker) -> Self {
+        LockLayer { locker }
     }
 }
 
@@ -94,13 +98,13 @@ impl<S> Layer<S> for LockLayer {
     type Service = LockService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        // Clone the policy handle, never create state here: one layer on many services
+        // Clone the locker handle, never create state here: one layer on many services
         // must exclude across all of them.
-        LockService::new(inner, self.policy.clone())
+        LockService::new(inner, self.locker.clone())
     }
 }
 
-/// A [`LockLayer`] (or [`LockPolicy`]) under construction: setters consume and return the
+/// A [`LockLayer`] (or [`RequestLocker`]) under construction: setters consume and return the
 /// builder; [`build`](Self::build) checks the configuration.
 #[must_use]
 pub struct LockLayerBuilder {
@@ -116,7 +120,7 @@ pub struct LockLayerBuilder {
     backend_failure: BackendFailurePolicy,
     release: ReleasePoint,
     retry_after_fallback: Duration,
-    on_reject: Option<crate::policy::RejectHook>,
+    on_reject: Option<RejectHook>,
 }
 
 impl fmt::Debug for LockLayerBuilder {
@@ -246,12 +250,12 @@ impl LockLayerBuilder {
 
     /// Check the configuration and build the layer.
     pub fn build(self) -> Result<LockLayer, ConfigError> {
-        self.build_policy().map(LockLayer::from)
+        self.build_locker().map(LockLayer::from)
     }
 
-    /// Check the configuration and build the framework-neutral policy (for framework
+    /// Check the configuration and build the framework-neutral runtime core (for framework
     /// integrations).
-    pub fn build_policy(self) -> Result<LockPolicy, ConfigError> {
+    pub fn build_locker(self) -> Result<RequestLocker, ConfigError> {
         let extractor = self.extractor.ok_or(ConfigError::NoKeyExtractor)?;
         if self.ttl.is_zero() {
             return Err(ConfigError::ZeroTtl);
@@ -277,7 +281,7 @@ impl LockLayerBuilder {
         }
         let key_head = key::key_head(&self.namespace, extractor.kind());
         LockKey::new(&key_head).map_err(ConfigError::Namespace)?;
-        Ok(LockPolicy::new(
+        Ok(RequestLocker::new(
             Config {
                 extractor,
                 namespace: self.namespace,

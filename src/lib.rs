@@ -89,7 +89,7 @@
 //!   request extensions.
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
 //!   reject, release and lost leases; [`LockMetrics`] counters and histograms.
-//! - **Other frameworks** reuse the neutral [`LockPolicy`] through
+//! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] through
 //!   [`key::RequestView`]; the tower service is a thin shell over it.
 //!
 //! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
@@ -111,10 +111,12 @@ mod body;
 pub mod engine;
 mod error;
 mod future;
+pub mod integration;
 pub mod key;
 mod layer;
+mod lease_info;
 pub mod metrics;
-mod policy;
+mod options;
 pub mod reject;
 mod service;
 
@@ -125,10 +127,9 @@ pub use engine::{
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
 pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
+pub use lease_info::LeaseInfo;
 pub use metrics::LockMetrics;
-pub use policy::{
-    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, ReleasePoint,
-};
+pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
 pub use service::LockService;
 

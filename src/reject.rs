@@ -140,7 +140,7 @@ impl fmt::Display for RejectionKind {
     }
 }
 
-/// A request turned away by the lock policy, with everything needed to answer it.
+/// A request turned away by the layer, with everything needed to answer it.
 #[derive(Clone, Debug)]
 pub struct Rejection {
     kind: RejectionKind,

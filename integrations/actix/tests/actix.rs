@@ -23,7 +23,8 @@ use tokio::{
     sync::mpsc,
 };
 use tower_lock::{
-    LockEngine, LockLayer, LockLayerBuilder, LockPolicy, ReleasePoint, key::HeaderKey,
+    LockEngine, LockLayer, LockLayerBuilder, ReleasePoint, integration::RequestLocker,
+    key::HeaderKey,
 };
 use tower_lock_actix::{LockFence, LockMiddleware, Locked};
 
@@ -44,9 +45,9 @@ fn lock_key(value: &str) -> String {
 }
 
 /// An actix server with `WORKERS` workers whose `/work` resource answers "ok" under
-/// `policy`.
-fn actix_ok(policy: LockPolicy) -> TestServer {
-    let lock = LockMiddleware::new(policy);
+/// `locker`.
+fn actix_ok(locker: RequestLocker) -> TestServer {
+    let lock = LockMiddleware::new(locker);
     let server = HttpServer::new(move || {
         App::new().service(
             web::resource("/work")
@@ -70,7 +71,7 @@ async fn requests_with_one_key_never_overlap_across_workers() {
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
             .wait(Duration::from_secs(30))
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let in_handler = Arc::new(AtomicUsize::new(0));
@@ -161,7 +162,7 @@ async fn both(make: impl Fn() -> LockLayerBuilder) -> (TestServer, TestServer) {
             .route_layer(make().build().unwrap()),
     )
     .await;
-    let actix = actix_ok(make().build_policy().unwrap());
+    let actix = actix_ok(make().build_locker().unwrap());
     (tower, actix)
 }
 
@@ -306,7 +307,7 @@ fn streaming_server_releasing_at(
             .key(header_key())
             .ttl(Duration::from_secs(60))
             .release(release)
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let (senders_tx, senders_rx) = mpsc::unbounded_channel();
@@ -404,7 +405,7 @@ async fn extractors_see_the_lease_or_fail_with_500_without_one() {
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
             .namespace("t")
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let server = HttpServer::new(move || {
