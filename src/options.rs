@@ -25,9 +25,9 @@ pub enum BackendFailurePolicy {
     FailOpen,
     /// Lock on an in-process engine instead: requests are still serialized per key on
     /// this node, not across the fleet. Logged as a warning, and visible to handlers as
-    /// [`LeaseInfo::is_degraded`](crate::LeaseInfo::is_degraded): the in-process engine's fencing tokens are not
-    /// comparable with the backend's, so storage that checks fences should not accept
-    /// them as if they were.
+    /// [`LeaseInfo::is_degraded`](crate::LeaseInfo::is_degraded): the in-process
+    /// engine's fencing tokens are not comparable with the backend's, so storage that
+    /// checks fences should not accept them as if they were.
     ///
     /// Under this policy every request takes the node-local lock first and the backend's
     /// second (keeping both), so the node-local lock alone serializes the node whatever
@@ -64,7 +64,8 @@ impl ReleasePoint {
     }
 
     /// Whether a response with this status is released before it is handed to the server,
-    /// with the release completed rather than only begun ([`LockGuard::release`](crate::integration::LockGuard::release)): under
+    /// with the release completed rather than only begun
+    /// ([`LockGuard::release`](crate::integration::LockGuard::release)): under
     /// [`ReleasePoint::BodyEnd`], a response with no body to send. A server never polls
     /// such a body, so its end would come only after the client has the response, and the
     /// client's next request could meet its own lease.

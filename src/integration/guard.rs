@@ -68,9 +68,9 @@ impl LockGuard {
     /// this call and finishes even if the future is dropped: an in-process engine
     /// completes it on the spot (the future is ready at its first poll), a backend that
     /// needs a round trip finishes it on the engine's own runtime if this future is
-    /// dropped first. A response with no body to send
-    /// awaits this before its head is handed to the server, which never polls that body
-    /// (see [`ReleasePoint::releases_before_response`](crate::ReleasePoint::releases_before_response)).
+    /// dropped first. A response with no body to send awaits this before its head is
+    /// handed to the server, which never polls that body (see
+    /// [`ReleasePoint::releases_before_response`](crate::ReleasePoint::releases_before_response)).
     pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
         // Both releases begin here (`Lease::release` finishes once begun, whoever waits).
         let lease = self.lease.take().map(Lease::release);
