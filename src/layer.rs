@@ -227,7 +227,7 @@ impl LockLayerBuilder {
 
     /// When to release the lease. Default: [`ReleasePoint::BodyEnd`]. `101 Switching
     /// Protocols` responses always release when the response is returned.
-    pub fn release(mut self, point: ReleasePoint) -> Self {
+    pub fn release_at(mut self, point: ReleasePoint) -> Self {
         self.release = point;
         self
     }

@@ -189,7 +189,7 @@ async fn waiters_are_served_in_arrival_order_under_fifo() {
 async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
     let engine = LockEngine::in_memory();
     let layer = builder(&engine)
-        .release(ReleasePoint::ResponseReady)
+        .release_at(ReleasePoint::ResponseReady)
         .build()
         .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);

@@ -218,7 +218,7 @@ impl RequestLocker {
                 BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
                     tracing::error!(%error, "lock backend failed; rejecting (fail closed)");
                     Outcome::Rejected(self.reject(
-                        RejectionKind::Unavailable,
+                        RejectionKind::BackendUnavailable,
                         "the lock service is unavailable".to_owned(),
                         Some(c.retry_after_fallback),
                     ))
@@ -350,7 +350,7 @@ impl RequestLocker {
             other => {
                 tracing::error!(error = %other, "lock acquisition failed");
                 (
-                    RejectionKind::Unavailable,
+                    RejectionKind::BackendUnavailable,
                     "the lock service is unavailable".to_owned(),
                 )
             }

@@ -306,7 +306,7 @@ fn streaming_server_releasing_at(
         LockLayer::builder(engine.clone())
             .key(header_key())
             .ttl(Duration::from_secs(60))
-            .release(release)
+            .release_at(release)
             .build_locker()
             .unwrap(),
     );
