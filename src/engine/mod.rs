@@ -278,6 +278,11 @@ impl LockOptions {
     pub fn fifo_value(&self) -> bool {
         self.fifo
     }
+
+    /// The configured waiter limit (`None`: no limit).
+    pub(crate) fn max_waiters_value(&self) -> Option<usize> {
+        self.max_waiters
+    }
 }
 
 /// What a backend is asked to do by an acquire. Built by the engine.
