@@ -108,6 +108,8 @@
 //! ```
 
 mod body;
+mod builder;
+mod config_error;
 pub mod engine;
 mod error;
 mod future;
@@ -121,12 +123,14 @@ pub mod reject;
 mod service;
 
 pub use body::LockedBody;
+pub use builder::LockLayerBuilder;
+pub use config_error::ConfigError;
 pub use engine::{
     Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
-pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
+pub use layer::LockLayer;
 pub use lease_info::LeaseInfo;
 pub use metrics::LockMetrics;
 pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
