@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::{
     config_error::ConfigError,
-    engine::{LockEngine, LockKey},
+    engine::{LockEngine, LockKey, LockOptions},
     integration::{Config, RejectHook, RequestLocker},
     key::{self, KeyExtractor},
     layer::LockLayer,
@@ -23,10 +23,11 @@ pub struct LockLayerBuilder {
     extractor: Option<Arc<dyn KeyExtractor>>,
     namespace: String,
     missing: MissingKeyPolicy,
-    ttl: Duration,
-    wait: Duration,
-    fifo: bool,
-    max_waiters: Option<usize>,
+    /// `ttl`, `wait`, `fifo` and `max_waiters`, as the engine takes them.
+    options: LockOptions,
+    /// A `ttl` under [`MIN_TTL`], kept so that `build` refuses it (the engine's options
+    /// would round it up to `MIN_TTL`).
+    short_ttl: Option<Duration>,
     busy: RejectionKind,
     backend_failure: BackendFailurePolicy,
     release: ReleasePoint,
@@ -39,10 +40,10 @@ impl fmt::Debug for LockLayerBuilder {
         f.debug_struct("LockLayerBuilder")
             .field("namespace", &self.namespace)
             .field("missing", &self.missing)
-            .field("ttl", &self.ttl)
-            .field("wait", &self.wait)
-            .field("fifo", &self.fifo)
-            .field("max_waiters", &self.max_waiters)
+            .field("ttl", &self.short_ttl.unwrap_or(self.options.ttl_value()))
+            .field("wait", &self.wait_limit())
+            .field("fifo", &self.options.fifo_value())
+            .field("max_waiters", &self.options.max_waiters_value())
             .field("backend_failure", &self.backend_failure)
             .field("release", &self.release)
             .finish_non_exhaustive()
@@ -56,10 +57,10 @@ impl LockLayerBuilder {
             extractor: None,
             namespace: String::new(),
             missing: MissingKeyPolicy::default(),
-            ttl: Duration::from_secs(30),
-            wait: Duration::ZERO,
-            fifo: false,
-            max_waiters: None,
+            // The engine's defaults (a 30 s TTL, no FIFO, no waiter limit) but one: a layer
+            // does not wait for a held key unless told to.
+            options: LockOptions::new().wait(Duration::ZERO),
+            short_ttl: None,
             busy: RejectionKind::Locked,
             backend_failure: BackendFailurePolicy::default(),
             release: ReleasePoint::default(),
@@ -110,9 +111,11 @@ impl LockLayerBuilder {
     }
 
     /// The lease length; renewed while the request runs, so it bounds how long a crashed
-    /// node blocks the key, not how long a request may take. Default: 30 s.
+    /// node blocks the key, not how long a request may take. At least 1 ms and at most a
+    /// day, or [`build`](Self::build) fails. Default: 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.short_ttl = (ttl < MIN_TTL).then_some(ttl);
+        self.options = self.options.ttl(ttl);
         self
     }
 
@@ -120,20 +123,21 @@ impl LockLayerBuilder {
     /// `423 Locked` at once; otherwise a wait that runs out is answered
     /// `429 Too Many Requests`.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.options = self.options.wait(wait);
         self
     }
 
     /// Grant waiting requests the key in arrival order. Needs a wait limit. Default: off.
     pub fn fifo(mut self, fifo: bool) -> Self {
-        self.fifo = fifo;
+        self.options = self.options.fifo(fifo);
         self
     }
 
     /// At most `max` requests wait per key; more are answered `429` at once. Needs a wait
-    /// limit. Default: no limit.
+    /// limit, and at least 1 (with no room to wait, set no wait limit instead: a held key
+    /// is then answered `423` at once). Default: no limit.
     pub fn max_waiters(mut self, max: usize) -> Self {
-        self.max_waiters = Some(max);
+        self.options = self.options.max_waiters(max);
         self
     }
 
@@ -166,6 +170,12 @@ impl LockLayerBuilder {
         self
     }
 
+    /// The wait limit. Never unset: the builder starts from a zero wait and has no setter
+    /// for an unlimited one.
+    fn wait_limit(&self) -> Duration {
+        self.options.wait_value().unwrap_or(Duration::MAX)
+    }
+
     /// Check the configuration and build the layer.
     pub fn build(self) -> Result<LockLayer, ConfigError> {
         self.build_locker().map(LockLayer::from)
@@ -174,23 +184,30 @@ impl LockLayerBuilder {
     /// Check the configuration and build the framework-neutral runtime core (for framework
     /// integrations).
     pub fn build_locker(self) -> Result<RequestLocker, ConfigError> {
+        let wait = self.wait_limit();
         let extractor = self.extractor.ok_or(ConfigError::NoKeyExtractor)?;
-        if self.ttl.is_zero() {
-            return Err(ConfigError::ZeroTtl);
+        let options = self.options;
+        match self.short_ttl {
+            Some(ttl) if ttl.is_zero() => return Err(ConfigError::ZeroTtl),
+            Some(ttl) => return Err(ConfigError::TtlTooShort(ttl)),
+            None => {}
         }
-        if self.ttl > MAX_DURATION {
+        if options.ttl_value() > MAX_DURATION {
             return Err(ConfigError::TooLong("ttl"));
         }
-        if self.wait > MAX_DURATION {
+        if wait > MAX_DURATION {
             return Err(ConfigError::TooLong("wait"));
         }
-        if self.wait.is_zero() && self.fifo {
+        if wait.is_zero() && options.fifo_value() {
             return Err(ConfigError::NeedsWait("fifo"));
         }
-        if self.wait.is_zero() && self.max_waiters.is_some() {
+        if options.max_waiters_value() == Some(0) {
+            return Err(ConfigError::ZeroMaxWaiters);
+        }
+        if wait.is_zero() && options.max_waiters_value().is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
-        if !self.wait.is_zero() && self.busy == RejectionKind::Conflict {
+        if !wait.is_zero() && self.busy == RejectionKind::Conflict {
             return Err(ConfigError::IdempotencyWait);
         }
         if !self.namespace.is_empty() {
@@ -205,10 +222,8 @@ impl LockLayerBuilder {
                 namespace: self.namespace,
                 key_head,
                 missing: self.missing,
-                ttl: self.ttl,
-                wait: self.wait,
-                fifo: self.fifo,
-                max_waiters: self.max_waiters,
+                options,
+                wait,
                 busy: self.busy,
                 backend_failure: self.backend_failure,
                 release: self.release,
@@ -219,6 +234,10 @@ impl LockLayerBuilder {
         ))
     }
 }
+
+/// The shortest `ttl` accepted: the engine's resolution ([`LockOptions::ttl`] rounds
+/// anything shorter up to it).
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// The longest `ttl` or `wait` accepted: a day. Longer is a mistake for an HTTP request
 /// (and `Duration::MAX` would overflow the clock).

@@ -1,6 +1,6 @@
 //! [`ConfigError`]: why a [`LockLayerBuilder`](crate::LockLayerBuilder) refused to build.
 
-use std::{error::Error as StdError, fmt};
+use std::{error::Error as StdError, fmt, time::Duration};
 
 use crate::error::KeyError;
 
@@ -12,6 +12,11 @@ pub enum ConfigError {
     NoKeyExtractor,
     /// The lease TTL is zero.
     ZeroTtl,
+    /// The lease TTL is under 1 ms, the engine's resolution (it is not rounded up).
+    TtlTooShort(Duration),
+    /// `max_waiters` is zero: every request that finds its key held would be answered
+    /// `429` at once. Not waiting at all (a zero wait) answers it `423` instead.
+    ZeroMaxWaiters,
     /// The named option only applies to waiting requests, and the wait limit is zero.
     NeedsWait(&'static str),
     /// The named duration (`ttl` or `wait`) is longer than a day.
@@ -29,6 +34,12 @@ impl fmt::Display for ConfigError {
         match self {
             ConfigError::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
             ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
+            ConfigError::TtlTooShort(ttl) => {
+                write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")
+            }
+            ConfigError::ZeroMaxWaiters => f.write_str(
+                "`max_waiters` must be at least 1 (for no waiting at all, set no wait limit)",
+            ),
             ConfigError::NeedsWait(option) => {
                 write!(f, "`{option}` needs a wait limit greater than zero")
             }

@@ -394,6 +394,46 @@ fn misconfiguration_fails_at_build_time() {
     ));
 }
 
+#[test]
+fn a_zero_waiter_limit_or_a_ttl_under_a_millisecond_fails_at_build_time() {
+    let engine = LockEngine::in_memory();
+    let waiting = || builder(&engine).wait(Duration::from_secs(1));
+    assert_eq!(
+        waiting().max_waiters(0).build().unwrap_err(),
+        ConfigError::ZeroMaxWaiters
+    );
+    assert_eq!(
+        builder(&engine)
+            .ttl(Duration::from_micros(999))
+            .build()
+            .unwrap_err(),
+        ConfigError::TtlTooShort(Duration::from_micros(999))
+    );
+    assert_eq!(
+        builder(&engine)
+            .ttl(Duration::from_nanos(1))
+            .build()
+            .unwrap_err(),
+        ConfigError::TtlTooShort(Duration::from_nanos(1))
+    );
+    // The smallest accepted values.
+    assert!(waiting().max_waiters(1).build().is_ok());
+    assert!(
+        builder(&engine)
+            .ttl(Duration::from_millis(1))
+            .build()
+            .is_ok()
+    );
+    // The last setting counts, as for every other option.
+    assert!(
+        builder(&engine)
+            .ttl(Duration::from_micros(1))
+            .ttl(Duration::from_secs(1))
+            .build()
+            .is_ok()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_layer_wrapping_two_services_shares_one_lock_table() {
     let layer = LockLayer::builder(LockEngine::in_memory())

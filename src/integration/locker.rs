@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::{LockGuard, Outcome};
 use crate::{
-    engine::{BoxFuture, Lease, LockEngine, LockKey},
+    engine::{BoxFuture, Lease, LockEngine, LockKey, LockOptions},
     error::{KeyError, LockError},
     key::{KeyExtractor, RequestView},
     lease_info::LeaseInfo,
@@ -35,10 +35,11 @@ pub(crate) struct Config {
     /// layer is this followed by an extracted value.
     pub(crate) key_head: String,
     pub(crate) missing: MissingKeyPolicy,
-    pub(crate) ttl: Duration,
+    /// The lease TTL, FIFO mode and waiter limit each lock is taken with (and the wait,
+    /// also in `wait`).
+    pub(crate) options: LockOptions,
+    /// How long a request waits for a held key: zero answers at once.
     pub(crate) wait: Duration,
-    pub(crate) fifo: bool,
-    pub(crate) max_waiters: Option<usize>,
     /// The answer to a held key when not waiting: `Locked` (423) or, for the idempotency
     /// preset, `Conflict` (409).
     pub(crate) busy: RejectionKind,
@@ -76,10 +77,10 @@ impl fmt::Debug for RequestLocker {
             .field("namespace", &c.namespace)
             .field("kind", &c.extractor.kind())
             .field("missing", &c.missing)
-            .field("ttl", &c.ttl)
+            .field("ttl", &c.options.ttl_value())
             .field("wait", &c.wait)
-            .field("fifo", &c.fifo)
-            .field("max_waiters", &c.max_waiters)
+            .field("fifo", &c.options.fifo_value())
+            .field("max_waiters", &c.options.max_waiters_value())
             .field("backend_failure", &c.backend_failure)
             .field("release", &c.release)
             .finish_non_exhaustive()
@@ -271,9 +272,14 @@ impl RequestLocker {
         key: &LockKey,
         wait: Duration,
     ) -> Result<Lease, LockError> {
-        let c = &self.shared.config;
-        let mut lock = engine.lock_key(key.clone()).ttl(c.ttl).fifo(c.fifo);
-        if let Some(max) = c.max_waiters {
+        // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
+        // a waiter limit when it has none) stays the engine's default.
+        let options = &self.shared.config.options;
+        let mut lock = engine
+            .lock_key(key.clone())
+            .ttl(options.ttl_value())
+            .fifo(options.fifo_value());
+        if let Some(max) = options.max_waiters_value() {
             lock = lock.max_waiters(max);
         }
         if wait.is_zero() {

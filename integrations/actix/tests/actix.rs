@@ -237,7 +237,7 @@ async fn full_wait_queue_is_answered_429_like_the_tower_layer() {
         LockLayer::builder(engine.clone())
             .key(header_key())
             .wait(Duration::from_secs(10))
-            .max_waiters(0)
+            .max_waiters(1)
     })
     .await;
     let _held = engine
@@ -246,6 +246,19 @@ async fn full_wait_queue_is_answered_429_like_the_tower_layer() {
         .acquire()
         .await
         .unwrap();
+    // One waiter fills the queue of the key (a waiter limit of 0 is refused at build time).
+    let _waiter = tokio::spawn({
+        let lock = engine.lock(lock_key("k")).wait(Duration::from_secs(10));
+        async move { lock.acquire().await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        // The engine offers no event for "a waiter queued"; look again shortly.
+        while engine.lock(lock_key("k")).waiters().await.unwrap() < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the waiter queues within 10 s");
     let t = tower.post("/work", &[("x-key", "k")]).await;
     let a = actix.post("/work", &[("x-key", "k")]).await;
     assert_same_rejection(&t, &a, StatusCode::TOO_MANY_REQUESTS);
