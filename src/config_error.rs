@@ -4,7 +4,7 @@ use std::{error::Error as StdError, fmt, time::Duration};
 
 use crate::error::KeyError;
 
-/// A [`LockLayerBuilder`] configuration that cannot work.
+/// A [`LockLayerBuilder`](crate::LockLayerBuilder) configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
