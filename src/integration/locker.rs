@@ -119,8 +119,8 @@ impl RequestLocker {
 
     /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
     /// [`key`](crate::key#the-lock-key)), validated: `Ok(None)` when it has none and the
-    /// policy lets it pass, a `400` rejection when it has none and the policy requires
-    /// one, or when it is malformed or too long.
+    /// missing-key policy lets it pass, a `400` rejection when it has none and the policy
+    /// requires one, or when it is malformed or too long.
     pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let c = &self.shared.config;
         let raw = match c.extractor.extract(req) {
@@ -243,7 +243,7 @@ impl RequestLocker {
             Ok(lease) => lease,
             Err(e) => return self.refuse(e),
         };
-        // What is left of the wait; a waiting policy keeps waiting (and answers 429, not
+        // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
         let wait = if c.wait.is_zero() {
             Duration::ZERO
