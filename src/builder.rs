@@ -237,8 +237,8 @@ impl LockLayerBuilder {
 
 /// The shortest `ttl` accepted: the engine's resolution ([`LockOptions::ttl`] rounds
 /// anything shorter up to it).
-pub(crate) const MIN_TTL: Duration = Duration::from_millis(1);
+const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// The longest `ttl` or `wait` accepted: a day. Longer is a mistake for an HTTP request
 /// (and `Duration::MAX` would overflow the clock).
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
