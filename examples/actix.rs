@@ -73,12 +73,12 @@ impl Guards {
                 .wait(Duration::from_secs(1))
                 .fifo(true)
                 .max_waiters(4)
-                .build_policy()?
+                .build_locker()?
                 .into(),
             import: LockLayer::builder(engine)
                 .key(TenantKey)
                 .namespace("import")
-                .build_policy()?
+                .build_locker()?
                 .into(),
             work,
         })

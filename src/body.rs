@@ -10,14 +10,14 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::policy::HeldLock;
+use crate::integration::LockGuard;
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends
     /// (its last frame is taken, it fails, or it is dropped); or a rejection body. The body
     /// of a response with no body to send holds no lease: it was released before the
     /// response was returned.
-        pub struct LockedBody<B>
+    pub struct LockedBody<B>
     where
         B: Body,
     {
@@ -28,14 +28,14 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-        enum Kind<B>
+    enum Kind<B>
     where
         B: Body,
     {
-                Inner {
+        Inner {
             #[pin]
             body: B,
-            held: Option<HeldLock>,
+            held: Option<LockGuard>,
         },
         Rejection {
             body: Option<Bytes>,
@@ -44,7 +44,7 @@ pin_project! {
 }
 
 impl<B: Body> LockedBody<B> {
-    pub(crate) fn new(body: B, held: Option<HeldLock>) -> Self {
+    pub(crate) fn new(body: B, held: Option<LockGuard>) -> Self {
         LockedBody {
             kind: Kind::Inner { body, held },
         }

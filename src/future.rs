@@ -15,7 +15,8 @@ use tower_service::Service;
 use crate::{
     body::LockedBody,
     engine::BoxFuture,
-    policy::{HeldLock, LockPolicy, Outcome, ReleasePoint},
+    integration::{LockGuard, Outcome, RequestLocker},
+    options::ReleasePoint,
 };
 
 pin_project! {
@@ -43,12 +44,12 @@ pin_project! {
             // Both taken when the outcome is known.
             service: Option<S>,
             request: Option<Request<ReqB>>,
-            policy: LockPolicy,
+            locker: RequestLocker,
         },
         Calling {
             #[pin]
             future: S::Future,
-            held: Option<HeldLock>,
+            held: Option<LockGuard>,
             release: ReleasePoint,
             // The request was a HEAD: its response has no body to send.
             head: bool,
@@ -82,14 +83,14 @@ where
         acquire: BoxFuture<'static, Outcome>,
         service: S,
         request: Request<ReqB>,
-        policy: LockPolicy,
+        locker: RequestLocker,
     ) -> Self {
         ResponseFuture {
             state: State::Acquiring {
                 acquire,
                 service: Some(service),
                 request: Some(request),
-                policy,
+                locker,
             },
         }
     }
@@ -98,14 +99,14 @@ where
     pub(crate) fn calling(
         future: S::Future,
         head: bool,
-        held: Option<HeldLock>,
-        policy: &LockPolicy,
+        held: Option<LockGuard>,
+        locker: &RequestLocker,
     ) -> Self {
         ResponseFuture {
             state: State::Calling {
                 future,
                 held,
-                release: policy.release_point(),
+                release: locker.release_point(),
                 head,
             },
         }
@@ -135,7 +136,7 @@ where
                     acquire,
                     service,
                     request,
-                    policy,
+                    locker,
                 } => {
                     let outcome = ready!(acquire.as_mut().poll(cx));
                     let mut service = service.take().expect("polled after completion");
@@ -147,11 +148,11 @@ where
                         }
                         Outcome::Unlocked => None,
                         Outcome::Rejected(rejection) => {
-                            let response = policy.respond(rejection);
+                            let response = locker.respond(rejection);
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));
                         }
                     };
-                    let release = policy.release_point();
+                    let release = locker.release_point();
                     let head = request.method() == Method::HEAD;
                     this.state.set(State::Calling {
                         future: service.call(request),

@@ -89,7 +89,7 @@
 //!   request extensions.
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
 //!   reject, release and lost leases; [`LockMetrics`] counters and histograms.
-//! - **Other frameworks** reuse the neutral [`LockPolicy`] through
+//! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] through
 //!   [`key::RequestView`]; the tower service is a thin shell over it.
 //!
 //! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
@@ -108,27 +108,32 @@
 //! ```
 
 mod body;
+mod builder;
+mod config_error;
 pub mod engine;
 mod error;
 mod future;
+pub mod integration;
 pub mod key;
 mod layer;
+mod lease_info;
 pub mod metrics;
-mod policy;
+mod options;
 pub mod reject;
 mod service;
 
 pub use body::LockedBody;
+pub use builder::LockLayerBuilder;
+pub use config_error::ConfigError;
 pub use engine::{
     Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
-pub use layer::{ConfigError, LockLayer, LockLayerBuilder};
+pub use layer::LockLayer;
+pub use lease_info::LeaseInfo;
 pub use metrics::LockMetrics;
-pub use policy::{
-    BackendFailurePolicy, HeldLock, LeaseInfo, LockPolicy, MissingKeyPolicy, Outcome, ReleasePoint,
-};
+pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
 pub use service::LockService;
 

@@ -100,7 +100,7 @@ impl LockMetrics {
                 conflict: r(RejectionKind::Conflict),
                 timed_out: r(RejectionKind::TimedOut),
                 queue_full: r(RejectionKind::QueueFull),
-                unavailable: r(RejectionKind::Unavailable),
+                unavailable: r(RejectionKind::BackendUnavailable),
             },
             wait: i.wait.snapshot(),
             hold: i.hold.snapshot(),

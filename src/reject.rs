@@ -14,7 +14,7 @@
 //! | [`Locked`](RejectionKind::Locked) | 423 | yes | the key is held and the layer does not wait |
 //! | [`TimedOut`](RejectionKind::TimedOut) | 429 | yes | the wait limit passed |
 //! | [`QueueFull`](RejectionKind::QueueFull) | 429 | yes | the key already has `max_waiters` waiters |
-//! | [`Unavailable`](RejectionKind::Unavailable) | 503 | yes | the backend failed (fail-closed policy) |
+//! | [`BackendUnavailable`](RejectionKind::BackendUnavailable) | 503 | yes | the backend failed (fail-closed policy) |
 //!
 //! A hook that keeps the status and headers but answers in plain text:
 //!
@@ -63,7 +63,7 @@ pub enum RejectionKind {
     /// The key already has the maximum number of waiters (`429`).
     QueueFull,
     /// The lock backend failed and the layer fails closed (`503`).
-    Unavailable,
+    BackendUnavailable,
 }
 
 impl RejectionKind {
@@ -90,7 +90,7 @@ impl RejectionKind {
             RejectionKind::Conflict => StatusCode::CONFLICT,
             RejectionKind::Locked => StatusCode::LOCKED,
             RejectionKind::TimedOut | RejectionKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
-            RejectionKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            RejectionKind::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -103,7 +103,7 @@ impl RejectionKind {
             RejectionKind::Locked => "urn:tower-lock:problem:locked",
             RejectionKind::TimedOut => "urn:tower-lock:problem:wait-timed-out",
             RejectionKind::QueueFull => "urn:tower-lock:problem:too-many-waiters",
-            RejectionKind::Unavailable => "urn:tower-lock:problem:lock-unavailable",
+            RejectionKind::BackendUnavailable => "urn:tower-lock:problem:lock-unavailable",
         }
     }
 
@@ -116,7 +116,7 @@ impl RejectionKind {
             RejectionKind::Locked => "Resource locked",
             RejectionKind::TimedOut => "Timed out waiting for lock",
             RejectionKind::QueueFull => "Too many requests waiting for lock",
-            RejectionKind::Unavailable => "Lock service unavailable",
+            RejectionKind::BackendUnavailable => "Lock service unavailable",
         }
     }
 
@@ -129,7 +129,7 @@ impl RejectionKind {
             RejectionKind::Locked => "locked",
             RejectionKind::TimedOut => "timed_out",
             RejectionKind::QueueFull => "queue_full",
-            RejectionKind::Unavailable => "unavailable",
+            RejectionKind::BackendUnavailable => "unavailable",
         }
     }
 }
@@ -140,7 +140,7 @@ impl fmt::Display for RejectionKind {
     }
 }
 
-/// A request turned away by the lock policy, with everything needed to answer it.
+/// A request turned away by the layer, with everything needed to answer it.
 #[derive(Clone, Debug)]
 pub struct Rejection {
     kind: RejectionKind,

@@ -8,7 +8,7 @@ use tower_service::Service;
 use crate::{
     body::LockedBody,
     future::ResponseFuture,
-    policy::{LockPolicy, Outcome, Start},
+    integration::{Outcome, RequestLocker, Start},
 };
 
 /// Runs the inner service while holding the request's lock; see the [crate docs](crate).
@@ -23,12 +23,12 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct LockService<S> {
     inner: S,
-    policy: LockPolicy,
+    locker: RequestLocker,
 }
 
 impl<S> LockService<S> {
-    pub(crate) fn new(inner: S, policy: LockPolicy) -> Self {
-        LockService { inner, policy }
+    pub(crate) fn new(inner: S, locker: RequestLocker) -> Self {
+        LockService { inner, locker }
     }
 
     /// The inner service.
@@ -46,9 +46,9 @@ impl<S> LockService<S> {
         self.inner
     }
 
-    /// The policy this service locks with.
-    pub fn policy(&self) -> &LockPolicy {
-        &self.policy
+    /// The framework-neutral runtime core this service locks with.
+    pub fn locker(&self) -> &RequestLocker {
+        &self.locker
     }
 }
 
@@ -68,25 +68,25 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // A response to HEAD has no body to send, whatever the inner service answers.
         let head = req.method() == Method::HEAD;
-        match self.policy.start(&req) {
+        match self.locker.start(&req) {
             Start::Now(Outcome::Rejected(rejection)) => {
-                ResponseFuture::rejected(self.policy.respond(rejection))
+                ResponseFuture::rejected(self.locker.respond(rejection))
             }
             // No key to wait for: call the ready inner service right away.
             Start::Now(Outcome::Unlocked) => {
-                ResponseFuture::calling(self.inner.call(req), head, None, &self.policy)
+                ResponseFuture::calling(self.inner.call(req), head, None, &self.locker)
             }
             Start::Now(Outcome::Locked(held)) => {
                 let mut req = req;
                 req.extensions_mut().insert(held.info().clone());
-                ResponseFuture::calling(self.inner.call(req), head, Some(held), &self.policy)
+                ResponseFuture::calling(self.inner.call(req), head, Some(held), &self.locker)
             }
             Start::Pending(acquire) => {
                 // The ready service is the one to call once the lock is ours; leave a
                 // fresh clone behind, which must be driven to readiness on its own.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::acquiring(acquire, ready, req, self.policy.clone())
+                ResponseFuture::acquiring(acquire, ready, req, self.locker.clone())
             }
         }
     }

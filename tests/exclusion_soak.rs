@@ -27,6 +27,7 @@ use std::{
 };
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
+#[cfg(feature = "redis")]
 use support::redis::RedisServer;
 use tokio::{sync::Mutex, time::Instant};
 use tower_lock::{Lease, LockEngine, LockError, MemoryBackend};
@@ -240,6 +241,8 @@ fn node(
     })
 }
 
+// The Redis soak needs the Redis backend; the in-process one runs in every build.
+#[cfg(feature = "redis")]
 #[test]
 fn redis_exclusion_soak_across_two_engines_and_a_restart() {
     let seed = seed();

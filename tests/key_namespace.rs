@@ -7,7 +7,8 @@
 use http::HeaderName;
 use proptest::prelude::*;
 use tower_lock::{
-    LockEngine, LockLayer, LockLayerBuilder, LockPolicy, MissingKeyPolicy,
+    LockEngine, LockLayer, LockLayerBuilder, MissingKeyPolicy,
+    integration::RequestLocker,
     key::{GlobalKey, HeaderKey, IdempotencyKey, MethodPathKey, PathKey, RequestView, ScopedKey},
 };
 
@@ -82,12 +83,12 @@ impl Extractor {
 }
 
 impl Case {
-    fn policy(&self, engine: &LockEngine) -> LockPolicy {
+    fn locker(&self, engine: &LockEngine) -> RequestLocker {
         self.extractor
             .apply(LockLayer::builder(engine.clone()))
             .namespace(self.namespace.clone())
             .on_missing_key(MissingKeyPolicy::PassThrough)
-            .build_policy()
+            .build_locker()
             .unwrap_or_else(|e| panic!("{self:?}: {e}"))
     }
 
@@ -122,7 +123,7 @@ impl Case {
     /// The lock key the layer takes for the request, if it takes one.
     fn key(&self, engine: &LockEngine) -> Option<String> {
         let req = self.request()?;
-        match self.policy(engine).key(&req) {
+        match self.locker(engine).key(&req) {
             Ok(Some(key)) => Some(key.as_str().to_owned()),
             // No key, a malformed one, one too long: no lock, nothing to collide.
             Ok(None) | Err(_) => None,

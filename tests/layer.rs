@@ -8,6 +8,7 @@ use http_body_util::BodyExt;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
 use tower_lock::{
     ConfigError, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy, ReleasePoint,
+    integration::Outcome,
     key::{GlobalKey, HeaderKey, KeyExtractor},
 };
 use tower_test::mock;
@@ -188,7 +189,7 @@ async fn waiters_are_served_in_arrival_order_under_fifo() {
 async fn release_on_response_ready_frees_the_key_before_the_body_is_read() {
     let engine = LockEngine::in_memory();
     let layer = builder(&engine)
-        .release(ReleasePoint::ResponseReady)
+        .release_at(ReleasePoint::ResponseReady)
         .build()
         .unwrap();
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer);
@@ -393,6 +394,46 @@ fn misconfiguration_fails_at_build_time() {
     ));
 }
 
+#[test]
+fn a_zero_waiter_limit_or_a_ttl_under_a_millisecond_fails_at_build_time() {
+    let engine = LockEngine::in_memory();
+    let waiting = || builder(&engine).wait(Duration::from_secs(1));
+    assert_eq!(
+        waiting().max_waiters(0).build().unwrap_err(),
+        ConfigError::ZeroMaxWaiters
+    );
+    assert_eq!(
+        builder(&engine)
+            .ttl(Duration::from_micros(999))
+            .build()
+            .unwrap_err(),
+        ConfigError::TtlTooShort(Duration::from_micros(999))
+    );
+    assert_eq!(
+        builder(&engine)
+            .ttl(Duration::from_nanos(1))
+            .build()
+            .unwrap_err(),
+        ConfigError::TtlTooShort(Duration::from_nanos(1))
+    );
+    // The smallest accepted values.
+    assert!(waiting().max_waiters(1).build().is_ok());
+    assert!(
+        builder(&engine)
+            .ttl(Duration::from_millis(1))
+            .build()
+            .is_ok()
+    );
+    // The last setting counts, as for every other option.
+    assert!(
+        builder(&engine)
+            .ttl(Duration::from_micros(1))
+            .ttl(Duration::from_secs(1))
+            .build()
+            .is_ok()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn one_layer_wrapping_two_services_shares_one_lock_table() {
     let layer = LockLayer::builder(LockEngine::in_memory())
@@ -414,7 +455,7 @@ async fn one_layer_wrapping_two_services_shares_one_lock_table() {
 async fn namespace_is_the_first_part_of_the_lock_key() {
     let engine = LockEngine::in_memory();
     let layer = builder(&engine).namespace("api").build().unwrap();
-    assert_eq!(layer.policy().namespace(), "api");
+    assert_eq!(layer.locker().namespace(), "api");
     let (mut service, mut handle) = mock::spawn_layer::<Req, Res, _>(layer.clone());
     assert_ready_ok!(service.poll_ready());
     let mut fut = task::spawn(service.call(req("k")));
@@ -427,7 +468,7 @@ async fn namespace_is_the_first_part_of_the_lock_key() {
         .key()
         .clone();
     assert_eq!(key.as_str(), "api/header=x-key/k");
-    assert_eq!(layer.policy().lock_key("k").unwrap(), key);
+    assert_eq!(layer.locker().lock_key("k").unwrap(), key);
     assert!(engine.lock("api/header=x-key/k").locked().await.unwrap());
     assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
 }
@@ -439,9 +480,9 @@ fn key_prefix_still_sets_the_namespace() {
         .key_prefix("api")
         .build()
         .unwrap();
-    assert_eq!(layer.policy().namespace(), "api");
+    assert_eq!(layer.locker().namespace(), "api");
     assert_eq!(
-        layer.policy().lock_key("k").unwrap().as_str(),
+        layer.locker().lock_key("k").unwrap().as_str(),
         "api/header=x-key/k"
     );
 }
@@ -517,18 +558,18 @@ impl tower_lock::key::RequestView for ForeignRequest {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_neutral_policy_serves_requests_of_other_frameworks() {
-    let policy = LockLayer::idempotency(LockEngine::in_memory())
-        .build_policy()
+async fn the_neutral_locker_serves_requests_of_other_frameworks() {
+    let locker = LockLayer::idempotency(LockEngine::in_memory())
+        .build_locker()
         .unwrap();
     let req = ForeignRequest {
         headers: vec![("idempotency-key", b"\"abc\"")],
     };
-    let tower_lock::Outcome::Locked(held) = policy.acquire(&req).await else {
+    let Outcome::Locked(held) = locker.acquire(&req).await else {
         panic!("first request gets the lock");
     };
     assert_eq!(held.info().key().as_str(), "/idempotency-key/abc");
-    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&req).await else {
+    let Outcome::Rejected(rejection) = locker.acquire(&req).await else {
         panic!("duplicate in flight is rejected");
     };
     assert_eq!(rejection.status().as_u16(), 409);
@@ -540,12 +581,9 @@ async fn the_neutral_policy_serves_requests_of_other_frameworks() {
 
     drop(held);
     settle().await;
-    assert!(matches!(
-        policy.acquire(&req).await,
-        tower_lock::Outcome::Locked(_)
-    ));
+    assert!(matches!(locker.acquire(&req).await, Outcome::Locked(_)));
     let missing = ForeignRequest { headers: vec![] };
-    let tower_lock::Outcome::Rejected(rejection) = policy.acquire(&missing).await else {
+    let Outcome::Rejected(rejection) = locker.acquire(&missing).await else {
         panic!("a missing key is rejected");
     };
     assert_eq!(rejection.kind(), tower_lock::RejectionKind::MissingKey);

@@ -1,17 +1,17 @@
 //! actix-web integration for [tower-lock](tower_lock): a native actix middleware over the
-//! same lock engine and the same lock policy as the tower [`LockLayer`].
+//! same lock engine and the same request locker as the tower [`LockLayer`].
 //!
 //! actix-web 4 is not built on tower (and speaks `http` 0.2), so it gets its own
 //! [`Transform`]: [`LockMiddleware`]. It does no lock logic of its own. Each request is
-//! shown to the framework-neutral [`LockPolicy`] through [`ActixRequest`], a
-//! [`RequestView`] over actix's request head, and the policy's decision is mapped onto
+//! shown to the framework-neutral [`RequestLocker`] through [`ActixRequest`], a
+//! [`RequestView`] over actix's request head, and the locker's decision is mapped onto
 //! actix types: the same key extractors, the same `400`/`409`/`423`/`429`/`503` statuses,
 //! the same `Retry-After` and the same `application/problem+json` bodies as the tower
 //! layer (or the layer's `on_reject` hook).
 //!
-//! - **One policy for all workers.** Build the policy once, outside
-//!   [`HttpServer::new`](actix_web::HttpServer::new), and clone the middleware into the
-//!   app factory: every worker thread then locks on one lock table. A policy built inside
+//! - **One lock table for all workers.** Build the middleware once, outside
+//!   [`HttpServer::new`](actix_web::HttpServer::new), and clone it into the
+//!   app factory: every worker thread then locks on one lock table. A locker built inside
 //!   the factory would give each worker its own lock table, and requests served by
 //!   different workers would not exclude each other.
 //! - **The lease lives until the body ends.** The response body is wrapped in
@@ -41,7 +41,7 @@
 //!             .key(HeaderKey::new("x-tenant-id".parse()?))
 //!             .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
 //!             .fifo(true)
-//!             .build_policy()?,
+//!             .build_locker()?,
 //!     );
 //!     HttpServer::new(move || {
 //!         App::new().service(
@@ -133,11 +133,13 @@ use actix_web::{
 use bytes::Bytes;
 use pin_project_lite::pin_project;
 use tower_lock::{
-    Fence, HeldLock, LeaseInfo, LockLayer, LockMetrics, LockPolicy, Outcome, key::RequestView,
+    Fence, LeaseInfo, LockLayer, LockMetrics,
+    integration::{LockGuard, Outcome, RequestLocker},
+    key::RequestView,
 };
 
 /// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
-/// and [`LockPolicy`] work on actix requests.
+/// and [`RequestLocker`] work on actix requests.
 ///
 /// Extractors that need `http` 1 extensions (such as axum's route keys) find none here.
 ///
@@ -189,7 +191,7 @@ impl RequestView for ActixRequest<'_> {
 }
 
 /// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
-/// service per lock key, as configured by a [`LockPolicy`].
+/// service per lock key, as configured by a [`RequestLocker`].
 ///
 /// Build it once, outside the `HttpServer::new` app factory, and clone it into the
 /// factory: clones share one lock table and one set of metrics (see the
@@ -198,44 +200,44 @@ impl RequestView for ActixRequest<'_> {
 /// requests that reached a guarded route take a lock and an unknown path stays a `404`.
 #[derive(Clone, Debug)]
 pub struct LockMiddleware {
-    policy: LockPolicy,
+    locker: RequestLocker,
 }
 
 impl LockMiddleware {
-    /// A middleware applying `policy` (from
-    /// [`LockLayerBuilder::build_policy`](tower_lock::LockLayerBuilder::build_policy)).
-    pub fn new(policy: LockPolicy) -> Self {
-        LockMiddleware { policy }
+    /// A middleware locking with `locker` (from
+    /// [`LockLayerBuilder::build_locker`](tower_lock::LockLayerBuilder::build_locker)).
+    pub fn new(locker: RequestLocker) -> Self {
+        LockMiddleware { locker }
     }
 
-    /// The policy the middleware applies.
-    pub fn policy(&self) -> &LockPolicy {
-        &self.policy
+    /// The framework-neutral runtime core the middleware locks with.
+    pub fn locker(&self) -> &RequestLocker {
+        &self.locker
     }
 
-    /// The policy's counters and histograms.
+    /// The middleware's counters and histograms.
     pub fn metrics(&self) -> LockMetrics {
-        self.policy.metrics()
+        self.locker.metrics()
     }
 }
 
-impl From<LockPolicy> for LockMiddleware {
-    fn from(policy: LockPolicy) -> Self {
-        LockMiddleware::new(policy)
+impl From<RequestLocker> for LockMiddleware {
+    fn from(locker: RequestLocker) -> Self {
+        LockMiddleware::new(locker)
     }
 }
 
-/// The middleware shares the layer's policy: a tower service and an actix app built from
+/// The middleware shares the layer's locker: a tower service and an actix app built from
 /// one layer exclude each other.
 impl From<LockLayer> for LockMiddleware {
     fn from(layer: LockLayer) -> Self {
-        LockMiddleware::new(layer.policy().clone())
+        LockMiddleware::new(layer.locker().clone())
     }
 }
 
 impl From<&LockLayer> for LockMiddleware {
     fn from(layer: &LockLayer) -> Self {
-        LockMiddleware::new(layer.policy().clone())
+        LockMiddleware::new(layer.locker().clone())
     }
 }
 
@@ -251,11 +253,11 @@ where
     type Future = Ready<Result<Self::Transform, Self::InitError>>;
 
     fn new_transform(&self, service: S) -> Self::Future {
-        // Clone the policy handle, never build state here: actix calls this once per
+        // Clone the locker handle, never build state here: actix calls this once per
         // worker, and every worker must lock on the same table.
         ready(Ok(LockMiddlewareService {
             service: Rc::new(service),
-            policy: self.policy.clone(),
+            locker: self.locker.clone(),
         }))
     }
 }
@@ -264,13 +266,13 @@ where
 pub struct LockMiddlewareService<S> {
     // Shared with the response future, which calls it once the lock is decided.
     service: Rc<S>,
-    policy: LockPolicy,
+    locker: RequestLocker,
 }
 
 impl<S> fmt::Debug for LockMiddlewareService<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockMiddlewareService")
-            .field("policy", &self.policy)
+            .field("locker", &self.locker)
             .finish_non_exhaustive()
     }
 }
@@ -291,11 +293,11 @@ where
     fn call(&self, req: ServiceRequest) -> Self::Future {
         // The key is extracted now, while the request is borrowed; the returned future
         // (the wait, if any) owns everything it needs.
-        let acquire = self.policy.acquire(&ActixRequest::from(&req));
+        let acquire = self.locker.acquire(&ActixRequest::from(&req));
         // A response to HEAD has no body to send, whatever the handler answers.
         let head = req.method() == Method::HEAD;
         let service = Rc::clone(&self.service);
-        let policy = self.policy.clone();
+        let locker = self.locker.clone();
         Box::pin(async move {
             // Dropping this future (actix gave up on the request) gives up the wait, or
             // drops `held` and releases the key.
@@ -306,20 +308,15 @@ where
                 }
                 Outcome::Unlocked => None,
                 Outcome::Rejected(rejection) => {
-                    let response = to_actix_response(policy.respond(rejection));
+                    let response = to_actix_response(locker.respond(rejection));
                     return Ok(req.into_response(response).map_into_right_body());
-                }
-                _ => {
-                    return Err(actix_web::error::ErrorInternalServerError(
-                        "tower-lock decided on an outcome this version of tower-lock-actix does not know",
-                    ));
                 }
             };
             let response = service.call(req).await?;
             let mut held = held;
             if let Some(h) = held.take() {
                 let status = response.status().as_u16();
-                let release = policy.release_point();
+                let release = locker.release_point();
                 let empty = matches!(
                     response.response().body().size(),
                     BodySize::None | BodySize::Sized(0)
@@ -339,7 +336,7 @@ where
     }
 }
 
-/// Converts the policy's `http` 1 response into an actix (`http` 0.2) one. Status and
+/// Converts the locker's `http` 1 response into an actix (`http` 0.2) one. Status and
 /// header names and values were valid in `http` 1 and are valid here; anything that is
 /// not is left out rather than failing the request.
 fn to_actix_response(res: http::Response<Bytes>) -> HttpResponse<BoxBody> {
@@ -362,16 +359,16 @@ fn to_actix_response(res: http::Response<Bytes>) -> HttpResponse<BoxBody> {
 pin_project! {
     /// A response body that owns the request's lease and releases it when the body ends:
     /// its last chunk has been taken, it failed, or it was dropped (the client went away).
-        pub struct LockedBody<B> {
+    pub struct LockedBody<B> {
         #[pin]
         body: B,
-                held: Option<HeldLock>,
+        held: Option<LockGuard>,
     }
 }
 
 impl<B> LockedBody<B> {
     /// `body`, holding `held` (if any) until it ends.
-    pub fn new(body: B, held: Option<HeldLock>) -> Self {
+    pub fn new(body: B, held: Option<LockGuard>) -> Self {
         LockedBody { body, held }
     }
 

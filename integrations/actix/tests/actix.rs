@@ -23,7 +23,8 @@ use tokio::{
     sync::mpsc,
 };
 use tower_lock::{
-    LockEngine, LockLayer, LockLayerBuilder, LockPolicy, ReleasePoint, key::HeaderKey,
+    LockEngine, LockLayer, LockLayerBuilder, ReleasePoint, integration::RequestLocker,
+    key::HeaderKey,
 };
 use tower_lock_actix::{LockFence, LockMiddleware, Locked};
 
@@ -44,9 +45,9 @@ fn lock_key(value: &str) -> String {
 }
 
 /// An actix server with `WORKERS` workers whose `/work` resource answers "ok" under
-/// `policy`.
-fn actix_ok(policy: LockPolicy) -> TestServer {
-    let lock = LockMiddleware::new(policy);
+/// `locker`.
+fn actix_ok(locker: RequestLocker) -> TestServer {
+    let lock = LockMiddleware::new(locker);
     let server = HttpServer::new(move || {
         App::new().service(
             web::resource("/work")
@@ -70,7 +71,7 @@ async fn requests_with_one_key_never_overlap_across_workers() {
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
             .wait(Duration::from_secs(30))
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let in_handler = Arc::new(AtomicUsize::new(0));
@@ -161,7 +162,7 @@ async fn both(make: impl Fn() -> LockLayerBuilder) -> (TestServer, TestServer) {
             .route_layer(make().build().unwrap()),
     )
     .await;
-    let actix = actix_ok(make().build_policy().unwrap());
+    let actix = actix_ok(make().build_locker().unwrap());
     (tower, actix)
 }
 
@@ -236,7 +237,7 @@ async fn full_wait_queue_is_answered_429_like_the_tower_layer() {
         LockLayer::builder(engine.clone())
             .key(header_key())
             .wait(Duration::from_secs(10))
-            .max_waiters(0)
+            .max_waiters(1)
     })
     .await;
     let _held = engine
@@ -245,6 +246,19 @@ async fn full_wait_queue_is_answered_429_like_the_tower_layer() {
         .acquire()
         .await
         .unwrap();
+    // One waiter fills the queue of the key (a waiter limit of 0 is refused at build time).
+    let _waiter = tokio::spawn({
+        let lock = engine.lock(lock_key("k")).wait(Duration::from_secs(10));
+        async move { lock.acquire().await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        // The engine offers no event for "a waiter queued"; look again shortly.
+        while engine.lock(lock_key("k")).waiters().await.unwrap() < 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the waiter queues within 10 s");
     let t = tower.post("/work", &[("x-key", "k")]).await;
     let a = actix.post("/work", &[("x-key", "k")]).await;
     assert_same_rejection(&t, &a, StatusCode::TOO_MANY_REQUESTS);
@@ -305,8 +319,8 @@ fn streaming_server_releasing_at(
         LockLayer::builder(engine.clone())
             .key(header_key())
             .ttl(Duration::from_secs(60))
-            .release(release)
-            .build_policy()
+            .release_at(release)
+            .build_locker()
             .unwrap(),
     );
     let (senders_tx, senders_rx) = mpsc::unbounded_channel();
@@ -404,7 +418,7 @@ async fn extractors_see_the_lease_or_fail_with_500_without_one() {
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
             .namespace("t")
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let server = HttpServer::new(move || {

@@ -27,7 +27,7 @@ async fn bodiless_responses_release_the_key_before_the_client_has_them(engine: L
     let lock = LockMiddleware::new(
         LockLayer::builder(engine.clone())
             .key(HeaderKey::new(http::HeaderName::from_static("x-key")))
-            .build_policy()
+            .build_locker()
             .unwrap(),
     );
     let server = HttpServer::new(move || {

@@ -108,7 +108,7 @@ async fn requests_with_one_key_never_overlap_across_workers_and_nodes() {
                 .key(header_key())
                 .wait(Duration::from_secs(30))
                 .fifo(true)
-                .build_policy()
+                .build_locker()
                 .unwrap(),
         );
         servers.push(Arc::new(recording_server(
@@ -166,13 +166,13 @@ async fn held_and_timed_out_keys_are_answered_like_the_tower_layer() {
         fences: Arc::default(),
     };
     let actix_locked = recording_server(
-        make(Duration::ZERO).build_policy().unwrap().into(),
+        make(Duration::ZERO).build_locker().unwrap().into(),
         &rec,
         Duration::ZERO,
     );
     let actix_waiting = recording_server(
         make(Duration::from_millis(100))
-            .build_policy()
+            .build_locker()
             .unwrap()
             .into(),
         &rec,
@@ -219,7 +219,7 @@ async fn a_streaming_body_holds_the_key_until_its_last_chunk() {
     let engine = node(&redis, "stream").await;
     let lock: LockMiddleware = LockLayer::builder(engine.clone())
         .key(header_key())
-        .build_policy()
+        .build_locker()
         .unwrap()
         .into();
     // Each request's handler hands the test the sender of its streaming body.

@@ -1,27 +1,5 @@
-//! The framework-neutral core of the middleware: from a request to "run it holding this
-//! lease", "run it unlocked" or "answer with this rejection".
-//!
-//! [`LockPolicy`] holds the layer's configuration and its shared state (the engine, the
-//! in-process fallback engine, the metrics). The tower [`LockLayer`](crate::LockLayer) is
-//! a thin shell over it; an integration for another framework calls
-//! [`LockPolicy::acquire`] with its own [`RequestView`] and maps the [`Outcome`].
-//!
-//! ```
-//! use tower_lock::{LockEngine, LockLayer, Outcome, key::PathKey};
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let layer = LockLayer::builder(LockEngine::in_memory()).key(PathKey).build().unwrap();
-//! let policy = layer.policy();
-//! let req = http::Request::builder().uri("/reports/7").body(()).unwrap();
-//! match policy.acquire(&req).await {
-//!     Outcome::Locked(held) => println!("run the handler holding {}", held.info().key()),
-//!     Outcome::Unlocked => println!("run the handler without a lock"),
-//!     Outcome::Rejected(rejection) => println!("answer {}", rejection.status()),
-//!     _ => {}
-//! }
-//! # }
-//! ```
+//! [`RequestLocker`]: the layer's configuration and shared state, and the steps from a
+//! request to an [`Outcome`].
 
 use std::{
     fmt,
@@ -34,89 +12,16 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::{LockGuard, Outcome};
 use crate::{
-    engine::{BoxFuture, Fence, Lease, LockEngine, LockKey, LostSignal},
+    engine::{BoxFuture, Lease, LockEngine, LockKey, LockOptions},
     error::{KeyError, LockError},
     key::{KeyExtractor, RequestView},
+    lease_info::LeaseInfo,
     metrics::LockMetrics,
+    options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
 };
-
-/// What to do with a request that has no lock key.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum MissingKeyPolicy {
-    /// Answer `400 Bad Request`, explaining which key is missing (the default: a request
-    /// that silently runs unprotected is the surprise to avoid).
-    #[default]
-    Reject,
-    /// Run the request without a lock.
-    PassThrough,
-}
-
-/// What to do when the lock backend fails (unreachable, timed out).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendFailurePolicy {
-    /// Answer `503 Service Unavailable` with `Retry-After` (the default).
-    #[default]
-    FailClosed,
-    /// Run the request without a lock, logging a warning.
-    FailOpen,
-    /// Lock on an in-process engine instead: requests are still serialized per key on
-    /// this node, not across the fleet. Logged as a warning, and visible to handlers as
-    /// [`LeaseInfo::is_degraded`]: the in-process engine's fencing tokens are not
-    /// comparable with the backend's, so storage that checks fences should not accept
-    /// them as if they were.
-    ///
-    /// Under this policy every request takes the node-local lock first and the backend's
-    /// second (keeping both), so the node-local lock alone serializes the node whatever
-    /// the backend does: a request that holds a key on the backend excludes one that
-    /// falls back while the backend stalls, and a degraded request excludes one that finds
-    /// the backend back. Across nodes, only the backend's lock excludes: during an outage,
-    /// two nodes may each run a request for one key. Every request tries the backend, so
-    /// during an outage each pays the backend's timeout before falling back.
-    Degrade,
-}
-
-/// When the lease of a request is released.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ReleasePoint {
-    /// When the response body has been fully sent, or dropped (the default): a streamed
-    /// response keeps its key until the last chunk. A response with no body to send (`204`,
-    /// `304`, any answer to `HEAD`, an empty body) is released before its head is handed to
-    /// the server, the release completed, so a client's next request never meets its own
-    /// previous lease.
-    #[default]
-    BodyEnd,
-    /// As soon as the inner service's response future completes, before the body is sent.
-    ResponseReady,
-}
-
-impl ReleasePoint {
-    /// Whether a response with this status code releases the key as it is returned rather
-    /// than at the end of its body: under [`ReleasePoint::ResponseReady`], and always for
-    /// `101 Switching Protocols` (an upgraded connection outlives its response and is not
-    /// covered by the lock).
-    pub fn releases_with_response(self, status: u16) -> bool {
-        self == ReleasePoint::ResponseReady || status == 101
-    }
-
-    /// Whether a response with this status is released before it is handed to the server,
-    /// with the release completed rather than only begun ([`HeldLock::release`]): under
-    /// [`ReleasePoint::BodyEnd`], a response with no body to send. A server never polls
-    /// such a body, so its end would come only after the client has the response, and the
-    /// client's next request could meet its own lease.
-    ///
-    /// `1xx`, `204 No Content` and `304 Not Modified` never carry a body; `no_body` says
-    /// whether this response carries none for a reason its status does not show: it
-    /// answers a `HEAD` request, or its body is known to be empty.
-    pub fn releases_before_response(self, status: u16, no_body: bool) -> bool {
-        !self.releases_with_response(status)
-            && (no_body || (100..200).contains(&status) || status == 204 || status == 304)
-    }
-}
 
 /// Builds a custom response for a rejection. Receives the typed rejection, with its
 /// headers already filled in; [`Rejection::into_response`] is the default.
@@ -130,10 +35,11 @@ pub(crate) struct Config {
     /// layer is this followed by an extracted value.
     pub(crate) key_head: String,
     pub(crate) missing: MissingKeyPolicy,
-    pub(crate) ttl: Duration,
+    /// The lease TTL, FIFO mode and waiter limit each lock is taken with (and the wait,
+    /// also in `wait`).
+    pub(crate) options: LockOptions,
+    /// How long a request waits for a held key: zero answers at once.
     pub(crate) wait: Duration,
-    pub(crate) fifo: bool,
-    pub(crate) max_waiters: Option<usize>,
     /// The answer to a held key when not waiting: `Locked` (423) or, for the idempotency
     /// preset, `Conflict` (409).
     pub(crate) busy: RejectionKind,
@@ -146,48 +52,39 @@ pub(crate) struct Config {
 struct Shared {
     config: Config,
     engine: LockEngine,
-    /// The in-process engine of the degrade policy, created with the policy so that every
+    /// The in-process engine of the degrade policy, created with the locker so that every
     /// service built from one layer shares it.
     local: Option<LockEngine>,
     metrics: LockMetrics,
 }
 
-/// The lock policy of a layer: key extraction, contention and failure handling, and the
-/// shared state they act on. Cheap to clone; clones share one lock table and one set of
-/// metrics.
+/// The runtime core of a layer, shared by the tower [`LockLayer`](crate::LockLayer) and
+/// framework integrations: key extraction, contention and failure handling, and the shared
+/// state they act on (the engine, the in-process fallback engine, the metrics). Cheap to
+/// clone; clones share one lock table and one set of metrics.
+///
+/// Built by [`LockLayerBuilder::build_locker`](crate::LockLayerBuilder::build_locker), or
+/// taken from a layer with [`LockLayer::locker`](crate::LockLayer::locker).
 #[derive(Clone)]
-pub struct LockPolicy {
+pub struct RequestLocker {
     shared: Arc<Shared>,
 }
 
-impl fmt::Debug for LockPolicy {
+impl fmt::Debug for RequestLocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let c = &self.shared.config;
-        f.debug_struct("LockPolicy")
+        f.debug_struct("RequestLocker")
             .field("namespace", &c.namespace)
             .field("kind", &c.extractor.kind())
             .field("missing", &c.missing)
-            .field("ttl", &c.ttl)
+            .field("ttl", &c.options.ttl)
             .field("wait", &c.wait)
-            .field("fifo", &c.fifo)
-            .field("max_waiters", &c.max_waiters)
+            .field("fifo", &c.options.fifo)
+            .field("max_waiters", &c.options.max_waiters)
             .field("backend_failure", &c.backend_failure)
             .field("release", &c.release)
             .finish_non_exhaustive()
     }
-}
-
-/// What the policy decided for a request.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Run the request holding this lease; drop it when the response is done.
-    Locked(HeldLock),
-    /// Run the request without a lock (no key under the pass-through policy, or the
-    /// backend failed under the fail-open policy).
-    Unlocked,
-    /// Answer with this rejection instead of running the request.
-    Rejected(Rejection),
 }
 
 /// The first step of an acquisition: decided at once, or a future to wait for.
@@ -196,11 +93,11 @@ pub(crate) enum Start {
     Pending(BoxFuture<'static, Outcome>),
 }
 
-impl LockPolicy {
+impl RequestLocker {
     pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
-        LockPolicy {
+        RequestLocker {
             shared: Arc::new(Shared {
                 config,
                 engine,
@@ -222,8 +119,8 @@ impl LockPolicy {
 
     /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
     /// [`key`](crate::key#the-lock-key)), validated: `Ok(None)` when it has none and the
-    /// policy lets it pass, a `400` rejection when it has none and the policy requires
-    /// one, or when it is malformed or too long.
+    /// missing-key policy lets it pass, a `400` rejection when it has none and the policy
+    /// requires one, or when it is malformed or too long.
     pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let c = &self.shared.config;
         let raw = match c.extractor.extract(req) {
@@ -255,7 +152,7 @@ impl LockPolicy {
         })
     }
 
-    /// The lock key this policy takes for a request whose extractor gives `value`:
+    /// The lock key this locker takes for a request whose extractor gives `value`:
     /// `<namespace>/<kind>/<value>` (see [`key`](crate::key#the-lock-key)). Lock it on
     /// the engine to exclude the layer's requests for that value, for example from a
     /// background job.
@@ -269,7 +166,7 @@ impl LockPolicy {
     ///     .key(HeaderKey::new(HeaderName::from_static("x-tenant-id")))
     ///     .build()
     ///     .unwrap();
-    /// let key = layer.policy().lock_key("acme").unwrap();
+    /// let key = layer.locker().lock_key("acme").unwrap();
     /// assert_eq!(key.as_str(), "billing/header=x-tenant-id/acme");
     /// ```
     pub fn lock_key(&self, value: &str) -> Result<LockKey, KeyError> {
@@ -318,11 +215,11 @@ impl LockPolicy {
         match self.lock_on(&self.shared.engine, &key, c.wait).await {
             Ok(lease) => self.held(lease, None, started, false),
             Err(LockError::Backend(error)) => match c.backend_failure {
-                // (A degrading policy locks in `lock_degradable`.)
+                // (A degrading locker locks in `lock_degradable`.)
                 BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
                     tracing::error!(%error, "lock backend failed; rejecting (fail closed)");
                     Outcome::Rejected(self.reject(
-                        RejectionKind::Unavailable,
+                        RejectionKind::BackendUnavailable,
                         "the lock service is unavailable".to_owned(),
                         Some(c.retry_after_fallback),
                     ))
@@ -346,7 +243,7 @@ impl LockPolicy {
             Ok(lease) => lease,
             Err(e) => return self.refuse(e),
         };
-        // What is left of the wait; a waiting policy keeps waiting (and answers 429, not
+        // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
         let wait = if c.wait.is_zero() {
             Duration::ZERO
@@ -375,9 +272,14 @@ impl LockPolicy {
         key: &LockKey,
         wait: Duration,
     ) -> Result<Lease, LockError> {
-        let c = &self.shared.config;
-        let mut lock = engine.lock_key(key.clone()).ttl(c.ttl).fifo(c.fifo);
-        if let Some(max) = c.max_waiters {
+        // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
+        // a waiter limit when it has none) stays the engine's default.
+        let options = &self.shared.config.options;
+        let mut lock = engine
+            .lock_key(key.clone())
+            .ttl(options.ttl)
+            .fifo(options.fifo);
+        if let Some(max) = options.max_waiters {
             lock = lock.max_waiters(max);
         }
         if wait.is_zero() {
@@ -405,20 +307,20 @@ impl LockPolicy {
         } else {
             tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
         }
-        let info = LeaseInfo {
-            key: lease.key().clone(),
-            fence: lease.fence(),
+        let info = LeaseInfo::new(
+            lease.key().clone(),
+            lease.fence(),
             waited,
-            lost: lease.lost_signal(),
+            lease.lost_signal(),
             degraded,
-        };
-        Outcome::Locked(HeldLock {
-            lease: Some(lease),
+        );
+        Outcome::Locked(LockGuard::new(
+            lease,
             node,
             info,
-            granted: now,
-            metrics: self.shared.metrics.clone(),
-        })
+            now,
+            self.shared.metrics.clone(),
+        ))
     }
 
     fn refuse(&self, error: LockError) -> Outcome {
@@ -454,7 +356,7 @@ impl LockPolicy {
             other => {
                 tracing::error!(error = %other, "lock acquisition failed");
                 (
-                    RejectionKind::Unavailable,
+                    RejectionKind::BackendUnavailable,
                     "the lock service is unavailable".to_owned(),
                 )
             }
@@ -486,141 +388,13 @@ impl LockPolicy {
         self.shared.config.release
     }
 
-    /// The policy's counters and histograms.
+    /// The locker's counters and histograms.
     pub fn metrics(&self) -> LockMetrics {
         self.shared.metrics.clone()
     }
 
-    /// The engine the policy locks on.
+    /// The engine the locker locks on.
     pub fn engine(&self) -> &LockEngine {
         &self.shared.engine
-    }
-
-    /// `true` if both share one lock table and one set of metrics.
-    pub fn same_policy(&self, other: &LockPolicy) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
-    }
-}
-
-/// What a handler may know about the lease it runs under; in the request extensions of
-/// every locked request. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct LeaseInfo {
-    key: LockKey,
-    fence: Fence,
-    waited: Duration,
-    lost: LostSignal,
-    degraded: bool,
-}
-
-impl LeaseInfo {
-    /// The locked key: `<namespace>/<kind>/<value>` (see
-    /// [`key`](crate::key#the-lock-key)).
-    pub fn key(&self) -> &LockKey {
-        &self.key
-    }
-
-    /// The fencing token: pass it to storage so that it refuses writes from a holder
-    /// whose lease has run out.
-    pub fn fence(&self) -> Fence {
-        self.fence
-    }
-
-    /// How long the request waited for the lock.
-    pub fn waited(&self) -> Duration {
-        self.waited
-    }
-
-    /// Resolves when the lease is lost (renewal failed or the key expired): the handler
-    /// is no longer protected and should stop.
-    pub fn lost_signal(&self) -> LostSignal {
-        self.lost.clone()
-    }
-
-    /// `true` once the lease is known to be lost.
-    pub fn is_lost(&self) -> bool {
-        self.lost.is_lost()
-    }
-
-    /// `true` if the lock was taken on the in-process fallback engine because the backend
-    /// failed (degrade policy): it excludes only requests on this node.
-    pub fn is_degraded(&self) -> bool {
-        self.degraded
-    }
-}
-
-/// A lease taken by a [`LockPolicy`] for one request. [`HeldLock::release`] releases the
-/// key and resolves when that is done; dropping it releases in the background. Either
-/// records the hold time.
-pub struct HeldLock {
-    lease: Option<Lease>,
-    /// Under the degrade policy, the node-local lease taken before the backend's; released
-    /// after it.
-    node: Option<Lease>,
-    info: LeaseInfo,
-    granted: Instant,
-    metrics: LockMetrics,
-}
-
-impl fmt::Debug for HeldLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeldLock")
-            .field("info", &self.info)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HeldLock {
-    /// What the handler may know about the lease.
-    pub fn info(&self) -> &LeaseInfo {
-        &self.info
-    }
-
-    /// Release the key now, without waiting for the backend: the release is started at
-    /// once (an in-process engine completes it on the spot) and, if the backend needs a
-    /// round trip, finished by a spawned task. Response bodies call this before handing
-    /// over their last frame, so a client that has read a whole response finds the key
-    /// free for its next request (on Redis, the release is on its way first).
-    pub fn release_now(mut self) {
-        // Dropping a lease starts its release on the spot and, if the backend needs a
-        // round trip, finishes it on the engine's own runtime.
-        drop(self.lease.take());
-        drop(self.node.take());
-    }
-
-    /// Release the key; the returned future resolves once the backend has applied the
-    /// release (or failed to: the lease's TTL then frees the key). The release begins in
-    /// this call and finishes even if the future is dropped: an in-process engine
-    /// completes it on the spot (the future is ready at its first poll), a backend that
-    /// needs a round trip finishes it on the engine's own runtime if this future is
-    /// dropped first. A response with no body to send
-    /// awaits this before its head is handed to the server, which never polls that body
-    /// (see [`ReleasePoint::releases_before_response`]).
-    pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
-        // Both releases begin here (`Lease::release` finishes once begun, whoever waits).
-        let lease = self.lease.take().map(Lease::release);
-        let node = self.node.take().map(Lease::release);
-        let key = self.info.key.clone();
-        async move {
-            for release in [lease, node].into_iter().flatten() {
-                if let Err(error) = release.await {
-                    tracing::debug!(%key, %error, "release did not apply");
-                }
-            }
-        }
-    }
-}
-
-impl Drop for HeldLock {
-    fn drop(&mut self) {
-        let held = self.granted.elapsed();
-        self.metrics.held(held);
-        if self.info.is_lost() {
-            tracing::warn!(key = %self.info.key, ?held, "lease was lost while the request held it");
-        } else {
-            tracing::debug!(key = %self.info.key, ?held, "lock released");
-        }
-        drop(self.lease.take());
-        drop(self.node.take());
     }
 }

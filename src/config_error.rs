@@ -1,0 +1,64 @@
+//! [`ConfigError`]: why a [`LockLayerBuilder`](crate::LockLayerBuilder) refused to build.
+
+use std::{error::Error as StdError, fmt, time::Duration};
+
+use crate::error::KeyError;
+
+/// A [`LockLayerBuilder`](crate::LockLayerBuilder) configuration that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No key extractor was set.
+    NoKeyExtractor,
+    /// The lease TTL is zero.
+    ZeroTtl,
+    /// The lease TTL is under 1 ms, the engine's resolution (it is not rounded up).
+    TtlTooShort(Duration),
+    /// `max_waiters` is zero: every request that finds its key held would be answered
+    /// `429` at once. Not waiting at all (a zero wait) answers it `423` instead.
+    ZeroMaxWaiters,
+    /// The named option only applies to waiting requests, and the wait limit is zero.
+    NeedsWait(&'static str),
+    /// The named duration (`ttl` or `wait`) is longer than a day.
+    TooLong(&'static str),
+    /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
+    /// would run the duplicate after the first instead.
+    IdempotencyWait,
+    /// The namespace (or, with it, the extractor's kind) is not valid key material: a
+    /// control character, or too long to leave room for a value.
+    Namespace(KeyError),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
+            ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
+            ConfigError::TtlTooShort(ttl) => {
+                write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")
+            }
+            ConfigError::ZeroMaxWaiters => f.write_str(
+                "`max_waiters` must be at least 1 (for no waiting at all, set no wait limit)",
+            ),
+            ConfigError::NeedsWait(option) => {
+                write!(f, "`{option}` needs a wait limit greater than zero")
+            }
+            ConfigError::TooLong(option) => {
+                write!(f, "`{option}` is longer than a day")
+            }
+            ConfigError::IdempotencyWait => f.write_str(
+                "the idempotency preset answers duplicates with 409 at once; it cannot wait",
+            ),
+            ConfigError::Namespace(e) => write!(f, "invalid key namespace: {e}"),
+        }
+    }
+}
+
+impl StdError for ConfigError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            ConfigError::Namespace(e) => Some(e),
+            _ => None,
+        }
+    }
+}

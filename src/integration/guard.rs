@@ -1,0 +1,101 @@
+//! [`LockGuard`]: the lease a request runs under, from its grant to its release.
+
+use std::fmt;
+
+use tokio::time::Instant;
+
+use crate::{engine::Lease, lease_info::LeaseInfo, metrics::LockMetrics};
+
+/// The lease a [`RequestLocker`](super::RequestLocker) took for one request (under the
+/// degrade policy, both of its leases). [`LockGuard::release`] releases the key and
+/// resolves when that is done; [`LockGuard::release_now`] and dropping it release in the
+/// background. Each records the hold time.
+pub struct LockGuard {
+    lease: Option<Lease>,
+    /// Under the degrade policy, the node-local lease taken before the backend's; released
+    /// after it.
+    node: Option<Lease>,
+    info: LeaseInfo,
+    granted: Instant,
+    metrics: LockMetrics,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        lease: Lease,
+        node: Option<Lease>,
+        info: LeaseInfo,
+        granted: Instant,
+        metrics: LockMetrics,
+    ) -> Self {
+        LockGuard {
+            lease: Some(lease),
+            node,
+            info,
+            granted,
+            metrics,
+        }
+    }
+
+    /// What the handler may know about the lease.
+    pub fn info(&self) -> &LeaseInfo {
+        &self.info
+    }
+
+    /// Release the key now, without waiting for the backend: the release is started at
+    /// once (an in-process engine completes it on the spot) and, if the backend needs a
+    /// round trip, finished on the engine's own runtime (never on the caller's, so this
+    /// works outside any runtime). Response bodies call this before handing
+    /// over their last frame, so a client that has read a whole response finds the key
+    /// free for its next request (on Redis, the release is on its way first).
+    pub fn release_now(mut self) {
+        // Dropping a lease starts its release on the spot and, if the backend needs a
+        // round trip, finishes it on the engine's own runtime.
+        drop(self.lease.take());
+        drop(self.node.take());
+    }
+
+    /// Release the key; the returned future resolves once the backend has applied the
+    /// release (or failed to: the lease's TTL then frees the key). The release begins in
+    /// this call and finishes even if the future is dropped: an in-process engine
+    /// completes it on the spot (the future is ready at its first poll), a backend that
+    /// needs a round trip finishes it on the engine's own runtime if this future is
+    /// dropped first. A response with no body to send awaits this before its head is
+    /// handed to the server, which never polls that body (see
+    /// [`ReleasePoint::releases_before_response`](crate::ReleasePoint::releases_before_response)).
+    pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
+        // Both releases begin here (`Lease::release` finishes once begun, whoever waits).
+        let lease = self.lease.take().map(Lease::release);
+        let node = self.node.take().map(Lease::release);
+        let key = self.info.key().clone();
+        async move {
+            for release in [lease, node].into_iter().flatten() {
+                if let Err(error) = release.await {
+                    tracing::debug!(%key, %error, "release did not apply");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        let held = self.granted.elapsed();
+        self.metrics.held(held);
+        if self.info.is_lost() {
+            tracing::warn!(key = %self.info.key(), ?held, "lease was lost while the request held it");
+        } else {
+            tracing::debug!(key = %self.info.key(), ?held, "lock released");
+        }
+        drop(self.lease.take());
+        drop(self.node.take());
+    }
+}

@@ -1,0 +1,38 @@
+//! For framework integrations: the framework-neutral core of the middleware, from a
+//! request to "run it holding this lease", "run it unlocked" or "answer with this
+//! rejection".
+//!
+//! A [`RequestLocker`] holds a layer's configuration and its shared state (the engine, the
+//! in-process fallback engine, the metrics). The tower [`LockLayer`](crate::LockLayer) is
+//! a thin shell over it; an integration for another framework (`tower-lock-actix`) shows
+//! it each request through its own [`RequestView`](crate::key::RequestView), calls
+//! [`RequestLocker::acquire`] and maps the [`Outcome`] onto its own types, keeping the
+//! [`LockGuard`] until the response is done.
+//!
+//! Applications do not need this module: they configure a
+//! [`LockLayerBuilder`](crate::LockLayerBuilder) and install the layer (or the
+//! integration's middleware).
+//!
+//! ```
+//! use tower_lock::{LockEngine, LockLayer, integration::Outcome, key::PathKey};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let locker = LockLayer::builder(LockEngine::in_memory()).key(PathKey).build_locker().unwrap();
+//! let req = http::Request::builder().uri("/reports/7").body(()).unwrap();
+//! match locker.acquire(&req).await {
+//!     Outcome::Locked(guard) => println!("run the handler holding {}", guard.info().key()),
+//!     Outcome::Unlocked => println!("run the handler without a lock"),
+//!     Outcome::Rejected(rejection) => println!("answer {}", locker.respond(rejection).status()),
+//! }
+//! # }
+//! ```
+
+mod guard;
+mod locker;
+mod outcome;
+
+pub use guard::LockGuard;
+pub use locker::RequestLocker;
+pub(crate) use locker::{Config, RejectHook, Start};
+pub use outcome::Outcome;

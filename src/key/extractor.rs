@@ -1,0 +1,44 @@
+//! The [`KeyExtractor`] trait, implemented by every built-in extractor and by closures.
+
+use super::{MalformedKey, RequestView};
+
+/// Derives the lock key of a request.
+///
+/// [`extract`](Self::extract) gives the request's *value*: `Ok(Some(value))` locks it;
+/// `Ok(None)` means the request has no key (the layer's missing-key policy decides: pass
+/// through unlocked, or `400`); `Err` means a key was given but is malformed (`400`). The
+/// layer then names the lock `<namespace>/<kind>/<value>` (see [the module
+/// docs](crate::key#the-lock-key)) and validates it as a [`LockKey`](crate::LockKey) (at most
+/// 512 bytes, no control characters); a key that fails is also answered `400`.
+///
+/// The value needs no prefix or kind word of its own: the layer adds the extractor's
+/// [`kind`](Self::kind), so two extractors of different kinds never share a lock.
+///
+/// Closures `Fn(&dyn RequestView) -> Option<String>` are extractors, of the kind `custom`.
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// The value of `req` to lock on.
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey>;
+
+    /// What the value is: part of every lock key, so that the same value read by
+    /// extractors of different kinds (a tenant header, an idempotency key, a path) names
+    /// different locks. Extractors of one kind in layers of one namespace share their
+    /// locks.
+    ///
+    /// The built-in extractors each have a fixed kind (`header=<name>`,
+    /// `idempotency-key`, `scoped(<header>,<inner kind>)`, `path`, `method-path`,
+    /// `global`). The default is `custom`; override it to keep an extractor type's
+    /// locks apart from those of closures and other types. The layer reads it once, when
+    /// it is built.
+    fn kind(&self) -> &str {
+        "custom"
+    }
+}
+
+impl<F> KeyExtractor for F
+where
+    F: Fn(&dyn RequestView) -> Option<String> + Send + Sync + 'static,
+{
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        Ok(self(req))
+    }
+}

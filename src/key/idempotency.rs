@@ -1,0 +1,131 @@
+//! [`IdempotencyKey`]: the `Idempotency-Key` header of the IETF draft.
+
+use super::{KeyExtractor, MalformedKey, RequestView};
+
+/// The longest idempotency key accepted, in characters.
+pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
+
+/// The `Idempotency-Key` header, as the IETF `draft-ietf-httpapi-idempotency-key-header`
+/// defines it: a structured-field string (`"8e03978e"`), with the bare form (`8e03978e`)
+/// also accepted. At most [`MAX_IDEMPOTENCY_KEY_LEN`] characters of printable ASCII;
+/// anything else is malformed (`400`).
+///
+/// The value is the unquoted key; the kind is `idempotency-key`.
+#[derive(Debug, Clone, Default)]
+pub struct IdempotencyKey {
+    _priv: (),
+}
+
+impl IdempotencyKey {
+    /// The `Idempotency-Key` header.
+    pub fn new() -> Self {
+        IdempotencyKey { _priv: () }
+    }
+
+    /// Parse one header value.
+    pub fn parse(raw: &[u8]) -> Result<String, MalformedKey> {
+        let raw = raw.trim_ascii();
+        let value = match raw {
+            [b'"', inner @ .., b'"'] => unquote(inner)?,
+            [b'"', ..] => {
+                return Err(MalformedKey::new(
+                    "the Idempotency-Key header has an unterminated quoted string",
+                ));
+            }
+            bare => {
+                if bare.contains(&b'"') || bare.contains(&b'\\') {
+                    return Err(MalformedKey::new(
+                        "the Idempotency-Key header has a quote or backslash outside a quoted string",
+                    ));
+                }
+                bare.to_vec()
+            }
+        };
+        if value.is_empty() {
+            return Err(MalformedKey::new("the Idempotency-Key header is empty"));
+        }
+        if value.len() > MAX_IDEMPOTENCY_KEY_LEN {
+            return Err(MalformedKey::new(format!(
+                "the Idempotency-Key is {} characters long, more than {MAX_IDEMPOTENCY_KEY_LEN}",
+                value.len()
+            )));
+        }
+        if !value.iter().all(|b| (0x20..=0x7e).contains(b)) {
+            return Err(MalformedKey::new(
+                "the Idempotency-Key must be printable ASCII",
+            ));
+        }
+        // Printable ASCII is valid UTF-8.
+        Ok(String::from_utf8(value).expect("printable ASCII"))
+    }
+}
+
+/// Unescape the inside of a structured-field string: `\"` and `\\` only.
+fn unquote(inner: &[u8]) -> Result<Vec<u8>, MalformedKey> {
+    let mut out = Vec::with_capacity(inner.len());
+    let mut bytes = inner.iter();
+    while let Some(&b) = bytes.next() {
+        match b {
+            b'\\' => match bytes.next() {
+                Some(&e @ (b'"' | b'\\')) => out.push(e),
+                _ => {
+                    return Err(MalformedKey::new(
+                        "the Idempotency-Key header has an invalid escape",
+                    ));
+                }
+            },
+            b'"' => {
+                return Err(MalformedKey::new(
+                    "the Idempotency-Key header has an unescaped quote",
+                ));
+            }
+            b => out.push(b),
+        }
+    }
+    Ok(out)
+}
+
+impl KeyExtractor for IdempotencyKey {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        match req.header("idempotency-key") {
+            None => Ok(None),
+            Some(raw) => Self::parse(raw).map(Some),
+        }
+    }
+
+    fn kind(&self) -> &str {
+        "idempotency-key"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idempotency_key_accepts_quoted_and_bare_values() {
+        assert_eq!(IdempotencyKey::parse(b"\"abc\"").unwrap(), "abc");
+        assert_eq!(IdempotencyKey::parse(b"abc").unwrap(), "abc");
+        assert_eq!(IdempotencyKey::parse(br#""a\"b\\c""#).unwrap(), r#"a"b\c"#);
+        assert_eq!(IdempotencyKey::parse(b"  \"x y\" ").unwrap(), "x y");
+    }
+
+    #[test]
+    fn idempotency_key_refuses_malformed_values() {
+        for bad in [
+            &b"\"\""[..],
+            b"",
+            b"\"abc",
+            b"a\"bc",
+            b"\"a\"b\"",
+            b"\"a\\nb\"",
+            b"caf\xc3\xa9",
+        ] {
+            assert!(IdempotencyKey::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let long = vec![b'k'; MAX_IDEMPOTENCY_KEY_LEN + 1];
+        assert!(IdempotencyKey::parse(&long).is_err());
+        let max = vec![b'k'; MAX_IDEMPOTENCY_KEY_LEN];
+        assert!(IdempotencyKey::parse(&max).is_ok());
+    }
+}

@@ -1,0 +1,109 @@
+//! Deriving a lock key from a request: the [`KeyExtractor`] trait and the built-in
+//! extractors.
+//!
+//! Extractors see a request through [`RequestView`]: method, path, headers, and (for
+//! `http` 1 requests) the extensions. That keeps them framework-neutral: the tower layer
+//! hands them an [`http::Request`], and an integration for a framework with other request
+//! types implements [`RequestView`] for its own request.
+//!
+//! ```
+//! use http::HeaderName;
+//! use tower_lock::key::{HeaderKey, IdempotencyKey, KeyExtractor, RequestView, ScopedKey};
+//!
+//! // One lock per tenant.
+//! let per_tenant = HeaderKey::new(HeaderName::from_static("x-tenant-id"));
+//! // One lock per idempotency key, within a tenant.
+//! let idempotent = ScopedKey::new(HeaderName::from_static("x-tenant-id"), IdempotencyKey::new());
+//! // Anything else: a closure.
+//! let per_account = |req: &dyn RequestView| {
+//!     req.path().strip_prefix("/accounts/").map(|rest| rest.split('/').next().unwrap_or("").to_owned())
+//! };
+//!
+//! let req = http::Request::builder()
+//!     .uri("/accounts/7/transfers")
+//!     .header("x-tenant-id", "acme")
+//!     .header("idempotency-key", "\"8e03978e\"")
+//!     .body(())
+//!     .unwrap();
+//! assert_eq!(per_tenant.kind(), "header=x-tenant-id");
+//! assert_eq!(per_tenant.extract(&req).unwrap().as_deref(), Some("acme"));
+//! assert_eq!(idempotent.kind(), "scoped(x-tenant-id,idempotency-key)");
+//! assert_eq!(idempotent.extract(&req).unwrap().as_deref(), Some("acme/8e03978e"));
+//! assert_eq!(per_account.kind(), "custom");
+//! assert_eq!(per_account.extract(&req).unwrap().as_deref(), Some("7"));
+//! ```
+//!
+#![doc = include_str!("../docs/lock_key.md")]
+
+mod encoding;
+mod extractor;
+mod global;
+mod header;
+mod idempotency;
+mod malformed_key;
+mod path;
+mod request_view;
+mod scoped;
+
+pub use encoding::encode;
+pub(crate) use encoding::key_head;
+pub use extractor::KeyExtractor;
+pub use global::GlobalKey;
+pub use header::HeaderKey;
+pub use idempotency::{IdempotencyKey, MAX_IDEMPOTENCY_KEY_LEN};
+pub use malformed_key::MalformedKey;
+pub use path::{MethodPathKey, PathKey};
+pub use request_view::RequestView;
+pub use scoped::ScopedKey;
+
+/// A `POST /a/b?q=1` with `headers`, for the extractors' unit tests.
+#[cfg(test)]
+pub(crate) fn test_request(headers: &[(&str, &str)]) -> http::Request<()> {
+    let mut b = http::Request::builder().method("POST").uri("/a/b?q=1");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(()).unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderName;
+
+    use super::*;
+
+    #[test]
+    fn every_built_in_extractor_has_a_kind_of_its_own() {
+        let tenant = || HeaderName::from_static("x-tenant");
+        let header = HeaderKey::new(tenant());
+        let idempotency = IdempotencyKey::new();
+        let scoped = ScopedKey::new(tenant(), IdempotencyKey::new());
+        let scoped_header =
+            ScopedKey::new(tenant(), HeaderKey::new(HeaderName::from_static("x-k")));
+        let global = GlobalKey::new("g");
+        let closure = |_: &dyn RequestView| None;
+        let kinds = [
+            header.kind(),
+            idempotency.kind(),
+            scoped.kind(),
+            scoped_header.kind(),
+            PathKey.kind(),
+            MethodPathKey.kind(),
+            global.kind(),
+            closure.kind(),
+        ];
+        assert_eq!(
+            kinds,
+            [
+                "header=x-tenant",
+                "idempotency-key",
+                "scoped(x-tenant,idempotency-key)",
+                "scoped(x-tenant,header=x-k)",
+                "path",
+                "method-path",
+                "global",
+                "custom",
+            ]
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! [`RequestView`]: the parts of a request that key extractors may look at.
+
+/// The parts of a request that key extractors may look at.
+///
+/// Implemented for [`http::Request`] and [`http::request::Parts`]. A framework built on
+/// other request types implements it for a thin wrapper around its own request.
+pub trait RequestView {
+    /// The request method, e.g. `"POST"`.
+    fn method(&self) -> &str;
+    /// The request path, without the query string.
+    fn path(&self) -> &str;
+    /// The value of the first header called `name` (lower case), as raw bytes.
+    fn header(&self, name: &str) -> Option<&[u8]>;
+    /// The request's `http` 1 extensions, when the request has them (used by
+    /// route-aware extractors such as axum's matched path).
+    fn extensions(&self) -> Option<&http::Extensions> {
+        None
+    }
+}
+
+impl<B> RequestView for http::Request<B> {
+    fn method(&self) -> &str {
+        self.method().as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri().path()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers().get(name).map(|v| v.as_bytes())
+    }
+
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(self.extensions())
+    }
+}
+
+impl RequestView for http::request::Parts {
+    fn method(&self) -> &str {
+        self.method.as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(&self.extensions)
+    }
+}

@@ -1,0 +1,68 @@
+//! [`LeaseInfo`]: what a handler may know about the lease it runs under.
+
+use std::time::Duration;
+
+use crate::engine::{Fence, LockKey, LostSignal};
+
+/// What a handler may know about the lease it runs under; in the request extensions of
+/// every locked request. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LeaseInfo {
+    key: LockKey,
+    fence: Fence,
+    waited: Duration,
+    lost: LostSignal,
+    degraded: bool,
+}
+
+impl LeaseInfo {
+    pub(crate) fn new(
+        key: LockKey,
+        fence: Fence,
+        waited: Duration,
+        lost: LostSignal,
+        degraded: bool,
+    ) -> Self {
+        LeaseInfo {
+            key,
+            fence,
+            waited,
+            lost,
+            degraded,
+        }
+    }
+
+    /// The locked key: `<namespace>/<kind>/<value>` (see
+    /// [`key`](crate::key#the-lock-key)).
+    pub fn key(&self) -> &LockKey {
+        &self.key
+    }
+
+    /// The fencing token: pass it to storage so that it refuses writes from a holder
+    /// whose lease has run out.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// How long the request waited for the lock.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Resolves when the lease is lost (renewal failed or the key expired): the handler
+    /// is no longer protected and should stop.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lost.clone()
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_lost()
+    }
+
+    /// `true` if the lock was taken on the in-process fallback engine because the backend
+    /// failed (degrade policy): it excludes only requests on this node.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded
+    }
+}
