@@ -33,6 +33,8 @@ pub struct LockLayerBuilder {
     release: ReleasePoint,
     retry_after_fallback: Duration,
     on_reject: Option<RejectHook>,
+    /// The methods that take a lock (`None`: every method).
+    methods: Option<Vec<http::Method>>,
 }
 
 impl fmt::Debug for LockLayerBuilder {
@@ -66,7 +68,29 @@ impl LockLayerBuilder {
             release: ReleasePoint::default(),
             retry_after_fallback: Duration::from_secs(1),
             on_reject: None,
+            methods: None,
         }
+    }
+
+    /// Lock only requests with one of these methods; the others pass through unlocked
+    /// (no key is extracted, so a keyless `GET` next to a keyed `POST` on one route is not
+    /// answered `400`). Default: every method; the idempotency preset: `POST` and `PATCH`.
+    /// An empty list is refused by [`build`](Self::build).
+    ///
+    /// ```
+    /// use http::Method;
+    /// use tower_lock::{LockEngine, LockLayer, key::PathKey};
+    ///
+    /// let layer = LockLayer::builder(LockEngine::in_memory())
+    ///     .key(PathKey)
+    ///     .methods([Method::POST, Method::PUT, Method::DELETE])
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.methods = Some(methods.into_iter().collect());
+        self
     }
 
     /// How a held key is answered when not waiting: `Locked` (423), or `Conflict` (409)
@@ -204,6 +228,11 @@ impl LockLayerBuilder {
         if options.max_waiters == Some(0) {
             return Err(ConfigError::ZeroMaxWaiters);
         }
+        let methods = match self.methods {
+            Some(methods) if methods.is_empty() => return Err(ConfigError::NoMethods),
+            Some(methods) => Some(methods.iter().map(|m| m.as_str().into()).collect()),
+            None => None,
+        };
         if wait.is_zero() && options.max_waiters.is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
@@ -229,6 +258,7 @@ impl LockLayerBuilder {
                 release: self.release,
                 retry_after_fallback: self.retry_after_fallback,
                 on_reject: self.on_reject,
+                methods,
             },
             self.engine,
         ))

@@ -24,6 +24,8 @@ pub enum ConfigError {
     /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
     /// would run the duplicate after the first instead.
     IdempotencyWait,
+    /// `methods` was given an empty list: the layer would lock nothing.
+    NoMethods,
     /// The namespace (or, with it, the extractor's kind) is not valid key material: a
     /// control character, or too long to leave room for a value.
     Namespace(KeyError),
@@ -37,6 +39,9 @@ impl fmt::Display for ConfigError {
             ConfigError::TtlTooShort(ttl) => {
                 write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")
             }
+            ConfigError::NoMethods => f.write_str(
+                "`methods` needs at least one method (to lock every method, do not call it)",
+            ),
             ConfigError::ZeroMaxWaiters => f.write_str(
                 "`max_waiters` must be at least 1 (for no waiting at all, set no wait limit)",
             ),

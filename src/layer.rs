@@ -44,9 +44,10 @@ impl LockLayer {
 
     /// The idempotency preset, after the IETF Idempotency-Key draft: the key is the
     /// `Idempotency-Key` header (required: `400` when missing or malformed), and a
-    /// duplicate in flight is answered `409 Conflict` at once. Scope keys by tenant or
-    /// principal with
-    /// `.key(ScopedKey::new(header, IdempotencyKey::new()))`.
+    /// duplicate in flight is answered `409 Conflict` at once. It applies to `POST` and
+    /// `PATCH` (the methods that are not idempotent by definition); other methods pass
+    /// through unlocked (change with [`LockLayerBuilder::methods`]). Scope keys by tenant or
+    /// principal with `.key(ScopedKey::new(header, IdempotencyKey::new()))`.
     ///
     /// ```
     /// use http::HeaderName;
@@ -63,6 +64,7 @@ impl LockLayer {
             .key(IdempotencyKey::new())
             .on_missing_key(MissingKeyPolicy::Reject)
             .busy(RejectionKind::Conflict)
+            .methods([http::Method::POST, http::Method::PATCH])
     }
 
     /// The layer's counters and histograms.

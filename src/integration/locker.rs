@@ -47,6 +47,8 @@ pub(crate) struct Config {
     pub(crate) release: ReleasePoint,
     pub(crate) retry_after_fallback: Duration,
     pub(crate) on_reject: Option<RejectHook>,
+    /// The methods that take a lock (`None`: every method).
+    pub(crate) methods: Option<Box<[Box<str>]>>,
 }
 
 struct Shared {
@@ -183,7 +185,21 @@ impl RequestLocker {
         &self.shared.config.namespace
     }
 
+    /// Whether requests with `method` take a lock ([`LockLayerBuilder::methods`]).
+    ///
+    /// [`LockLayerBuilder::methods`]: crate::LockLayerBuilder::methods
+    pub fn locks_method(&self, method: &str) -> bool {
+        self.shared
+            .config
+            .methods
+            .as_ref()
+            .is_none_or(|methods| methods.iter().any(|m| &**m == method))
+    }
+
     pub(crate) fn start(&self, req: &dyn RequestView) -> Start {
+        if !self.locks_method(req.method()) {
+            return Start::Now(Outcome::Unlocked);
+        }
         match self.key(req) {
             Err(rejection) => Start::Now(Outcome::Rejected(rejection)),
             Ok(None) => {
