@@ -35,6 +35,7 @@ pub struct LockLayerBuilder {
     on_reject: Option<RejectHook>,
     /// The methods that take a lock (`None`: every method).
     methods: Option<Vec<http::Method>>,
+    problem_type_base: Option<String>,
 }
 
 impl fmt::Debug for LockLayerBuilder {
@@ -69,7 +70,19 @@ impl LockLayerBuilder {
             retry_after_fallback: Duration::from_secs(1),
             on_reject: None,
             methods: None,
+            problem_type_base: None,
         }
+    }
+
+    /// The base of the problem `type` URIs of rejections, so they point at your own
+    /// documentation: `https://example.com/problems/` makes a `423` answer with
+    /// `"type": "https://example.com/problems/locked"` (the base followed by
+    /// [`RejectionKind::slug`]). Default: the `urn:tower-lock:problem:` URNs. A base that is
+    /// not a valid URI is refused by [`build`](Self::build). Every rejection also carries
+    /// `instance`, the request path (RFC 9457).
+    pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {
+        self.problem_type_base = Some(base.into());
+        self
     }
 
     /// Lock only requests with one of these methods; the others pass through unlocked
@@ -228,6 +241,12 @@ impl LockLayerBuilder {
         if options.max_waiters == Some(0) {
             return Err(ConfigError::ZeroMaxWaiters);
         }
+        let problem_type_base = match self.problem_type_base {
+            Some(base) if base.is_empty() || base.parse::<http::Uri>().is_err() => {
+                return Err(ConfigError::ProblemTypeBase(base));
+            }
+            base => base.map(Arc::from),
+        };
         let methods = match self.methods {
             Some(methods) if methods.is_empty() => return Err(ConfigError::NoMethods),
             Some(methods) => Some(methods.iter().map(|m| m.as_str().into()).collect()),
@@ -259,6 +278,7 @@ impl LockLayerBuilder {
                 retry_after_fallback: self.retry_after_fallback,
                 on_reject: self.on_reject,
                 methods,
+                problem_type_base,
             },
             self.engine,
         ))

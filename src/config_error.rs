@@ -26,6 +26,8 @@ pub enum ConfigError {
     IdempotencyWait,
     /// `methods` was given an empty list: the layer would lock nothing.
     NoMethods,
+    /// The base of problem types is not a valid URI.
+    ProblemTypeBase(String),
     /// The namespace (or, with it, the extractor's kind) is not valid key material: a
     /// control character, or too long to leave room for a value.
     Namespace(KeyError),
@@ -38,6 +40,9 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
             ConfigError::TtlTooShort(ttl) => {
                 write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")
+            }
+            ConfigError::ProblemTypeBase(base) => {
+                write!(f, "the problem type base {base:?} is not a valid URI")
             }
             ConfigError::NoMethods => f.write_str(
                 "`methods` needs at least one method (to lock every method, do not call it)",

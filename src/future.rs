@@ -148,7 +148,7 @@ where
                         }
                         Outcome::Unlocked => None,
                         Outcome::Rejected(rejection) => {
-                            let response = locker.respond(rejection);
+                            let response = locker.respond(rejection, &request);
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));
                         }
                     };

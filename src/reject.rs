@@ -38,7 +38,7 @@
 //! # let _ = layer;
 //! ```
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -94,7 +94,9 @@ impl RejectionKind {
         }
     }
 
-    /// The stable problem `type` URI of this kind.
+    /// The stable problem `type` URI of this kind (without a base set with
+    /// [`LockLayerBuilder::problem_type_base`](crate::LockLayerBuilder::problem_type_base)):
+    /// `urn:tower-lock:problem:` followed by [`slug`](Self::slug).
     pub fn type_uri(self) -> &'static str {
         match self {
             RejectionKind::MissingKey => "urn:tower-lock:problem:missing-key",
@@ -105,6 +107,13 @@ impl RejectionKind {
             RejectionKind::QueueFull => "urn:tower-lock:problem:too-many-waiters",
             RejectionKind::BackendUnavailable => "urn:tower-lock:problem:lock-unavailable",
         }
+    }
+
+    /// The last segment of the problem `type`: `missing-key`, `malformed-key`, `conflict`,
+    /// `locked`, `wait-timed-out`, `too-many-waiters`, `lock-unavailable`.
+    pub fn slug(self) -> &'static str {
+        let uri = self.type_uri();
+        &uri["urn:tower-lock:problem:".len()..]
     }
 
     /// The problem `title`: short, the same for every rejection of this kind.
@@ -146,6 +155,10 @@ pub struct Rejection {
     kind: RejectionKind,
     detail: String,
     retry_after: Option<u64>,
+    /// The layer's base for problem types (`None`: the `urn:tower-lock:problem:` URNs).
+    type_base: Option<Arc<str>>,
+    /// The problem's `instance`: the request path.
+    instance: Option<String>,
 }
 
 /// `Retry-After` in whole seconds: rounded up, and never 0 (a client told "retry after 0"
@@ -167,7 +180,34 @@ impl Rejection {
             kind,
             detail: detail.into(),
             retry_after: retry_after.map(retry_after_secs),
+            type_base: None,
+            instance: None,
         }
+    }
+
+    /// Set the problem's `instance` (RFC 9457): the layer sets the request path.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.instance = Some(instance.into());
+        self
+    }
+
+    pub(crate) fn with_type_base(mut self, base: Option<Arc<str>>) -> Self {
+        self.type_base = base;
+        self
+    }
+
+    /// The problem `type`: the layer's base followed by the kind's [slug](RejectionKind::slug)
+    /// when a base is set, else the kind's `urn:tower-lock:problem:` URN.
+    pub fn type_uri(&self) -> String {
+        match &self.type_base {
+            Some(base) => format!("{base}{}", self.kind.slug()),
+            None => self.kind.type_uri().to_owned(),
+        }
+    }
+
+    /// The problem's `instance`, when set: the path of the rejected request.
+    pub fn instance(&self) -> Option<&str> {
+        self.instance.as_deref()
     }
 
     /// Why the request was rejected.
@@ -200,15 +240,18 @@ impl Rejection {
         h
     }
 
-    /// The `application/problem+json` body: `type`, `title`, `status`, `detail`, and
-    /// `retry_after` (seconds) when set.
+    /// The `application/problem+json` body: `type`, `title`, `status`, `detail`,
+    /// `instance` (the request path) and `retry_after` (seconds) when set.
     pub fn body(&self) -> Bytes {
         let mut v = serde_json::json!({
-            "type": self.kind.type_uri(),
+            "type": self.type_uri(),
             "title": self.kind.title(),
             "status": self.status().as_u16(),
             "detail": self.detail,
         });
+        if let Some(instance) = &self.instance {
+            v["instance"] = instance.as_str().into();
+        }
         if let Some(secs) = self.retry_after {
             v["retry_after"] = secs.into();
         }

@@ -70,7 +70,7 @@ where
         let head = req.method() == Method::HEAD;
         match self.locker.start(&req) {
             Start::Now(Outcome::Rejected(rejection)) => {
-                ResponseFuture::rejected(self.locker.respond(rejection))
+                ResponseFuture::rejected(self.locker.respond(rejection, &req))
             }
             // No key to wait for: call the ready inner service right away.
             Start::Now(Outcome::Unlocked) => {

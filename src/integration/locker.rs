@@ -49,6 +49,8 @@ pub(crate) struct Config {
     pub(crate) on_reject: Option<RejectHook>,
     /// The methods that take a lock (`None`: every method).
     pub(crate) methods: Option<Box<[Box<str>]>>,
+    /// The base of problem `type` URIs (`None`: the `urn:tower-lock:problem:` URNs).
+    pub(crate) problem_type_base: Option<Arc<str>>,
 }
 
 struct Shared {
@@ -392,7 +394,10 @@ impl RequestLocker {
 
     /// The response for `rejection`: the user's hook if one is set, else
     /// [`Rejection::into_response`].
-    pub fn respond(&self, rejection: Rejection) -> http::Response<Bytes> {
+    pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
+        let rejection = rejection
+            .with_type_base(self.shared.config.problem_type_base.clone())
+            .with_instance(req.path());
         match &self.shared.config.on_reject {
             Some(hook) => hook(rejection),
             None => rejection.into_response(),

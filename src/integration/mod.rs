@@ -23,7 +23,7 @@
 //! match locker.acquire(&req).await {
 //!     Outcome::Locked(guard) => println!("run the handler holding {}", guard.info().key()),
 //!     Outcome::Unlocked => println!("run the handler without a lock"),
-//!     Outcome::Rejected(rejection) => println!("answer {}", locker.respond(rejection).status()),
+//!     Outcome::Rejected(rejection) => println!("answer {}", locker.respond(rejection, &req).status()),
 //! }
 //! # }
 //! ```

@@ -308,7 +308,8 @@ where
                 }
                 Outcome::Unlocked => None,
                 Outcome::Rejected(rejection) => {
-                    let response = to_actix_response(locker.respond(rejection));
+                    let response =
+                        to_actix_response(locker.respond(rejection, &ActixRequest::from(&req)));
                     return Ok(req.into_response(response).map_into_right_body());
                 }
             };
