@@ -20,8 +20,14 @@
 use tower_layer::Layer;
 
 use crate::{
-    builder::LockLayerBuilder, engine::LockEngine, integration::RequestLocker, key::IdempotencyKey,
-    metrics::LockMetrics, options::MissingKeyPolicy, reject::RejectionKind, service::LockService,
+    builder::LockLayerBuilder,
+    engine::LockEngine,
+    integration::RequestLocker,
+    key::{IdempotencyKey, PrincipalScopedKey},
+    metrics::LockMetrics,
+    options::MissingKeyPolicy,
+    reject::RejectionKind,
+    service::LockService,
 };
 
 /// Serializes the wrapped service per lock key; see the [crate docs](crate).
@@ -65,6 +71,36 @@ impl LockLayer {
             .on_missing_key(MissingKeyPolicy::Reject)
             .busy(RejectionKind::Conflict)
             .methods([http::Method::POST, http::Method::PATCH])
+    }
+
+    /// The idempotency preset with each key scoped by the authenticated principal: the
+    /// `P` an authentication middleware put in the request extensions (its `Display` is
+    /// the scope). A request without a `P` is answered `400` like one without a key; put
+    /// the authentication layer outside this one.
+    ///
+    /// ```
+    /// use std::fmt;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// #[derive(Clone)]
+    /// struct UserId(u64);
+    ///
+    /// impl fmt::Display for UserId {
+    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    ///         write!(f, "{}", self.0)
+    ///     }
+    /// }
+    ///
+    /// let layer = LockLayer::idempotency_per_principal::<UserId>(LockEngine::in_memory())
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn idempotency_per_principal<P>(engine: LockEngine) -> LockLayerBuilder
+    where
+        P: std::fmt::Display + Send + Sync + 'static,
+    {
+        Self::idempotency(engine).key(PrincipalScopedKey::<P, _>::new(IdempotencyKey::new()))
     }
 
     /// The layer's counters and histograms.

@@ -37,22 +37,26 @@
 
 mod encoding;
 mod extractor;
+mod from_fn;
 mod global;
 mod header;
 mod idempotency;
 mod malformed_key;
 mod path;
+mod principal;
 mod request_view;
 mod scoped;
 
 pub use encoding::encode;
 pub(crate) use encoding::key_head;
 pub use extractor::KeyExtractor;
+pub use from_fn::{FnKey, from_fn};
 pub use global::GlobalKey;
 pub use header::HeaderKey;
 pub use idempotency::{IdempotencyKey, MAX_IDEMPOTENCY_KEY_LEN};
 pub use malformed_key::MalformedKey;
 pub use path::{MethodPathKey, PathKey};
+pub use principal::PrincipalScopedKey;
 pub use request_view::RequestView;
 pub use scoped::ScopedKey;
 

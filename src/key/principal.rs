@@ -1,0 +1,99 @@
+//! [`PrincipalScopedKey`]: another extractor's key, scoped by the authenticated principal
+//! an earlier middleware put in the request extensions.
+
+use std::{any::type_name, fmt, marker::PhantomData};
+
+use super::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into};
+
+/// Another extractor's key, scoped by the principal of type `P` found in the request
+/// extensions (put there by an authentication middleware that runs before the lock
+/// layer): two principals sending the same inner key lock different keys. A request
+/// without a `P` has no key (`400` under the idempotency preset; see
+/// [`LockLayer::idempotency_per_principal`](crate::LockLayer::idempotency_per_principal)).
+///
+/// The value is `<principal>/<inner value>`, the principal (its `Display`) escaped as in
+/// the [lock key](crate::key#the-lock-key); the kind is `principal(<type of P>,<inner
+/// kind>)`. Framework integrations without `http` extensions (actix) find no principal.
+pub struct PrincipalScopedKey<P, K> {
+    inner: K,
+    kind: String,
+    _principal: PhantomData<fn() -> P>,
+}
+
+impl<P, K: KeyExtractor> PrincipalScopedKey<P, K> {
+    /// Scope `inner` by the `P` in the request extensions.
+    pub fn new(inner: K) -> Self {
+        let kind = format!("principal({},{})", type_name::<P>(), inner.kind());
+        PrincipalScopedKey {
+            inner,
+            kind,
+            _principal: PhantomData,
+        }
+    }
+}
+
+impl<P, K: fmt::Debug> fmt::Debug for PrincipalScopedKey<P, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PrincipalScopedKey")
+            .field("principal", &type_name::<P>())
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl<P, K> KeyExtractor for PrincipalScopedKey<P, K>
+where
+    P: fmt::Display + Send + Sync + 'static,
+    K: KeyExtractor,
+{
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        let Some(principal) = req.extensions().and_then(|e| e.get::<P>()) else {
+            return Ok(None);
+        };
+        let principal = principal.to_string();
+        if principal.is_empty() {
+            return Ok(None);
+        }
+        let Some(inner) = self.inner.extract(req)? else {
+            return Ok(None);
+        };
+        let mut value = String::with_capacity(principal.len() + 1 + inner.len());
+        escape_into(&mut value, &principal);
+        value.push('/');
+        value.push_str(&inner);
+        Ok(Some(value))
+    }
+
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{IdempotencyKey, test_request as req};
+
+    #[derive(Clone)]
+    struct User(&'static str);
+
+    impl fmt::Display for User {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    #[test]
+    fn principals_scope_the_inner_key_and_a_missing_principal_is_no_key() {
+        let k = PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
+        let with = |user| {
+            let mut r = req(&[("idempotency-key", "k")]);
+            r.extensions_mut().insert(User(user));
+            k.extract(&r).unwrap()
+        };
+        assert_ne!(with("a/b"), with("a"));
+        assert_eq!(with("alice").as_deref(), Some("alice/k"));
+        assert_eq!(k.extract(&req(&[("idempotency-key", "k")])).unwrap(), None);
+        assert!(k.kind().starts_with("principal(") && k.kind().ends_with(",idempotency-key)"));
+    }
+}

@@ -1,0 +1,104 @@
+//! Extractors that can refuse, and the principal-scoped idempotency preset, through the
+//! tower layer.
+
+use std::{convert::Infallible, fmt};
+
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tower::{ServiceExt, service_fn};
+use tower_lock::{
+    LockEngine, LockLayer,
+    key::{self, MalformedKey, RequestView},
+};
+
+#[derive(Clone)]
+struct UserId(&'static str);
+
+impl fmt::Display for UserId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// POST `/orders` as `user` (if any) with `idempotency-key: k` (if any); the handler
+/// reports its lock key.
+async fn post(
+    layer: &LockLayer,
+    user: Option<&'static str>,
+    k: Option<&str>,
+) -> (StatusCode, String) {
+    let service = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(service_fn(|req: Request<String>| async move {
+            let key = req
+                .extensions()
+                .get::<tower_lock::LeaseInfo>()
+                .map_or(String::new(), |i| i.key().to_string());
+            Ok::<_, Infallible>(Response::new(key))
+        }));
+    let mut req = Request::post("/orders");
+    if let Some(k) = k {
+        req = req.header("idempotency-key", k);
+    }
+    let mut req = req.body(String::new()).unwrap();
+    if let Some(user) = user {
+        // What an authentication middleware outside the lock layer would do.
+        req.extensions_mut().insert(UserId(user));
+    }
+    let res = service.oneshot(req).await.unwrap();
+    let status = res.status();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test]
+async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
+    let engine = LockEngine::in_memory();
+    let layer = LockLayer::idempotency_per_principal::<UserId>(engine.clone())
+        .build()
+        .unwrap();
+    let (status, alice) = post(&layer, Some("alice"), Some("k")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, bob) = post(&layer, Some("bob"), Some("k")).await;
+    assert_ne!(
+        alice, bob,
+        "two principals with one key take different locks"
+    );
+    // Alice's key held: Alice's duplicate is 409, Bob's request with the same key runs.
+    let held = engine.lock(&alice).acquire().await.unwrap();
+    assert_eq!(
+        post(&layer, Some("alice"), Some("k")).await.0,
+        StatusCode::CONFLICT
+    );
+    assert_eq!(post(&layer, Some("bob"), Some("k")).await.0, StatusCode::OK);
+    held.release().await.unwrap();
+    // No principal: no key, 400.
+    assert_eq!(
+        post(&layer, None, Some("k")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn a_closure_that_refuses_a_key_is_answered_400_with_its_reason() {
+    let layer = LockLayer::idempotency(LockEngine::in_memory())
+        .key(key::from_fn("user-key", |req: &dyn RequestView| {
+            let user = req.extensions().and_then(|e| e.get::<UserId>());
+            match user {
+                None => Ok(None),
+                Some(UserId(u)) if u.contains(' ') => {
+                    Err(MalformedKey::new("the user id has a space"))
+                }
+                Some(UserId(u)) => Ok(Some((*u).to_owned())),
+            }
+        }))
+        .build()
+        .unwrap();
+    let (status, key) = post(&layer, Some("alice"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(key.contains("/user-key/alice"), "{key}");
+    let (status, body) = post(&layer, Some("a b"), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.contains("the user id has a space"), "{body}");
+    assert_eq!(post(&layer, None, None).await.0, StatusCode::BAD_REQUEST);
+}
