@@ -77,8 +77,8 @@ async fn bodiless_responses_release_the_key_before_the_client_has_them_in_proces
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodiless_responses_release_the_key_before_the_client_has_them_on_redis() {
-    use support::redis::RedisServer;
     use tower_lock::engine::redis::RedisBackend;
+    use tower_lock_test_support::redis::RedisServer;
 
     let backend = RedisBackend::builder(RedisServer::shared().url())
         .prefix("layer-bodiless")

@@ -24,10 +24,7 @@ use axum::{
 };
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use support::{
-    http::{Gate, GateControl, Reply, TestServer, channel_body, gate, serve},
-    redis::RedisServer,
-};
+use support::http::{Gate, GateControl, Reply, TestServer, channel_body, gate, serve};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     sync::{mpsc, oneshot},
@@ -38,6 +35,7 @@ use tower_lock::{
     BackendFailurePolicy, LeaseInfo, LockEngine, LockLayer, engine::redis::RedisBackend,
     key::HeaderKey,
 };
+use tower_lock_test_support::redis::RedisServer;
 
 /// The command timeout of the fault tests' engines: short, so an outage is answered fast.
 const SHORT_TIMEOUT: Duration = Duration::from_millis(200);

@@ -4,17 +4,14 @@
 //! handing it to actix. The same client's next request for the key must then never meet
 //! its own previous lease.
 
-#[path = "../../../tests/support/redis.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod redis_server;
 mod support;
 
 use actix_web::{HttpResponse, HttpServer, web};
 use http::StatusCode;
-use redis_server::RedisServer;
 use support::spawn_actix;
 use tower_lock::{LockEngine, LockLayer, engine::redis::RedisBackend, key::HeaderKey};
 use tower_lock_actix::LockMiddleware;
+use tower_lock_test_support::redis::RedisServer;
 
 /// Back-to-back requests per kind of response: the race this guards against was lost in
 /// about 2 % of requests.

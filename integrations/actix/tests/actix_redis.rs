@@ -1,9 +1,6 @@
 //! The actix middleware on the Redis backend, through a real socket: a redis-server of the
 //! test's own, actix `HttpServer`s with several workers, a hyper-util client.
 
-#[path = "../../../tests/support/redis.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod redis_server;
 mod support;
 
 use std::{
@@ -18,11 +15,11 @@ use actix_web::{App, HttpResponse, HttpServer, web};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
-use redis_server::RedisServer;
 use support::{TestServer, channel_body, serve_axum, spawn_actix};
 use tokio::sync::mpsc;
 use tower_lock::{LockEngine, LockLayer, engine::redis::RedisBackend, key::HeaderKey};
 use tower_lock_actix::{LockFence, LockMiddleware};
+use tower_lock_test_support::redis::RedisServer;
 
 const WORKERS: usize = 4;
 
