@@ -9,8 +9,6 @@
 // here, the shared module is loaded once per example.
 #![allow(clippy::duplicate_mod)]
 
-mod support;
-
 #[path = "../examples/demo.rs"]
 #[allow(dead_code)]
 mod demo;
@@ -25,22 +23,13 @@ mod actix_example;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use actix_web::{App, HttpServer};
-use bytes::Bytes;
+use actix_web::App;
 use http::StatusCode;
-use http_body_util::{BodyExt, Full};
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use support::http::{Reply, serve};
-use tower_lock::{Lease, LockEngine};
-
-async fn hold(engine: &LockEngine, key: &str) -> Lease {
-    engine
-        .lock(key)
-        .ttl(Duration::from_secs(10))
-        .try_acquire()
-        .await
-        .unwrap_or_else(|e| panic!("{key} is free: {e}"))
-}
+use tower_lock::LockEngine;
+use tower_lock_test_support::{
+    http::{Reply, serve, serve_actix},
+    scenarios::{hold, wait_for_waiters},
+};
 
 fn assert_problem(reply: &Reply, status: StatusCode, kind: &str) {
     assert_eq!(reply.status, status, "{}", reply.text());
@@ -111,17 +100,6 @@ async fn demo_prints_a_curl_session_for_its_address() {
     assert!(hint.contains("/tenants/acme/jobs"));
 }
 
-async fn wait_for_waiters(engine: &LockEngine, key: &str, n: usize) {
-    tokio::time::timeout(Duration::from_secs(10), async {
-        // The engine offers no event for "a waiter queued"; look again after a short nap.
-        while engine.lock(key).waiters().await.unwrap() < n {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await
-    .expect("waiters queue within 10 s");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_fifo_runs_one_tenants_jobs_in_arrival_order_and_other_tenants_alongside() {
     const N: usize = 5;
@@ -163,74 +141,48 @@ async fn tenant_fifo_runs_one_tenants_jobs_in_arrival_order_and_other_tenants_al
     assert_problem(&no_tenant, StatusCode::BAD_REQUEST, "missing-key");
 }
 
-/// `POST path` with `headers` to the server at `addr`.
-async fn post_to(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = http::Request::post(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let res = tokio::time::timeout(
-        Duration::from_secs(20),
-        client.request(req.body(Full::new(Bytes::new())).unwrap()),
-    )
-    .await
-    .expect("response within 20 s")
-    .expect("request succeeds");
-    let (parts, body) = res.into_parts();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.unwrap().to_bytes(),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn actix_example_answers_like_the_demo_across_workers() {
     let engine = LockEngine::in_memory();
     let guards = actix_example::Guards::new(engine.clone(), Duration::ZERO).unwrap();
-    let server =
-        HttpServer::new(move || App::new().configure(|cfg| actix_example::routes(cfg, &guards)))
-            .workers(2)
-            .disable_signals()
-            .bind(("127.0.0.1", 0))
-            .unwrap();
-    let addr = server.addrs()[0];
-    let server = server.run();
-    let handle = server.handle();
-    tokio::spawn(server);
+    let server = serve_actix(2, move || {
+        App::new().configure(|cfg| actix_example::routes(cfg, &guards))
+    });
 
-    let created = post_to(addr, "/orders", &[("idempotency-key", "\"order-1\"")]).await;
+    let created = server
+        .post("/orders", &[("idempotency-key", "\"order-1\"")])
+        .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
 
-    let missing = post_to(addr, "/orders", &[]).await;
+    let missing = server.post("/orders", &[]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
 
     let _order = hold(&engine, "/idempotency-key/order-2").await;
-    let duplicate = post_to(addr, "/orders", &[("idempotency-key", "\"order-2\"")]).await;
+    let duplicate = server
+        .post("/orders", &[("idempotency-key", "\"order-2\"")])
+        .await;
     assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
     assert_retry_after(&duplicate);
 
     let _import = hold(&engine, "import/tenant/acme").await;
-    let locked = post_to(addr, "/tenants/acme/import", &[]).await;
+    let locked = server.post("/tenants/acme/import", &[]).await;
     assert_problem(&locked, StatusCode::LOCKED, "locked");
     assert_retry_after(&locked);
 
     let _jobs = hold(&engine, "jobs/tenant/acme").await;
-    let timed_out = post_to(addr, "/tenants/acme/jobs", &[]).await;
+    let timed_out = server.post("/tenants/acme/jobs", &[]).await;
     assert_problem(&timed_out, StatusCode::TOO_MANY_REQUESTS, "wait-timed-out");
     assert_retry_after(&timed_out);
-    let other = post_to(addr, "/tenants/globex/jobs", &[]).await;
+    let other = server.post("/tenants/globex/jobs", &[]).await;
     assert_eq!(other.status, StatusCode::OK, "{}", other.text());
     // Another spelling of acme cannot take a lock of its own.
-    let respelled = post_to(addr, "/tenants/acm%65/jobs", &[]).await;
+    let respelled = server.post("/tenants/acm%65/jobs", &[]).await;
     assert_problem(&respelled, StatusCode::BAD_REQUEST, "malformed-key");
 
     assert_eq!(
-        post_to(addr, "/unknown", &[]).await.status,
+        server.post("/unknown", &[]).await.status,
         StatusCode::NOT_FOUND
     );
-    handle.stop(false).await;
 }
 
 #[path = "../examples/engine.rs"]

@@ -14,8 +14,6 @@
 //! Each soak is bounded (about 20 s on Redis, 8 s in memory) and stops by itself. The seed
 //! is printed; `SOAK_SEED=<n>` replays a run's random choices.
 
-mod support;
-
 use std::{
     collections::HashMap,
     sync::{
@@ -27,10 +25,10 @@ use std::{
 };
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-#[cfg(feature = "redis")]
-use support::redis::RedisServer;
 use tokio::{sync::Mutex, time::Instant};
 use tower_lock::{Lease, LockEngine, LockError, MemoryBackend};
+#[cfg(feature = "redis")]
+use tower_lock_test_support::redis::RedisServer;
 
 const KEYS: [&str; 3] = ["soak-a", "soak-b", "soak-c"];
 

@@ -1,9 +1,7 @@
 //! The lease's process-local machinery under the interleavings that break exclusion: a
 //! blocked runtime, a cancelled release, a renewal that lands after `extend_to`, a renewal
 //! in flight at release. The in-process backend runs underneath, behind hooks that hold a
-//! chosen call (`support::scripted`), so each interleaving happens every run.
-
-mod support;
+//! chosen call (`tower_lock_test_support::scripted`), so each interleaving happens every run.
 
 use std::{
     sync::{Arc, atomic::Ordering, mpsc},
@@ -11,9 +9,9 @@ use std::{
     time::Duration,
 };
 
-use support::scripted::Scripted;
 use tokio::time::{Instant, timeout};
 use tower_lock::LockEngine;
+use tower_lock_test_support::scripted::Scripted;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -3,45 +3,21 @@
 //! crashed FIFO waiter. Each test owns its redis-server.
 #![cfg(feature = "redis")]
 
-mod support;
-
 use std::{
     process::{Command, Stdio},
     time::Duration,
 };
 
-use support::redis::RedisServer;
 use tokio::time::{Instant, timeout};
 use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 
 /// Set in a child process started by [`spawn_child`]: which role it plays.
 const CHILD_ROLE: &str = "TOWER_LOCK_TEST_CHILD";
 
+/// An engine on `server` under `prefix`, with a short command timeout.
 async fn engine(server: &RedisServer, prefix: &str) -> LockEngine {
-    let backend = RedisBackend::builder(server.url())
-        .prefix(prefix)
-        .command_timeout(Duration::from_millis(300))
-        .build()
-        .await
-        .expect("connect");
-    LockEngine::new(backend)
-}
-
-/// Keys under `prefix` other than fence tombstones, which must all carry a TTL.
-fn residue(server: &RedisServer, prefix: &str) -> Vec<String> {
-    let mut left = Vec::new();
-    for key in server.scan(&format!("{prefix}:*")) {
-        let is_tombstone = key
-            .split_once("}:")
-            .is_some_and(|(_, rest)| rest.starts_with("fence:"));
-        if is_tombstone {
-            let ttl: i64 = server.cli(["PTTL", &key]).parse().unwrap();
-            assert!(ttl > 0, "tombstone {key} has no TTL ({ttl})");
-        } else {
-            left.push(key);
-        }
-    }
-    left
+    redis_engine(server, prefix, Some(Duration::from_millis(300))).await
 }
 
 async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {

@@ -1,21 +1,17 @@
 //! tower-lock-axum on the Redis backend, through real sockets: two axum servers (two
 //! nodes, each with its own engine) on one redis-server of the test's own.
 
-#[path = "../../../tests/support/redis.rs"]
-#[allow(dead_code, unreachable_pub)]
-mod redis_server;
-
 use std::{net::SocketAddr, time::Duration};
 
 use axum::{Router, routing::post};
-use redis_server::RedisServer;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
     sync::{mpsc, watch},
 };
-use tower_lock::{LockEngine, LockLayer, engine::redis::RedisBackend};
+use tower_lock::{LockEngine, LockLayer};
 use tower_lock_axum::{Locked, RouteKey};
+use tower_lock_test_support::redis::RedisServer;
 
 /// A node: an engine on `redis`, and an axum server whose `/tenants/{id}/jobs` is serialized
 /// per tenant. Its handler reports the lock key and fence, then waits for `open`.
@@ -24,12 +20,7 @@ async fn node(
     arrived: mpsc::UnboundedSender<(String, u64)>,
     open: watch::Receiver<bool>,
 ) -> (LockEngine, SocketAddr) {
-    let backend = RedisBackend::builder(redis.url())
-        .prefix("axum")
-        .build()
-        .await
-        .unwrap();
-    let engine = LockEngine::new(backend);
+    let engine = tower_lock_test_support::redis::engine(redis, "axum", None).await;
     let layer = LockLayer::builder(engine.clone())
         .key(RouteKey::param("id"))
         .build()

@@ -84,8 +84,11 @@ impl Hook {
 /// The in-process backend with hooks on release and renew, and a switch that fails renewals.
 #[derive(Default)]
 pub struct Scripted {
+    /// The in-process backend that does the work.
     pub inner: MemoryBackend,
+    /// The hook renewals pass through.
     pub renew: Hook,
+    /// The hook releases pass through.
     pub release: Hook,
     /// Renewals that arrive while this is set fail as a backend error (a partition).
     pub fail_renewals: AtomicBool,

@@ -2,7 +2,11 @@
 //!
 //! A backend plugs in with a [`Harness`] (a fresh engine per case, a time unit, and a way
 //! to list what the backend still keeps) and one `conformance_tests!` invocation in its
-//! own test file; see `tests/conformance_memory.rs`.
+//! own test file; see `tests/conformance_memory.rs`. The harnesses of this repository's
+//! backends are here too ([`memory`], [`core_only`], and `redis` with the `redis` feature).
+
+// The cases are public for the macros' sake; each one's name is its specification.
+#![allow(missing_docs)]
 
 use std::{
     future::Future,
@@ -13,6 +17,12 @@ use std::{
     },
     time::Duration,
 };
+
+mod harness;
+
+#[cfg(feature = "redis")]
+pub use harness::redis;
+pub use harness::{BackendHarness, core_only, memory};
 
 use tokio::time::{Instant, sleep, timeout};
 use tower_lock::{
@@ -92,7 +102,7 @@ macro_rules! conformance_tests {
             #[$attr]
             async fn $case() {
                 let harness = $make.await;
-                support::conformance::bounded(support::conformance::$case(&harness)).await;
+                $crate::conformance::bounded($crate::conformance::$case(&harness)).await;
             }
         )*
     };

@@ -18,16 +18,18 @@ use std::{
     io::{BufRead, BufReader, Read, Write},
     net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream},
     process::{Child, ChildStdin, Command, Stdio},
-    sync::{Mutex, OnceLock},
+    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
 /// A redis-server process owned by the test.
+#[derive(Debug)]
 pub struct RedisServer {
     port: u16,
     running: Mutex<Option<Guardian>>,
 }
 
+#[derive(Debug)]
 struct Guardian {
     shell: Child,
     /// Closing it (drop) makes the guardian kill the server.
@@ -57,9 +59,9 @@ impl RedisServer {
 
     /// One server per test binary, started on first use and killed when the process exits.
     /// Tests sharing it keep apart by key prefix; never kill, pause or restart it.
-    pub fn shared() -> &'static RedisServer {
-        static SHARED: OnceLock<RedisServer> = OnceLock::new();
-        SHARED.get_or_init(RedisServer::start)
+    pub fn shared() -> &'static Arc<RedisServer> {
+        static SHARED: OnceLock<Arc<RedisServer>> = OnceLock::new();
+        SHARED.get_or_init(|| Arc::new(RedisServer::start()))
     }
 
     /// The server's port.

@@ -1,0 +1,54 @@
+//! The tower-lock workspace's shared test fixtures and HTTP scenarios (not published).
+//!
+//! | module | what it holds | used by |
+//! | --- | --- | --- |
+//! | [`redis`] | a `redis-server` of the test's own on a free port (kill, restart, pause, freeze, `redis-cli`, SCAN); engines on it and what they leave behind | every Redis test |
+//! | [`http`] | a test app on a real socket (axum or actix), a hyper-util client, [`Reply`](http::Reply), a channel-fed body for either framework | every HTTP test |
+//! | [`gate`] | a gate handlers wait at until the test lets them through, counting who is inside | the scenarios, the Redis fault tests |
+//! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
+//! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/lease_lifecycle.rs`, the core-only conformance run |
+//! | [`conformance`] | the engine conformance suite, `conformance_tests!` / `core_conformance_tests!`, a harness per backend | `tests/conformance_*.rs` |
+//! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!` | `tests/layer_http.rs`, `tests/layer_redis.rs`, the actix tests |
+//!
+//! # One tower-lock
+//!
+//! This crate depends on `tower-lock` (and `tower-lock-actix`), and those crates use it as
+//! a dev-dependency: a dev-dependency cycle, which cargo allows. Its APIs name
+//! tower-lock's types (`LockEngine`, `LockLayer`, `Backend`), and that is sound because it
+//! is only used from *integration tests* (`tests/*.rs` of each crate): an integration test
+//! links the same build of `tower-lock` as this crate does, so the `LockEngine` made here
+//! is the test's `LockEngine`. A unit test inside `src/` (`#[cfg(test)]`) is compiled
+//! against a second build of the library, whose types differ from the ones named here
+//! (`expected LockEngine, found tower_lock::LockEngine`): never use this crate from a unit
+//! test. (The alternative, a crate that names no tower-lock type and expands every
+//! scenario from a macro in the test crate, would work from unit tests too, but no unit
+//! test needs it, and scenarios written as plain functions are checked, linted and read
+//! once, here.)
+//!
+//! Which backend the library is built with stays the choice of the crate under test: this
+//! crate depends on `tower-lock` without default features, and its `redis` feature (what
+//! names `RedisBackend`: engines on a test server, the Redis harness, the scenarios'
+//! [`Backend::Redis`](scenarios::Backend)) is turned on by the root crate's own `redis`
+//! feature (a feature may enable a dev-dependency's feature; `cargo package` drops the
+//! reference) and always by the integration crates. `cargo test --no-default-features`
+//! therefore still builds the library without Redis.
+//!
+//! # Scenarios
+//!
+//! A scenario is an `async fn` in [`scenarios`] that takes the [`Stack`](scenarios::Stack)
+//! it runs on: the [`Framework`](scenarios::Framework) (the tower layer under axum, or the
+//! actix middleware) and the [`Backend`](scenarios::Backend) (in-process or Redis). A test
+//! file instantiates the whole list with one macro call, one `#[tokio::test]` per
+//! scenario, named as the scenario, the way `conformance_tests!` does for the engine:
+//!
+//! ```ignore
+//! tower_lock_test_support::http_scenarios!(framework = tower, backend = Redis);
+//! ```
+
+pub mod conformance;
+pub mod gate;
+pub mod http;
+pub mod redis;
+pub mod scenarios;
+pub mod scripted;
+pub mod unavailable;

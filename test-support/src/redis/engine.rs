@@ -1,0 +1,44 @@
+//! Engines on a test redis-server, and what they leave behind.
+
+use std::time::Duration;
+
+use tower_lock::{LockEngine, engine::redis::RedisBackend};
+
+use super::RedisServer;
+
+/// An engine (a node: its own connection pool and subscriber) on `server`, its keys under
+/// `prefix`, with the backend's default command timeout or `timeout`.
+pub async fn engine(server: &RedisServer, prefix: &str, timeout: Option<Duration>) -> LockEngine {
+    let mut builder = RedisBackend::builder(server.url()).prefix(prefix);
+    if let Some(timeout) = timeout {
+        builder = builder.command_timeout(timeout);
+    }
+    LockEngine::new(
+        builder
+            .build()
+            .await
+            .expect("connect to the test redis-server"),
+    )
+}
+
+/// Whether `key` is a fence tombstone: documented, short-lived (it has a TTL), and kept so
+/// that fences never repeat.
+pub fn is_fence_tombstone(key: &str) -> bool {
+    key.split_once("}:")
+        .is_some_and(|(_, rest)| rest.starts_with("fence:"))
+}
+
+/// The keys under `prefix` other than fence tombstones, each of which must carry a TTL
+/// (blocking: `redis-cli`).
+pub fn residue(server: &RedisServer, prefix: &str) -> Vec<String> {
+    let mut left = Vec::new();
+    for key in server.scan(&format!("{prefix}:*")) {
+        if is_fence_tombstone(&key) {
+            let ttl: i64 = server.cli(["PTTL", &key]).parse().unwrap();
+            assert!(ttl > 0, "tombstone {key} has no TTL ({ttl})");
+        } else {
+            left.push(key);
+        }
+    }
+    left
+}

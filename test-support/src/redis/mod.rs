@@ -1,0 +1,12 @@
+//! A `redis-server` of the test's own on a free loopback port, and (with the `redis`
+//! feature) engines on it and a check of what they leave behind.
+
+mod server;
+
+pub use server::RedisServer;
+
+#[cfg(feature = "redis")]
+mod engine;
+
+#[cfg(feature = "redis")]
+pub use engine::{engine, is_fence_tombstone, residue};

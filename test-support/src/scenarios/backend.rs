@@ -1,0 +1,129 @@
+//! The backend a scenario runs on, and the lock table it gets there.
+
+use std::sync::Arc;
+
+use tower_lock::{LockEngine, LockLayer, LockLayerBuilder, MemoryBackend};
+
+use super::{header_key, until_free};
+
+/// The backend a scenario's engines run on.
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    /// The in-process backend: one lock table per scenario.
+    InProcess,
+    /// The Redis backend on the test binary's shared redis-server: one key prefix per
+    /// scenario.
+    #[cfg(feature = "redis")]
+    Redis,
+}
+
+/// One scenario's lock table: its engine, and what it leaves behind.
+#[derive(Debug)]
+pub struct LockTable {
+    engine: LockEngine,
+    place: Place,
+}
+
+#[derive(Debug)]
+enum Place {
+    InProcess(Arc<MemoryBackend>),
+    #[cfg(feature = "redis")]
+    Redis {
+        server: Arc<crate::redis::RedisServer>,
+        prefix: String,
+        timeout: Option<std::time::Duration>,
+    },
+}
+
+impl Backend {
+    /// A fresh lock table for the scenario `name` (unique in the test binary).
+    pub async fn table(self, name: &str) -> LockTable {
+        match self {
+            Backend::InProcess => {
+                // A table of its own: no name needed to keep apart.
+                let _ = name;
+                let backend = Arc::new(MemoryBackend::new());
+                LockTable {
+                    engine: LockEngine::from_arc(backend.clone()),
+                    place: Place::InProcess(backend),
+                }
+            }
+            #[cfg(feature = "redis")]
+            Backend::Redis => {
+                let server = crate::redis::RedisServer::shared().clone();
+                LockTable::on_redis(server, &format!("scenario-{name}"), None).await
+            }
+        }
+    }
+}
+
+impl LockTable {
+    /// The keys under `prefix` on `server`, through engines with the backend's default
+    /// command timeout or `timeout`.
+    #[cfg(feature = "redis")]
+    pub async fn on_redis(
+        server: Arc<crate::redis::RedisServer>,
+        prefix: &str,
+        timeout: Option<std::time::Duration>,
+    ) -> LockTable {
+        LockTable {
+            engine: crate::redis::engine(&server, prefix, timeout).await,
+            place: Place::Redis {
+                server,
+                prefix: prefix.to_owned(),
+                timeout,
+            },
+        }
+    }
+
+    /// The scenario's engine.
+    pub fn engine(&self) -> LockEngine {
+        self.engine.clone()
+    }
+
+    /// A layer on the scenario's engine, keyed on the `x-key` header ([`header_key`]).
+    pub fn layer(&self) -> LockLayerBuilder {
+        LockLayer::builder(self.engine()).key(header_key())
+    }
+
+    /// The engine of another node of a fleet on this table: on Redis an engine of its own
+    /// (its own pool and subscriber) on the same keys; in process, the same engine (one
+    /// process has one table).
+    pub async fn node(&self) -> LockEngine {
+        match &self.place {
+            Place::InProcess(_) => self.engine.clone(),
+            #[cfg(feature = "redis")]
+            Place::Redis {
+                server,
+                prefix,
+                timeout,
+            } => crate::redis::engine(server, prefix, *timeout).await,
+        }
+    }
+
+    /// A layer on [another node](Self::node)'s engine, keyed on the `x-key` header.
+    pub async fn node_layer(&self) -> LockLayerBuilder {
+        LockLayer::builder(self.node().await).key(header_key())
+    }
+
+    /// Once the requests are done, nothing is left of the table (on Redis: nothing but
+    /// fence tombstones, each with a TTL). Each of `keys` is first taken and released
+    /// through the engine, which waits (event-driven, well under any lease TTL) for
+    /// releases still in flight.
+    pub async fn assert_no_residue(&self, keys: &[String]) {
+        for key in keys {
+            until_free(&self.engine, key).await;
+        }
+        match &self.place {
+            Place::InProcess(backend) => {
+                let left = backend.key_count();
+                assert_eq!(left, 0, "{left} entries left in the in-process table");
+            }
+            #[cfg(feature = "redis")]
+            Place::Redis { server, prefix, .. } => {
+                let left = tokio::task::block_in_place(|| crate::redis::residue(server, prefix));
+                assert!(left.is_empty(), "residue under {prefix}: {left:?}");
+            }
+        }
+    }
+}
