@@ -10,7 +10,7 @@ use std::{
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::LockEngine;
+use tower_lock::{Lease, LockEngine};
 use tower_lock_test_support::scripted::Scripted;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -162,19 +162,20 @@ async fn a_key_mutex_run_cancelled_during_its_release_still_releases() {
     next.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_landing_after_extend_to_never_outlives_the_local_deadline() {
+/// A lease of `ttl` on "k" whose first renewal is held at the backend's hook, on its way.
+async fn lease_with_a_renewal_in_flight(ttl: Duration) -> (Arc<Scripted>, LockEngine, Lease) {
     let backend = Arc::new(Scripted::default());
     let engine = LockEngine::from_arc(backend.clone());
     backend.renew.hold();
-    let lease = engine
-        .lock("k")
-        .ttl(Duration::from_millis(300))
-        .acquire()
-        .await
-        .unwrap();
-    // The watchdog's renewal (carrying the old 300 ms TTL) is on its way...
+    let lease = engine.lock("k").ttl(ttl).acquire().await.unwrap();
     backend.renew.entered(1).await;
+    (backend, engine, lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_landing_after_extend_to_never_outlives_the_local_deadline() {
+    let (backend, engine, lease) = lease_with_a_renewal_in_flight(Duration::from_millis(300)).await;
+    // The watchdog's renewal (carrying the old 300 ms TTL) is on its way...
     // ...when the holder asks for more time, and gets it confirmed.
     lease.extend_to(Duration::from_secs(3)).await.unwrap();
     // The old renewal lands after it; every later renewal fails (a partition).
@@ -196,16 +197,7 @@ async fn a_renewal_landing_after_extend_to_never_outlives_the_local_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_in_flight_at_release_does_not_report_the_lease_lost() {
-    let backend = Arc::new(Scripted::default());
-    let engine = LockEngine::from_arc(backend.clone());
-    backend.renew.hold();
-    let lease = engine
-        .lock("k")
-        .ttl(Duration::from_millis(90))
-        .acquire()
-        .await
-        .unwrap();
-    backend.renew.entered(1).await;
+    let (backend, _engine, lease) = lease_with_a_renewal_in_flight(Duration::from_millis(90)).await;
     let signal = lease.lost_signal();
     lease.release().await.unwrap();
     // The renewal lands after the release and finds the key gone: that is the release,

@@ -84,13 +84,12 @@ impl LeaseState {
 
     /// Move the validity deadline (an instant the backend confirmed). Once a deadline has
     /// passed, the lease stays lost: a confirmation arriving after it changes nothing.
-    pub(super) fn set_deadline(&self, t: &mut LeaseTimes, deadline: Instant) -> bool {
+    pub(super) fn set_deadline(&self, t: &mut LeaseTimes, deadline: Instant) {
         if self.lost.is_set() {
-            return false;
+            return;
         }
         t.deadline = deadline;
         self.lost.valid_until(deadline);
-        true
     }
 }
 

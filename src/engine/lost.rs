@@ -34,7 +34,7 @@ impl LostSignal {
 #[derive(Debug)]
 pub(super) struct Lost {
     pub(super) set: AtomicBool,
-    /// The validity deadline, in nanoseconds since [`epoch`]; `u64::MAX`: none.
+    /// The validity deadline, in nanoseconds since [`origin`]; `u64::MAX`: none.
     deadline: AtomicU64,
     notify: Notify,
 }
@@ -50,24 +50,24 @@ impl Default for Lost {
 }
 
 /// The origin of [`Lost::deadline`]: some instant before any lease.
-fn epoch() -> Instant {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+fn origin() -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
 }
 
-fn since_epoch(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch()).as_nanos()).unwrap_or(u64::MAX)
+fn since_origin(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(origin()).as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Lost {
     pub(super) fn is_set(&self) -> bool {
         self.set.load(Ordering::Acquire)
-            || since_epoch(Instant::now()) >= self.deadline.load(Ordering::Acquire)
+            || since_origin(Instant::now()) >= self.deadline.load(Ordering::Acquire)
     }
 
     pub(super) fn valid_until(&self, deadline: Instant) {
         self.deadline
-            .store(since_epoch(deadline), Ordering::Release);
+            .store(since_origin(deadline), Ordering::Release);
     }
 
     pub(super) fn set(&self) {
