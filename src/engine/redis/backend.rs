@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::{
     FENCE_MARGIN, RENEW_CHUNK, RedisBackend, malformed_token, millis,
-    names::Names,
+    names::{Names, object_name},
     outcome, remaining,
     scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
 };
@@ -30,10 +30,10 @@ impl Backend for RedisBackend {
             inv.key(&names.lock)
                 .key(&names.fence)
                 .key(&names.queue)
-                .key(&names.wait)
                 .arg(token.as_str())
                 .arg(&names.channel)
-                .arg(millis(FENCE_MARGIN));
+                .arg(millis(FENCE_MARGIN))
+                .arg(self.inner.ticket_ttl_ms);
             outcome(self.inner.call("release", &inv).await?)
         })
     }
@@ -46,7 +46,7 @@ impl Backend for RedisBackend {
         mode: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = Names::lease(&self.inner.prefix, key);
             let mut inv = EXTEND.prepare_invoke();
             inv.key(&names.lock)
                 .key(&names.fence)
@@ -70,7 +70,7 @@ impl Backend for RedisBackend {
                 let mut inv = RENEW.prepare_invoke();
                 inv.arg(millis(FENCE_MARGIN));
                 for lease in chunk {
-                    let names = Names::new(&self.inner.prefix, &lease.key);
+                    let names = Names::lease(&self.inner.prefix, &lease.key);
                     inv.key(names.lock)
                         .key(names.fence)
                         .arg(lease.token.as_str())
@@ -91,9 +91,8 @@ impl Backend for RedisBackend {
 
     fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
             let mut inv = HOLDER.prepare_invoke();
-            inv.key(&names.lock);
+            inv.key(object_name(&self.inner.prefix, "lock", key));
             let (token, pttl): (String, i64) = self.inner.call("holder", &inv).await?;
             if token.is_empty() {
                 return Ok(None);
@@ -105,9 +104,8 @@ impl Backend for RedisBackend {
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
             let mut inv = WAITERS.prepare_invoke();
-            inv.key(&names.wait);
+            inv.key(object_name(&self.inner.prefix, "queue", key));
             let n: i64 = self.inner.call("waiters", &inv).await?;
             Ok(usize::try_from(n).unwrap_or(0))
         })
