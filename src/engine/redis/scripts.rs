@@ -79,10 +79,10 @@ end
 ///   limit), `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the
 ///   deadline of this waiter's registered member as the last reply gave it (`''`: not
 ///   registered; a registration is a new one).
-/// - Returns `{1, fence}` granted; `{0, pttl, deadline}` not granted (the ticket is
-///   registered or refreshed when one was given, and `deadline` names its member; `pttl`
-///   is `-2` when the key is free but another waiter goes first, `-3` when not read);
-///   `{2, pttl}` refused because the waiter limit is reached.
+/// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
+///   registered or refreshed when one was given, and `deadline` names its member, else
+///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
+///   read); `{2, pttl, 0}` refused because the waiter limit is reached.
 ///
 /// Atomic because "is it free / is it mine / am I the head", the fence computation and the
 /// write of the new holder must see one state: two clients doing this in separate commands
@@ -121,9 +121,9 @@ if held then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl + margin)
     if mine then redis.call('ZREM', KEYS[3], mine) end
-    return {1, tonumber(string.sub(held, 1, sp - 1))}
+    return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
-  if id == '' then return {0, redis.call('PTTL', KEYS[1])} end
+  if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
   if mine then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
@@ -144,9 +144,9 @@ else
     end
     redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', ttl)
     if head then redis.call('ZREM', KEYS[3], head) end
-    return {1, fence}
+    return {1, fence, 0}
   end
-  if id == '' then return {0, -2} end
+  if id == '' then return {0, -2, 0} end
   pttl = -2
 end
 clock()
@@ -164,7 +164,7 @@ else
       end
     end
     if redis.call('ZCARD', KEYS[3]) >= max then
-      return {2, held and redis.call('PTTL', KEYS[1]) or -2}
+      return {2, held and redis.call('PTTL', KEYS[1]) or -2, 0}
     end
   end
   score = now_us
@@ -176,7 +176,7 @@ else
 end
 redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. token)
 redis.call('PEXPIRE', KEYS[3], ticket_ttl)
-return {0, pttl, deadline}
+return {0, pttl, now_ms + ticket_ttl}
 "#
     ))
 });
