@@ -84,7 +84,11 @@ fn request() -> Request<Body> {
 async fn call(app: &axum::Router) {
     let response = app.clone().oneshot(request()).await.expect("infallible");
     assert_eq!(response.status(), StatusCode::OK);
-    let body = response.into_body().collect().await.expect("in-memory body");
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("in-memory body");
     std::hint::black_box(body);
 }
 

@@ -260,8 +260,7 @@ mod baseline {
 
     /// Release only if the value is still ours: the standard compare-and-delete.
     #[cfg(feature = "redis")]
-    const COMPARE_AND_DELETE: &str =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+    const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
     #[cfg(not(feature = "redis"))]
     pub(super) async fn run(_: &Config) -> Result<Value, String> {
@@ -296,8 +295,12 @@ mod baseline {
         let began = Instant::now();
         let mut tasks = Vec::new();
         for worker in 0..config.workers {
-            let (mut conn, script, holders, violations) =
-                (conn.clone(), script.clone(), holders.clone(), violations.clone());
+            let (mut conn, script, holders, violations) = (
+                conn.clone(),
+                script.clone(),
+                holders.clone(),
+                violations.clone(),
+            );
             let config = config.clone();
             let key = format!("baseline:{run_id}:{}", worker % config.keys);
             tasks.push(tokio::spawn(async move {

@@ -88,7 +88,10 @@ async fn a_grant_to_a_crashed_waiter_costs_at_most_the_claim_period() {
     // The dead waiter was handed the key, for the claim period only.
     let dead = Token::new("crashed-child").unwrap();
     let claimed = until_held_by(&engine, "k", &dead).await;
-    assert!(claimed <= CLAIM, "a dead waiter holds the key for {claimed:?}");
+    assert!(
+        claimed <= CLAIM,
+        "a dead waiter holds the key for {claimed:?}"
+    );
     let lease = behind.await.unwrap().expect("the queue moves on");
     let waited = released.elapsed();
     assert!(
@@ -159,12 +162,7 @@ async fn a_grant_whose_message_is_lost_is_found_by_its_waiter() {
             let node_b = node_b.clone();
             let key = key.clone();
             tokio::spawn(async move {
-                let lease = node_b
-                    .lock(&key)
-                    .fifo(true)
-                    .ttl(LONG_TTL)
-                    .acquire()
-                    .await?;
+                let lease = node_b.lock(&key).fifo(true).ttl(LONG_TTL).acquire().await?;
                 Ok::<_, tower_lock::LockError>((Instant::now(), lease))
             })
         };
@@ -215,7 +213,10 @@ async fn a_handed_off_lease_is_renewed_past_its_claim() {
     // Held through and past the claim period, with no renewal asked for: the engine turns
     // the claim into the full lease by itself.
     tokio::time::sleep(CLAIM + Duration::from_millis(500)).await;
-    assert!(!lease.is_lost(), "the lease was lost at the end of its claim");
+    assert!(
+        !lease.is_lost(),
+        "the lease was lost at the end of its claim"
+    );
     assert!(lease.owned().await.unwrap());
     lease.release().await.unwrap();
 }
@@ -242,8 +243,12 @@ async fn exclusion_and_fences_hold_across_nodes_run_after_run() {
         let mut tasks = Vec::new();
         for w in 0..WORKERS {
             let node = nodes[w % NODES].clone();
-            let (key, inside, violations, grants) =
-                (key.clone(), inside.clone(), violations.clone(), grants.clone());
+            let (key, inside, violations, grants) = (
+                key.clone(),
+                inside.clone(),
+                violations.clone(),
+                grants.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 for c in 0..CYCLES {
                     let lock = node.lock(&key).fifo(fifo);

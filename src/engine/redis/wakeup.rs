@@ -466,7 +466,10 @@ mod tests {
     #[tokio::test]
     async fn a_grant_wakes_only_the_waiter_holding_its_ticket() {
         let hub = hub();
-        let subs = vec![hub.subscribe("c", "t1", None), hub.subscribe("c", "t2", None)];
+        let subs = vec![
+            hub.subscribe("c", "t1", None),
+            hub.subscribe("c", "t2", None),
+        ];
         dispatch(&hub.shared, "c", b"t2|17 42");
         assert_eq!(woken(&subs), [None, GRANT]);
         // Another node's ticket: nobody here.
@@ -479,7 +482,10 @@ mod tests {
         let hub = hub();
         dispatch(&hub.shared, "c", b"t1|17 42");
         dispatch(&hub.shared, "other", b"t2|17 42");
-        let subs = vec![hub.subscribe("c", "t1", None), hub.subscribe("c", "t2", None)];
+        let subs = vec![
+            hub.subscribe("c", "t1", None),
+            hub.subscribe("c", "t2", None),
+        ];
         assert_eq!(woken(&subs), [GRANT, None]);
     }
 
