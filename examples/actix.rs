@@ -64,7 +64,10 @@ impl Guards {
     /// The guards, locking on `engine`; every handler takes `work` to answer.
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
         Ok(Guards {
-            orders: LockLayer::idempotency(engine.clone()).build()?.into(),
+            orders: LockLayer::idempotency(engine.clone())
+                .without_replay()
+                .build()?
+                .into(),
             // One lock per tenant and endpoint: the namespaces keep jobs and imports apart
             // (`jobs/tenant/acme`, `import/tenant/acme`).
             jobs: LockLayer::builder(engine.clone())

@@ -113,6 +113,7 @@ mod config_error;
 pub mod engine;
 mod error;
 mod future;
+pub mod idempotency;
 pub mod integration;
 pub mod key;
 mod layer;
@@ -130,6 +131,7 @@ pub use engine::{
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
+pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use layer::LockLayer;
 pub use lease_info::LeaseInfo;
 pub use metrics::LockMetrics;

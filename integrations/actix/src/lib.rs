@@ -69,7 +69,7 @@
 //! # #[actix_web::main]
 //! # async fn main() {
 //! let engine = LockEngine::in_memory();
-//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).build().unwrap());
+//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).without_replay().build().unwrap());
 //! let app = test::init_service(
 //!     App::new().service(
 //!         web::resource("/orders")
