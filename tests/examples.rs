@@ -76,7 +76,11 @@ async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
     assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
     assert_eq!(replayed.body, created.body);
     let reused = order("\"order-1\"", "{\"sku\":43}").await;
-    assert_problem(&reused, StatusCode::UNPROCESSABLE_ENTITY, "fingerprint-mismatch");
+    assert_problem(
+        &reused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "fingerprint-mismatch",
+    );
 
     let missing = server.post("/orders", &[]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");

@@ -357,3 +357,22 @@ fn limits_and_retention_are_checked() {
         ConfigError::TooLong("retention")
     );
 }
+
+#[tokio::test]
+async fn a_response_dropped_unread_is_read_to_its_end_and_stored_on_the_spot() {
+    let engine = LockEngine::in_memory();
+    let svc =
+        service_fn(|_req: Req| async { Ok::<_, Infallible>(full(StatusCode::OK, "all of it")) });
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let res = svc.clone().oneshot(request("u")).await.unwrap();
+    drop(res);
+    // No task had to run: the body was already there.
+    let record = engine
+        .record(&lock_key("u"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(record.body, "all of it");
+}

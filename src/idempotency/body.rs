@@ -207,7 +207,10 @@ where
 
 impl<B> Drop for Capturing<B> {
     fn drop(&mut self) {
-        // The client went away mid-body: finish reading it, store it, release.
+        // The response was dropped before its body ended (the client went away, or the
+        // caller only looked at the head): finish reading it, store it, release. What is
+        // already there (a full body, say) is read here, so the record is in place
+        // before the drop returns; only a body still being produced goes to a task.
         if let (Some(body), Some(capture)) = (self.body.take(), self.capture.take()) {
             (self.drain)(body, capture);
         }

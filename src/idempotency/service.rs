@@ -287,7 +287,11 @@ fn drain<B>(body: Pin<Box<B>>, capture: Capture)
 where
     B: Body<Data = Bytes> + Send + 'static,
 {
-    spawn(drain_into(body, capture));
+    let mut drain = Box::pin(drain_into(body, capture));
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    if drain.as_mut().poll(&mut cx).is_pending() {
+        spawn(drain);
+    }
 }
 
 async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture)
