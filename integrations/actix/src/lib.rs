@@ -113,6 +113,10 @@
 //! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
 //! the handler's own timeouts bound that.
 
+mod replay;
+
+pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
+
 use std::{
     fmt,
     future::{Future, Ready, ready},
@@ -187,6 +191,10 @@ impl RequestView for ActixRequest<'_> {
 
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.head.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.head.uri.query()
     }
 }
 

@@ -24,10 +24,12 @@ use tokio::{
 };
 use tower_lock::{IdempotencyLayer, IdempotencyLayerBuilder, LockLayer};
 
-use super::{Stack, idempotency_lock_key};
+use tower_lock_actix::ReplayMiddleware;
+
+use super::{ACTIX_WORKERS, Framework, Stack, idempotency_lock_key};
 use crate::{
     gate::{Gate, GateControl, gate},
-    http::{Reply, TestServer, channel_body, serve},
+    http::{Reply, TestServer, channel_body, serve, serve_actix},
 };
 
 /// An app under one idempotency layer, and the handles its scenarios drive it with.
@@ -52,65 +54,175 @@ pub struct ReplayApp {
 /// - `POST /stream`: `200` with a body the test feeds through [`ReplayApp::streams`];
 /// - `POST /big`: `200` with a 4 KiB body.
 pub async fn replay_app(on: Stack, layer: IdempotencyLayer) -> ReplayApp {
-    let _ = on.framework;
     let runs = Arc::new(AtomicUsize::new(0));
     let (gate, control) = gate();
+    let gate = Arc::new(gate);
     let (streams_tx, streams) = mpsc::unbounded_channel();
+    let handlers = Handlers {
+        runs: runs.clone(),
+        gate,
+        streams: streams_tx,
+    };
+    let server = match on.framework {
+        Framework::Tower => serve(axum_app(handlers, layer)).await,
+        Framework::Actix => {
+            let replay = ReplayMiddleware::from(&layer);
+            serve_actix(ACTIX_WORKERS, move || {
+                actix_app(handlers.clone(), replay.clone())
+            })
+        }
+    };
+    ReplayApp {
+        server: Arc::new(server),
+        runs,
+        control,
+        streams,
+    }
+}
+
+/// What the handlers share: the run count, the gate, the stream senders.
+#[derive(Clone)]
+struct Handlers {
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
+    streams: mpsc::UnboundedSender<mpsc::Sender<Bytes>>,
+}
+
+impl Handlers {
+    fn run(&self) -> usize {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    async fn slow(&self) -> String {
+        let n = self.run();
+        let _inside = self.gate.pass(n.to_string()).await;
+        format!("slow {n}")
+    }
+
+    fn stream(&self) -> crate::http::ChannelBody {
+        self.run();
+        let (tx, body) = channel_body();
+        self.streams.send(tx).unwrap();
+        body
+    }
+}
+
+fn axum_app(h: Handlers, layer: IdempotencyLayer) -> axum::Router {
     let orders = {
-        let runs = runs.clone();
+        let h = h.clone();
         move |body: String| {
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let n = h.run();
             async move { created(n, &body) }
         }
     };
     let fail = {
-        let runs = runs.clone();
+        let h = h.clone();
         move || {
-            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let n = h.run();
             async move { (StatusCode::INTERNAL_SERVER_ERROR, format!("boom {n}")) }
         }
     };
     let slow = {
-        let (runs, gate) = (runs.clone(), Arc::new(gate));
+        let h = h.clone();
         move || {
-            let (runs, gate): (_, Arc<Gate>) = (runs.clone(), gate.clone());
-            async move {
-                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
-                let _inside = gate.pass(n.to_string()).await;
-                (StatusCode::CREATED, format!("slow {n}"))
-            }
+            let h = h.clone();
+            async move { (StatusCode::CREATED, h.slow().await) }
         }
     };
     let stream = {
-        let runs = runs.clone();
+        let h = h.clone();
         move || {
-            runs.fetch_add(1, Ordering::SeqCst);
-            let (tx, body) = channel_body();
-            streams_tx.send(tx).unwrap();
+            let body = h.stream();
             async move { Response::new(Body::new(body)) }
         }
     };
-    let big = {
-        let runs = runs.clone();
-        move || {
-            runs.fetch_add(1, Ordering::SeqCst);
-            async move { "x".repeat(4096) }
-        }
+    let big = move || {
+        h.run();
+        async move { "x".repeat(4096) }
     };
-    let app = axum::Router::new()
+    axum::Router::new()
         .route("/orders", post(orders.clone()).get(|| async { "list" }))
         .route("/other", post(orders))
         .route("/fail", post(fail))
         .route("/slow", post(slow))
         .route("/stream", post(stream))
         .route("/big", post(big))
-        .layer(layer);
-    ReplayApp {
-        server: Arc::new(serve(app).await),
-        runs,
-        control,
-        streams,
-    }
+        .layer(layer)
+}
+
+fn actix_app(
+    h: Handlers,
+    replay: ReplayMiddleware,
+) -> actix_web::App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    use actix_web::{HttpResponse, web};
+    let to_actix = |res: Response| {
+        let (parts, body) = res.into_parts();
+        let mut out = HttpResponse::build(
+            actix_web::http::StatusCode::from_u16(parts.status.as_u16()).unwrap(),
+        );
+        for (name, value) in &parts.headers {
+            out.append_header((name.as_str(), value.as_bytes()));
+        }
+        (out, body)
+    };
+    let orders = {
+        let h = h.clone();
+        move |body: String| {
+            let n = h.run();
+            async move {
+                let (mut out, _) = to_actix(created(n, &body));
+                out.body(format!("{{\"order\":{n},\"echo\":{body:?}}}"))
+            }
+        }
+    };
+    let fail = {
+        let h = h.clone();
+        move || {
+            let n = h.run();
+            async move { HttpResponse::InternalServerError().body(format!("boom {n}")) }
+        }
+    };
+    let slow = {
+        let h = h.clone();
+        move || {
+            let h = h.clone();
+            async move { HttpResponse::Created().body(h.slow().await) }
+        }
+    };
+    let stream = {
+        let h = h.clone();
+        move || {
+            let body = h.stream();
+            async move { HttpResponse::Ok().body(body) }
+        }
+    };
+    let big = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move { HttpResponse::Ok().body("x".repeat(4096)) }
+        }
+    };
+    let resource = |path: &str| web::resource(path.to_owned()).wrap(replay.clone());
+    actix_web::App::new()
+        .service(
+            resource("/orders")
+                .route(web::post().to(orders.clone()))
+                .route(web::get().to(|| async { "list" })),
+        )
+        .service(resource("/other").route(web::post().to(orders)))
+        .service(resource("/fail").route(web::post().to(fail)))
+        .service(resource("/slow").route(web::post().to(slow)))
+        .service(resource("/stream").route(web::post().to(stream)))
+        .service(resource("/big").route(web::post().to(big)))
 }
 
 fn created(n: usize, body: &str) -> Response {
@@ -344,11 +456,19 @@ pub async fn a_client_leaving_mid_handler_still_gets_its_replay(on: Stack) {
         "POST /slow HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o6\"\r\ncontent-length: 0\r\n\r\n";
     let mut stream = app.server.raw(request).await;
     assert_eq!(app.control.arrived().await, "1");
-    // The client leaves: hyper reads the end of the stream, drops the request's future
-    // and closes its side, which is what the read below waits for.
-    stream.shutdown().await.unwrap();
-    let mut buf = [0u8; 256];
-    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+    match on.framework {
+        // The client leaves: hyper reads the end of the stream, drops the request's future
+        // and closes its side, which is what the read below waits for.
+        Framework::Tower => {
+            stream.shutdown().await.unwrap();
+            let mut buf = [0u8; 256];
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        }
+        // actix does not notice a closed connection while the handler runs (it notices
+        // when it next writes, actix-web#1313), so it never drops a running handler: the
+        // client just leaves.
+        Framework::Actix => drop(stream),
+    }
     app.control.open();
     until_recorded(&table, "o6").await;
     let retry = post_with(&app.server, "/slow", "o6", "").await;
