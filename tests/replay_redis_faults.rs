@@ -116,9 +116,7 @@ async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
     let first = tokio::spawn(async move {
         let give_up = Instant::now() + Duration::from_secs(20);
         loop {
-            let req = format!(
-                "POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o1\"\r\ncontent-length: 2\r\n\r\n{{}}"
-            );
+            let req = "POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o1\"\r\ncontent-length: 2\r\n\r\n{}";
             if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 s.write_all(req.as_bytes()).await.unwrap();
