@@ -2,7 +2,8 @@
 //! `tower-lock-actix`: the same engine, key policy, statuses and problem+json bodies as
 //! the tower layer.
 //!
-//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`.
+//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`, a
+//!   retry after completion is replayed, the same key with another body is `422`.
 //! - `POST /tenants/{id}/jobs`: one at a time per tenant, wait up to 1 s, then `429`.
 //! - `POST /tenants/{id}/import`: one at a time per tenant, no waiting: `423`.
 //!
@@ -20,7 +21,7 @@ use tower_lock::{
     ConfigError, LockEngine, LockLayer,
     key::{KeyExtractor, MalformedKey, RequestView},
 };
-use tower_lock_actix::{LockMiddleware, Locked};
+use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware};
 
 /// The tenant of `/tenants/{id}/...` is the lock key's value, of the kind `tenant`.
 ///
@@ -54,7 +55,7 @@ impl KeyExtractor for TenantKey {
 /// worker thread locks on the same tables; cloned into each worker's app.
 #[derive(Clone, Debug)]
 pub(crate) struct Guards {
-    orders: LockMiddleware,
+    orders: ReplayMiddleware,
     jobs: LockMiddleware,
     import: LockMiddleware,
     work: Duration,

@@ -36,6 +36,9 @@ pub struct LockLayerBuilder {
     /// The methods that take a lock (`None`: every method).
     methods: Option<Vec<http::Method>>,
     problem_type_base: Option<String>,
+    /// Built for idempotency replay: a duplicate waits for the replay, so `409` and a
+    /// wait go together.
+    replaying: bool,
 }
 
 impl fmt::Debug for LockLayerBuilder {
@@ -71,6 +74,7 @@ impl LockLayerBuilder {
             on_reject: None,
             methods: None,
             problem_type_base: None,
+            replaying: false,
         }
     }
 
@@ -207,6 +211,15 @@ impl LockLayerBuilder {
         self
     }
 
+    pub(crate) fn replaying(mut self) -> Self {
+        self.replaying = true;
+        self
+    }
+
+    pub(crate) fn engine(&self) -> &LockEngine {
+        &self.engine
+    }
+
     /// The wait limit. Never unset: the builder starts from a zero wait and has no setter
     /// for an unlimited one.
     fn wait_limit(&self) -> Duration {
@@ -255,7 +268,7 @@ impl LockLayerBuilder {
         if wait.is_zero() && options.max_waiters.is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
-        if !wait.is_zero() && self.busy == RejectionKind::Conflict {
+        if !wait.is_zero() && self.busy == RejectionKind::Conflict && !self.replaying {
             return Err(ConfigError::IdempotencyWait);
         }
         if !self.namespace.is_empty() {

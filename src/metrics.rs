@@ -65,6 +65,8 @@ struct Inner {
     contended: AtomicU64,
     unlocked: AtomicU64,
     degraded: AtomicU64,
+    replayed: AtomicU64,
+    discarded: AtomicU64,
     rejected: [AtomicU64; RejectionKind::COUNT],
     wait: Histogram,
     hold: Histogram,
@@ -93,6 +95,8 @@ impl LockMetrics {
             contended: i.contended.load(Relaxed),
             unlocked: i.unlocked.load(Relaxed),
             degraded: i.degraded.load(Relaxed),
+            replayed: i.replayed.load(Relaxed),
+            discarded: i.discarded.load(Relaxed),
             rejected: RejectedCounts {
                 missing_key: r(RejectionKind::MissingKey),
                 malformed_key: r(RejectionKind::MalformedKey),
@@ -101,6 +105,10 @@ impl LockMetrics {
                 timed_out: r(RejectionKind::TimedOut),
                 queue_full: r(RejectionKind::QueueFull),
                 unavailable: r(RejectionKind::BackendUnavailable),
+                fingerprint_mismatch: r(RejectionKind::FingerprintMismatch),
+                not_replayable: r(RejectionKind::NotReplayable),
+                request_too_large: r(RejectionKind::RequestTooLarge),
+                unreadable_body: r(RejectionKind::UnreadableBody),
             },
             wait: i.wait.snapshot(),
             hold: i.hold.snapshot(),
@@ -130,6 +138,14 @@ impl LockMetrics {
         self.inner.degraded.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn replayed(&self) {
+        self.inner.replayed.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn discarded(&self) {
+        self.inner.discarded.fetch_add(1, Relaxed);
+    }
+
     pub(crate) fn held(&self, d: Duration) {
         self.inner.hold.record(d);
     }
@@ -150,6 +166,11 @@ pub struct MetricsSnapshot {
     pub unlocked: u64,
     /// Acquisitions that fell back to the in-process engine because the backend failed.
     pub degraded: u64,
+    /// Idempotency replay: requests answered with a stored response.
+    pub replayed: u64,
+    /// Idempotency replay: responses not stored because the holder's lease had run out
+    /// before it completed (another request may have run with the same key meanwhile).
+    pub discarded: u64,
     /// Requests answered with a rejection, by reason.
     pub rejected: RejectedCounts,
     /// Time from the start of the acquisition to the grant, of acquired requests.
@@ -176,6 +197,14 @@ pub struct RejectedCounts {
     pub queue_full: u64,
     /// `503`: the backend failed, under the fail-closed policy.
     pub unavailable: u64,
+    /// `422`: an idempotency key reused with a different request.
+    pub fingerprint_mismatch: u64,
+    /// `409`: the original response was not stored, so it cannot be replayed.
+    pub not_replayable: u64,
+    /// `413`: a request body over the idempotency layer's limit.
+    pub request_too_large: u64,
+    /// `400`: a request body that failed before its end.
+    pub unreadable_body: u64,
 }
 
 impl RejectedCounts {
@@ -188,6 +217,10 @@ impl RejectedCounts {
             + self.timed_out
             + self.queue_full
             + self.unavailable
+            + self.fingerprint_mismatch
+            + self.not_replayable
+            + self.request_too_large
+            + self.unreadable_body
     }
 }
 

@@ -16,6 +16,11 @@ pub trait RequestView {
     fn extensions(&self) -> Option<&http::Extensions> {
         None
     }
+
+    /// The query string, without the `?`, if the URI has one. Default: none.
+    fn query(&self) -> Option<&str> {
+        None
+    }
 }
 
 impl<B> RequestView for http::Request<B> {
@@ -34,6 +39,10 @@ impl<B> RequestView for http::Request<B> {
     fn extensions(&self) -> Option<&http::Extensions> {
         Some(self.extensions())
     }
+
+    fn query(&self) -> Option<&str> {
+        self.uri().query()
+    }
 }
 
 impl RequestView for http::request::Parts {
@@ -51,5 +60,9 @@ impl RequestView for http::request::Parts {
 
     fn extensions(&self) -> Option<&http::Extensions> {
         Some(&self.extensions)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.uri.query()
     }
 }

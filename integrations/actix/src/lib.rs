@@ -69,7 +69,7 @@
 //! # #[actix_web::main]
 //! # async fn main() {
 //! let engine = LockEngine::in_memory();
-//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).build().unwrap());
+//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).without_replay().build().unwrap());
 //! let app = test::init_service(
 //!     App::new().service(
 //!         web::resource("/orders")
@@ -112,6 +112,10 @@
 //! client leaves keeps the key until it produces something or finishes
 //! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
 //! the handler's own timeouts bound that.
+
+mod replay;
+
+pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
 
 use std::{
     fmt,
@@ -187,6 +191,10 @@ impl RequestView for ActixRequest<'_> {
 
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.head.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.head.uri.query()
     }
 }
 

@@ -204,18 +204,54 @@ return {0, pttl, now_ms + ticket_ttl}
 ///
 /// Commands, besides `EVALSHA`: nobody waiting: 4 (`GET`, `ZPOPMIN`, `DEL`, `PEXPIRE`); a
 /// hand-off: 5 (`GET`, `ZPOPMIN`, `SET` fence, `SET` lock, `PUBLISH`).
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
-        r#"
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
+
+/// The body of [`RELEASE`], shared with [`COMPLETE`] (which runs it as a function).
+const RELEASE_BODY: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
 local sp = string.find(held, ' ', 1, true)
 if string.sub(held, sp + 1) ~= ARGV[1] then return -1 end
 free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[3]))
 return 1
+"#;
+
+/// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
+/// the record written in the same atomic step, so that whoever is granted the key next
+/// finds it.
+///
+/// - `KEYS` as [`RELEASE`]'s, then the record (hash) last.
+/// - `ARGV` as [`RELEASE`]'s, then five more last: fingerprint, metadata, body, completion
+///   time (Unix ms), retention (ms).
+/// - Returns what [`RELEASE`] returns; the record is written only on `1`.
+///
+/// The record's arguments are addressed from the end so that this wrapper stays valid
+/// whatever [`RELEASE`] takes.
+pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}local function release_lock(){RELEASE_BODY}end\n{}",
+        r#"
+local r = release_lock()
+if r == 1 then
+  local rec, n = KEYS[#KEYS], #ARGV
+  redis.call('DEL', rec)
+  redis.call('HSET', rec, 'fp', ARGV[n - 4], 'meta', ARGV[n - 3], 'body', ARGV[n - 2], 'at', ARGV[n - 1])
+  redis.call('PEXPIRE', rec, tonumber(ARGV[n]))
+end
+return r
 "#
     ))
+});
+
+/// Read a record: fingerprint, metadata, body, completion time (all nil when absent).
+///
+/// - `KEYS[1]` the record.
+///
+/// A script rather than a plain `HMGET` only so that it runs on the same pooled path
+/// (timeouts, reconnection) as every other call.
+pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new("return redis.call('HMGET', KEYS[1], 'fp', 'meta', 'body', 'at')")
 });
 
 /// A waiter leaves (timed out, cancelled, or failed), giving back a grant it may have
@@ -436,10 +472,12 @@ return out
 });
 
 /// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 14] {
+pub(crate) fn all() -> [&'static Script; 16] {
     [
         &ACQUIRE,
         &RELEASE,
+        &COMPLETE,
+        &RECORD,
         &LEAVE,
         &EXTEND,
         &RENEW,
