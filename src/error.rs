@@ -155,6 +155,10 @@ pub enum BackendErrorKind {
     Protocol,
     /// The backend was configured wrongly (a bad URL, prefix or limit); found at build time.
     Config,
+    /// Fewer replicas than required acknowledged the write within their time (the Redis
+    /// backend's `replica_ack`); the write was undone: an acquire that failed so holds
+    /// nothing.
+    NotReplicated,
 }
 
 impl BackendError {
@@ -186,6 +190,7 @@ impl fmt::Display for BackendError {
             BackendErrorKind::Unavailable => "unavailable",
             BackendErrorKind::Protocol => "protocol error",
             BackendErrorKind::Config => "configuration error",
+            BackendErrorKind::NotReplicated => "not replicated",
         };
         write!(f, "{kind}: {}", self.message)?;
         if let Some(source) = &self.source {

@@ -37,6 +37,21 @@ impl LockEngine {
         Self::new(MemoryBackend::new())
     }
 
+    /// An engine over one Redis at `url`, with the Redis backend's defaults (see
+    /// [`RedisBackend::connect`](super::redis::RedisBackend::connect)); for anything else,
+    /// build a [`RedisBackend`](super::redis::RedisBackend) and hand it to
+    /// [`LockEngine::new`].
+    ///
+    /// ```rust,no_run
+    /// # async fn f() -> Result<(), tower_lock::BackendError> {
+    /// let engine = tower_lock::LockEngine::redis("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    pub async fn redis(url: impl Into<String>) -> Result<Self, crate::error::BackendError> {
+        Ok(Self::new(super::redis::RedisBackend::connect(url).await?))
+    }
+
     /// An engine over any backend.
     pub fn new(backend: impl Backend) -> Self {
         Self::from_arc(Arc::new(backend))

@@ -35,6 +35,11 @@ enum Attempt {
         deadline: u64,
     },
     Full(Option<Duration>),
+    /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
+    Unacknowledged {
+        acked: u64,
+        wanted: u32,
+    },
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -157,13 +162,28 @@ impl Inner {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        let (status, value, deadline): (i64, i64, i64) = self
-            .pool
-            .invoke_pinned("acquire", &inv, pin)
-            .await
-            .map_err(LockError::Backend)?;
+        let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
+            match self.replica_ack {
+                None => {
+                    let reply = self.pool.invoke_pinned("acquire", &inv, pin).await;
+                    (reply.map_err(LockError::Backend)?, None)
+                }
+                Some(ack) => {
+                    let reply = self.pool.invoke_acked("acquire", &inv, ack, pin).await;
+                    let (reply, acked) = reply.map_err(LockError::Backend)?;
+                    (reply, Some(acked))
+                }
+            };
         Ok(match status {
-            1 => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
+            1 => match (acked, self.replica_ack) {
+                (Some(acked), Some(ack)) if acked < u64::from(ack.replicas) => {
+                    Attempt::Unacknowledged {
+                        acked,
+                        wanted: ack.replicas,
+                    }
+                }
+                _ => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
+            },
             0 => Attempt::Busy {
                 retry_after: remaining(value),
                 deadline: u64::try_from(deadline).unwrap_or(0),
@@ -257,11 +277,31 @@ impl Inner {
                 .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
                 .await?;
             cleanup.in_flight = false;
-            cleanup.pinned = None;
+            let pinned = cleanup.pinned.take();
             let retry_after = match outcome {
                 Attempt::Granted(fence) => {
                     cleanup.armed = false;
                     return Ok(Grant::new(fence, sent));
+                }
+                Attempt::Unacknowledged { acked, wanted } => {
+                    // Give the grant back (and drop our ticket) behind the script, on its
+                    // connection; if that fails, the cleanup retries it in the background.
+                    let leaving = Leaving {
+                        ticket: ticket.to_owned(),
+                        known: None,
+                        token: req.token.clone(),
+                        ttl_ms,
+                    };
+                    cleanup.in_flight = true;
+                    if self.leave(&names, &leaving, pinned).await.is_ok() {
+                        cleanup.armed = false;
+                    }
+                    return Err(LockError::Backend(BackendError::new(
+                        BackendErrorKind::NotReplicated,
+                        format!(
+                            "{acked} of {wanted} replicas acknowledged the grant in time; released"
+                        ),
+                    )));
                 }
                 Attempt::Full(retry_after) => {
                     // Nothing was registered by this call; an earlier registration expired.
@@ -332,6 +372,11 @@ impl Inner {
             if let Some(Woken::Granted { deadline, fence }) = woken
                 && cleanup.known == Some(deadline)
             {
+                if self.replica_ack.is_some() {
+                    // Handed over by a release, which waited for no replica: confirm it
+                    // with one more attempt (re-entry, the full lease) and its WAIT.
+                    continue;
+                }
                 cleanup.armed = false;
                 let claim = Duration::from_millis(ttl_ms.min(self.ticket_ttl_ms));
                 return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(claim));

@@ -3,8 +3,8 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
-    connection::{Connector, Pool},
+    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
+    connection::{Connector, Pool, ReplicaAck},
     millis, scripts,
     wakeup::Wakeup,
 };
@@ -13,13 +13,70 @@ use crate::error::{BackendError, BackendErrorKind};
 /// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Clone, Debug)]
 pub struct RedisBackendBuilder {
-    pub(super) url: String,
-    pub(super) prefix: String,
-    pub(super) command_timeout: Duration,
-    pub(super) pool_size: u32,
+    target: Target,
+    prefix: String,
+    command_timeout: Duration,
+    pool_size: u32,
+    replica_ack: Option<(usize, Duration)>,
+}
+
+/// Where the backend connects: what the application handed to the constructor.
+#[derive(Clone, Debug)]
+pub(super) enum Target {
+    Url(String),
+    /// Boxed, as is the next: each is ten times the size of a URL.
+    Client(Box<redis::Client>),
+    Info(Box<redis::ConnectionInfo>),
+}
+
+impl Target {
+    fn client(self) -> Result<redis::Client, redis::RedisError> {
+        match self {
+            Target::Url(url) => redis::Client::open(url.as_str()),
+            Target::Client(client) => Ok(*client),
+            Target::Info(info) => redis::Client::open(*info),
+        }
+    }
 }
 
 impl RedisBackendBuilder {
+    pub(super) fn new(target: Target) -> Self {
+        RedisBackendBuilder {
+            target,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            command_timeout: Duration::from_millis(500),
+            pool_size: 16,
+            replica_ack: None,
+        }
+    }
+
+    /// Acquire only once at least `replicas` replicas acknowledged the grant, waiting at
+    /// most `timeout` for them (default: off).
+    ///
+    /// Every acquire script is followed by `WAIT replicas timeout` on the same connection,
+    /// in the same round trip (Redis refuses `WAIT` inside a script). A grant that fewer
+    /// replicas acknowledged is released at once, and the acquire fails with a
+    /// [`BackendErrorKind::NotReplicated`] error; so does a grant handed over by a release,
+    /// which the new holder confirms with one more acquire call before it returns. An
+    /// acquire may therefore take `timeout` longer than the command timeout.
+    ///
+    /// What it buys: a lease the acquire returned is on `replicas` replicas' memory, so a
+    /// failover to one of them keeps it, narrowing the window in which a promoted replica
+    /// hands out a key that is still held. What it does not: `WAIT` is not consensus. The
+    /// promoted replica may be one that did not acknowledge; an acknowledged write is in a
+    /// replica's memory, not on its disk; renewals, releases and waiter tickets are not
+    /// waited for; and a primary that fails between the grant and the acknowledgement may
+    /// leave the grant on a replica although the acquire failed (it then expires with its
+    /// lease). Fencing tokens, checked by the storage that the lock protects, remain the
+    /// guard against two holders.
+    ///
+    /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
+    /// block forever).
+    pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
     /// The namespace of every Redis key and channel (default `"tower-lock"`): 1 to
     /// [`MAX_PREFIX_LEN`] bytes, no `{`, `}` or control characters.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -63,20 +120,37 @@ impl RedisBackendBuilder {
         if self.command_timeout.is_zero() {
             return Err(config("redis command timeout must be positive".into()));
         }
-        let client = redis::Client::open(self.url.as_str())
-            .map_err(|e| config("invalid redis URL".into()).with_source(e))?;
+        let replica_ack = match self.replica_ack {
+            None => None,
+            Some((replicas, timeout)) => {
+                let replicas = u32::try_from(replicas).unwrap_or(0);
+                if replicas == 0 || timeout.is_zero() {
+                    return Err(config(
+                        "replica_ack needs at least 1 replica and a positive timeout".into(),
+                    ));
+                }
+                Some(ReplicaAck { replicas, timeout })
+            }
+        };
+        let client = self.target.client().map_err(|e| {
+            config("invalid redis URL or connection settings".into()).with_source(e)
+        })?;
         let connector = Arc::new(Connector::new(client.clone(), self.command_timeout));
         let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
         pool.load(&scripts::all()).await?;
-        let ticket_ttl = (3 * (self.command_timeout + FALLBACK_CAP)).max(Duration::from_secs(3));
+        // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
+        // three of them must fit in a ticket's life.
+        let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
+        let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 wakeup: Wakeup::new(client, connector, self.command_timeout),
                 pool,
                 prefix: self.prefix,
                 ticket_ttl_ms: millis(ticket_ttl),
+                replica_ack,
             }),
         })
     }
@@ -96,6 +170,8 @@ mod tests {
             builder().prefix("x".repeat(MAX_PREFIX_LEN + 1)),
             builder().pool_size(0),
             builder().command_timeout(Duration::ZERO),
+            builder().replica_ack(0, Duration::from_millis(100)),
+            builder().replica_ack(1, Duration::ZERO),
             RedisBackend::builder("not a url"),
         ] {
             let err = bad.build().await.unwrap_err();

@@ -20,7 +20,7 @@ use std::{
     time::Duration,
 };
 
-use redis::{FromRedisValue, RedisError, ScriptInvocation, aio::MultiplexedConnection};
+use redis::{FromRedisValue, RedisError, ScriptInvocation, Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
 use crate::error::{BackendError, BackendErrorKind};
@@ -96,6 +96,16 @@ pub(crate) struct Pool {
 
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
+    /// The script with `WAIT` pipelined right behind it (see [`Pool::invoke_acked`]).
+    ScriptThenWait(&'a ScriptInvocation<'b>, ReplicaAck),
+}
+
+/// `WAIT replicas timeout`: how many replicas must acknowledge a write, and how long the
+/// primary waits for them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReplicaAck {
+    pub(crate) replicas: u32,
+    pub(crate) timeout: Duration,
 }
 
 /// bb8 owns its manager; this forwards to the shared [`Connector`] so the subscriber can
@@ -155,7 +165,8 @@ impl Pool {
         what: &'static str,
         inv: &ScriptInvocation<'_>,
     ) -> Result<T, BackendError> {
-        self.run(what, Call::Script(inv), None).await
+        let value = self.run(what, Call::Script(inv), None).await?;
+        T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
     }
 
     /// Like [`Pool::invoke`], but first stores a handle on the connection the script is
@@ -168,7 +179,26 @@ impl Pool {
         inv: &ScriptInvocation<'_>,
         pin: &mut Option<MultiplexedConnection>,
     ) -> Result<T, BackendError> {
-        self.run(what, Call::Script(inv), Some(pin)).await
+        let value = self.run(what, Call::Script(inv), Some(pin)).await?;
+        T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
+    }
+
+    /// Like [`Pool::invoke_pinned`], with `WAIT` pipelined right behind the script on the
+    /// same connection: one round trip, and `WAIT` covers exactly the writes of this
+    /// script (Redis refuses `WAIT` inside a script). Returns the script's reply and how
+    /// many replicas acknowledged. The call may take the command timeout plus the `WAIT`
+    /// timeout.
+    pub(crate) async fn invoke_acked<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+        ack: ReplicaAck,
+        pin: &mut Option<MultiplexedConnection>,
+    ) -> Result<(T, u64), BackendError> {
+        let value = self
+            .run(what, Call::ScriptThenWait(inv, ack), Some(pin))
+            .await?;
+        <(T, u64)>::from_redis_value(value).map_err(|e| map_error(what, e.into()))
     }
 
     /// Run a command on a connection pinned by [`Pool::invoke_pinned`], within the timeout.
@@ -191,13 +221,17 @@ impl Pool {
         )
     }
 
-    async fn run<T: FromRedisValue>(
+    async fn run(
         &self,
         what: &'static str,
         call: Call<'_, '_>,
         pin: Option<&mut Option<MultiplexedConnection>>,
-    ) -> Result<T, BackendError> {
-        let deadline = Instant::now() + self.timeout;
+    ) -> Result<Value, BackendError> {
+        let mut deadline = Instant::now() + self.timeout;
+        if let Call::ScriptThenWait(_, ack) = &call {
+            // The primary holds the reply for up to the WAIT timeout by design.
+            deadline += ack.timeout;
+        }
         // A multiplexed connection pipelines: the pooled one goes back at once, and the
         // call runs on a clone (same socket, same command order), so concurrent callers
         // share sockets instead of queueing for one each. A broken socket is retired
@@ -211,7 +245,8 @@ impl Pool {
         }
         let reply = async {
             match call {
-                Call::Script(inv) => inv.invoke_async::<T>(&mut inner).await,
+                Call::Script(inv) => inv.invoke_async::<Value>(&mut inner).await,
+                Call::ScriptThenWait(inv, ack) => script_then_wait(inv, ack, &mut inner).await,
             }
         };
         match tokio::time::timeout_at(deadline, reply).await {
@@ -271,6 +306,49 @@ impl bb8::ManageConnection for SharedConnector {
     fn has_broken(&self, conn: &mut Conn) -> bool {
         !self.0.current(conn)
     }
+}
+
+/// The script and `WAIT` in one pipeline, as a two-element array. Redis answers `NOSCRIPT`
+/// for a script it does not have cached (after a restart or a failover to a replica that
+/// never loaded it): then the script is loaded on the same connection and the pipeline
+/// sent again (the failed `EVALSHA` wrote nothing).
+async fn script_then_wait(
+    inv: &ScriptInvocation<'_>,
+    ack: ReplicaAck,
+    conn: &mut MultiplexedConnection,
+) -> Result<Value, RedisError> {
+    let timeout_ms = u64::try_from(ack.timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut pipe = redis::pipe();
+    pipe.invoke_script(inv)
+        .cmd("WAIT")
+        .arg(ack.replicas)
+        .arg(timeout_ms)
+        // Errors come back as values, so a NOSCRIPT can be told apart below.
+        .ignore_errors();
+    for _ in 0..2 {
+        let mut replies: Vec<Value> = pipe.query_async(conn).await?;
+        if replies.len() != 2 {
+            return Err(RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "script and WAIT pipeline answered the wrong number of replies",
+            )));
+        }
+        let acked = replies.pop().expect("two replies");
+        let script = replies.pop().expect("two replies");
+        match script {
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                inv.load_async(conn).await?;
+            }
+            Value::ServerError(e) => return Err(e.into()),
+            script => return Ok(Value::Array(vec![script, acked.extract_error()?])),
+        }
+    }
+    Err(RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoScript),
+        "script still unknown to the server after loading it",
+    )))
 }
 
 /// Classify a redis-rs error.

@@ -12,7 +12,12 @@ mod wakeup;
 
 use std::{fmt, sync::Arc, time::Duration};
 
+/// The redis-rs crate the backend is built on (1.x): name its `Client` and
+/// `ConnectionInfo` through this path for [`RedisBackend::from_client`] and
+/// [`RedisBackend::from_connection_info`], and no version mismatch can arise.
+pub use ::redis;
 pub use builder::RedisBackendBuilder;
+use builder::Target;
 
 use self::{connection::Pool, wakeup::Wakeup};
 use super::{KeyError, LockError};
@@ -43,25 +48,39 @@ struct Inner {
     /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
     /// hand-off (how long a waiter that has gone can hold the key it was handed).
     ticket_ttl_ms: u64,
+    /// `WAIT` behind every acquire script, if configured.
+    replica_ack: Option<connection::ReplicaAck>,
 }
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBackend")
             .field("prefix", &self.inner.prefix)
+            .field("replica_ack", &self.inner.replica_ack)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisBackend {
-    /// A builder for `url` (`redis://host:port/db`, `rediss://…` with TLS where enabled).
+    /// A builder for `url` (`redis://host:port/db`; `rediss://…` with the `redis-tls`
+    /// feature).
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
-        RedisBackendBuilder {
-            url: url.into(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            command_timeout: Duration::from_millis(500),
-            pool_size: 16,
-        }
+        RedisBackendBuilder::new(Target::Url(url.into()))
+    }
+
+    /// A builder over a [`redis::Client`] the application already configured: its address,
+    /// database, credentials, protocol and TLS settings (for example a client from
+    /// `redis::Client::build_with_tls` with the application's own root certificate, under
+    /// the `redis-tls` feature) are used as they are. The backend opens its own connections
+    /// from it (a pool, and one subscriber connection).
+    pub fn from_client(client: redis::Client) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(Target::Client(Box::new(client)))
+    }
+
+    /// A builder over connection settings the application already has (host, port,
+    /// database, username, password, TLS): [`redis::ConnectionInfo`].
+    pub fn from_connection_info(info: redis::ConnectionInfo) -> RedisBackendBuilder {
+        RedisBackendBuilder::new(Target::Info(Box::new(info)))
     }
 
     /// Connect with the defaults: prefix `"tower-lock"`, 500 ms timeout, 16 connections.

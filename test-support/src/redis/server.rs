@@ -26,6 +26,8 @@ use std::{
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
+    /// Extra `redis-server` arguments, kept for a restart.
+    args: Vec<String>,
     running: Mutex<Option<Guardian>>,
 }
 
@@ -40,13 +42,25 @@ struct Guardian {
 impl RedisServer {
     /// Start a server on a free port and wait until it answers PING.
     pub fn start() -> Self {
+        Self::start_with::<_, &str>([])
+    }
+
+    /// Like [`RedisServer::start`], with extra `redis-server` arguments (for example
+    /// `["--replicaof", "127.0.0.1", "6379"]`); they are used again by a restart.
+    pub fn start_with<I, S>(args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let args: Vec<String> = args.into_iter().map(Into::into).collect();
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
-            match Guardian::spawn(port) {
+            match Guardian::spawn(port, &args) {
                 Ok(g) => {
                     return RedisServer {
                         port,
+                        args,
                         running: Mutex::new(Some(g)),
                     };
                 }
@@ -89,7 +103,8 @@ impl RedisServer {
     /// Start the server again on the same port (empty data set: persistence is off).
     pub fn restart(&self) {
         self.kill();
-        let g = Guardian::spawn(self.port).expect("restart redis-server on the same port");
+        let g =
+            Guardian::spawn(self.port, &self.args).expect("restart redis-server on the same port");
         *self.running.lock().unwrap() = Some(g);
     }
 
@@ -106,6 +121,32 @@ impl RedisServer {
             .stdin(Stdio::null())
             .output()
             .expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli failed: {out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Run several commands on one `redis-cli` connection, in order, and return the
+    /// replies (one line each, trimmed): for commands that depend on their connection,
+    /// like `WAIT` behind a write. Arguments must not contain blanks or quotes.
+    pub fn cli_pipe(&self, commands: &[&[&str]]) -> String {
+        let mut child = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run redis-cli");
+        let mut input = String::new();
+        for command in commands {
+            input.push_str(&command.join(" "));
+            input.push('\n');
+        }
+        child
+            .stdin
+            .take()
+            .expect("piped stdin")
+            .write_all(input.as_bytes())
+            .expect("write to redis-cli");
+        let out = child.wait_with_output().expect("run redis-cli");
         assert!(out.status.success(), "redis-cli failed: {out:?}");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
@@ -170,7 +211,7 @@ impl Drop for RedisServer {
 }
 
 impl Guardian {
-    fn spawn(port: u16) -> Result<Self, String> {
+    fn spawn(port: u16, extra: &[String]) -> Result<Self, String> {
         let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
         let mut shell = Command::new("sh")
             .args(["-c", script, "sh"])
@@ -178,6 +219,7 @@ impl Guardian {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             // DEBUG SLEEP (see `freeze`) from loopback clients; Redis 7 refuses it otherwise.
             .args(["--enable-debug-command", "local"])
+            .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -217,7 +259,7 @@ impl Guardian {
     }
 }
 
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
