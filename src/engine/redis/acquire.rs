@@ -12,11 +12,13 @@
 
 use std::{sync::Arc, time::Duration};
 
-use redis::{ScriptInvocation, aio::MultiplexedConnection};
+use redis::ScriptInvocation;
 use tokio::time::Instant;
 
 use super::{
-    FALLBACK_CAP, FENCE_MARGIN, Inner, millis,
+    FALLBACK_CAP, FENCE_MARGIN, Inner,
+    connection::Conn,
+    millis,
     names::Names,
     remaining,
     scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
@@ -80,7 +82,7 @@ struct Cleanup<'a> {
     known: Option<u64>,
     in_flight: bool,
     /// The connection the last attempt went out on: the release must follow it there.
-    pinned: Option<MultiplexedConnection>,
+    pinned: Option<Conn>,
 }
 
 impl Drop for Cleanup<'_> {
@@ -142,7 +144,7 @@ impl Inner {
         req: &AcquireRequest,
         ticket: &str,
         known: Option<u64>,
-        pin: &mut Option<MultiplexedConnection>,
+        pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(&names.lock)
@@ -202,7 +204,7 @@ impl Inner {
         &self,
         names: &Names,
         leaving: &Leaving,
-        pinned: Option<MultiplexedConnection>,
+        pinned: Option<Conn>,
     ) -> Result<Option<Duration>, LockError> {
         let keys = [&names.lock, &names.fence, &names.queue];
         let known = leaving.known.map(|d| d.to_string()).unwrap_or_default();
@@ -243,7 +245,7 @@ impl Inner {
         let started = Instant::now();
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = Names::new(&self.prefix, &req.key);
+        let names = self.names(&req.key);
         let id = TicketId::random();
         let ticket = if waiting { id.as_str() } else { "" };
         let ttl_ms = millis(req.ttl);

@@ -16,6 +16,29 @@ use crate::engine::{
 };
 use crate::error::{BackendError, BackendErrorKind};
 
+impl RedisBackend {
+    /// One [`RENEW`] call for `chunk`: whether each lease was renewed.
+    async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        let mut inv = RENEW.prepare_invoke();
+        inv.arg(millis(FENCE_MARGIN));
+        for lease in chunk {
+            let names = Names::lease(&self.inner.prefix, &lease.key);
+            inv.key(names.lock)
+                .key(names.fence)
+                .arg(lease.token.as_str())
+                .arg(millis(lease.ttl));
+        }
+        let results: Vec<i64> = self.inner.call("renew", &inv).await?;
+        if results.len() != chunk.len() {
+            return Err(LockError::Backend(BackendError::new(
+                BackendErrorKind::Protocol,
+                "renew script answered the wrong number of results",
+            )));
+        }
+        Ok(results.into_iter().map(|r| r == 1).collect())
+    }
+}
+
 /// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
 /// also takes first. `claim_ms` is the claim period of a hand-off (the ticket TTL).
 pub(super) fn release_args(
@@ -44,7 +67,7 @@ impl Backend for RedisBackend {
         token: &'a Token,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = self.inner.names(key);
             let mut inv = RELEASE.prepare_invoke();
             release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
             outcome(self.inner.call("release", &inv).await?)
@@ -78,25 +101,23 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
+            if self.inner.cluster {
+                // The leases' keys are in as many slots as there are leases (one hash tag
+                // per lock), and a script may touch only one slot: one call per lease, all
+                // at once. (Grouping by slot would save calls only for leases that happen
+                // to share one.)
+                let calls = leases
+                    .iter()
+                    .map(|lease| self.renew_chunk(std::slice::from_ref(lease)));
+                let mut renewed = Vec::with_capacity(leases.len());
+                for one in futures_util::future::join_all(calls).await {
+                    renewed.extend(one?);
+                }
+                return Ok(renewed);
+            }
             let mut renewed = Vec::with_capacity(leases.len());
             for chunk in leases.chunks(RENEW_CHUNK) {
-                let mut inv = RENEW.prepare_invoke();
-                inv.arg(millis(FENCE_MARGIN));
-                for lease in chunk {
-                    let names = Names::lease(&self.inner.prefix, &lease.key);
-                    inv.key(names.lock)
-                        .key(names.fence)
-                        .arg(lease.token.as_str())
-                        .arg(millis(lease.ttl));
-                }
-                let results: Vec<i64> = self.inner.call("renew", &inv).await?;
-                if results.len() != chunk.len() {
-                    return Err(LockError::Backend(BackendError::new(
-                        BackendErrorKind::Protocol,
-                        "renew script answered the wrong number of results",
-                    )));
-                }
-                renewed.extend(results.into_iter().map(|r| r == 1));
+                renewed.extend(self.renew_chunk(chunk).await?);
             }
             Ok(renewed)
         })
@@ -125,10 +146,15 @@ impl Backend for RedisBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none()
+        let capabilities = Capabilities::none()
             .with_admin(self)
             .with_numeric(self)
-            .with_pools(self)
-            .with_records(self)
+            .with_records(self);
+        if self.inner.cluster {
+            // A pool's holders are read in one script over every member's lock key, which
+            // lie in as many slots: not valid in a cluster (see the module docs).
+            return capabilities;
+        }
+        capabilities.with_pools(self)
     }
 }

@@ -4,9 +4,9 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
-    connection::{Connector, Pool, ReplicaAck},
+    connection::{self, Connector, Pool, ReplicaAck},
     millis, scripts,
-    wakeup::Wakeup,
+    wakeup::{Subscriber, Wakeup},
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -27,6 +27,9 @@ pub(super) enum Target {
     /// Boxed, as is the next: each is ten times the size of a URL.
     Client(Box<redis::Client>),
     Info(Box<redis::ConnectionInfo>),
+    /// Some of a cluster's nodes (redis-rs discovers the others).
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Vec<String>),
 }
 
 impl Target {
@@ -35,7 +38,17 @@ impl Target {
             Target::Url(url) => redis::Client::open(url.as_str()),
             Target::Client(client) => Ok(*client),
             Target::Info(info) => redis::Client::open(*info),
+            #[cfg(feature = "redis-cluster")]
+            Target::Cluster(_) => unreachable!("a cluster has no single client"),
         }
+    }
+
+    fn is_cluster(&self) -> bool {
+        #[cfg(feature = "redis-cluster")]
+        if let Target::Cluster(_) = self {
+            return true;
+        }
+        false
     }
 }
 
@@ -132,11 +145,8 @@ impl RedisBackendBuilder {
                 Some(ReplicaAck { replicas, timeout })
             }
         };
-        let client = self.target.client().map_err(|e| {
-            config("invalid redis URL or connection settings".into()).with_source(e)
-        })?;
-        let connector = Arc::new(Connector::new(client.clone(), self.command_timeout));
-        let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
+        let cluster = self.target.is_cluster();
+        let (pool, subscriber) = self.connect().await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
         pool.load(&scripts::all()).await?;
@@ -146,13 +156,70 @@ impl RedisBackendBuilder {
         let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
         Ok(RedisBackend {
             inner: Arc::new(Inner {
-                wakeup: Wakeup::new(client, connector, self.command_timeout),
+                wakeup: Wakeup::new(subscriber, self.command_timeout),
                 pool,
                 prefix: self.prefix,
                 ticket_ttl_ms: millis(ticket_ttl),
                 replica_ack,
+                cluster,
             }),
         })
+    }
+}
+
+impl RedisBackendBuilder {
+    /// The command connections and the subscriber, for the target.
+    async fn connect(&self) -> Result<(Pool, Subscriber), BackendError> {
+        let config = |msg: &str| BackendError::new(BackendErrorKind::Config, msg);
+        let client = match &self.target {
+            #[cfg(feature = "redis-cluster")]
+            Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
+            target => target
+                .clone()
+                .client()
+                .map_err(|e| config("invalid redis URL or connection settings").with_source(e))?,
+        };
+        let connector = Arc::new(Connector::new(client.clone(), self.command_timeout));
+        let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
+        Ok((pool, Subscriber::Single { client, connector }))
+    }
+
+    /// One cluster connection for commands (redis-rs keeps one multiplexed connection per
+    /// node behind it, so there is no pool); the subscriber makes its own RESP3 one.
+    #[cfg(feature = "redis-cluster")]
+    async fn connect_cluster(&self, nodes: &[String]) -> Result<(Pool, Subscriber), BackendError> {
+        use redis::cluster::ClusterClientBuilder;
+
+        let timeout = self.command_timeout;
+        let builder = {
+            let nodes = nodes.to_vec();
+            move || {
+                ClusterClientBuilder::new(nodes.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+            }
+        };
+        let client = builder().build().map_err(|e| {
+            BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
+                .with_source(e)
+        })?;
+        let conn = match tokio::time::timeout(timeout, client.get_async_connection()).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return Err(connection::map_error("cluster connect", e)),
+            Err(_) => {
+                return Err(BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("no redis cluster connection within {timeout:?}"),
+                ));
+            }
+        };
+        let subscriber = Subscriber::Cluster(Box::new(move |push| {
+            builder()
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(push)
+                .build()
+        }));
+        Ok((Pool::cluster(conn, timeout), subscriber))
     }
 }
 

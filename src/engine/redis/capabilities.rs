@@ -42,7 +42,7 @@ impl AdminBackend for RedisBackend {
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = self.inner.names(key);
             let mut inv = FORCE_RELEASE.prepare_invoke();
             inv.key(&names.lock)
                 .key(&names.fence)

@@ -36,7 +36,7 @@ pub(crate) struct Connector {
 }
 
 /// A pooled connection and the generation it belongs to.
-pub(crate) struct Conn {
+pub(crate) struct PooledConn {
     inner: MultiplexedConnection,
     generation: u64,
     broken: bool,
@@ -60,20 +60,20 @@ impl Connector {
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn current(&self, conn: &Conn) -> bool {
+    fn current(&self, conn: &PooledConn) -> bool {
         !conn.broken && conn.generation == self.generation.load(Ordering::Relaxed)
     }
 }
 
 impl Connector {
-    async fn connect(&self) -> Result<Conn, RedisError> {
+    async fn connect(&self) -> Result<PooledConn, RedisError> {
         let generation = self.generation.load(Ordering::Relaxed);
         match self
             .client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await
         {
-            Ok(inner) => Ok(Conn {
+            Ok(inner) => Ok(PooledConn {
                 inner,
                 generation,
                 broken: false,
@@ -86,11 +86,64 @@ impl Connector {
     }
 }
 
+/// A command connection: one server's multiplexed connection, or a cluster connection
+/// (redis-rs routes each command to the primary of its keys' slot, follows `MOVED` and
+/// reconnects by itself). Cloning shares the socket(s).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(MultiplexedConnection),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            #[cfg(feature = "redis-cluster")]
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Where the command connections come from.
+#[derive(Clone)]
+enum Source {
+    /// One server: a bb8 pool of multiplexed connections.
+    Pooled {
+        pool: bb8::Pool<SharedConnector>,
+        connector: Arc<Connector>,
+    },
+    /// A cluster: one cluster connection, itself one multiplexed connection per node.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
 /// The pool plus its timeout: every command goes through [`Pool::invoke`].
 #[derive(Clone)]
 pub(crate) struct Pool {
-    pool: bb8::Pool<SharedConnector>,
-    connector: Arc<Connector>,
+    source: Source,
     timeout: Duration,
 }
 
@@ -124,19 +177,51 @@ impl Pool {
             .test_on_check_out(true)
             .build_unchecked(SharedConnector(connector.clone()));
         Pool {
-            pool,
-            connector,
+            source: Source::Pooled { pool, connector },
             timeout,
+        }
+    }
+
+    /// Commands over one cluster connection (made with the command timeout).
+    #[cfg(feature = "redis-cluster")]
+    pub(crate) fn cluster(
+        conn: redis::cluster_async::ClusterConnection,
+        timeout: Duration,
+    ) -> Self {
+        Pool {
+            source: Source::Cluster(conn),
+            timeout,
+        }
+    }
+
+    /// A connection for one call, within `deadline`.
+    async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
+        match &self.source {
+            Source::Pooled { .. } => {
+                let conn = self.checkout(what, deadline).await?;
+                Ok(Conn::Single(conn.inner.clone()))
+            }
+            #[cfg(feature = "redis-cluster")]
+            Source::Cluster(conn) => Ok(Conn::Cluster(conn.clone())),
+        }
+    }
+
+    /// After a connection-level failure: retire the pooled connections (a cluster
+    /// connection repairs itself).
+    fn invalidate(&self) {
+        if let Source::Pooled { connector, .. } = &self.source {
+            connector.invalidate();
         }
     }
 
     /// Load scripts into the server's cache (also proves the server answers).
     pub(crate) async fn load(&self, scripts: &[&redis::Script]) -> Result<(), BackendError> {
         let deadline = Instant::now() + self.timeout;
-        let mut conn = self.checkout("SCRIPT LOAD", deadline).await?;
+        // In a cluster, redis-rs sends SCRIPT LOAD to every primary.
+        let mut conn = self.conn("SCRIPT LOAD", deadline).await?;
         let load = async {
             for script in scripts {
-                script.load_async(&mut conn.inner).await?;
+                script.load_async(&mut conn).await?;
             }
             Ok::<_, RedisError>(())
         };
@@ -152,7 +237,10 @@ impl Pool {
         what: &'static str,
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
-        match tokio::time::timeout_at(deadline, self.pool.get()).await {
+        let Source::Pooled { pool, .. } = &self.source else {
+            unreachable!("only a pooled source checks out connections")
+        };
+        match tokio::time::timeout_at(deadline, pool.get()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
             Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
@@ -177,7 +265,7 @@ impl Pool {
         &self,
         what: &'static str,
         inv: &ScriptInvocation<'_>,
-        pin: &mut Option<MultiplexedConnection>,
+        pin: &mut Option<Conn>,
     ) -> Result<T, BackendError> {
         let value = self.run(what, Call::Script(inv), Some(pin)).await?;
         T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
@@ -193,7 +281,7 @@ impl Pool {
         what: &'static str,
         inv: &ScriptInvocation<'_>,
         ack: ReplicaAck,
-        pin: &mut Option<MultiplexedConnection>,
+        pin: &mut Option<Conn>,
     ) -> Result<(T, u64), BackendError> {
         let value = self
             .run(what, Call::ScriptThenWait(inv, ack), Some(pin))
@@ -206,7 +294,7 @@ impl Pool {
         &self,
         what: &'static str,
         cmd: &redis::Cmd,
-        conn: &mut MultiplexedConnection,
+        conn: &mut Conn,
     ) -> Result<T, BackendError> {
         match tokio::time::timeout(self.timeout, cmd.query_async::<T>(conn)).await {
             Ok(reply) => reply.map_err(|e| map_error(what, e)),
@@ -225,7 +313,7 @@ impl Pool {
         &self,
         what: &'static str,
         call: Call<'_, '_>,
-        pin: Option<&mut Option<MultiplexedConnection>>,
+        pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
         if let Call::ScriptThenWait(_, ack) = &call {
@@ -236,10 +324,7 @@ impl Pool {
         // call runs on a clone (same socket, same command order), so concurrent callers
         // share sockets instead of queueing for one each. A broken socket is retired
         // through the generation, which covers every clone.
-        let mut inner = {
-            let conn = self.checkout(what, deadline).await?;
-            conn.inner.clone()
-        };
+        let mut inner = self.conn(what, deadline).await?;
         if let Some(pin) = pin {
             *pin = Some(inner.clone());
         }
@@ -253,21 +338,23 @@ impl Pool {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
-                    self.connector.invalidate();
+                    self.invalidate();
                 }
                 Err(map_error(what, e))
             }
             Err(_) => {
                 // The connection may be wedged (a paused or partitioned server): retire it.
-                self.connector.invalidate();
+                self.invalidate();
                 Err(self.timed_out(what))
             }
         }
     }
 
     fn checkout_failed(&self, what: &'static str) -> BackendError {
-        let recent = self
-            .connector
+        let Source::Pooled { connector, .. } = &self.source else {
+            unreachable!("only a pooled source checks out connections")
+        };
+        let recent = connector
             .last_connect_error
             .lock()
             .unwrap()
@@ -285,14 +372,14 @@ impl Pool {
 }
 
 impl bb8::ManageConnection for SharedConnector {
-    type Connection = Conn;
+    type Connection = PooledConn;
     type Error = RedisError;
 
-    async fn connect(&self) -> Result<Conn, RedisError> {
+    async fn connect(&self) -> Result<PooledConn, RedisError> {
         self.0.connect().await
     }
 
-    async fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
+    async fn is_valid(&self, conn: &mut PooledConn) -> Result<(), RedisError> {
         if self.0.current(conn) {
             Ok(())
         } else {
@@ -303,7 +390,7 @@ impl bb8::ManageConnection for SharedConnector {
         }
     }
 
-    fn has_broken(&self, conn: &mut Conn) -> bool {
+    fn has_broken(&self, conn: &mut PooledConn) -> bool {
         !self.0.current(conn)
     }
 }
@@ -315,7 +402,7 @@ impl bb8::ManageConnection for SharedConnector {
 async fn script_then_wait(
     inv: &ScriptInvocation<'_>,
     ack: ReplicaAck,
-    conn: &mut MultiplexedConnection,
+    conn: &mut Conn,
 ) -> Result<Value, RedisError> {
     let timeout_ms = u64::try_from(ack.timeout.as_millis())
         .unwrap_or(u64::MAX)

@@ -20,7 +20,7 @@ pub use builder::RedisBackendBuilder;
 use builder::Target;
 
 use self::{connection::Pool, wakeup::Wakeup};
-use super::{KeyError, LockError};
+use super::{KeyError, LockError, LockKey};
 use crate::error::{BackendError, BackendErrorKind};
 
 /// The default key prefix.
@@ -50,6 +50,14 @@ struct Inner {
     ticket_ttl_ms: u64,
     /// `WAIT` behind every acquire script, if configured.
     replica_ack: Option<connection::ReplicaAck>,
+    /// On a Redis Cluster: sharded wake-up channels, one script call per slot.
+    cluster: bool,
+}
+
+impl Inner {
+    fn names(&self, key: &LockKey) -> names::Names {
+        names::Names::new(&self.prefix, key, self.cluster)
+    }
 }
 
 impl fmt::Debug for RedisBackend {
@@ -86,6 +94,20 @@ impl RedisBackend {
     /// Connect with the defaults: prefix `"tower-lock"`, 500 ms timeout, 16 connections.
     pub async fn connect(url: impl Into<String>) -> Result<RedisBackend, BackendError> {
         Self::builder(url).build().await
+    }
+
+    /// A builder for a Redis Cluster, given the URLs of some of its nodes
+    /// (`redis://host:port`; the others are discovered). Commands go to each lock's slot
+    /// through redis-rs's cluster client, wake-ups use sharded pub/sub; see the
+    /// [module docs](self#redis-cluster) for what differs from one server. The pool size
+    /// does not apply: the cluster client keeps one multiplexed connection per node.
+    #[cfg(feature = "redis-cluster")]
+    pub fn cluster<I, S>(nodes: I) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
     /// The key prefix.

@@ -13,12 +13,15 @@ pub(super) struct Names {
 }
 
 impl Names {
-    pub(super) fn new(prefix: &str, key: &LockKey) -> Self {
+    /// Every name of `key`. `sharded`: the backend runs on a Redis Cluster, and the
+    /// wake-up channel is a sharded one (kind word `swake`, which tells the scripts to
+    /// `SPUBLISH`).
+    pub(super) fn new(prefix: &str, key: &LockKey, sharded: bool) -> Self {
         Names {
             lock: object_name(prefix, "lock", key),
             fence: object_name(prefix, "fence", key),
             queue: object_name(prefix, "queue", key),
-            channel: object_name(prefix, "wake", key),
+            channel: object_name(prefix, if sharded { "swake" } else { "wake" }, key),
         }
     }
 
@@ -65,7 +68,7 @@ mod tests {
     #[test]
     fn user_braces_never_reach_the_hash_tag() {
         let key = LockKey::new("}{evil}").unwrap();
-        let n = Names::new("app", &key);
+        let n = Names::new("app", &key, false);
         let tag = &n.lock[n.lock.find('{').unwrap()..=n.lock.find('}').unwrap()];
         assert_eq!(tag.len(), 18, "{tag}");
         assert!(tag[1..17].bytes().all(|b| b.is_ascii_hexdigit()));
@@ -77,8 +80,8 @@ mod tests {
     #[test]
     fn user_keys_cannot_spell_engine_keys() {
         // "queue:x" as a user key must not produce the queue key of "x".
-        let a = Names::new("p", &LockKey::new("queue:x").unwrap());
-        let b = Names::new("p", &LockKey::new("x").unwrap());
+        let a = Names::new("p", &LockKey::new("queue:x").unwrap(), false);
+        let b = Names::new("p", &LockKey::new("x").unwrap(), false);
         for x in [&a.lock, &a.fence, &a.queue] {
             for y in [&b.lock, &b.fence, &b.queue] {
                 assert_ne!(x, y);

@@ -9,7 +9,7 @@ use super::{
     RedisBackend,
     backend::release_args,
     millis,
-    names::{Names, object_name},
+    names::object_name,
     outcome,
     scripts::{COMPLETE, RECORD},
 };
@@ -55,7 +55,7 @@ impl RecordBackend for RedisBackend {
         retention: Duration,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = self.inner.names(key);
             let mut inv = COMPLETE.prepare_invoke();
             release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
             inv.key(object_name(&self.inner.prefix, "rec", key))

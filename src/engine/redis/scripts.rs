@@ -46,7 +46,10 @@ local function handoff(fence, member, channel, claim, margin)
   local text = string.format('%.0f', fence + 1)
   redis.call('SET', KEYS[2], text, 'PX', grant + margin)
   redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', grant)
-  redis.call('PUBLISH', channel, id .. '|' .. deadline .. ' ' .. text)
+  -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
+  -- delivered within the channel's slot (the lock's), not broadcast to every node.
+  local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
+  redis.call(publish, channel, id .. '|' .. deadline .. ' ' .. text)
 end
 local function free_or_handoff(fence, channel, claim, margin)
   local next = redis.call('ZPOPMIN', KEYS[3])

@@ -42,14 +42,35 @@ pub(crate) enum Woken {
     Retry,
 }
 
+/// How the subscriber connection is made.
+pub(crate) enum Subscriber {
+    /// One server: a RESP2 pub/sub connection (`SUBSCRIBE`); the connector's pooled
+    /// command connections are retired when it breaks.
+    Single {
+        client: redis::Client,
+        connector: Arc<Connector>,
+    },
+    /// A cluster: a RESP3 cluster connection whose pushes arrive on the sender handed to
+    /// this function, subscribed with `SSUBSCRIBE`.
+    #[cfg(feature = "redis-cluster")]
+    Cluster(Box<ClusterSubscriber>),
+}
+
+/// Makes a cluster client that sends its pushes to the given sender.
+#[cfg(feature = "redis-cluster")]
+pub(crate) type ClusterSubscriber = dyn Fn(
+        tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    ) -> redis::RedisResult<redis::cluster::ClusterClient>
+    + Send
+    + Sync;
+
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    client: redis::Client,
-    connector: Arc<Connector>,
+    subscriber: Subscriber,
     connect_timeout: Duration,
     state: Mutex<State>,
     /// Signalled when the wanted set of channels changes.
@@ -88,15 +109,10 @@ struct Slot {
 }
 
 impl Wakeup {
-    pub(crate) fn new(
-        client: redis::Client,
-        connector: Arc<Connector>,
-        connect_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(subscriber: Subscriber, connect_timeout: Duration) -> Self {
         Wakeup {
             shared: Arc::new(Shared {
-                client,
-                connector,
+                subscriber,
                 connect_timeout,
                 state: Mutex::new(State::default()),
                 changed: Notify::new(),
@@ -280,14 +296,32 @@ fn parse_grant(payload: &[u8]) -> Option<(&str, u64, u64)> {
     Some((ticket, deadline.parse().ok()?, fence.parse().ok()?))
 }
 
-/// The subscriber task: connect, reconcile, dispatch; reconnect with backoff on failure.
+/// The subscriber task, on one server or on a cluster.
 async fn run(weak: Weak<Shared>) {
+    let Some(shared) = weak.upgrade() else { return };
+    match &shared.subscriber {
+        Subscriber::Single { client, connector } => {
+            let (client, connector) = (client.clone(), connector.clone());
+            drop(shared);
+            run_single(weak, client, connector).await;
+        }
+        #[cfg(feature = "redis-cluster")]
+        Subscriber::Cluster(_) => {
+            drop(shared);
+            cluster::run(weak).await;
+        }
+    }
+}
+
+/// The subscriber task on one server: connect, reconcile, dispatch; reconnect with
+/// backoff on failure.
+async fn run_single(weak: Weak<Shared>, client: redis::Client, connector: Arc<Connector>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let connected =
-            tokio::time::timeout(shared.connect_timeout, shared.client.get_async_pubsub()).await;
+            tokio::time::timeout(shared.connect_timeout, client.get_async_pubsub()).await;
         let pubsub = match connected {
             Ok(Ok(p)) => p,
             Ok(Err(error)) => {
@@ -339,7 +373,7 @@ async fn run(weak: Weak<Shared>) {
             }
             let resubscribed = first && reconnecting;
             first = false;
-            if let Err(error) = reconcile(&shared, &mut sink, resubscribed).await {
+            if let Err(error) = reconcile(&shared, Sink::Single(&mut sink), resubscribed).await {
                 tracing::debug!(%error, "lock wake-up subscriber failed");
                 break true;
             }
@@ -353,17 +387,26 @@ async fn run(weak: Weak<Shared>) {
         if lost {
             tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
             // Every pooled command connection is suspect too.
-            shared.connector.invalidate();
+            connector.invalidate();
             reconnecting = true;
         }
         drop(shared);
     }
 }
 
-/// Bring the connection's subscriptions in line with the wanted channels.
+/// Where subscriptions are sent.
+enum Sink<'a> {
+    Single(&'a mut redis::aio::PubSubSink),
+    #[cfg(feature = "redis-cluster")]
+    Cluster(&'a mut redis::cluster_async::ClusterConnection),
+}
+
+/// Bring the connection's subscriptions in line with the wanted channels. With
+/// `wake_all`, the waiters of every channel (re)subscribed here retry once it is
+/// confirmed (grants published while it was not subscribed were lost).
 async fn reconcile(
     shared: &Shared,
-    sink: &mut redis::aio::PubSubSink,
+    mut sink: Sink<'_>,
     wake_all: bool,
 ) -> Result<(), redis::RedisError> {
     loop {
@@ -398,7 +441,17 @@ async fn reconcile(
         }
         let limit = shared.connect_timeout;
         if !to_sub.is_empty() {
-            timeout(limit, sink.subscribe(&to_sub)).await?;
+            match &mut sink {
+                Sink::Single(sink) => timeout(limit, sink.subscribe(&to_sub)).await?,
+                // One channel per command: each is routed to its own slot's node, and a
+                // multi-slot SSUBSCRIBE is refused (CROSSSLOT).
+                #[cfg(feature = "redis-cluster")]
+                Sink::Cluster(conn) => {
+                    for c in &to_sub {
+                        timeout(limit, conn.ssubscribe(c)).await?;
+                    }
+                }
+            }
             let mut st = shared.state.lock().unwrap();
             for c in &to_sub {
                 st.events += 1;
@@ -416,7 +469,15 @@ async fn reconcile(
             shared.confirmations.notify_waiters();
         }
         if !to_unsub.is_empty() {
-            timeout(limit, sink.unsubscribe(&to_unsub)).await?;
+            match &mut sink {
+                Sink::Single(sink) => timeout(limit, sink.unsubscribe(&to_unsub)).await?,
+                #[cfg(feature = "redis-cluster")]
+                Sink::Cluster(conn) => {
+                    for c in &to_unsub {
+                        timeout(limit, conn.sunsubscribe(c)).await?;
+                    }
+                }
+            }
         }
     }
 }
@@ -434,6 +495,9 @@ async fn timeout<T>(
     }
 }
 
+#[cfg(feature = "redis-cluster")]
+mod cluster;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,11 +506,8 @@ mod tests {
         // Nothing listens on port 1: the subscriber task just keeps retrying.
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
         let timeout = Duration::from_millis(100);
-        Wakeup::new(
-            client.clone(),
-            Arc::new(Connector::new(client, timeout)),
-            timeout,
-        )
+        let connector = Arc::new(Connector::new(client.clone(), timeout));
+        Wakeup::new(Subscriber::Single { client, connector }, timeout)
     }
 
     fn woken(subs: &[Subscription]) -> Vec<Option<Woken>> {

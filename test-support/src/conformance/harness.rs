@@ -108,3 +108,36 @@ pub async fn redis() -> BackendHarness<tower_lock::engine::redis::RedisBackend> 
         })
     })
 }
+
+/// A fresh Redis Cluster backend on the binary's shared test cluster, under a prefix of
+/// its own. Lock pools are not offered on a cluster (see the backend's docs).
+#[cfg(feature = "redis-cluster")]
+pub async fn redis_cluster() -> BackendHarness<tower_lock::engine::redis::RedisBackend> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tower_lock::engine::redis::RedisBackend;
+
+    use crate::redis::{RedisCluster, is_fence_tombstone};
+
+    static CASES: AtomicUsize = AtomicUsize::new(0);
+    let prefix = format!("cluster-{}", CASES.fetch_add(1, Ordering::Relaxed));
+    let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
+        .await
+        .unwrap();
+    let backend = RedisBackend::cluster(cluster.urls())
+        .prefix(&prefix)
+        .build()
+        .await
+        .expect("connect to the test cluster");
+    BackendHarness::new(backend, Duration::from_millis(150), |b| {
+        let pattern = format!("{}:*", b.prefix());
+        Box::pin(async move {
+            let keys = tokio::task::spawn_blocking(move || RedisCluster::shared().scan(&pattern))
+                .await
+                .unwrap();
+            keys.into_iter()
+                .filter(|k| !is_fence_tombstone(k))
+                .collect()
+        })
+    })
+}

@@ -25,6 +25,8 @@ pub use records::*;
 
 #[cfg(feature = "redis")]
 pub use harness::redis;
+#[cfg(feature = "redis-cluster")]
+pub use harness::redis_cluster;
 pub use harness::{BackendHarness, core_only, memory};
 
 use tokio::time::{Instant, sleep, timeout};

@@ -1,10 +1,12 @@
 //! A `redis-server` of the test's own on a free loopback port, and (with the `redis`
 //! feature) engines on it and a check of what they leave behind.
 
+mod cluster;
 mod replicated;
 mod server;
 mod tls;
 
+pub use cluster::RedisCluster;
 pub use replicated::Replicated;
 pub use server::RedisServer;
 pub use tls::TlsRedis;

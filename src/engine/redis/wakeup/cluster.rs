@@ -1,0 +1,132 @@
+//! The subscriber task on a Redis Cluster: sharded pub/sub over a RESP3 cluster
+//! connection, resubscribed channel by channel.
+//!
+//! redis-rs tracks a cluster connection's subscriptions and, after a reconnect, sends a
+//! node all of its sharded channels in one `SSUBSCRIBE a b …`, which the server refuses
+//! with CROSSSLOT unless they share a slot (ours almost never do: one hash tag per lock).
+//! Nothing reports that refusal, so every wake-up would be silently lost after a failover.
+//! This task therefore does not rely on it: when a node connection drops (a
+//! `Disconnection` push) it forgets every subscription and resubscribes each wanted
+//! channel with its own `SSUBSCRIBE`; when a node stops serving a slot (a failover or a
+//! slot move), the server itself ends the subscriptions of that slot with an
+//! `sunsubscribe` push, and those channels are resubscribed the same way, on the slot's
+//! new owner. Either way the channels' waiters retry once, as after any reconnect.
+
+use std::{
+    sync::{Arc, Weak},
+    time::Duration,
+};
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::time::Instant;
+
+use super::{LINGER, Shared, Sink, Subscriber, dispatch, reconcile};
+
+pub(super) async fn run(weak: Weak<Shared>) {
+    let mut backoff = Duration::from_millis(50);
+    let mut reconnecting = false;
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let Subscriber::Cluster(make) = &shared.subscriber else {
+            unreachable!("the cluster task runs on a cluster subscriber")
+        };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let connect = async {
+            let client = make(tx)?;
+            client.get_async_connection().await
+        };
+        let mut conn = match tokio::time::timeout(shared.connect_timeout, connect).await {
+            Ok(Ok(conn)) => conn,
+            failed => {
+                if let Ok(Err(error)) = failed {
+                    tracing::debug!(%error, "lock wake-up subscriber could not connect");
+                }
+                drop(shared);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                reconnecting = true;
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        if reconnecting {
+            tracing::info!("lock wake-up subscriber reconnected");
+        }
+        let mut wake = reconnecting;
+        let mut first = true;
+        loop {
+            if !first {
+                let changed = shared.changed.notified();
+                let linger_ends = {
+                    let st = shared.state.lock().unwrap();
+                    st.idle.values().min().map(|since| *since + LINGER)
+                };
+                let far = Instant::now() + Duration::from_secs(3600);
+                tokio::select! {
+                    push = rx.recv() => match push {
+                        Some(push) => wake |= on_push(&shared, push),
+                        // The connection is gone for good.
+                        None => break,
+                    },
+                    _ = changed => {}
+                    _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => {}
+                }
+            }
+            first = false;
+            if let Err(error) = reconcile(&shared, Sink::Cluster(&mut conn), wake).await {
+                // Resubscribing failed (a slot without a primary mid-failover, a timeout):
+                // start over on a fresh connection after a pause.
+                tracing::debug!(%error, "lock wake-up subscriber failed");
+                break;
+            }
+            wake = false;
+        }
+        {
+            let mut st = shared.state.lock().unwrap();
+            st.subscribed.clear();
+            st.idle.clear();
+        }
+        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
+        reconnecting = true;
+        drop(shared);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Handle one push. Returns whether subscriptions were lost (they are then resubscribed,
+/// and their waiters retry).
+fn on_push(shared: &Arc<Shared>, push: PushInfo) -> bool {
+    match push.kind {
+        PushKind::SMessage | PushKind::Message => {
+            if let [Value::BulkString(channel), Value::BulkString(payload), ..] = &push.data[..]
+                && let Ok(channel) = std::str::from_utf8(channel)
+            {
+                dispatch(shared, channel, payload);
+            }
+            false
+        }
+        // A node connection dropped: which of our channels it carried is unknown here, so
+        // all of them are resubscribed.
+        PushKind::Disconnection => {
+            let mut st = shared.state.lock().unwrap();
+            st.subscribed.clear();
+            st.idle.clear();
+            true
+        }
+        // The server ended a subscription: the node no longer serves the channel's slot.
+        // (Ours are forgotten before we send SUNSUBSCRIBE, so they are not found here.)
+        PushKind::SUnsubscribe => {
+            let Some(Value::BulkString(channel)) = push.data.first() else {
+                return false;
+            };
+            let Ok(channel) = std::str::from_utf8(channel) else {
+                return false;
+            };
+            let mut st = shared.state.lock().unwrap();
+            st.idle.remove(channel);
+            st.subscribed.remove(channel).is_some()
+        }
+        _ => false,
+    }
+}

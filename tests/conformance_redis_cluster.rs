@@ -1,0 +1,45 @@
+//! The conformance suite on a Redis Cluster (three primaries, three replicas) of our own,
+//! started once for the whole binary; cases keep apart by key prefix.
+//!
+//! Every core case and every capability the cluster backend offers; lock pools are not
+//! offered on a cluster (their health check reads every member's key in one script,
+//! across slots), which the last case checks.
+#![cfg(feature = "redis-cluster")]
+
+use tower_lock::LockError;
+use tower_lock_test_support::{
+    conformance::{Harness, redis_cluster},
+    conformance_tests, core_conformance_tests,
+};
+
+core_conformance_tests!(
+    timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+    concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
+    harness = redis_cluster(),
+);
+
+conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)] redis_cluster();
+    status_tells_free_locked_reserved_and_no_expiry,
+    admin_force_release_hands_the_key_to_the_next_waiter,
+    numeric_compare_and_set_follows_each_comparison,
+    numeric_values_expire_and_delete,
+    a_record_appears_with_the_release_for_the_holder_only,
+    a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
+    a_waiter_granted_by_a_completion_finds_the_record,
+    records_expire_after_their_retention,
+);
+
+#[tokio::test]
+async fn lock_pools_are_refused_on_a_cluster_and_change_nothing() {
+    let h = redis_cluster().await;
+    let pool = h.engine().pool("p");
+    assert!(matches!(
+        pool.add(["a", "b"]).await,
+        Err(LockError::Unsupported(_))
+    ));
+    assert!(matches!(
+        pool.health().await,
+        Err(LockError::Unsupported(_))
+    ));
+    assert_eq!(h.residue().await, Vec::<String>::new());
+}
