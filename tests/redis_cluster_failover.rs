@@ -38,7 +38,10 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
     let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
         .await
         .unwrap();
-    let nodes = [node(cluster, "failover").await, node(cluster, "failover").await];
+    let nodes = [
+        node(cluster, "failover").await,
+        node(cluster, "failover").await,
+    ];
 
     let holder = nodes[0]
         .lock("k")
@@ -46,7 +49,10 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
         .acquire()
         .await
         .unwrap();
-    let lock_key = cluster.scan("failover:*:lock:k").pop().expect("the lock key");
+    let lock_key = cluster
+        .scan("failover:*:lock:k")
+        .pop()
+        .expect("the lock key");
     let channel = lock_key.replacen(":lock:", ":swake:", 1);
     let slot = cluster.slot(&lock_key);
 
@@ -58,8 +64,7 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
     let mut waiters = Vec::new();
     for i in 0..4 {
         let engine = nodes[i % 2].clone();
-        let (holding, released_at, served) =
-            (holding.clone(), released_at.clone(), served.clone());
+        let (holding, released_at, served) = (holding.clone(), released_at.clone(), served.clone());
         waiters.push(tokio::spawn(async move {
             let lease = engine
                 .lock("k")
@@ -131,11 +136,12 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
         "hand-offs after the failover: {latencies:?}"
     );
 
-    let left: Vec<String> = tokio::task::spawn_blocking(|| RedisCluster::shared().scan("failover:*"))
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|k| !is_fence_tombstone(k))
-        .collect();
+    let left: Vec<String> =
+        tokio::task::spawn_blocking(|| RedisCluster::shared().scan("failover:*"))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|k| !is_fence_tombstone(k))
+            .collect();
     assert_eq!(left, Vec::<String>::new());
 }

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
-    connection::{self, Connector, Pool, ReplicaAck},
+    connection::{Connector, Pool, ReplicaAck},
     millis, scripts,
     wakeup::{Subscriber, Wakeup},
 };
@@ -205,7 +205,7 @@ impl RedisBackendBuilder {
         })?;
         let conn = match tokio::time::timeout(timeout, client.get_async_connection()).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(connection::map_error("cluster connect", e)),
+            Ok(Err(e)) => return Err(super::connection::map_error("cluster connect", e)),
             Err(_) => {
                 return Err(BackendError::new(
                     BackendErrorKind::Timeout,

@@ -209,8 +209,19 @@ impl Pool {
     /// After a connection-level failure: retire the pooled connections (a cluster
     /// connection repairs itself).
     fn invalidate(&self) {
-        if let Source::Pooled { connector, .. } = &self.source {
-            connector.invalidate();
+        match &self.source {
+            Source::Pooled { connector, .. } => connector.invalidate(),
+            #[cfg(feature = "redis-cluster")]
+            Source::Cluster(_) => {}
+        }
+    }
+
+    /// The pool and its connector; only called on a pooled source.
+    fn pooled(&self) -> (&bb8::Pool<SharedConnector>, &Arc<Connector>) {
+        match &self.source {
+            Source::Pooled { pool, connector } => (pool, connector),
+            #[cfg(feature = "redis-cluster")]
+            Source::Cluster(_) => unreachable!("a cluster connection is not checked out"),
         }
     }
 
@@ -237,9 +248,7 @@ impl Pool {
         what: &'static str,
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
-        let Source::Pooled { pool, .. } = &self.source else {
-            unreachable!("only a pooled source checks out connections")
-        };
+        let (pool, _) = self.pooled();
         match tokio::time::timeout_at(deadline, pool.get()).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
@@ -330,8 +339,8 @@ impl Pool {
         }
         let reply = async {
             match call {
-                Call::Script(inv) => inv.invoke_async::<Value>(&mut inner).await,
-                Call::ScriptThenWait(inv, ack) => script_then_wait(inv, ack, &mut inner).await,
+                Call::Script(inv) => script(inv, None, &mut inner).await,
+                Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
             }
         };
         match tokio::time::timeout_at(deadline, reply).await {
@@ -351,9 +360,7 @@ impl Pool {
     }
 
     fn checkout_failed(&self, what: &'static str) -> BackendError {
-        let Source::Pooled { connector, .. } = &self.source else {
-            unreachable!("only a pooled source checks out connections")
-        };
+        let (_, connector) = self.pooled();
         let recent = connector
             .last_connect_error
             .lock()
@@ -395,41 +402,56 @@ impl bb8::ManageConnection for SharedConnector {
     }
 }
 
-/// The script and `WAIT` in one pipeline, as a two-element array. Redis answers `NOSCRIPT`
-/// for a script it does not have cached (after a restart or a failover to a replica that
-/// never loaded it): then the script is loaded on the same connection and the pipeline
-/// sent again (the failed `EVALSHA` wrote nothing).
-async fn script_then_wait(
+/// Run a script (`EVALSHA`), with `WAIT` pipelined right behind it when `ack` is given
+/// (then the reply is `[script reply, replicas acknowledged]`).
+///
+/// Redis answers `NOSCRIPT` for a script it does not have cached (after a restart, or on a
+/// replica promoted by a failover: `SCRIPT LOAD` is not replicated). The script call is
+/// then sent again behind `SCRIPT LOAD` of every script of the backend, in one pipeline:
+/// the pipeline goes where the `EVALSHA` goes (in a cluster, to its keys' slot's node), so
+/// the node that lacked the script gets them all in one round trip. (redis-rs's own
+/// reload sends `SCRIPT LOAD` to every primary of a cluster, and hangs while one of them
+/// is unreachable, which is exactly when promoted replicas lack scripts.)
+async fn script(
     inv: &ScriptInvocation<'_>,
-    ack: ReplicaAck,
+    ack: Option<ReplicaAck>,
     conn: &mut Conn,
 ) -> Result<Value, RedisError> {
-    let timeout_ms = u64::try_from(ack.timeout.as_millis())
-        .unwrap_or(u64::MAX)
-        .max(1);
-    let mut pipe = redis::pipe();
-    pipe.invoke_script(inv)
-        .cmd("WAIT")
-        .arg(ack.replicas)
-        .arg(timeout_ms)
+    for load in [false, true] {
+        let mut pipe = redis::pipe();
+        if load {
+            for script in super::scripts::all() {
+                pipe.load_script(script).ignore();
+            }
+        }
+        pipe.invoke_script(inv);
+        if let Some(ack) = ack {
+            let timeout_ms = u64::try_from(ack.timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1);
+            pipe.cmd("WAIT").arg(ack.replicas).arg(timeout_ms);
+        }
         // Errors come back as values, so a NOSCRIPT can be told apart below.
-        .ignore_errors();
-    for _ in 0..2 {
+        pipe.ignore_errors();
         let mut replies: Vec<Value> = pipe.query_async(conn).await?;
-        if replies.len() != 2 {
+        let wanted = if ack.is_some() { 2 } else { 1 };
+        if replies.len() != wanted {
             return Err(RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,
-                "script and WAIT pipeline answered the wrong number of replies",
+                "script pipeline answered the wrong number of replies",
             )));
         }
-        let acked = replies.pop().expect("two replies");
-        let script = replies.pop().expect("two replies");
+        let acked = if ack.is_some() { replies.pop() } else { None };
+        let script = replies.pop().expect("one reply per command");
         match script {
-            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
-                inv.load_async(conn).await?;
-            }
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {}
             Value::ServerError(e) => return Err(e.into()),
-            script => return Ok(Value::Array(vec![script, acked.extract_error()?])),
+            script => {
+                return Ok(match acked {
+                    Some(acked) => Value::Array(vec![script, acked.extract_error()?]),
+                    None => script,
+                });
+            }
         }
     }
     Err(RedisError::from((

@@ -43,6 +43,8 @@ pub(crate) enum Woken {
 }
 
 /// How the subscriber connection is made.
+// One per backend, made once: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Subscriber {
     /// One server: a RESP2 pub/sub connection (`SUBSCRIBE`); the connector's pooled
     /// command connections are retired when it breaks.

@@ -91,7 +91,7 @@ impl RedisCluster {
     pub fn scan(&self, pattern: &str) -> Vec<String> {
         self.nodes
             .iter()
-            .filter(|n| n.cli(["ROLE"]).starts_with("master"))
+            .filter(|n| n.try_cli(["ROLE"]).is_some_and(|r| r.starts_with("master")))
             .flat_map(|n| n.scan(pattern))
             .collect()
     }
@@ -116,7 +116,10 @@ impl RedisCluster {
 
     fn node_with_role(&self, slot: u16, primary: bool) -> &RedisServer {
         for node in &self.nodes {
-            let role = node.cli(["ROLE"]);
+            // A killed node answers nothing and serves nothing.
+            let Some(role) = node.try_cli(["ROLE"]) else {
+                continue;
+            };
             let is_primary = role.starts_with("master");
             if is_primary != primary {
                 continue;
@@ -149,6 +152,27 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.wait_healthy();
+    }
+
+    /// Kill the primary of `slot` (SIGKILL) and wait until its replica has taken over and
+    /// the surviving nodes report the cluster healthy again. Returns the new primary.
+    pub fn kill_primary(&self, slot: u16) -> &RedisServer {
+        let replica = self.replica_of(slot);
+        self.primary_of(slot).kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let promoted = replica.cli(["ROLE"]).starts_with("master");
+            let ok = self
+                .nodes
+                .iter()
+                .filter_map(|n| n.try_cli(["CLUSTER", "INFO"]))
+                .all(|info| info.contains("cluster_state:ok"));
+            if promoted && ok {
+                return replica;
+            }
+            assert!(Instant::now() < deadline, "the replica never took over");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Block until every node reports `cluster_state:ok` and `redis-cli --cluster check`
@@ -185,8 +209,12 @@ impl RedisCluster {
 
 /// Whether `node` serves `slot` as primary (`CLUSTER SLOTS`, seen from the node itself).
 fn owns(node: &RedisServer, slot: u16) -> bool {
-    let myself = node.cli(["CLUSTER", "MYID"]);
-    let shards = node.cli(["CLUSTER", "NODES"]);
+    let (Some(myself), Some(shards)) = (
+        node.try_cli(["CLUSTER", "MYID"]),
+        node.try_cli(["CLUSTER", "NODES"]),
+    ) else {
+        return false;
+    };
     shards.lines().any(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
         fields.first() == Some(&myself.as_str())

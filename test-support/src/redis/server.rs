@@ -151,6 +151,23 @@ impl RedisServer {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// Like [`RedisServer::cli`], but `None` when `redis-cli` fails (the server is down).
+    pub fn try_cli<I, S>(&self, args: I) -> Option<String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<std::ffi::OsStr>,
+    {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        (out.status.success() && !text.starts_with("Could not connect")).then_some(text)
+    }
+
     /// Every key matching `pattern` (SCAN, not KEYS).
     pub fn scan(&self, pattern: &str) -> Vec<String> {
         let out = self.cli(["--scan", "--pattern", pattern]);
