@@ -43,3 +43,34 @@ async fn lock_pools_are_refused_on_a_cluster_and_change_nothing() {
     ));
     assert_eq!(h.residue().await, Vec::<String>::new());
 }
+
+/// The fact the cluster subscriber is built around: a multi-slot `SSUBSCRIBE` (what
+/// redis-rs sends a reconnected node for all its sharded channels) is refused, so the
+/// backend subscribes one channel per command.
+#[tokio::test]
+async fn the_server_refuses_a_multi_slot_ssubscribe() {
+    use tower_lock::engine::redis::redis;
+    use tower_lock_test_support::redis::RedisCluster;
+
+    let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
+        .await
+        .unwrap();
+    let (a, b) = ("p:{a}:swake:x", "p:{b}:swake:x");
+    assert_ne!(cluster.slot(a), cluster.slot(b));
+    let node = cluster.primary_of(cluster.slot(a));
+    let client = redis::Client::open(format!("{}/?protocol=resp3", node.url())).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let refused = redis::cmd("SSUBSCRIBE")
+        .arg(a)
+        .arg(b)
+        .query_async::<redis::Value>(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some("CROSSSLOT"), "{refused}");
+    // One at a time, each is accepted by its slot's node.
+    redis::cmd("SSUBSCRIBE")
+        .arg(a)
+        .query_async::<redis::Value>(&mut conn)
+        .await
+        .unwrap();
+}
