@@ -184,13 +184,15 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
     let other = tokio::task::spawn_blocking(move || {
         let cluster = RedisCluster::shared();
         let primary = cluster.primary_of(slot).port();
-        ["o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11"]
-            .into_iter()
-            .find(|k| {
-                let s = cluster.slot(&redis_name("lock", k));
-                s != slot && cluster.primary_of(s).port() == primary
-            })
-            .expect("a second key on the same primary")
+        [
+            "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11",
+        ]
+        .into_iter()
+        .find(|k| {
+            let s = cluster.slot(&redis_name("lock", k));
+            s != slot && cluster.primary_of(s).port() == primary
+        })
+        .expect("a second key on the same primary")
     })
     .await
     .unwrap();
@@ -230,7 +232,10 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
     }
 
     // The acknowledged leases survived on the promoted replica, and are handed over.
-    assert!(nodes[1].lock("k").try_acquire().await.is_err(), "still held");
+    assert!(
+        nodes[1].lock("k").try_acquire().await.is_err(),
+        "still held"
+    );
     let [line, line_other] = lines;
     line.hand_over(held).await;
     line_other.hand_over(held_other).await;

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
-    connection::{Connector, Pool, ReplicaAck},
+    connection::{ClientSource, Connector, Pool, ReplicaAck},
     millis, scripts,
     wakeup::{Subscriber, Wakeup},
 };
@@ -30,6 +30,12 @@ pub(super) enum Target {
     /// Some of a cluster's nodes (redis-rs discovers the others).
     #[cfg(feature = "redis-cluster")]
     Cluster(Vec<String>),
+    /// Sentinels and the name of the primary they watch.
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
 }
 
 impl Target {
@@ -40,6 +46,8 @@ impl Target {
             Target::Info(info) => redis::Client::open(*info),
             #[cfg(feature = "redis-cluster")]
             Target::Cluster(_) => unreachable!("a cluster has no single client"),
+            #[cfg(feature = "redis-sentinel")]
+            Target::Sentinel { .. } => unreachable!("Sentinel names the client per connection"),
         }
     }
 
@@ -171,17 +179,28 @@ impl RedisBackendBuilder {
     /// The command connections and the subscriber, for the target.
     async fn connect(&self) -> Result<(Pool, Subscriber), BackendError> {
         let config = |msg: &str| BackendError::new(BackendErrorKind::Config, msg);
-        let client = match &self.target {
-            #[cfg(feature = "redis-cluster")]
-            Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
-            target => target
-                .clone()
-                .client()
-                .map_err(|e| config("invalid redis URL or connection settings").with_source(e))?,
-        };
-        let connector = Arc::new(Connector::new(client.clone(), self.command_timeout));
+        let client =
+            match &self.target {
+                #[cfg(feature = "redis-cluster")]
+                Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
+                #[cfg(feature = "redis-sentinel")]
+                Target::Sentinel { sentinels, service } => {
+                    let sentinel = redis::sentinel::SentinelClient::build(
+                        sentinels.clone(),
+                        service.clone(),
+                        None,
+                        redis::sentinel::SentinelServerType::Master,
+                    )
+                    .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
+                    ClientSource::Sentinel(tokio::sync::Mutex::new(sentinel))
+                }
+                target => ClientSource::Fixed(target.clone().client().map_err(|e| {
+                    config("invalid redis URL or connection settings").with_source(e)
+                })?),
+            };
+        let connector = Arc::new(Connector::new(client, self.command_timeout));
         let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
-        Ok((pool, Subscriber::Single { client, connector }))
+        Ok((pool, Subscriber::Single { connector }))
     }
 
     /// One cluster connection for commands (redis-rs keeps one multiplexed connection per

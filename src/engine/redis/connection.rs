@@ -27,12 +27,22 @@ use crate::error::{BackendError, BackendErrorKind};
 
 /// Makes and vets the pool's connections.
 pub(crate) struct Connector {
-    client: redis::Client,
+    client: ClientSource,
     config: redis::AsyncConnectionConfig,
     generation: AtomicU64,
     /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
     /// gives up because the server refuses connections.
     last_connect_error: Mutex<Option<(Instant, RedisError)>>,
+}
+
+/// Where the server's address comes from.
+pub(crate) enum ClientSource {
+    /// A fixed server.
+    Fixed(redis::Client),
+    /// The primary Sentinel names now, asked again for every new connection: after a
+    /// failover, retired connections reconnect to the new primary.
+    #[cfg(feature = "redis-sentinel")]
+    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
 }
 
 /// A pooled connection and the generation it belongs to.
@@ -43,7 +53,7 @@ pub(crate) struct PooledConn {
 }
 
 impl Connector {
-    pub(crate) fn new(client: redis::Client, timeout: Duration) -> Self {
+    pub(crate) fn new(client: ClientSource, timeout: Duration) -> Self {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
@@ -60,6 +70,15 @@ impl Connector {
         self.generation.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A client for the server to connect to now (for Sentinel: the current primary).
+    pub(crate) async fn client(&self) -> Result<redis::Client, RedisError> {
+        match &self.client {
+            ClientSource::Fixed(client) => Ok(client.clone()),
+            #[cfg(feature = "redis-sentinel")]
+            ClientSource::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+        }
+    }
+
     fn current(&self, conn: &PooledConn) -> bool {
         !conn.broken && conn.generation == self.generation.load(Ordering::Relaxed)
     }
@@ -68,11 +87,15 @@ impl Connector {
 impl Connector {
     async fn connect(&self) -> Result<PooledConn, RedisError> {
         let generation = self.generation.load(Ordering::Relaxed);
-        match self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-        {
+        let connected = match self.client().await {
+            Ok(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match connected {
             Ok(inner) => Ok(PooledConn {
                 inner,
                 generation,
@@ -346,7 +369,13 @@ impl Pool {
         match tokio::time::timeout_at(deadline, reply).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                // READONLY: the server was demoted to a replica (a Sentinel failover);
+                // reconnecting finds the new primary.
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.code() == Some("READONLY")
+                {
                     self.invalidate();
                 }
                 Err(map_error(what, e))

@@ -110,6 +110,23 @@ impl RedisBackend {
         RedisBackendBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
     }
 
+    /// A builder for the primary that Redis Sentinel names `service` (`mymaster` in
+    /// Sentinel's examples), given the URLs of some Sentinels (`redis://host:26379`).
+    /// Every new connection asks Sentinel for the current primary, so after a failover the
+    /// backend follows it: connections that fail (or find their server demoted:
+    /// `READONLY`) are retired, and their replacements go to the new primary.
+    #[cfg(feature = "redis-sentinel")]
+    pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::new(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            service: service.into(),
+        })
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix

@@ -25,6 +25,8 @@ use std::{
 use futures_util::StreamExt;
 use tokio::{sync::Notify, task::JoinHandle, time::Instant};
 
+#[cfg(test)]
+use super::connection::ClientSource;
 use super::connection::Connector;
 
 /// How long a channel stays subscribed after its last local waiter left.
@@ -48,10 +50,7 @@ pub(crate) enum Woken {
 pub(crate) enum Subscriber {
     /// One server: a RESP2 pub/sub connection (`SUBSCRIBE`); the connector's pooled
     /// command connections are retired when it breaks.
-    Single {
-        client: redis::Client,
-        connector: Arc<Connector>,
-    },
+    Single { connector: Arc<Connector> },
     /// A cluster: a RESP3 cluster connection whose pushes arrive on the sender handed to
     /// this function, subscribed with `SSUBSCRIBE`.
     #[cfg(feature = "redis-cluster")]
@@ -302,10 +301,10 @@ fn parse_grant(payload: &[u8]) -> Option<(&str, u64, u64)> {
 async fn run(weak: Weak<Shared>) {
     let Some(shared) = weak.upgrade() else { return };
     match &shared.subscriber {
-        Subscriber::Single { client, connector } => {
-            let (client, connector) = (client.clone(), connector.clone());
+        Subscriber::Single { connector } => {
+            let connector = connector.clone();
             drop(shared);
-            run_single(weak, client, connector).await;
+            run_single(weak, connector).await;
         }
         #[cfg(feature = "redis-cluster")]
         Subscriber::Cluster(_) => {
@@ -317,13 +316,14 @@ async fn run(weak: Weak<Shared>) {
 
 /// The subscriber task on one server: connect, reconcile, dispatch; reconnect with
 /// backoff on failure.
-async fn run_single(weak: Weak<Shared>, client: redis::Client, connector: Arc<Connector>) {
+async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        let connected =
-            tokio::time::timeout(shared.connect_timeout, client.get_async_pubsub()).await;
+        // The connector's client: for Sentinel, the primary it names now.
+        let connect = async { connector.client().await?.get_async_pubsub().await };
+        let connected = tokio::time::timeout(shared.connect_timeout, connect).await;
         let pubsub = match connected {
             Ok(Ok(p)) => p,
             Ok(Err(error)) => {
@@ -508,8 +508,8 @@ mod tests {
         // Nothing listens on port 1: the subscriber task just keeps retrying.
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
         let timeout = Duration::from_millis(100);
-        let connector = Arc::new(Connector::new(client.clone(), timeout));
-        Wakeup::new(Subscriber::Single { client, connector }, timeout)
+        let connector = Arc::new(Connector::new(ClientSource::Fixed(client), timeout));
+        Wakeup::new(Subscriber::Single { connector }, timeout)
     }
 
     fn woken(subs: &[Subscription]) -> Vec<Option<Woken>> {

@@ -3,11 +3,13 @@
 
 mod cluster;
 mod replicated;
+mod sentinel;
 mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
 pub use replicated::Replicated;
+pub use sentinel::{SERVICE, Sentineled};
 pub use server::RedisServer;
 pub use tls::TlsRedis;
 

@@ -26,7 +26,9 @@ use std::{
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
-    /// Extra `redis-server` arguments, kept for a restart.
+    /// A config file to start from (Sentinel needs one it can rewrite), then extra
+    /// `redis-server` arguments; kept for a restart.
+    config: Option<String>,
     args: Vec<String>,
     running: Mutex<Option<Guardian>>,
 }
@@ -52,14 +54,28 @@ impl RedisServer {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let args: Vec<String> = args.into_iter().map(Into::into).collect();
+        Self::start_from(None, args.into_iter().map(Into::into).collect())
+    }
+
+    /// A Sentinel (`redis-server <config> --sentinel`) on a free port; `config` is written
+    /// to a file of its own first (Sentinel rewrites it as it learns).
+    pub fn start_sentinel(config: &str, path: &std::path::Path) -> Self {
+        std::fs::write(path, config).expect("write the sentinel config");
+        Self::start_from(
+            Some(path.to_string_lossy().into_owned()),
+            vec!["--sentinel".to_owned()],
+        )
+    }
+
+    fn start_from(config: Option<String>, args: Vec<String>) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
-            match Guardian::spawn(port, &args) {
+            match Guardian::spawn(port, config.as_deref(), &args) {
                 Ok(g) => {
                     return RedisServer {
                         port,
+                        config,
                         args,
                         running: Mutex::new(Some(g)),
                     };
@@ -103,8 +119,8 @@ impl RedisServer {
     /// Start the server again on the same port (empty data set: persistence is off).
     pub fn restart(&self) {
         self.kill();
-        let g =
-            Guardian::spawn(self.port, &self.args).expect("restart redis-server on the same port");
+        let g = Guardian::spawn(self.port, self.config.as_deref(), &self.args)
+            .expect("restart redis-server on the same port");
         *self.running.lock().unwrap() = Some(g);
     }
 
@@ -228,10 +244,12 @@ impl Drop for RedisServer {
 }
 
 impl Guardian {
-    fn spawn(port: u16, extra: &[String]) -> Result<Self, String> {
+    fn spawn(port: u16, config: Option<&str>, extra: &[String]) -> Result<Self, String> {
         let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
         let mut shell = Command::new("sh")
             .args(["-c", script, "sh"])
+            // A config file, if any, must come first.
+            .args(config)
             .args(["--port", &port.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             // DEBUG SLEEP (see `freeze`) from loopback clients; Redis 7 refuses it otherwise.

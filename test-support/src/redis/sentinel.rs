@@ -1,0 +1,120 @@
+//! A Sentinel-managed primary of the test's own: a primary, one replica and three
+//! Sentinels watching them under the name [`SERVICE`].
+//!
+//! ```ignore
+//! let set = Sentineled::start();
+//! let backend = RedisBackend::sentinel(set.sentinel_urls(), SERVICE).build().await?;
+//! let promoted = set.kill_primary(); // Sentinels elect the replica
+//! ```
+
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use super::{RedisServer, Replicated, server::free_port};
+
+/// The name the Sentinels know the primary by.
+pub const SERVICE: &str = "tower-lock-test";
+
+/// A primary, its replica, and three Sentinels.
+#[derive(Debug)]
+pub struct Sentineled {
+    servers: Replicated,
+    sentinels: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl Sentineled {
+    /// Start the primary and replica, then three Sentinels, and wait until every Sentinel
+    /// knows the replica and the other Sentinels.
+    pub fn start() -> Self {
+        let servers = Replicated::start(1);
+        let dir = std::env::temp_dir().join(format!(
+            "tower-lock-sentinel-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("create the sentinel directory");
+        let config = format!(
+            "sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel failover-timeout {SERVICE} 5000\n\
+             sentinel parallel-syncs {SERVICE} 1\n",
+            servers.primary().port()
+        );
+        let sentinels = (0..3)
+            .map(|i| RedisServer::start_sentinel(&config, &dir.join(format!("sentinel-{i}.conf"))))
+            .collect();
+        let set = Sentineled {
+            servers,
+            sentinels,
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = set.sentinels.iter().all(|s| {
+                let info = s.cli(["SENTINEL", "MASTER", SERVICE]);
+                field(&info, "num-slaves") == Some(1)
+                    && field(&info, "num-other-sentinels") == Some(2)
+            });
+            if ready {
+                return set;
+            }
+            assert!(Instant::now() < deadline, "the sentinels never met");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>` of every Sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The primary at the start.
+    pub fn primary(&self) -> &RedisServer {
+        self.servers.primary()
+    }
+
+    /// The replica at the start.
+    pub fn replica(&self) -> &RedisServer {
+        self.servers.replica(0)
+    }
+
+    /// Kill the primary (SIGKILL) and wait until the Sentinels have promoted the replica
+    /// and name it. Returns it.
+    pub fn kill_primary(&self) -> &RedisServer {
+        self.primary().kill();
+        let replica = self.replica();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let promoted = replica.cli(["ROLE"]).starts_with("master");
+            let named = self.sentinels.iter().all(|s| {
+                let addr = s.cli(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+                addr.lines().nth(1) == Some(replica.port().to_string().as_str())
+            });
+            if promoted && named {
+                return replica;
+            }
+            assert!(Instant::now() < deadline, "the sentinels never failed over");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A numeric field of `SENTINEL MASTER`'s answer (alternating name and value lines).
+fn field(info: &str, name: &str) -> Option<u64> {
+    let lines: Vec<&str> = info.lines().collect();
+    lines
+        .iter()
+        .position(|l| *l == name)
+        .and_then(|i| lines.get(i + 1))
+        .and_then(|v| v.parse().ok())
+}
+
+impl Drop for Sentineled {
+    fn drop(&mut self) {
+        self.sentinels.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,148 @@
+//! The backend on a Sentinel-managed primary: it follows a failover. The primary is
+//! killed while a lock is held and waited for; the Sentinels promote the replica; the
+//! engines reconnect to it, the lease survives (its acquire was acknowledged by the
+//! replica), fences keep rising and the waiters are served by message.
+#![cfg(feature = "redis-sentinel")]
+
+use std::time::{Duration, Instant};
+
+use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+use tower_lock_test_support::redis::{SERVICE, Sentineled, is_fence_tombstone};
+
+async fn node(set: &Sentineled, ack: bool) -> LockEngine {
+    let mut builder = RedisBackend::sentinel(set.sentinel_urls(), SERVICE)
+        .prefix("sentinel")
+        .command_timeout(Duration::from_millis(1000));
+    if ack {
+        builder = builder.replica_ack(1, Duration::from_millis(500));
+    }
+    LockEngine::new(builder.build().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_failover_is_followed() {
+    let set = tokio::task::spawn_blocking(Sentineled::start)
+        .await
+        .unwrap();
+    let holders = node(&set, true).await;
+    let nodes = [node(&set, false).await, node(&set, false).await];
+    let held = holders
+        .lock("k")
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let first = held.fence();
+
+    // Waiters on both nodes, queued (and subscribed) before the primary dies. A wait that
+    // fails in the outage is answered with a backend error; the waiter waits again, as
+    // an application would.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let engine = nodes[i].clone();
+        waiters.push(tokio::spawn(async move {
+            let lease = loop {
+                let wait = deadline.saturating_duration_since(Instant::now());
+                match engine.lock("k").wait(wait).acquire().await {
+                    Ok(lease) => break lease,
+                    Err(LockError::Backend(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("waiter {i}: {e}"),
+                }
+            };
+            let fence = lease.fence();
+            lease.release().await.unwrap();
+            (fence, Instant::now())
+        }));
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while nodes[0].lock("k").waiters().await.unwrap_or(0) != i + 1 {
+            assert!(Instant::now() < give_up, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    let set = std::sync::Arc::new(set);
+    let killer = set.clone();
+    let promoted_port = tokio::task::spawn_blocking(move || killer.kill_primary().port())
+        .await
+        .unwrap();
+    assert_eq!(promoted_port, set.replica().port());
+
+    // The engines follow: the acknowledged lease is still held on the new primary.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    loop {
+        match nodes[1].lock("k").try_acquire().await {
+            Err(LockError::Busy { .. }) => break,
+            Err(LockError::Backend(_)) => {
+                assert!(Instant::now() < give_up, "never reached the new primary");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the lease was lost in the failover: {other:?}"),
+        }
+    }
+    // Exactly the two waiters are queued on the new primary (a ticket a failed wait could
+    // not remove lapses after the ticket TTL; a release before that would hand the key to
+    // it for a claim period), and both nodes' subscribers are back, on the new primary.
+    let queue = set.replica().scan("sentinel:*:queue:k").pop();
+    let give_up = Instant::now() + Duration::from_secs(15);
+    loop {
+        let live = nodes[0].lock("k").waiters().await.unwrap_or(0);
+        let queue = queue
+            .clone()
+            .or_else(|| set.replica().scan("sentinel:*:queue:k").pop());
+        let all: usize = queue
+            .as_ref()
+            .map_or(0, |q| set.replica().cli(["ZCARD", q]).parse().unwrap_or(0));
+        let subscribed: usize = queue.as_ref().map_or(0, |q| {
+            let channel = q.replacen(":queue:", ":wake:", 1);
+            let out = set.replica().cli(["PUBSUB", "NUMSUB", &channel]);
+            out.lines().nth(1).and_then(|n| n.parse().ok()).unwrap_or(0)
+        });
+        if live == 2 && all == 2 && subscribed == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "never settled: {live} live tickets of {all}, {subscribed} subscribers"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The holder's engine talks to the old primary's address until a call fails there.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    while holders.lock("k").status().await.is_err() {
+        assert!(
+            Instant::now() < give_up,
+            "the holder never reached the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let mut fences = Vec::new();
+    let mut last = released;
+    for w in waiters {
+        let (fence, at) = w.await.unwrap();
+        fences.push(fence);
+        last = last.max(at);
+    }
+    fences.sort();
+    assert!(
+        first < fences[0] && fences[0] < fences[1],
+        "{first:?} then {fences:?}"
+    );
+    assert!(
+        last - released < Duration::from_millis(200),
+        "two hand-offs by message took {:?}",
+        last - released
+    );
+    let left: Vec<String> = set
+        .replica()
+        .scan("sentinel:*")
+        .into_iter()
+        .filter(|k| !is_fence_tombstone(k))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}
