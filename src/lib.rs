@@ -107,6 +107,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod body;
 mod builder;
 mod config_error;
@@ -120,6 +122,7 @@ mod lease_info;
 pub mod metrics;
 mod options;
 pub mod reject;
+mod retry_after;
 mod service;
 
 pub use body::LockedBody;
