@@ -236,6 +236,7 @@ impl LockLayerBuilder {
     pub fn build_locker(self) -> Result<RequestLocker, ConfigError> {
         let wait = self.wait_limit();
         let extractor = self.extractor.ok_or(ConfigError::NoKeyExtractor)?;
+        extractor.validate().map_err(ConfigError::Extractor)?;
         let options = self.options;
         match self.short_ttl {
             Some(ttl) if ttl.is_zero() => return Err(ConfigError::ZeroTtl),

@@ -113,7 +113,12 @@
 //! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
 //! the handler's own timeouts bound that.
 
+mod route_key;
+
+pub use route_key::RouteKey;
+
 use std::{
+    any::Any,
     fmt,
     future::{Future, Ready, ready},
     pin::Pin,
@@ -124,7 +129,7 @@ use std::{
 use actix_web::{
     Error, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError,
     body::{BodySize, BoxBody, EitherBody, MessageBody},
-    dev::{Payload, RequestHead, Service, ServiceRequest, ServiceResponse, Transform},
+    dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform},
     http::{
         Method, StatusCode,
         header::{HeaderName, HeaderValue},
@@ -138,10 +143,13 @@ use tower_lock::{
     key::RequestView,
 };
 
-/// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
-/// and [`RequestLocker`] work on actix requests.
+/// An actix request seen as a [`RequestView`], so that tower-lock's key extractors and
+/// [`RequestLocker`] work on actix requests.
 ///
-/// Extractors that need `http` 1 extensions (such as axum's route keys) find none here.
+/// Extractors written for actix reach the whole [`HttpRequest`] through it (see
+/// [`http_request`]): its extensions, the matched route and its parameters (as
+/// [`RouteKey`] does). Extractors that need `http` 1 extensions (axum's route keys,
+/// [`PrincipalScopedKey`](tower_lock::key::PrincipalScopedKey)) find none here.
 ///
 /// ```
 /// use actix_web::test::TestRequest;
@@ -154,40 +162,73 @@ use tower_lock::{
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ActixRequest<'a> {
-    head: &'a RequestHead,
+    req: &'a HttpRequest,
 }
 
 impl<'a> ActixRequest<'a> {
-    /// A view of `head`.
-    pub fn new(head: &'a RequestHead) -> Self {
-        ActixRequest { head }
+    /// A view of `req`.
+    pub fn new(req: &'a HttpRequest) -> Self {
+        ActixRequest { req }
     }
 }
 
 impl<'a> From<&'a ServiceRequest> for ActixRequest<'a> {
     fn from(req: &'a ServiceRequest) -> Self {
-        ActixRequest::new(req.head())
+        ActixRequest::new(req.request())
     }
 }
 
 impl<'a> From<&'a HttpRequest> for ActixRequest<'a> {
     fn from(req: &'a HttpRequest) -> Self {
-        ActixRequest::new(req.head())
+        ActixRequest::new(req)
     }
 }
 
 impl RequestView for ActixRequest<'_> {
     fn method(&self) -> &str {
-        self.head.method.as_str()
+        self.req.head().method.as_str()
     }
 
     fn path(&self) -> &str {
-        self.head.uri.path()
+        self.req.head().uri.path()
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.head.headers.get(name).map(HeaderValue::as_bytes)
+        self.req.headers().get(name).map(HeaderValue::as_bytes)
     }
+
+    fn framework_request(&self) -> Option<&dyn Any> {
+        Some(self.req)
+    }
+}
+
+/// The actix-web request behind `req`, when `req` is an [`ActixRequest`] (the view
+/// [`LockMiddleware`] shows extractors): for extractors written for actix, to read the
+/// request's extensions, its matched route, its app data.
+///
+/// ```
+/// use actix_web::{HttpMessage, test::TestRequest};
+/// use tower_lock::key::{self, KeyExtractor, MalformedKey, RequestView};
+/// use tower_lock_actix::{ActixRequest, http_request};
+///
+/// /// Put in the extensions by an authentication middleware.
+/// #[derive(Clone)]
+/// struct UserId(u64);
+///
+/// // One request at a time per signed-in user.
+/// let per_user = key::from_fn("user", |req: &dyn RequestView| {
+///     let Some(req) = http_request(req) else {
+///         return Err(MalformedKey::new("not an actix request"));
+///     };
+///     Ok(req.extensions().get::<UserId>().map(|user| user.0.to_string()))
+/// });
+///
+/// let req = TestRequest::post().to_srv_request();
+/// req.extensions_mut().insert(UserId(7));
+/// assert_eq!(per_user.extract(&ActixRequest::from(&req)).unwrap().as_deref(), Some("7"));
+/// ```
+pub fn http_request<'a>(req: &'a dyn RequestView) -> Option<&'a HttpRequest> {
+    req.framework_request()?.downcast_ref::<HttpRequest>()
 }
 
 /// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
