@@ -52,6 +52,7 @@ mod mutex;
 mod numeric;
 mod options;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod status;
 mod watchdog;

@@ -525,3 +525,8 @@ impl ResponseError for LockNotInstalled {
         StatusCode::INTERNAL_SERVER_ERROR
     }
 }
+
+// The README's code blocks compile as doctests, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
