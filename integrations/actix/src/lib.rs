@@ -227,7 +227,7 @@ impl RequestView for ActixRequest<'_> {
 /// req.extensions_mut().insert(UserId(7));
 /// assert_eq!(per_user.extract(&ActixRequest::from(&req)).unwrap().as_deref(), Some("7"));
 /// ```
-pub fn http_request<'a>(req: &'a dyn RequestView) -> Option<&'a HttpRequest> {
+pub fn http_request(req: &dyn RequestView) -> Option<&HttpRequest> {
     req.framework_request()?.downcast_ref::<HttpRequest>()
 }
 
