@@ -5,7 +5,7 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{ExtendMode, Fence, LockError, LockKey, NumericOp, PoolOp, Token};
+use super::{ExtendMode, Fence, LockError, LockKey, NumericOp, PoolOp, Record, Token};
 
 /// Every member of a pool with its holder, as returned by [`PoolBackend::pool_holders`].
 pub type PoolHolders = Vec<(LockKey, Option<Holder>)>;
@@ -123,7 +123,7 @@ pub trait Backend: Send + Sync + 'static {
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
 
     /// The optional capabilities this backend has (admin operations, numeric
-    /// compare-and-set, lock pools). Default: none; the engine answers
+    /// compare-and-set, lock pools, records). Default: none; the engine answers
     /// [`LockError::Unsupported`] for what a backend lacks.
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
@@ -144,6 +144,7 @@ pub struct Capabilities<'a> {
     pub(crate) admin: Option<&'a dyn AdminBackend>,
     pub(crate) numeric: Option<&'a dyn NumericBackend>,
     pub(crate) pools: Option<&'a dyn PoolBackend>,
+    pub(crate) records: Option<&'a dyn RecordBackend>,
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -152,6 +153,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("admin", &self.admin.is_some())
             .field("numeric", &self.numeric.is_some())
             .field("pools", &self.pools.is_some())
+            .field("records", &self.records.is_some())
             .finish()
     }
 }
@@ -177,6 +179,12 @@ impl<'a> Capabilities<'a> {
     /// With lock pools ([`LockPool`](super::LockPool)).
     pub fn with_pools(mut self, pools: &'a dyn PoolBackend) -> Self {
         self.pools = Some(pools);
+        self
+    }
+
+    /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
+    pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
+        self.records = Some(records);
         self
     }
 }
@@ -232,4 +240,29 @@ pub trait PoolBackend: Send + Sync {
         &'a self,
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<PoolHolders, LockError>>;
+}
+
+/// Records of completed operations, written in the same atomic step as the release of the
+/// lock that guarded them (see [`Lease::complete`](super::Lease::complete)): idempotency
+/// replay keeps its responses here.
+///
+/// A record lives under its lock's key, apart from the lock itself, until its retention
+/// runs out (a store with a byte budget may evict completed records earlier, oldest
+/// first). Writing one is compare-token checked: a holder whose lease ran out writes
+/// nothing.
+pub trait RecordBackend: Send + Sync {
+    /// The record stored under `key`, if any (and not past its retention).
+    fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>>;
+
+    /// If `token` holds `key`: store `record` under `key` for `retention` (replacing any
+    /// earlier one) and release the key, handing it to the next waiter, in one atomic
+    /// step. Otherwise [`LockError::NotOwned`] or [`LockError::Expired`], and nothing is
+    /// written.
+    fn complete<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        record: &'a Record,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
 }

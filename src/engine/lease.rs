@@ -12,7 +12,7 @@ use std::{
 use tokio::time::Instant;
 
 use super::{
-    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Token, background,
+    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token, background,
     lock_engine::EngineShared,
     lost::{Lost, LostSignal},
     options::{after, check_ttl},
@@ -197,11 +197,16 @@ impl Lease {
         self.state.lost.is_set()
     }
 
-    /// Stop renewing, and return the backend release to run.
-    fn begin_release(&mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+    /// Stop renewing: from here on the lease is being released.
+    fn stop(&mut self) {
         self.handed_off = true;
         self.state.released.store(true, Ordering::Release);
         self.engine.watchdog.unregister(self.id);
+    }
+
+    /// Stop renewing, and return the backend release to run.
+    fn begin_release(&mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        self.stop();
         let engine = self.engine.clone();
         let state = self.state.clone();
         async move {
@@ -218,6 +223,39 @@ impl Lease {
     /// is dropped before the backend answered, the release finishes in the background.
     pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
         background::Finish::new(self.begin_release())
+    }
+
+    /// Store `record` under the key for `retention` and release the key, in one atomic
+    /// step on the backend (see [`RecordBackend`](super::RecordBackend)): whoever acquires
+    /// the key next finds the record. [`LockError::NotOwned`] or [`LockError::Expired`]
+    /// mean the lease had already run out: nothing was written, and another holder's
+    /// record is never overwritten. A backend without records answers
+    /// [`LockError::Unsupported`] and the key is released without one.
+    ///
+    /// Cancellation-safe like [`release`](Self::release).
+    pub fn complete(
+        mut self,
+        record: Record,
+        retention: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        self.stop();
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        background::Finish::new(async move {
+            let result = match engine.backend.capabilities().records {
+                Some(records) => {
+                    records
+                        .complete(&state.key, &state.token, &record, retention)
+                        .await
+                }
+                None => {
+                    let _ = engine.backend.release(&state.key, &state.token).await;
+                    Err(LockError::Unsupported("records"))
+                }
+            };
+            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released with a record");
+            result
+        })
     }
 
     /// Add `by` to the remaining TTL. The new remaining TTL also becomes the length the

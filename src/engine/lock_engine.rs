@@ -4,7 +4,8 @@ use std::{fmt, sync::Arc};
 
 use super::{
     AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
-    MemoryBackend, NumericBackend, NumericKey, PoolBackend, lock::Lock, watchdog::Watchdog,
+    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend, lock::Lock,
+    watchdog::Watchdog,
 };
 
 pub(crate) struct EngineShared {
@@ -99,6 +100,26 @@ impl LockEngine {
     /// release. Meant for operators and tooling, not request paths.
     pub fn admin(&self) -> LockAdmin {
         LockAdmin::new(self.clone())
+    }
+
+    /// The record stored under `key` by [`Lease::complete`](super::Lease::complete), if
+    /// any and within its retention. [`LockError::Unsupported`] on a backend without
+    /// records.
+    pub async fn record(&self, key: &LockKey) -> Result<Option<Record>, LockError> {
+        self.record_backend()?.record(key).await
+    }
+
+    /// Whether the backend keeps records ([`RecordBackend`]).
+    pub fn has_records(&self) -> bool {
+        self.record_backend().is_ok()
+    }
+
+    pub(crate) fn record_backend(&self) -> Result<&dyn RecordBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .records
+            .ok_or(LockError::Unsupported("records"))
     }
 
     pub(crate) fn admin_backend(&self) -> Result<&dyn AdminBackend, LockError> {

@@ -31,10 +31,11 @@
 //! A backend implements [`Backend`]: six methods, the lock itself (an atomic acquire that
 //! may wait and must clean up after itself when its future is dropped, compare-token
 //! release / extend / batched renew, holder and waiter inspection). Admin operations,
-//! numeric compare-and-set and lock pools are optional capability traits
-//! ([`AdminBackend`], [`NumericBackend`], [`PoolBackend`]) a backend reports through
-//! [`Backend::capabilities`]; the engine answers [`LockError::Unsupported`] for the ones it
-//! lacks. The conformance suite in `tests/support/conformance.rs` runs its core cases
+//! numeric compare-and-set, lock pools and records are optional capability traits
+//! ([`AdminBackend`], [`NumericBackend`], [`PoolBackend`], [`RecordBackend`]) a backend
+//! reports through [`Backend::capabilities`]; the engine answers
+//! [`LockError::Unsupported`] for the ones it lacks. The conformance suite in
+//! `test-support/src/conformance/` runs its core cases
 //! unchanged against every backend, and the capability cases against backends that have
 //! them.
 
@@ -51,6 +52,7 @@ mod memory;
 mod mutex;
 mod numeric;
 mod options;
+mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
@@ -61,7 +63,7 @@ pub use crate::error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use admin::LockAdmin;
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
-    PoolBackend, PoolHolders, Renewal,
+    PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
 pub use lease::Lease;
@@ -73,4 +75,6 @@ pub use memory::MemoryBackend;
 pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
+pub use record::Record;
+pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;

@@ -21,6 +21,9 @@ use super::{
 };
 
 mod capabilities;
+mod records;
+
+use records::RecordStore;
 
 const SHARDS: usize = 64;
 
@@ -37,6 +40,7 @@ pub struct MemoryBackend {
     waiter_ids: AtomicU64,
     numbers: Mutex<HashMap<LockKey, (f64, Option<Instant>)>>,
     pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
+    records: Mutex<RecordStore>,
 }
 
 #[derive(Default)]
@@ -94,8 +98,17 @@ impl std::fmt::Debug for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// An empty table.
+    /// An empty table, keeping records ([`Lease::complete`](crate::Lease::complete)) within
+    /// a budget of 64 MiB.
     pub fn new() -> Self {
+        Self::with_record_budget(records::DEFAULT_BUDGET)
+    }
+
+    /// An empty table keeping at most `bytes` of records (fingerprints, metadata and
+    /// bodies, plus their keys). Past the budget, the oldest completed records are evicted
+    /// before their retention runs out ([`evicted_records`](Self::evicted_records) counts
+    /// them); a record larger than the whole budget is not kept.
+    pub fn with_record_budget(bytes: usize) -> Self {
         MemoryBackend {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
@@ -103,11 +116,18 @@ impl MemoryBackend {
             waiter_ids: AtomicU64::new(0),
             numbers: Mutex::default(),
             pools: Mutex::default(),
+            records: Mutex::new(RecordStore::new(bytes)),
         }
     }
 
+    /// How many records were evicted to stay within the record budget before their
+    /// retention ran out.
+    pub fn evicted_records(&self) -> u64 {
+        self.records.lock().unwrap().evicted
+    }
+
     /// How many keys have an entry (held, or waited for, or expired and not yet swept),
-    /// counting numeric values and pools.
+    /// counting numeric values, pools and records within their retention.
     pub fn key_count(&self) -> usize {
         let now = Instant::now();
         let locks: usize = self
@@ -120,7 +140,8 @@ impl MemoryBackend {
             numbers.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
             numbers.len()
         };
-        locks + numbers + self.pools.lock().unwrap().len()
+        let records = self.records.lock().unwrap().live(now);
+        locks + numbers + self.pools.lock().unwrap().len() + records
     }
 
     /// The members of `pool`, sorted (a copy: the pool lock is not held while the
@@ -489,5 +510,6 @@ impl Backend for MemoryBackend {
             .with_admin(self)
             .with_numeric(self)
             .with_pools(self)
+            .with_records(self)
     }
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use redis::ScriptInvocation;
+
 use super::{
     FENCE_MARGIN, RENEW_CHUNK, RedisBackend, malformed_token, millis,
     names::Names,
@@ -13,6 +15,18 @@ use crate::engine::{
     LockKey, Renewal, Token,
 };
 use crate::error::{BackendError, BackendErrorKind};
+
+/// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
+/// also takes first.
+pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token: &Token) {
+    inv.key(&names.lock)
+        .key(&names.fence)
+        .key(&names.queue)
+        .key(&names.wait)
+        .arg(token.as_str())
+        .arg(&names.channel)
+        .arg(millis(FENCE_MARGIN));
+}
 
 impl Backend for RedisBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
@@ -27,13 +41,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let names = Names::new(&self.inner.prefix, key);
             let mut inv = RELEASE.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
-                .key(&names.queue)
-                .key(&names.wait)
-                .arg(token.as_str())
-                .arg(&names.channel)
-                .arg(millis(FENCE_MARGIN));
+            release_args(&mut inv, &names, token);
             outcome(self.inner.call("release", &inv).await?)
         })
     }
@@ -118,5 +126,6 @@ impl Backend for RedisBackend {
             .with_admin(self)
             .with_numeric(self)
             .with_pools(self)
+            .with_records(self)
     }
 }

@@ -6,6 +6,7 @@ mod builder;
 mod capabilities;
 mod connection;
 mod names;
+mod records;
 mod scripts;
 mod wakeup;
 

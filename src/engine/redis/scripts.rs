@@ -177,10 +177,11 @@ return {0, pttl}
 /// at the moment the key becomes free. It publishes only when someone waits: the FIFO
 /// head's ticket (only that waiter is woken), or `''` (one waiter per node is woken). With
 /// nobody waiting it costs four commands (`HGET`, `DEL`, `PEXPIRE`, one `ZRANGE`).
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
-        r#"
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
+
+/// The body of [`RELEASE`], shared with [`COMPLETE`] (which runs it as a function).
+const RELEASE_BODY: &str = r#"
 local holder = redis.call('HGET', KEYS[1], 't')
 if not holder then return 0 end
 if holder ~= ARGV[1] then return -1 end
@@ -188,8 +189,43 @@ redis.call('DEL', KEYS[1])
 redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
 wake(ARGV[2])
 return 1
+"#;
+
+/// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
+/// the record written in the same atomic step, so that whoever is granted the key next
+/// finds it.
+///
+/// - `KEYS` as [`RELEASE`]'s, then the record (hash) last.
+/// - `ARGV` as [`RELEASE`]'s, then five more last: fingerprint, metadata, body, completion
+///   time (Unix ms), retention (ms).
+/// - Returns what [`RELEASE`] returns; the record is written only on `1`.
+///
+/// The record's arguments are addressed from the end so that this wrapper stays valid
+/// whatever [`RELEASE`] takes.
+pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}local function release_lock(){RELEASE_BODY}end\n{}",
+        r#"
+local r = release_lock()
+if r == 1 then
+  local rec, n = KEYS[#KEYS], #ARGV
+  redis.call('DEL', rec)
+  redis.call('HSET', rec, 'fp', ARGV[n - 4], 'meta', ARGV[n - 3], 'body', ARGV[n - 2], 'at', ARGV[n - 1])
+  redis.call('PEXPIRE', rec, tonumber(ARGV[n]))
+end
+return r
 "#
     ))
+});
+
+/// Read a record: fingerprint, metadata, body, completion time (all nil when absent).
+///
+/// - `KEYS[1]` the record.
+///
+/// A script rather than a plain `HMGET` only so that it runs on the same pooled path
+/// (timeouts, reconnection) as every other call.
+pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new("return redis.call('HMGET', KEYS[1], 'fp', 'meta', 'body', 'at')")
 });
 
 /// A waiter leaves (timed out, cancelled, or failed); optionally gives back a grant it may
@@ -401,10 +437,12 @@ return out
 });
 
 /// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 14] {
+pub(crate) fn all() -> [&'static Script; 16] {
     [
         &ACQUIRE,
         &RELEASE,
+        &COMPLETE,
+        &RECORD,
         &LEAVE,
         &EXTEND,
         &RENEW,

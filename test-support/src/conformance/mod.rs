@@ -19,6 +19,9 @@ use std::{
 };
 
 mod harness;
+mod records;
+
+pub use records::*;
 
 #[cfg(feature = "redis")]
 pub use harness::redis;
@@ -81,7 +84,7 @@ macro_rules! core_conformance_tests {
 }
 
 /// Instantiate every conformance case as a test: the core cases and the capability cases
-/// (admin operations, numeric compare-and-set, lock pools).
+/// (admin operations, numeric compare-and-set, lock pools, records).
 ///
 /// `timed` is the test attribute for cases about TTLs and ordering; `concurrent` the one
 /// for many-task cases; `harness` an async expression building a fresh harness.
@@ -95,6 +98,10 @@ macro_rules! conformance_tests {
             numeric_compare_and_set_follows_each_comparison,
             numeric_values_expire_and_delete,
             pool_membership_and_health,
+            a_record_appears_with_the_release_for_the_holder_only,
+            a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
+            a_waiter_granted_by_a_completion_finds_the_record,
+            records_expire_after_their_retention,
         );
     };
     (@cases [$attr:meta] $make:expr; $($case:ident),* $(,)?) => {
@@ -115,7 +122,7 @@ pub async fn bounded(case: impl Future<Output = ()>) {
         .expect("conformance case did not finish within 120 s");
 }
 
-async fn assert_no_residue(h: &impl Harness) {
+pub(crate) async fn assert_no_residue(h: &impl Harness) {
     // Dropped leases release in a spawned task: allow it a moment to land.
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
@@ -129,7 +136,7 @@ async fn assert_no_residue(h: &impl Harness) {
 }
 
 /// Wait until `n` callers are queued for `key` (observable backend state, no event to await).
-async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
+pub(crate) async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
     let lock = engine.lock(key);
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
