@@ -2,7 +2,8 @@
 //! `tower-lock-actix`: the same engine, key policy, statuses and problem+json bodies as
 //! the tower layer.
 //!
-//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`.
+//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`, a
+//!   retry after completion is replayed, the same key with another body is `422`.
 //! - `POST /tenants/{id}/jobs`: one at a time per tenant, wait up to 1 s, then `429`.
 //! - `POST /tenants/{id}/import`: one at a time per tenant, no waiting: `423`.
 //!
@@ -17,13 +18,13 @@ use std::{env, error::Error, time::Duration};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
 use tower_lock::{ConfigError, LockEngine, LockLayer};
-use tower_lock_actix::{LockMiddleware, Locked, RouteKey};
+use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
 
 /// The middlewares of the app, built once (outside `HttpServer::new`) so that every
 /// worker thread locks on the same tables; cloned into each worker's app.
 #[derive(Clone, Debug)]
 pub(crate) struct Guards {
-    orders: LockMiddleware,
+    orders: ReplayMiddleware,
     jobs: LockMiddleware,
     import: LockMiddleware,
     work: Duration,

@@ -1,7 +1,9 @@
 //! The README's demo: an axum service with three guarded endpoints.
 //!
 //! - `POST /orders`: the Idempotency-Key preset. The key is required (`400` without it),
-//!   and a duplicate sent while the first is still running is answered `409 Conflict`.
+//!   a duplicate sent while the first is still running is answered `409 Conflict`, a
+//!   retry after it completed gets the stored response replayed (`Idempotent-Replayed:
+//!   true`, the handler does not run again), and the same key with another body is `422`.
 //! - `POST /tenants/{id}/jobs`: one job at a time per tenant; others wait up to 1 s in
 //!   arrival order, then get `429 Too Many Requests`.
 //! - `POST /tenants/{id}/import`: one import at a time per tenant, no waiting: `423 Locked`.
@@ -35,9 +37,13 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
     let orders = Router::new()
         .route(
             "/orders",
-            post(move |Locked(lease): Locked| async move {
+            post(move |Locked(lease): Locked, order: String| async move {
                 tokio::time::sleep(work).await;
-                (StatusCode::CREATED, Json(describe(&lease, json!({}))))
+                let order: Value = serde_json::from_str(&order).unwrap_or(Value::Null);
+                (
+                    StatusCode::CREATED,
+                    Json(describe(&lease, json!({ "order": order }))),
+                )
             }),
         )
         .route_layer(LockLayer::idempotency(engine.clone()).build()?);

@@ -38,6 +38,9 @@ pub struct LockLayerBuilder {
     problem_type_base: Option<String>,
     /// The `layer` label of the metrics (`None`: the namespace, else the extractor's kind).
     metrics_name: Option<String>,
+    /// Built for idempotency replay: a duplicate waits for the replay, so `409` and a
+    /// wait go together.
+    replaying: bool,
 }
 
 impl fmt::Debug for LockLayerBuilder {
@@ -74,6 +77,7 @@ impl LockLayerBuilder {
             methods: None,
             problem_type_base: None,
             metrics_name: None,
+            replaying: false,
         }
     }
 
@@ -220,6 +224,15 @@ impl LockLayerBuilder {
         self
     }
 
+    pub(crate) fn replaying(mut self) -> Self {
+        self.replaying = true;
+        self
+    }
+
+    pub(crate) fn engine(&self) -> &LockEngine {
+        &self.engine
+    }
+
     /// The wait limit. Never unset: the builder starts from a zero wait and has no setter
     /// for an unlimited one.
     fn wait_limit(&self) -> Duration {
@@ -269,7 +282,7 @@ impl LockLayerBuilder {
         if wait.is_zero() && options.max_waiters.is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
-        if !wait.is_zero() && self.busy == RejectionKind::Conflict {
+        if !wait.is_zero() && self.busy == RejectionKind::Conflict && !self.replaying {
             return Err(ConfigError::IdempotencyWait);
         }
         if !self.namespace.is_empty() {

@@ -35,12 +35,21 @@ pub enum ConfigError {
     /// The namespace (or, with it, the extractor's kind) is not valid key material: a
     /// control character, or too long to leave room for a value.
     Namespace(KeyError),
+    /// Idempotency replay: the engine's backend does not keep records
+    /// ([`RecordBackend`](crate::engine::RecordBackend)).
+    RecordsUnsupported,
+    /// Idempotency replay: the named limit (or the retention) is zero.
+    ZeroLimit(&'static str),
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
+            ConfigError::RecordsUnsupported => f.write_str(
+                "idempotency replay needs a backend that keeps records (the in-process and Redis backends do); use .without_replay() otherwise",
+            ),
+            ConfigError::ZeroLimit(name) => write!(f, "`{name}` must be greater than zero"),
             ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
             ConfigError::TtlTooShort(ttl) => {
                 write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")

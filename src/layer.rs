@@ -22,6 +22,7 @@ use tower_layer::Layer;
 use crate::{
     builder::LockLayerBuilder,
     engine::LockEngine,
+    idempotency::IdempotencyLayerBuilder,
     integration::RequestLocker,
     key::{IdempotencyKey, PrincipalScopedKey},
     metrics::LockMetrics,
@@ -49,11 +50,15 @@ impl LockLayer {
     }
 
     /// The idempotency preset, after the IETF Idempotency-Key draft: the key is the
-    /// `Idempotency-Key` header (required: `400` when missing or malformed), and a
-    /// duplicate in flight is answered `409 Conflict` at once. It applies to `POST` and
-    /// `PATCH` (the methods that are not idempotent by definition); other methods pass
-    /// through unlocked (change with [`LockLayerBuilder::methods`]). Scope keys by tenant or
+    /// `Idempotency-Key` header (required: `400` when missing or malformed); a duplicate
+    /// in flight is answered `409 Conflict` at once (or waits, with
+    /// [`wait`](IdempotencyLayerBuilder::wait)), and a retry after completion gets the
+    /// stored response replayed (`422` if its request differs); see
+    /// [`idempotency`](crate::idempotency). It applies to `POST` and `PATCH` (the methods
+    /// that are not idempotent by definition); other methods pass through untouched
+    /// (change with [`IdempotencyLayerBuilder::methods`]). Scope keys by tenant or
     /// principal with `.key(ScopedKey::new(header, IdempotencyKey::new()))`.
+    /// [`without_replay`](IdempotencyLayerBuilder::without_replay) keeps only the `409`.
     ///
     /// ```
     /// use http::HeaderName;
@@ -65,12 +70,14 @@ impl LockLayer {
     ///     .unwrap();
     /// # let _ = layer;
     /// ```
-    pub fn idempotency(engine: LockEngine) -> LockLayerBuilder {
-        LockLayerBuilder::new(engine)
-            .key(IdempotencyKey::new())
-            .on_missing_key(MissingKeyPolicy::Reject)
-            .busy(RejectionKind::Conflict)
-            .methods([http::Method::POST, http::Method::PATCH])
+    pub fn idempotency(engine: LockEngine) -> IdempotencyLayerBuilder {
+        IdempotencyLayerBuilder::new(
+            LockLayerBuilder::new(engine)
+                .key(IdempotencyKey::new())
+                .on_missing_key(MissingKeyPolicy::Reject)
+                .busy(RejectionKind::Conflict)
+                .methods([http::Method::POST, http::Method::PATCH]),
+        )
     }
 
     /// The idempotency preset with each key scoped by the authenticated principal: the
@@ -96,7 +103,7 @@ impl LockLayer {
     ///     .unwrap();
     /// # let _ = layer;
     /// ```
-    pub fn idempotency_per_principal<P>(engine: LockEngine) -> LockLayerBuilder
+    pub fn idempotency_per_principal<P>(engine: LockEngine) -> IdempotencyLayerBuilder
     where
         P: std::fmt::Display + Send + Sync + 'static,
     {

@@ -48,24 +48,31 @@
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response, StatusCode};
+//! use http_body_util::BodyExt;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
-//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock::{LockEngine, LockLayer, idempotency::RequestBody};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let layer = LockLayer::idempotency(LockEngine::in_memory()).build()?;
 //! let service = ServiceBuilder::new()
 //!     .layer(layer.clone())
-//!     .service(service_fn(|_req: Request<String>| async {
+//!     // The inner service gets the request body the layer read to fingerprint it.
+//!     .service(service_fn(|_req: Request<RequestBody<String>>| async {
 //!         Ok::<_, Infallible>(Response::new("charged".to_owned()))
 //!     }));
 //!
-//! let req = Request::post("/charges").header("idempotency-key", "\"8e03978e\"").body(String::new())?;
-//! let res = service.clone().oneshot(req).await?;
+//! let charge = || Request::post("/charges").header("idempotency-key", "\"8e03978e\"").body(String::new());
+//! let res = service.clone().oneshot(charge()?).await?;
 //! assert_eq!(res.status(), StatusCode::OK);
+//! // Stored when the body has been produced in full (here: read by the caller).
+//! assert_eq!(res.into_body().collect().await?.to_bytes(), "charged");
+//! // The retry is answered with the stored response; the handler does not run again.
+//! let retry = service.clone().oneshot(charge()?).await?;
+//! assert_eq!(retry.headers()["idempotent-replayed"], "true");
 //! let missing = service.oneshot(Request::post("/charges").body(String::new())?).await?;
 //! assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
-//! assert_eq!(layer.metrics().snapshot().acquired, 1);
+//! assert_eq!(layer.metrics().snapshot().replayed, 1);
 //! # Ok(())
 //! # }
 //! ```
@@ -118,6 +125,7 @@ mod config_error;
 pub mod engine;
 mod error;
 mod future;
+pub mod idempotency;
 pub mod integration;
 pub mod key;
 mod layer;
@@ -136,6 +144,7 @@ pub use engine::{
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
+pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use layer::LockLayer;
 pub use lease_info::LeaseInfo;
 pub use metrics::LockMetrics;

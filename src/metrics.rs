@@ -21,6 +21,7 @@
 //! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
 //! | `tower_lock_lost_leases_total` | counter | `layer` | leases lost while their request held them (counted when the request ends) |
 //! | `tower_lock_replayed_total` | counter | `layer` | idempotent requests answered with a stored response |
+//! | `tower_lock_replay_discarded_total` | counter | `layer` | idempotent responses not stored because the holder's lease had run out |
 //! | `tower_lock_wait_seconds` | histogram | `layer` | from the start of the acquisition to the grant |
 //! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
 //! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
@@ -125,6 +126,7 @@ struct Inner {
     degraded: AtomicU64,
     lost: AtomicU64,
     replayed: AtomicU64,
+    discarded: AtomicU64,
     rejected: [AtomicU64; RejectionKind::COUNT],
     wait: Histogram,
     hold: Histogram,
@@ -181,6 +183,7 @@ impl LockMetrics {
             degraded: i.degraded.load(Relaxed),
             lost: i.lost.load(Relaxed),
             replayed: i.replayed.load(Relaxed),
+            discarded: i.discarded.load(Relaxed),
             rejected: RejectedCounts {
                 missing_key: r(RejectionKind::MissingKey),
                 malformed_key: r(RejectionKind::MalformedKey),
@@ -189,6 +192,10 @@ impl LockMetrics {
                 timed_out: r(RejectionKind::TimedOut),
                 queue_full: r(RejectionKind::QueueFull),
                 unavailable: r(RejectionKind::BackendUnavailable),
+                fingerprint_mismatch: r(RejectionKind::FingerprintMismatch),
+                not_replayable: r(RejectionKind::NotReplayable),
+                request_too_large: r(RejectionKind::RequestTooLarge),
+                unreadable_body: r(RejectionKind::UnreadableBody),
             },
             wait: i.wait.snapshot(),
             hold: i.hold.snapshot(),
@@ -251,13 +258,17 @@ impl LockMetrics {
     }
 
     /// An idempotent request was answered with a stored response (idempotency replay).
-    // Called by the idempotency replay, which is being written alongside; until then only
-    // the unit test below calls it.
-    #[allow(dead_code)]
     pub(crate) fn replayed(&self) {
         self.inner.replayed.fetch_add(1, Relaxed);
         #[cfg(feature = "metrics")]
         self.inner.facade.count(&self.inner.facade.replayed);
+    }
+
+    /// Idempotency replay: a response was not stored, its holder's lease having run out.
+    pub(crate) fn discarded(&self) {
+        self.inner.discarded.fetch_add(1, Relaxed);
+        #[cfg(feature = "metrics")]
+        self.inner.facade.count(&self.inner.facade.discarded);
     }
 
     /// A request's acquisition is under way until the returned guard is dropped.
@@ -307,8 +318,11 @@ pub struct MetricsSnapshot {
     /// Leases lost while their request held them (renewal failed, or the key was taken
     /// away), counted when the request ends.
     pub lost: u64,
-    /// Idempotent requests answered with a stored response.
+    /// Idempotency replay: requests answered with a stored response.
     pub replayed: u64,
+    /// Idempotency replay: responses not stored because the holder's lease had run out
+    /// before it completed (another request may have run with the same key meanwhile).
+    pub discarded: u64,
     /// Requests answered with a rejection, by reason.
     pub rejected: RejectedCounts,
     /// Time from the start of the acquisition to the grant, of acquired requests.
@@ -339,6 +353,14 @@ pub struct RejectedCounts {
     pub queue_full: u64,
     /// `503`: the backend failed, under the fail-closed policy.
     pub unavailable: u64,
+    /// `422`: an idempotency key reused with a different request.
+    pub fingerprint_mismatch: u64,
+    /// `409`: the original response was not stored, so it cannot be replayed.
+    pub not_replayable: u64,
+    /// `413`: a request body over the idempotency layer's limit.
+    pub request_too_large: u64,
+    /// `400`: a request body that failed before its end.
+    pub unreadable_body: u64,
 }
 
 impl RejectedCounts {
@@ -351,6 +373,10 @@ impl RejectedCounts {
             + self.timed_out
             + self.queue_full
             + self.unavailable
+            + self.fingerprint_mismatch
+            + self.not_replayable
+            + self.request_too_large
+            + self.unreadable_body
     }
 }
 
@@ -391,6 +417,7 @@ mod facade {
         pub(super) degraded: Key,
         pub(super) lost: Key,
         pub(super) replayed: Key,
+        pub(super) discarded: Key,
         wait: Key,
         hold: Key,
         holding: Key,
@@ -426,6 +453,7 @@ mod facade {
                 degraded: key("tower_lock_degraded_total"),
                 lost: key("tower_lock_lost_leases_total"),
                 replayed: key("tower_lock_replayed_total"),
+                discarded: key("tower_lock_replay_discarded_total"),
                 wait: key("tower_lock_wait_seconds"),
                 hold: key("tower_lock_hold_seconds"),
                 holding: key("tower_lock_requests_holding"),

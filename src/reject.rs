@@ -64,10 +64,21 @@ pub enum RejectionKind {
     QueueFull,
     /// The lock backend failed and the layer fails closed (`503`).
     BackendUnavailable,
+    /// Idempotency replay: the key was used before with a different request (`422`).
+    FingerprintMismatch,
+    /// Idempotency replay: the request with this key completed, but its response was not
+    /// kept (larger than the limits, or with trailers), so it cannot be replayed (`409`,
+    /// with the original status in the problem's `original_status`; no `Retry-After`:
+    /// retrying gets the same answer until the record's retention runs out).
+    NotReplayable,
+    /// Idempotency replay: the request body is larger than the layer fingerprints (`413`).
+    RequestTooLarge,
+    /// Idempotency replay: the request body could not be read to its end (`400`).
+    UnreadableBody,
 }
 
 impl RejectionKind {
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 11;
 
     /// Every kind, in [`index`](Self::index) order.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -79,6 +90,10 @@ impl RejectionKind {
         RejectionKind::TimedOut,
         RejectionKind::QueueFull,
         RejectionKind::BackendUnavailable,
+        RejectionKind::FingerprintMismatch,
+        RejectionKind::NotReplayable,
+        RejectionKind::RequestTooLarge,
+        RejectionKind::UnreadableBody,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -98,8 +113,12 @@ impl RejectionKind {
     /// The HTTP status of this kind.
     pub fn status(self) -> StatusCode {
         match self {
-            RejectionKind::MissingKey | RejectionKind::MalformedKey => StatusCode::BAD_REQUEST,
-            RejectionKind::Conflict => StatusCode::CONFLICT,
+            RejectionKind::MissingKey
+            | RejectionKind::MalformedKey
+            | RejectionKind::UnreadableBody => StatusCode::BAD_REQUEST,
+            RejectionKind::Conflict | RejectionKind::NotReplayable => StatusCode::CONFLICT,
+            RejectionKind::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            RejectionKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             RejectionKind::Locked => StatusCode::LOCKED,
             RejectionKind::TimedOut | RejectionKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
             RejectionKind::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -118,11 +137,17 @@ impl RejectionKind {
             RejectionKind::TimedOut => "urn:tower-lock:problem:wait-timed-out",
             RejectionKind::QueueFull => "urn:tower-lock:problem:too-many-waiters",
             RejectionKind::BackendUnavailable => "urn:tower-lock:problem:lock-unavailable",
+            RejectionKind::FingerprintMismatch => "urn:tower-lock:problem:fingerprint-mismatch",
+            RejectionKind::NotReplayable => "urn:tower-lock:problem:response-not-stored",
+            RejectionKind::RequestTooLarge => "urn:tower-lock:problem:request-too-large",
+            RejectionKind::UnreadableBody => "urn:tower-lock:problem:unreadable-body",
         }
     }
 
     /// The last segment of the problem `type`: `missing-key`, `malformed-key`, `conflict`,
-    /// `locked`, `wait-timed-out`, `too-many-waiters`, `lock-unavailable`.
+    /// `locked`, `wait-timed-out`, `too-many-waiters`, `lock-unavailable`,
+    /// `fingerprint-mismatch`, `response-not-stored`, `request-too-large`,
+    /// `unreadable-body`.
     pub fn slug(self) -> &'static str {
         let uri = self.type_uri();
         &uri["urn:tower-lock:problem:".len()..]
@@ -138,6 +163,10 @@ impl RejectionKind {
             RejectionKind::TimedOut => "Timed out waiting for lock",
             RejectionKind::QueueFull => "Too many requests waiting for lock",
             RejectionKind::BackendUnavailable => "Lock service unavailable",
+            RejectionKind::FingerprintMismatch => "Idempotency key reused with a different request",
+            RejectionKind::NotReplayable => "Response of the original request was not stored",
+            RejectionKind::RequestTooLarge => "Request body too large",
+            RejectionKind::UnreadableBody => "Request body could not be read",
         }
     }
 
@@ -151,6 +180,10 @@ impl RejectionKind {
             RejectionKind::TimedOut => "timed_out",
             RejectionKind::QueueFull => "queue_full",
             RejectionKind::BackendUnavailable => "unavailable",
+            RejectionKind::FingerprintMismatch => "fingerprint_mismatch",
+            RejectionKind::NotReplayable => "not_replayable",
+            RejectionKind::RequestTooLarge => "request_too_large",
+            RejectionKind::UnreadableBody => "unreadable_body",
         }
     }
 }
@@ -171,6 +204,8 @@ pub struct Rejection {
     type_base: Option<Arc<str>>,
     /// The problem's `instance`: the request path.
     instance: Option<String>,
+    /// [`RejectionKind::NotReplayable`]: the status of the original response.
+    original_status: Option<u16>,
 }
 
 /// `Retry-After` in whole seconds: rounded up, and never 0 (a client told "retry after 0"
@@ -194,7 +229,18 @@ impl Rejection {
             retry_after: retry_after.map(retry_after_secs),
             type_base: None,
             instance: None,
+            original_status: None,
         }
+    }
+
+    pub(crate) fn with_original_status(mut self, status: u16) -> Self {
+        self.original_status = Some(status);
+        self
+    }
+
+    /// [`RejectionKind::NotReplayable`]: the status the original request was answered with.
+    pub fn original_status(&self) -> Option<u16> {
+        self.original_status
     }
 
     /// Set the problem's `instance` (RFC 9457): the layer sets the request path.
@@ -253,7 +299,8 @@ impl Rejection {
     }
 
     /// The `application/problem+json` body: `type`, `title`, `status`, `detail`,
-    /// `instance` (the request path) and `retry_after` (seconds) when set.
+    /// `instance` (the request path), `retry_after` (seconds) and `original_status` when
+    /// set.
     pub fn body(&self) -> Bytes {
         let mut v = serde_json::json!({
             "type": self.type_uri(),
@@ -266,6 +313,9 @@ impl Rejection {
         }
         if let Some(secs) = self.retry_after {
             v["retry_after"] = secs.into();
+        }
+        if let Some(status) = self.original_status {
+            v["original_status"] = status.into();
         }
         Bytes::from(v.to_string())
     }

@@ -59,9 +59,28 @@ async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
     let server = serve(demo::app(engine.clone(), Duration::ZERO).unwrap()).await;
     let key = |k: &'static str| [("idempotency-key", k)];
 
-    let created = server.post("/orders", &key("\"order-1\"")).await;
+    let order = |k: &'static str, body: &'static str| {
+        let server = &server;
+        async move {
+            server
+                .send_body("POST", "/orders", &[("idempotency-key", k)], body)
+                .await
+        }
+    };
+    let created = order("\"order-1\"", "{\"sku\":42}").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
     assert_eq!(created.json()["lock"], "/idempotency-key/order-1");
+    assert_eq!(created.json()["order"]["sku"], 42);
+    // Completed: the same request is replayed, the handler does not run again.
+    let replayed = order("\"order-1\"", "{\"sku\":42}").await;
+    assert_eq!(replayed.header("idempotent-replayed"), Some("true"));
+    assert_eq!(replayed.body, created.body);
+    let reused = order("\"order-1\"", "{\"sku\":43}").await;
+    assert_problem(
+        &reused,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "fingerprint-mismatch",
+    );
 
     let missing = server.post("/orders", &[]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");

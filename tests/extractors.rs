@@ -55,6 +55,7 @@ async fn post(
 async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
     let engine = LockEngine::in_memory();
     let layer = LockLayer::idempotency_per_principal::<UserId>(engine.clone())
+        .without_replay()
         .build()
         .unwrap();
     let (status, alice) = post(&layer, Some("alice"), Some("k")).await;
@@ -82,6 +83,7 @@ async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
 #[tokio::test]
 async fn a_closure_that_refuses_a_key_is_answered_400_with_its_reason() {
     let layer = LockLayer::idempotency(LockEngine::in_memory())
+        .without_replay()
         .key(key::from_fn("user-key", |req: &dyn RequestView| {
             let user = req.extensions().and_then(|e| e.get::<UserId>());
             match user {

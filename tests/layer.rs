@@ -380,6 +380,7 @@ fn misconfiguration_fails_at_build_time() {
     );
     assert_eq!(
         LockLayer::idempotency(engine.clone())
+            .without_replay()
             .wait(Duration::from_secs(1))
             .build()
             .unwrap_err(),
@@ -560,6 +561,7 @@ impl tower_lock::key::RequestView for ForeignRequest {
 #[tokio::test(start_paused = true)]
 async fn the_neutral_locker_serves_requests_of_other_frameworks() {
     let locker = LockLayer::idempotency(LockEngine::in_memory())
+        .without_replay()
         .build_locker()
         .unwrap();
     let req = ForeignRequest {

@@ -30,6 +30,10 @@ async fn metrics_endpoint_exports_the_layers_series_after_a_few_requests() {
         server.post("/orders", &order("\"o-2\"")).await.status,
         StatusCode::CREATED
     );
+    // A retry of a completed order is answered with its stored response.
+    let replay = server.post("/orders", &order("\"o-1\"")).await;
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
     assert_eq!(
         server.post("/orders", &[]).await.status,
         StatusCode::BAD_REQUEST
@@ -60,6 +64,7 @@ async fn metrics_endpoint_exports_the_layers_series_after_a_few_requests() {
         "tower_lock_rejected_total{layer=\"orders\",reason=\"missing_key\"} 1",
         "tower_lock_rejected_total{layer=\"orders\",reason=\"conflict\"} 1",
         "tower_lock_contended_total{layer=\"orders\"} 1",
+        "tower_lock_replayed_total{layer=\"orders\"} 1",
         "# TYPE tower_lock_wait_seconds histogram",
         "tower_lock_wait_seconds_bucket{layer=\"reports\",le=\"0.001\"}",
         "tower_lock_wait_seconds_count{layer=\"reports\"} 1",

@@ -4,7 +4,13 @@ use std::fmt;
 
 use tokio::time::Instant;
 
-use crate::{engine::Lease, lease_info::LeaseInfo, metrics::LockMetrics};
+use std::time::Duration;
+
+use crate::{
+    engine::{Lease, LockError, Record},
+    lease_info::LeaseInfo,
+    metrics::LockMetrics,
+};
 
 /// The lease a [`RequestLocker`](super::RequestLocker) took for one request (under the
 /// degrade policy, both of its leases). [`LockGuard::release`] releases the key and
@@ -82,6 +88,30 @@ impl LockGuard {
                     tracing::debug!(%key, %error, "release did not apply");
                 }
             }
+        }
+    }
+}
+
+impl LockGuard {
+    /// Store `record` and release the key in one atomic step ([`Lease::complete`]); under
+    /// the degrade policy the node-local lease is released after it. Begins in this call
+    /// and finishes even if the returned future is dropped (as [`LockGuard::release`]).
+    pub(crate) fn complete(
+        mut self,
+        record: Record,
+        retention: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        let complete = self.lease.take().map(|l| l.complete(record, retention));
+        let node = self.node.take();
+        async move {
+            let result = match complete {
+                Some(complete) => complete.await,
+                None => Ok(()),
+            };
+            if let Some(node) = node {
+                let _ = node.release().await;
+            }
+            result
         }
     }
 }

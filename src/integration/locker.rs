@@ -238,7 +238,7 @@ impl RequestLocker {
         }
     }
 
-    async fn lock(self, key: LockKey) -> Outcome {
+    pub(crate) async fn lock(self, key: LockKey) -> Outcome {
         let started = Instant::now();
         if let Some(local) = &self.shared.local {
             return self.lock_degradable(local, key, started).await;
@@ -417,7 +417,12 @@ impl RequestLocker {
         Outcome::Rejected(self.reject(kind, detail, Some(retry)))
     }
 
-    fn reject(&self, kind: RejectionKind, detail: String, retry: Option<Duration>) -> Rejection {
+    pub(crate) fn reject(
+        &self,
+        kind: RejectionKind,
+        detail: String,
+        retry: Option<Duration>,
+    ) -> Rejection {
         self.shared.metrics.rejected(kind);
         tracing::debug!(
             reason = kind.as_str(),
@@ -437,6 +442,14 @@ impl RequestLocker {
             Some(hook) => hook(rejection),
             None => rejection.into_response(),
         }
+    }
+
+    pub(crate) fn backend_failure(&self) -> BackendFailurePolicy {
+        self.shared.config.backend_failure
+    }
+
+    pub(crate) fn retry_after_fallback(&self) -> Duration {
+        self.shared.config.retry_after_fallback
     }
 
     /// When leases are released.

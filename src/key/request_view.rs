@@ -16,6 +16,12 @@ pub trait RequestView {
     fn extensions(&self) -> Option<&http::Extensions> {
         None
     }
+
+    /// The query string, without the `?`, if the URI has one. Default: none.
+    fn query(&self) -> Option<&str> {
+        None
+    }
+
     /// The framework's own request, for extractors written for one framework: an
     /// integration whose requests are not `http` 1 requests offers its request type here
     /// (`tower-lock-actix` offers actix-web's `HttpRequest`, which its `RouteKey` reads the
@@ -41,6 +47,10 @@ impl<B> RequestView for http::Request<B> {
     fn extensions(&self) -> Option<&http::Extensions> {
         Some(self.extensions())
     }
+
+    fn query(&self) -> Option<&str> {
+        self.uri().query()
+    }
 }
 
 impl RequestView for http::request::Parts {
@@ -58,5 +68,9 @@ impl RequestView for http::request::Parts {
 
     fn extensions(&self) -> Option<&http::Extensions> {
         Some(&self.extensions)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.uri.query()
     }
 }

@@ -69,7 +69,7 @@
 //! # #[actix_web::main]
 //! # async fn main() {
 //! let engine = LockEngine::in_memory();
-//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).build().unwrap());
+//! let lock = LockMiddleware::from(LockLayer::idempotency(engine.clone()).without_replay().build().unwrap());
 //! let app = test::init_service(
 //!     App::new().service(
 //!         web::resource("/orders")
@@ -113,8 +113,10 @@
 //! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
 //! the handler's own timeouts bound that.
 
+mod replay;
 mod route_key;
 
+pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
 pub use route_key::RouteKey;
 
 use std::{
@@ -195,6 +197,10 @@ impl RequestView for ActixRequest<'_> {
 
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.req.headers().get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.req.head().uri.query()
     }
 
     fn framework_request(&self) -> Option<&dyn Any> {

@@ -167,3 +167,53 @@ impl RecordBackend for MemoryBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn record(body: usize) -> Record {
+        Record::new(
+            Bytes::from_static(b"fp"),
+            Bytes::new(),
+            Bytes::from(vec![b'x'; body]),
+        )
+    }
+
+    #[test]
+    fn the_budget_evicts_the_oldest_completed_records_first() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(60);
+        let key = |s: &str| LockKey::new(s).unwrap();
+        // Each record takes 100 bytes of body plus a little: three fit in 350, four do not.
+        let mut store = RecordStore::new(350);
+        for k in ["a", "b", "c"] {
+            store.insert(&key(k), record(100), later, now);
+        }
+        assert_eq!(store.live(now), 3);
+        store.insert(&key("d"), record(100), later, now);
+        assert!(store.get(&key("a"), now).is_none(), "the oldest went first");
+        for k in ["b", "c", "d"] {
+            assert!(store.get(&key(k), now).is_some(), "{k}");
+        }
+        assert_eq!(store.evicted, 1);
+        // Replacing a record frees its old bytes rather than evicting another.
+        store.insert(&key("b"), record(100), later, now);
+        assert_eq!(store.evicted, 1);
+        // Expired records make room without counting as evicted.
+        let much_later = later + Duration::from_secs(1);
+        store.insert(
+            &key("e"),
+            record(100),
+            much_later + Duration::from_secs(60),
+            much_later,
+        );
+        assert_eq!(store.evicted, 1);
+        // A record larger than the whole budget is not kept.
+        store.insert(&key("huge"), record(1000), later, now);
+        assert!(store.get(&key("huge"), now).is_none());
+        assert_eq!(store.evicted, 2);
+    }
+}

@@ -128,13 +128,26 @@ impl TestServer {
         path: &str,
         headers: &[(&str, &str)],
     ) -> http::Response<hyper::body::Incoming> {
+        self.send_streaming_body(method, path, headers, Bytes::new())
+            .await
+    }
+
+    /// Send `method path` with `headers` and `body`; the response's body is still
+    /// streaming.
+    pub async fn send_streaming_body(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> http::Response<hyper::body::Incoming> {
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("http://{}{}", self.addr, path));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(Bytes::new())).unwrap();
+        let req = req.body(Full::new(body)).unwrap();
         tokio::time::timeout(Duration::from_secs(20), self.client.request(req))
             .await
             .expect("response head within 20 s")
@@ -143,8 +156,19 @@ impl TestServer {
 
     /// Send `method path` with `headers` and collect the whole response.
     pub async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+        self.send_body(method, path, headers, Bytes::new()).await
+    }
+
+    /// Send `method path` with `headers` and `body`, and collect the whole response.
+    pub async fn send_body(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Bytes>,
+    ) -> Reply {
         let (parts, body) = self
-            .send_streaming(method, path, headers)
+            .send_streaming_body(method, path, headers, body.into())
             .await
             .into_parts();
         let body = tokio::time::timeout(Duration::from_secs(20), body.collect())

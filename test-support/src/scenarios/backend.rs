@@ -106,6 +106,33 @@ impl LockTable {
         LockLayer::builder(self.node().await).key(header_key())
     }
 
+    /// Once the requests are done, nothing is left of the table but `records` stored
+    /// responses (and, on Redis, fence tombstones with a TTL). Each of `keys` is first
+    /// taken and released, as in [`assert_no_residue`](Self::assert_no_residue).
+    pub async fn assert_only_records(&self, keys: &[String], records: usize) {
+        for key in keys {
+            until_free(&self.engine, key).await;
+        }
+        match &self.place {
+            Place::InProcess(backend) => {
+                let left = backend.key_count();
+                assert_eq!(left, records, "entries left in the in-process table");
+            }
+            #[cfg(feature = "redis")]
+            Place::Redis { server, prefix, .. } => {
+                let left = tokio::task::block_in_place(|| crate::redis::residue(server, prefix));
+                let (recs, other): (Vec<_>, Vec<_>) =
+                    left.into_iter().partition(|k| k.contains("}:rec:"));
+                assert!(other.is_empty(), "residue under {prefix}: {other:?}");
+                assert_eq!(recs.len(), records, "records under {prefix}: {recs:?}");
+                for rec in recs {
+                    let ttl: i64 = server.cli(["PTTL", &rec]).parse().unwrap();
+                    assert!(ttl > 0, "record {rec} has no TTL ({ttl})");
+                }
+            }
+        }
+    }
+
     /// Once the requests are done, nothing is left of the table (on Redis: nothing but
     /// fence tombstones, each with a TTL). Each of `keys` is first taken and released
     /// through the engine, which waits (event-driven, well under any lease TTL) for

@@ -32,6 +32,7 @@ mod ordering;
 mod parity;
 mod rejections;
 mod release;
+mod replay;
 mod stack;
 
 pub use backend::{Backend, LockTable};
@@ -46,6 +47,7 @@ pub use ordering::*;
 pub use parity::*;
 pub use rejections::*;
 pub use release::*;
+pub use replay::*;
 pub use stack::Stack;
 
 /// Run a scenario with a time bound, so a scenario that hangs fails instead.

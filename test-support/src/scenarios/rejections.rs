@@ -112,6 +112,7 @@ pub async fn idempotency_preset_requires_a_wellformed_key_and_answers_duplicates
     let table = on.table("idempotency-scoped").await;
     let tenant = HeaderName::from_static("x-tenant");
     let layer = LockLayer::idempotency(table.engine())
+        .without_replay()
         .key(ScopedKey::new(tenant, IdempotencyKey::new()))
         .build()
         .unwrap();
@@ -147,7 +148,10 @@ pub async fn idempotency_preset_requires_a_wellformed_key_and_answers_duplicates
 /// same key runs again.
 pub async fn idempotency_duplicate_in_flight_is_answered_409(on: Stack) {
     let table = on.table("idempotency").await;
-    let layer = LockLayer::idempotency(table.engine()).build().unwrap();
+    let layer = LockLayer::idempotency(table.engine())
+        .without_replay()
+        .build()
+        .unwrap();
     let (server, mut control) = on.serve_gated(&layer).await;
 
     let missing = server.post("/work", &[]).await;
@@ -255,7 +259,10 @@ pub async fn a_client_of_one_namespace_cannot_spell_a_key_of_another(on: Stack) 
 pub async fn a_plain_header_key_cannot_block_the_idempotency_preset(on: Stack) {
     let table = on.table("plain-vs-idempotency").await;
     let plain = table.layer().build().unwrap();
-    let idempotent = LockLayer::idempotency(table.engine()).build().unwrap();
+    let idempotent = LockLayer::idempotency(table.engine())
+        .without_replay()
+        .build()
+        .unwrap();
     let (gate, mut control) = gate();
     let routes = Routes::new()
         .post("/plain", &plain, Handler::Gated(gate.clone()))

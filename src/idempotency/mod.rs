@@ -1,0 +1,54 @@
+//! Idempotency with response replay: the [`IdempotencyLayer`], after the IETF
+//! Idempotency-Key draft and Stripe's behaviour.
+//!
+//! [`LockLayer::idempotency`](crate::LockLayer::idempotency) builds it. For each `POST`
+//! and `PATCH` (by default) with an `Idempotency-Key` header, the layer:
+//!
+//! 1. reads the request body (at most 1 MiB by default, else `413`) and fingerprints the
+//!    request (SHA-256 over method, path, query, content type, chosen headers and body);
+//! 2. looks for the key's record: a completed request with the same fingerprint is
+//!    **replayed** (its status, headers and body, plus `Idempotent-Replayed: true`),
+//!    one with a different fingerprint is answered **`422`**;
+//! 3. otherwise locks the key: a duplicate of a request in flight is answered **`409`**
+//!    with `Retry-After`, or, with a `wait`, waits and then receives the replay;
+//! 4. runs the handler and captures its response as it streams to the client; when the
+//!    body is complete, the record is stored **in the same atomic step that releases the
+//!    lock**, so no retry ever sees the key free without the record.
+//!
+//! A client that disconnects does not cancel the request: the handler runs to completion,
+//! the response is stored, then the key is released. `5xx`, `408`, `425` and `429`
+//! responses, handler errors, panics and bodies that fail are not stored (the retry runs
+//! again). A response over the limits is recorded as completed but not stored: a retry
+//! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
+//! default. If the process running a request dies, its lease expires after its TTL and
+//! a retry runs again: at-least-once, not exactly-once.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_lock::{LockEngine, LockLayer};
+//!
+//! let layer = LockLayer::idempotency(LockEngine::in_memory())
+//!     .wait(Duration::from_secs(10)) // duplicates wait for the first, then get its replay
+//!     .retention(Duration::from_secs(6 * 60 * 60))
+//!     .build()
+//!     .unwrap();
+//! let app = axum::Router::<()>::new()
+//!     .route("/orders", axum::routing::post(|| async { (http::StatusCode::CREATED, "order 1") }))
+//!     .layer(layer);
+//! # let _ = app;
+//! ```
+
+mod body;
+mod builder;
+mod fingerprint;
+mod layer;
+mod replay_locker;
+mod service;
+mod stored;
+
+pub use body::{ReplayBody, RequestBody};
+pub use builder::IdempotencyLayerBuilder;
+pub use fingerprint::FingerprintFn;
+pub use layer::IdempotencyLayer;
+pub use replay_locker::{Begin, Capture, Completion, ReplayLocker};
+pub use service::{IdempotencyFuture, IdempotencyService};

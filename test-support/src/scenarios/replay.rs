@@ -1,0 +1,657 @@
+//! Idempotency replay over real sockets: each scenario serves an app of its own under an
+//! [`IdempotencyLayer`] and checks what clients see, how often the handlers ran, and what
+//! the backend kept.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use axum::{
+    body::Body,
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use bytes::Bytes;
+use http::StatusCode;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::mpsc,
+    time::{Instant, sleep},
+};
+use tower_lock::{IdempotencyLayer, IdempotencyLayerBuilder, LockLayer};
+
+use tower_lock_actix::ReplayMiddleware;
+
+use super::{ACTIX_WORKERS, Framework, Stack, idempotency_lock_key};
+use crate::{
+    gate::{Gate, GateControl, gate},
+    http::{Reply, TestServer, channel_body, serve, serve_actix},
+};
+
+/// An app under one idempotency layer, and the handles its scenarios drive it with.
+pub struct ReplayApp {
+    /// The server.
+    pub server: Arc<TestServer>,
+    /// Handler runs, every route together.
+    pub runs: Arc<AtomicUsize>,
+    /// The gate `POST /slow` waits at.
+    pub control: GateControl,
+    /// The body senders of `POST /stream` responses, one per run.
+    pub streams: mpsc::UnboundedReceiver<mpsc::Sender<Bytes>>,
+}
+
+/// The routes, all under `layer`:
+/// - `POST /orders`, `POST /other`: `201` with `Location`, `ETag`, two `Link`s,
+///   `Cache-Control`, `Vary`, `Content-Type`, `Set-Cookie` and `X-Run`, and a body echoing
+///   the request body and the run number;
+/// - `GET /orders`: `200` (not covered by the layer);
+/// - `POST /fail`: `500`;
+/// - `POST /slow`: waits at the gate, then `201`;
+/// - `POST /stream`: `200` with a body the test feeds through [`ReplayApp::streams`];
+/// - `POST /big`: `200` with a 4 KiB body.
+pub async fn replay_app(on: Stack, layer: IdempotencyLayer) -> ReplayApp {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (gate, control) = gate();
+    let gate = Arc::new(gate);
+    let (streams_tx, streams) = mpsc::unbounded_channel();
+    let handlers = Handlers {
+        runs: runs.clone(),
+        gate,
+        streams: streams_tx,
+    };
+    let server = match on.framework {
+        Framework::Tower => serve(axum_app(handlers, layer)).await,
+        Framework::Actix => {
+            let replay = ReplayMiddleware::from(&layer);
+            serve_actix(ACTIX_WORKERS, move || {
+                actix_app(handlers.clone(), replay.clone())
+            })
+        }
+    };
+    ReplayApp {
+        server: Arc::new(server),
+        runs,
+        control,
+        streams,
+    }
+}
+
+/// What the handlers share: the run count, the gate, the stream senders.
+#[derive(Clone)]
+struct Handlers {
+    runs: Arc<AtomicUsize>,
+    gate: Arc<Gate>,
+    streams: mpsc::UnboundedSender<mpsc::Sender<Bytes>>,
+}
+
+impl Handlers {
+    fn run(&self) -> usize {
+        self.runs.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    async fn slow(&self) -> String {
+        let n = self.run();
+        let _inside = self.gate.pass(n.to_string()).await;
+        format!("slow {n}")
+    }
+
+    fn stream(&self) -> crate::http::ChannelBody {
+        self.run();
+        let (tx, body) = channel_body();
+        self.streams.send(tx).unwrap();
+        body
+    }
+}
+
+fn axum_app(h: Handlers, layer: IdempotencyLayer) -> axum::Router {
+    let orders = {
+        let h = h.clone();
+        move |body: String| {
+            let n = h.run();
+            async move { created(n, &body) }
+        }
+    };
+    let fail = {
+        let h = h.clone();
+        move || {
+            let n = h.run();
+            async move { (StatusCode::INTERNAL_SERVER_ERROR, format!("boom {n}")) }
+        }
+    };
+    let slow = {
+        let h = h.clone();
+        move || {
+            let h = h.clone();
+            async move { (StatusCode::CREATED, h.slow().await) }
+        }
+    };
+    let stream = {
+        let h = h.clone();
+        move || {
+            let body = h.stream();
+            async move { Response::new(Body::new(body)) }
+        }
+    };
+    let big = move || {
+        h.run();
+        async move { "x".repeat(4096) }
+    };
+    axum::Router::new()
+        .route("/orders", post(orders.clone()).get(|| async { "list" }))
+        .route("/other", post(orders))
+        .route("/fail", post(fail))
+        .route("/slow", post(slow))
+        .route("/stream", post(stream))
+        .route("/big", post(big))
+        .layer(layer)
+}
+
+fn actix_app(
+    h: Handlers,
+    replay: ReplayMiddleware,
+) -> actix_web::App<
+    impl actix_web::dev::ServiceFactory<
+        actix_web::dev::ServiceRequest,
+        Config = (),
+        Response = actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>,
+        Error = actix_web::Error,
+        InitError = (),
+    >,
+> {
+    use actix_web::{HttpResponse, web};
+    let to_actix = |res: Response| {
+        let (parts, body) = res.into_parts();
+        let mut out = HttpResponse::build(
+            actix_web::http::StatusCode::from_u16(parts.status.as_u16()).unwrap(),
+        );
+        for (name, value) in &parts.headers {
+            out.append_header((name.as_str(), value.as_bytes()));
+        }
+        (out, body)
+    };
+    let orders = {
+        let h = h.clone();
+        move |body: String| {
+            let n = h.run();
+            async move {
+                let (mut out, _) = to_actix(created(n, &body));
+                out.body(format!("{{\"order\":{n},\"echo\":{body:?}}}"))
+            }
+        }
+    };
+    let fail = {
+        let h = h.clone();
+        move || {
+            let n = h.run();
+            async move { HttpResponse::InternalServerError().body(format!("boom {n}")) }
+        }
+    };
+    let slow = {
+        let h = h.clone();
+        move || {
+            let h = h.clone();
+            async move { HttpResponse::Created().body(h.slow().await) }
+        }
+    };
+    let stream = {
+        let h = h.clone();
+        move || {
+            let body = h.stream();
+            async move { HttpResponse::Ok().body(body) }
+        }
+    };
+    let big = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move { HttpResponse::Ok().body("x".repeat(4096)) }
+        }
+    };
+    let resource = |path: &str| web::resource(path.to_owned()).wrap(replay.clone());
+    actix_web::App::new()
+        .service(
+            resource("/orders")
+                .route(web::post().to(orders.clone()))
+                .route(web::get().to(|| async { "list" })),
+        )
+        .service(resource("/other").route(web::post().to(orders)))
+        .service(resource("/fail").route(web::post().to(fail)))
+        .service(resource("/slow").route(web::post().to(slow)))
+        .service(resource("/stream").route(web::post().to(stream)))
+        .service(resource("/big").route(web::post().to(big)))
+}
+
+fn created(n: usize, body: &str) -> Response {
+    let mut res = (
+        StatusCode::CREATED,
+        [
+            ("location", format!("/orders/{n}")),
+            ("etag", format!("\"v{n}\"")),
+            ("cache-control", "no-store".to_owned()),
+            ("vary", "accept".to_owned()),
+            ("content-type", "application/json".to_owned()),
+            ("set-cookie", format!("session={n}")),
+            ("x-run", n.to_string()),
+        ],
+        format!("{{\"order\":{n},\"echo\":{body:?}}}"),
+    )
+        .into_response();
+    for link in ["</orders>; rel=collection", "</orders/1>; rel=first"] {
+        res.headers_mut().append("link", link.parse().unwrap());
+    }
+    res
+}
+
+fn key(k: &str) -> [(&'static str, String); 1] {
+    [("idempotency-key", format!("\"{k}\""))]
+}
+
+async fn post_with(server: &TestServer, path: &str, k: &str, body: &str) -> Reply {
+    let [(name, value)] = key(k);
+    server
+        .send_body("POST", path, &[(name, value.as_str())], body.to_owned())
+        .await
+}
+
+fn preset(table: &super::LockTable) -> IdempotencyLayerBuilder {
+    LockLayer::idempotency(table.engine())
+}
+
+/// Wait (bounded) until `key` has a record: the first request's response is stored when
+/// its body ends, on the server's side of the connection.
+async fn until_recorded(table: &super::LockTable, k: &str) {
+    let key = tower_lock::LockKey::new(idempotency_lock_key(k)).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while table.engine().record(&key).await.unwrap().is_none() {
+        assert!(Instant::now() < give_up, "no record for {k}");
+        sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A retry after completion gets the stored status, headers and body byte for byte, with
+/// `Idempotent-Replayed: true`; `Set-Cookie` and `Date` are not replayed, and the handler
+/// ran once.
+pub async fn a_retry_after_completion_gets_the_stored_response(on: Stack) {
+    let table = on.table("replay-basic").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    let first = post_with(&app.server, "/orders", "o1", "{\"sku\":1}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    until_recorded(&table, "o1").await;
+    let again = post_with(&app.server, "/orders", "o1", "{\"sku\":1}").await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(again.body, first.body, "byte for byte");
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    for name in [
+        "location",
+        "etag",
+        "cache-control",
+        "vary",
+        "content-type",
+        "x-run",
+    ] {
+        assert_eq!(again.header(name), first.header(name), "{name}");
+    }
+    let links = |r: &Reply| -> Vec<_> { r.headers.get_all("link").iter().cloned().collect() };
+    assert_eq!(links(&again), links(&first));
+    assert_eq!(links(&again).len(), 2);
+    assert!(first.header("set-cookie").is_some());
+    assert_eq!(
+        again.header("set-cookie"),
+        None,
+        "a session is not replayed"
+    );
+    assert_eq!(
+        again.header("content-length"),
+        Some(again.body.len().to_string().as_str())
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1, "the handler ran once");
+    // Other methods pass through untouched, without a key.
+    let list = app.server.send("GET", "/orders", &[]).await;
+    assert_eq!(
+        (list.status, list.text().as_str()),
+        (StatusCode::OK, "list")
+    );
+    table
+        .assert_only_records(&[idempotency_lock_key("o1")], 1)
+        .await;
+}
+
+/// One key reused with a different body, path or query is answered `422`, and the
+/// handler does not run again.
+pub async fn a_reused_key_with_another_request_is_422(on: Stack) {
+    let table = on.table("replay-422").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    let first = post_with(&app.server, "/orders?x=1", "o2", "a").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    until_recorded(&table, "o2").await;
+    for (path, body) in [
+        ("/orders?x=1", "b"),
+        ("/other?x=1", "a"),
+        ("/orders?x=2", "a"),
+        ("/orders", "a"),
+    ] {
+        let reply = post_with(&app.server, path, "o2", body).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{path} {body}"
+        );
+        assert_eq!(
+            reply.json()["type"],
+            "urn:tower-lock:problem:fingerprint-mismatch"
+        );
+        assert_eq!(reply.header("idempotent-replayed"), None);
+    }
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o2")], 1)
+        .await;
+}
+
+/// A duplicate of a request in flight is answered `409` with `Retry-After`; once the
+/// first completes, the retry gets its replay.
+pub async fn a_duplicate_in_flight_is_409_then_replayed(on: Stack) {
+    let table = on.table("replay-409").await;
+    let mut app = replay_app(on, preset(&table).build().unwrap()).await;
+    let server = app.server.clone();
+    let first = tokio::spawn(async move { post_with(&server, "/slow", "o3", "").await });
+    assert_eq!(app.control.arrived().await, "1");
+    let dup = post_with(&app.server, "/slow", "o3", "").await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    assert!(dup.header("retry-after").is_some());
+    assert_eq!(dup.json()["type"], "urn:tower-lock:problem:conflict");
+    app.control.open();
+    let first = first.await.unwrap();
+    assert_eq!(
+        (first.status, first.text().as_str()),
+        (StatusCode::CREATED, "slow 1")
+    );
+    until_recorded(&table, "o3").await;
+    let retry = post_with(&app.server, "/slow", "o3", "").await;
+    assert_eq!(
+        (retry.status, retry.text().as_str()),
+        (StatusCode::CREATED, "slow 1")
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o3")], 1)
+        .await;
+}
+
+/// Twenty concurrent duplicates under a wait: the handler runs exactly once and all
+/// twenty get identical bodies (nineteen of them replays).
+pub async fn twenty_waiting_duplicates_run_the_handler_once(on: Stack) {
+    let table = on.table("replay-20").await;
+    let layer = preset(&table)
+        .wait(Duration::from_secs(20))
+        .fifo(true)
+        .build()
+        .unwrap();
+    let mut app = replay_app(on, layer).await;
+    let mut requests = Vec::new();
+    for _ in 0..20 {
+        let server = app.server.clone();
+        requests.push(tokio::spawn(async move {
+            post_with(&server, "/slow", "o4", "same").await
+        }));
+    }
+    assert_eq!(app.control.arrived().await, "1");
+    app.control.open();
+    let mut replayed = 0;
+    for r in requests {
+        let reply = r.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.text().as_str()),
+            (StatusCode::CREATED, "slow 1")
+        );
+        replayed += usize::from(reply.header("idempotent-replayed") == Some("true"));
+    }
+    assert_eq!(replayed, 19);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1, "exactly one run");
+    assert_eq!(app.control.most_inside(), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o4")], 1)
+        .await;
+}
+
+/// A `5xx` is not stored: the retry runs the handler again. With `store_server_errors`,
+/// it is replayed.
+pub async fn server_errors_are_not_stored_unless_asked(on: Stack) {
+    let table = on.table("replay-5xx").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    for n in 1..=2 {
+        let reply = post_with(&app.server, "/fail", "o5", "").await;
+        assert_eq!(
+            (reply.status, reply.text()),
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("boom {n}"))
+        );
+    }
+    table
+        .assert_only_records(&[idempotency_lock_key("o5")], 0)
+        .await;
+    let app = replay_app(
+        on,
+        preset(&table).store_server_errors(true).build().unwrap(),
+    )
+    .await;
+    let first = post_with(&app.server, "/fail", "o5", "").await;
+    until_recorded(&table, "o5").await;
+    let again = post_with(&app.server, "/fail", "o5", "").await;
+    assert_eq!((again.status, &again.body), (first.status, &first.body));
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A client that disconnects while its handler runs does not cancel it: the handler
+/// completes once, and the retry gets the replay.
+pub async fn a_client_leaving_mid_handler_still_gets_its_replay(on: Stack) {
+    let table = on.table("replay-leave-handler").await;
+    let mut app = replay_app(on, preset(&table).build().unwrap()).await;
+    let request =
+        "POST /slow HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o6\"\r\ncontent-length: 0\r\n\r\n";
+    let mut stream = app.server.raw(request).await;
+    assert_eq!(app.control.arrived().await, "1");
+    match on.framework {
+        // The client leaves: hyper reads the end of the stream, drops the request's future
+        // and closes its side, which is what the read below waits for.
+        Framework::Tower => {
+            stream.shutdown().await.unwrap();
+            let mut buf = [0u8; 256];
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        }
+        // actix does not notice a closed connection while the handler runs (it notices
+        // when it next writes, actix-web#1313), so it never drops a running handler: the
+        // client just leaves.
+        Framework::Actix => drop(stream),
+    }
+    app.control.open();
+    until_recorded(&table, "o6").await;
+    let retry = post_with(&app.server, "/slow", "o6", "").await;
+    assert_eq!(
+        (retry.status, retry.text().as_str()),
+        (StatusCode::CREATED, "slow 1")
+    );
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o6")], 1)
+        .await;
+}
+
+/// A client that disconnects in the middle of a streaming body: the rest of the body is
+/// still produced and stored in full; the retry gets all of it.
+pub async fn a_client_leaving_mid_body_still_gets_the_whole_body_stored(on: Stack) {
+    let table = on.table("replay-leave-body").await;
+    let mut app = replay_app(on, preset(&table).build().unwrap()).await;
+    let request =
+        "POST /stream HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o7\"\r\ncontent-length: 0\r\n\r\n";
+    let mut stream = app.server.raw(request).await;
+    let tx = app.streams.recv().await.unwrap();
+    tx.send(Bytes::from_static(b"part one;")).await.unwrap();
+    // The client has the head and the first chunk, then leaves.
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("part one;") {
+        let mut buf = [0u8; 1024];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(stream);
+    for part in ["part two;", "part three."] {
+        tx.send(Bytes::from(part)).await.unwrap();
+    }
+    drop(tx);
+    until_recorded(&table, "o7").await;
+    let retry = post_with(&app.server, "/stream", "o7", "").await;
+    assert_eq!(retry.text(), "part one;part two;part three.");
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o7")], 1)
+        .await;
+}
+
+/// A body streamed in several chunks is stored in full.
+pub async fn a_streaming_body_is_stored_in_full(on: Stack) {
+    let table = on.table("replay-stream").await;
+    let mut app = replay_app(on, preset(&table).build().unwrap()).await;
+    let server = app.server.clone();
+    let first = tokio::spawn(async move { post_with(&server, "/stream", "o8", "").await });
+    let tx = app.streams.recv().await.unwrap();
+    for i in 0..50 {
+        tx.send(Bytes::from(format!("chunk {i}\n"))).await.unwrap();
+    }
+    drop(tx);
+    let first = first.await.unwrap();
+    assert_eq!(first.text().lines().count(), 50);
+    until_recorded(&table, "o8").await;
+    let again = post_with(&app.server, "/stream", "o8", "").await;
+    assert_eq!(again.body, first.body);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+/// A response over the stored-body limit is delivered in full, and a retry is answered
+/// with the `response-not-stored` problem (with the original status), never a second run.
+pub async fn an_oversized_response_is_not_replayed_nor_run_again(on: Stack) {
+    let table = on.table("replay-big").await;
+    let layer = preset(&table).max_response_body(1024).build().unwrap();
+    let app = replay_app(on, layer).await;
+    let first = post_with(&app.server, "/big", "o9", "").await;
+    assert_eq!((first.status, first.body.len()), (StatusCode::OK, 4096));
+    until_recorded(&table, "o9").await;
+    let retry = post_with(&app.server, "/big", "o9", "").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    let problem = retry.json();
+    assert_eq!(
+        problem["type"],
+        "urn:tower-lock:problem:response-not-stored"
+    );
+    assert_eq!(problem["original_status"], 200);
+    assert_eq!(retry.header("retry-after"), None);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o9")], 1)
+        .await;
+}
+
+/// After the retention, the record is gone: the key runs again.
+pub async fn records_expire_after_the_retention(on: Stack) {
+    let table = on.table("replay-retention").await;
+    let layer = preset(&table)
+        .retention(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let app = replay_app(on, layer).await;
+    let first = post_with(&app.server, "/orders", "o10", "x").await;
+    until_recorded(&table, "o10").await;
+    let again = post_with(&app.server, "/orders", "o10", "x").await;
+    assert_eq!(again.body, first.body);
+    sleep(Duration::from_millis(400)).await;
+    let later = post_with(&app.server, "/orders", "o10", "x").await;
+    assert_eq!(later.header("idempotent-replayed"), None);
+    assert_eq!(later.header("x-run"), Some("2"));
+    sleep(Duration::from_millis(400)).await;
+    table
+        .assert_only_records(&[idempotency_lock_key("o10")], 0)
+        .await;
+}
+
+/// Missing and malformed keys are `400`; a request body over the limit is `413`; neither
+/// runs the handler nor leaves anything behind.
+pub async fn bad_keys_are_400_and_oversized_requests_413(on: Stack) {
+    let table = on.table("replay-bad").await;
+    let layer = preset(&table).max_request_body(64).build().unwrap();
+    let app = replay_app(on, layer).await;
+    let missing = app.server.send_body("POST", "/orders", &[], "x").await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.json()["type"], "urn:tower-lock:problem:missing-key");
+    let long = "k".repeat(256);
+    for bad in [
+        "\"unterminated",
+        "a\"b",
+        "\"\"",
+        "",
+        long.as_str(),
+        "\"caf\u{e9}\"",
+    ] {
+        let reply = app
+            .server
+            .send_body("POST", "/orders", &[("idempotency-key", bad)], "x")
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad:?}");
+        assert_eq!(
+            reply.json()["type"],
+            "urn:tower-lock:problem:malformed-key",
+            "{bad:?}"
+        );
+    }
+    let too_big = post_with(&app.server, "/orders", "o11", &"b".repeat(65)).await;
+    assert_eq!(too_big.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        too_big.json()["type"],
+        "urn:tower-lock:problem:request-too-large"
+    );
+    let fits = post_with(&app.server, "/orders", "o11", &"b".repeat(64)).await;
+    assert_eq!(fits.status, StatusCode::CREATED);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("o11")], 1)
+        .await;
+}
+
+/// Instantiate the replay scenarios on one framework and one backend.
+#[macro_export]
+macro_rules! replay_scenarios {
+    (framework = $framework:ident, backend = $backend:ident $(,)?) => {
+        $crate::replay_scenarios!(@cases $framework $backend;
+            a_retry_after_completion_gets_the_stored_response,
+            a_reused_key_with_another_request_is_422,
+            a_duplicate_in_flight_is_409_then_replayed,
+            twenty_waiting_duplicates_run_the_handler_once,
+            server_errors_are_not_stored_unless_asked,
+            a_client_leaving_mid_handler_still_gets_its_replay,
+            a_client_leaving_mid_body_still_gets_the_whole_body_stored,
+            a_streaming_body_is_stored_in_full,
+            an_oversized_response_is_not_replayed_nor_run_again,
+            records_expire_after_the_retention,
+            bad_keys_are_400_and_oversized_requests_413,
+        );
+    };
+    (@cases $framework:ident $backend:ident; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let stack = $crate::scenarios::Stack::new(
+                    $crate::scenarios::Framework::$framework,
+                    $crate::scenarios::Backend::$backend,
+                );
+                $crate::scenarios::bounded($crate::scenarios::$case(stack)).await;
+            }
+        )*
+    };
+}

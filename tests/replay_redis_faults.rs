@@ -1,0 +1,220 @@
+//! Idempotency replay on Redis under faults: a holder process killed with SIGKILL, a
+//! Redis restart, a damaged record. Each test owns its redis-server.
+#![cfg(feature = "redis")]
+
+use std::{
+    process::{Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use http::StatusCode;
+use tokio::time::{Instant, sleep};
+use tower_lock::{IdempotencyLayer, LockEngine, LockKey, LockLayer, engine::redis::RedisBackend};
+use tower_lock_test_support::{
+    http::{TestServer, serve},
+    redis::{RedisServer, engine as redis_engine},
+    scenarios::idempotency_lock_key,
+};
+
+/// Set in a child process started by [`spawn_holder`].
+const CHILD: &str = "TOWER_LOCK_REPLAY_CHILD";
+
+fn layer(engine: LockEngine) -> IdempotencyLayer {
+    LockLayer::idempotency(engine)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// `POST /orders` under `layer`: counts its runs, answers `201`; `hang` makes it never
+/// answer.
+fn app(layer: IdempotencyLayer, runs: Arc<AtomicUsize>, hang: bool) -> axum::Router {
+    axum::Router::new()
+        .route(
+            "/orders",
+            axum::routing::post(move || {
+                let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                async move {
+                    if hang {
+                        std::future::pending::<()>().await;
+                    }
+                    (StatusCode::CREATED, format!("order {n}"))
+                }
+            }),
+        )
+        .layer(layer)
+}
+
+async fn order(server: &TestServer, k: &str) -> tower_lock_test_support::http::Reply {
+    server
+        .send_body(
+            "POST",
+            "/orders",
+            &[("idempotency-key", format!("\"{k}\"").as_str())],
+            "{}",
+        )
+        .await
+}
+
+fn spawn_holder(server: &RedisServer, prefix: &str, port: u16) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("TOWER_LOCK_TEST_REDIS", server.url())
+        .env("TOWER_LOCK_TEST_PREFIX", prefix)
+        .env("TOWER_LOCK_TEST_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn child test process")
+}
+
+/// The entry point of the child process: serves the replay app (with a handler that
+/// never answers) on the given port until it is killed. In the parent run it checks
+/// nothing and returns.
+#[tokio::test]
+async fn child_process_entry() {
+    if std::env::var(CHILD).is_err() {
+        return;
+    }
+    let url = std::env::var("TOWER_LOCK_TEST_REDIS").unwrap();
+    let prefix = std::env::var("TOWER_LOCK_TEST_PREFIX").unwrap();
+    let port: u16 = std::env::var("TOWER_LOCK_TEST_PORT")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let backend = RedisBackend::builder(url)
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap();
+    let app = app(layer(LockEngine::new(backend)), Arc::default(), true);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    axum::serve(listener, app).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
+    let server = RedisServer::start();
+    let engine = redis_engine(&server, "killed", None).await;
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = spawn_holder(&server, "killed", port);
+    // The first request reaches the child's handler, which holds the key and hangs.
+    let first = tokio::spawn(async move {
+        let give_up = Instant::now() + Duration::from_secs(20);
+        loop {
+            let req = "POST /orders HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o1\"\r\ncontent-length: 2\r\n\r\n{}";
+            if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                s.write_all(req.as_bytes()).await.unwrap();
+                let mut buf = [0u8; 64];
+                // Until the child dies.
+                let _ = s.read(&mut buf).await;
+                return;
+            }
+            assert!(Instant::now() < give_up, "the child never listened");
+            sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let key = LockKey::new(idempotency_lock_key("o1")).unwrap();
+    let lock = engine.lock_key(key.clone());
+    let give_up = Instant::now() + Duration::from_secs(20);
+    while !lock.locked().await.unwrap() {
+        assert!(Instant::now() < give_up, "the child never took the key");
+        sleep(Duration::from_millis(5)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    first.await.unwrap();
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let here = serve(app(layer(engine.clone()), runs.clone(), false)).await;
+    // While the dead holder's lease lasts, a retry is told the request is in flight.
+    let retry = order(&here, "o1").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT, "{}", retry.text());
+    // Within its TTL (1 s) the lease is gone and the retry runs: at least once.
+    let ran = loop {
+        let retry = order(&here, "o1").await;
+        if retry.status == StatusCode::CREATED {
+            break retry;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "still {}",
+            retry.status
+        );
+        sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        killed.elapsed() <= Duration::from_millis(1500),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert_eq!(ran.text(), "order 1");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // And it is replayed from now on.
+    let again = order(&here, "o1").await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_loses_records_and_a_damaged_record_is_never_served() {
+    let server = RedisServer::start();
+    let engine = redis_engine(&server, "restart", None).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let here = serve(app(layer(engine.clone()), runs.clone(), false)).await;
+    let first = order(&here, "o2").await;
+    assert_eq!(first.text(), "order 1");
+    let key = LockKey::new(idempotency_lock_key("o2")).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.record(&key).await.unwrap().is_none() {
+        assert!(Instant::now() < give_up);
+        sleep(Duration::from_millis(2)).await;
+    }
+    let replay = order(&here, "o2").await;
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+
+    // A restart without persistence loses the record: the retry runs again (documented).
+    server.restart();
+    let give_up = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let reply = order(&here, "o2").await;
+        if reply.status != StatusCode::SERVICE_UNAVAILABLE {
+            break reply;
+        }
+        assert!(Instant::now() < give_up, "the backend never came back");
+        sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(after.text(), "order 2");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+
+    // A record hash missing fields (not one the engine wrote) is refused, never replayed.
+    let names = server.scan("restart:*");
+    let rec = names
+        .iter()
+        .find(|n| n.contains("}:rec:") && n.ends_with("/idempotency-key/o2"))
+        .expect("the record of o2");
+    assert_eq!(server.cli(["HDEL", rec, "body"]), "1");
+    let damaged = order(&here, "o2").await;
+    assert_eq!(
+        damaged.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        damaged.text()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "not run again either");
+}

@@ -1,0 +1,378 @@
+//! Idempotency replay at the tower level, where a test controls what an HTTP server would
+//! not let it: handler errors and panics, bodies that fail or carry trailers, a future
+//! dropped at a chosen point, a lease taken away mid-request.
+
+use std::{
+    convert::Infallible,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use tokio::sync::oneshot;
+use tower::{Service, ServiceExt, service_fn};
+use tower_lock::{
+    ConfigError, IdempotencyLayer, LockEngine, LockKey, LockLayer, idempotency::RequestBody,
+    key::encode,
+};
+use tower_lock_test_support::scripted::Scripted;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+type Req = Request<RequestBody<Full<Bytes>>>;
+
+fn request(k: &str) -> Request<Full<Bytes>> {
+    Request::post("/orders")
+        .header("idempotency-key", format!("\"{k}\""))
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
+}
+
+fn lock_key(k: &str) -> LockKey {
+    LockKey::new(encode("", "idempotency-key", k)).unwrap()
+}
+
+fn full(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut res = Response::new(
+        Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *res.status_mut() = status;
+    res
+}
+
+fn layer(engine: &LockEngine) -> IdempotencyLayer {
+    LockLayer::idempotency(engine.clone()).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_handler_error_stores_nothing_and_the_retry_runs() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |_req: Req| {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n == 0 {
+                    Err("handler failed")
+                } else {
+                    Ok(full(StatusCode::CREATED, "made"))
+                }
+            }
+        })
+    };
+    let mut svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let err = svc
+        .ready()
+        .await
+        .unwrap()
+        .call(request("e"))
+        .await
+        .unwrap_err();
+    assert_eq!(err, "handler failed");
+    assert_eq!(engine.record(&lock_key("e")).await.unwrap(), None);
+    let res = svc.ready().await.unwrap().call(request("e")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the retry ran");
+}
+
+#[tokio::test]
+async fn a_panicking_handler_stores_nothing_and_releases() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |_req: Req| {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert!(n > 0, "the handler panics on its first run");
+                Ok::<_, Infallible>(full(StatusCode::CREATED, "made"))
+            }
+        })
+    };
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let first = tokio::spawn(svc.clone().oneshot(request("p")));
+    assert!(first.await.unwrap_err().is_panic());
+    let res = tokio::time::timeout(Duration::from_secs(5), svc.oneshot(request("p")))
+        .await
+        .expect("the key was released when the handler panicked")
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+/// A body that yields `frames`, one per poll.
+struct Frames(std::collections::VecDeque<Result<Frame<Bytes>, std::io::Error>>);
+
+impl http_body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front())
+    }
+}
+
+fn streamed(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> Response<Body> {
+    Response::new(Frames(frames.into()).boxed())
+}
+
+#[tokio::test]
+async fn a_body_failing_mid_stream_stores_nothing_and_the_retry_runs() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |_req: Req| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                Ok::<_, Infallible>(streamed(vec![
+                    Ok(Frame::data(Bytes::from_static(b"half"))),
+                    Err(std::io::Error::other("the body broke")),
+                ]))
+            }
+        })
+    };
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    for _ in 0..2 {
+        let res = svc.clone().oneshot(request("b")).await.unwrap();
+        assert!(res.into_body().collect().await.is_err());
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "not stored: the retry ran");
+    assert_eq!(engine.record(&lock_key("b")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_response_with_trailers_completes_but_is_not_replayed() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |_req: Req| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            let mut trailers = HeaderMap::new();
+            trailers.insert("x-checksum", "1".parse().unwrap());
+            async move {
+                let mut res = streamed(vec![
+                    Ok(Frame::data(Bytes::from_static(b"data"))),
+                    Ok(Frame::trailers(trailers)),
+                ]);
+                *res.status_mut() = StatusCode::ACCEPTED;
+                Ok::<_, Infallible>(res)
+            }
+        })
+    };
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let first = svc.clone().oneshot(request("t")).await.unwrap();
+    let collected = first.into_body().collect().await.unwrap();
+    assert!(
+        collected.trailers().is_some(),
+        "the client got the trailers"
+    );
+    let retry = svc.oneshot(request("t")).await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CONFLICT);
+    let body = retry.into_body().collect().await.unwrap().to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        problem["type"],
+        "urn:tower-lock:problem:response-not-stored"
+    );
+    assert_eq!(problem["original_status"], 202);
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never run twice");
+}
+
+#[tokio::test]
+async fn a_bodiless_response_is_stored_before_it_is_returned() {
+    let engine = LockEngine::in_memory();
+    let svc = service_fn(|_req: Req| async {
+        let mut res = full(StatusCode::CREATED, "");
+        res.headers_mut()
+            .insert("location", "/orders/1".parse().unwrap());
+        Ok::<_, Infallible>(res)
+    });
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    // The body is never polled: a server sends no body for it.
+    let res = svc.clone().oneshot(request("n")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::CREATED);
+    assert!(engine.record(&lock_key("n")).await.unwrap().is_some());
+    let replay = svc.oneshot(request("n")).await.unwrap();
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["location"], "/orders/1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_mid_handler_lets_the_handler_finish_and_stores_its_response() {
+    for _ in 0..20 {
+        let engine = LockEngine::in_memory();
+        let (entered_tx, entered) = oneshot::channel::<()>();
+        let (finish, finish_rx) = oneshot::channel::<()>();
+        let slots = Arc::new(std::sync::Mutex::new(Some((entered_tx, finish_rx))));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let svc = {
+            let (slots, runs) = (slots.clone(), runs.clone());
+            service_fn(move |_req: Req| {
+                let slot = slots.lock().unwrap().take();
+                let runs = runs.clone();
+                async move {
+                    if let Some((entered, finish)) = slot {
+                        entered.send(()).unwrap();
+                        finish.await.unwrap();
+                    }
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Infallible>(full(StatusCode::CREATED, "done once"))
+                }
+            })
+        };
+        let svc = tower::ServiceBuilder::new()
+            .layer(layer(&engine))
+            .service(svc);
+        let call = tokio::spawn(svc.clone().oneshot(request("d")));
+        entered.await.unwrap();
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        finish.send(()).unwrap();
+        // The retry waits for nothing: it is either the replay, or 409 while the handler
+        // finishes on its own task; never a second run.
+        let replay = loop {
+            let res = svc.clone().oneshot(request("d")).await.unwrap();
+            if res.status() != StatusCode::CONFLICT {
+                break res;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(replay.headers()["idempotent-replayed"], "true");
+        let body = replay.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body, "done once");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_holder_whose_lease_was_taken_stores_nothing_and_it_is_counted() {
+    let engine = LockEngine::in_memory();
+    let (entered_tx, entered) = oneshot::channel::<()>();
+    let (finish, finish_rx) = oneshot::channel::<()>();
+    let slot = Arc::new(std::sync::Mutex::new(Some((entered_tx, finish_rx))));
+    let svc = service_fn(move |_req: Req| {
+        let slot = slot.lock().unwrap().take();
+        async move {
+            if let Some((entered, finish)) = slot {
+                entered.send(()).unwrap();
+                finish.await.unwrap();
+            }
+            Ok::<_, Infallible>(full(StatusCode::CREATED, "late"))
+        }
+    });
+    let layer = layer(&engine);
+    let metrics = layer.metrics();
+    let svc = tower::ServiceBuilder::new().layer(layer).service(svc);
+    let call = tokio::spawn(svc.clone().oneshot(request("l")));
+    entered.await.unwrap();
+    // An operator (or an expiry) frees the key while the handler runs; another holder
+    // takes it.
+    assert!(
+        engine
+            .admin()
+            .force_release(lock_key("l").as_str())
+            .await
+            .unwrap()
+    );
+    let other = engine
+        .lock(lock_key("l").as_str())
+        .try_acquire()
+        .await
+        .unwrap();
+    finish.send(()).unwrap();
+    let res = call.await.unwrap().unwrap();
+    let _ = res.into_body().collect().await.unwrap();
+    assert_eq!(
+        engine.record(&lock_key("l")).await.unwrap(),
+        None,
+        "nothing overwritten"
+    );
+    assert!(
+        other.owned().await.unwrap(),
+        "the other holder keeps the key"
+    );
+    assert_eq!(metrics.snapshot().discarded, 1);
+}
+
+#[test]
+fn replay_needs_a_backend_that_keeps_records() {
+    let engine = LockEngine::new(Scripted::core_only());
+    assert_eq!(
+        LockLayer::idempotency(engine.clone()).build().unwrap_err(),
+        ConfigError::RecordsUnsupported
+    );
+    // Without replay, the preset needs nothing but the core.
+    LockLayer::idempotency(engine)
+        .without_replay()
+        .build()
+        .unwrap();
+}
+
+#[test]
+fn limits_and_retention_are_checked() {
+    let engine = LockEngine::in_memory();
+    let build =
+        |f: fn(tower_lock::IdempotencyLayerBuilder) -> tower_lock::IdempotencyLayerBuilder| {
+            f(LockLayer::idempotency(engine.clone()))
+                .build()
+                .unwrap_err()
+        };
+    assert_eq!(
+        build(|b| b.max_request_body(0)),
+        ConfigError::ZeroLimit("max_request_body")
+    );
+    assert_eq!(
+        build(|b| b.max_response_body(0)),
+        ConfigError::ZeroLimit("max_response_body")
+    );
+    assert_eq!(
+        build(|b| b.retention(Duration::ZERO)),
+        ConfigError::ZeroLimit("retention")
+    );
+    assert_eq!(
+        build(|b| b.retention(Duration::from_secs(400 * 24 * 3600))),
+        ConfigError::TooLong("retention")
+    );
+}
+
+#[tokio::test]
+async fn a_response_dropped_unread_is_read_to_its_end_and_stored_on_the_spot() {
+    let engine = LockEngine::in_memory();
+    let svc =
+        service_fn(|_req: Req| async { Ok::<_, Infallible>(full(StatusCode::OK, "all of it")) });
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let res = svc.clone().oneshot(request("u")).await.unwrap();
+    drop(res);
+    // No task had to run: the body was already there.
+    let record = engine
+        .record(&lock_key("u"))
+        .await
+        .unwrap()
+        .expect("stored");
+    assert_eq!(record.body, "all of it");
+}
