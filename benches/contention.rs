@@ -32,7 +32,11 @@ USAGE:
     cargo bench --bench contention -- [OPTIONS]
 
 OPTIONS:
-    --backend memory|redis   lock engine backend                          [memory]
+    --backend memory|redis|redis-baseline
+                             lock engine backend, or the baseline: the simplest
+                             correct Redis lock (SET NX PX, compare-and-delete
+                             script; no waiting: a refused try retries at once,
+                             no fences), on the same kind of connection  [memory]
     --redis-url URL          Redis server (else $REDIS_URL)
     --workers N              concurrent workers (tasks)                     [8]
     --keys N                 keys; worker w always uses key w mod N         [1]
@@ -132,9 +136,9 @@ impl Config {
             other => return Err(format!("--hold: expected spin or sleep, not `{other}`")),
         };
         let backend = args.get("backend", "memory".to_string())?;
-        if backend != "memory" && backend != "redis" {
+        if !["memory", "redis", "redis-baseline"].contains(&backend.as_str()) {
             return Err(format!(
-                "--backend: expected memory or redis, not `{backend}`"
+                "--backend: expected memory, redis or redis-baseline, not `{backend}`"
             ));
         }
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -163,7 +167,7 @@ impl Config {
         if config.workers == 0 || config.keys == 0 || config.engines == 0 || config.threads == 0 {
             return Err("--workers, --keys, --engines and --threads must be at least 1".into());
         }
-        if config.backend == "redis" && config.redis_url.is_none() {
+        if config.backend.starts_with("redis") && config.redis_url.is_none() {
             return Err("--backend redis needs --redis-url or REDIS_URL".into());
         }
         Ok(config)
@@ -221,6 +225,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match config.residue_keys {
             Some(n) => residue(&config, n).await,
+            None if config.backend == "redis-baseline" => baseline::run(&config).await,
             None => contention(&config).await,
         }
     });
@@ -247,6 +252,115 @@ fn main() -> ExitCode {
 fn fail(message: &str) -> ExitCode {
     eprintln!("contention: {message}");
     ExitCode::from(2)
+}
+
+/// The baseline: the simplest correct Redis lock, measured like the engine.
+mod baseline {
+    use super::*;
+
+    /// Release only if the value is still ours: the standard compare-and-delete.
+    #[cfg(feature = "redis")]
+    const COMPARE_AND_DELETE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+    #[cfg(not(feature = "redis"))]
+    pub(super) async fn run(_: &Config) -> Result<Value, String> {
+        Err(support::REDIS_NOT_BUILT.to_string())
+    }
+
+    /// Each worker: `SET key token NX PX ttl` until it answers OK (a refusal retries at
+    /// once: no waiting, no fairness), hold, then the compare-and-delete script by
+    /// `EVALSHA`. On one multiplexed connection, like the engine's pool.
+    #[cfg(feature = "redis")]
+    pub(super) async fn run(config: &Config) -> Result<Value, String> {
+        let url = config.redis_url.as_deref().expect("checked in from_args");
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let script = redis::Script::new(COMPARE_AND_DELETE);
+        let run_id = run_id();
+        let mut warm = conn.clone();
+        let _: i64 = script
+            .key("warm")
+            .arg("x")
+            .invoke_async(&mut warm)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut stats = RedisStats::connect(url)?;
+        let before = stats.command_calls()?;
+        let violations = Arc::new(AtomicU64::new(0));
+        let holders: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..config.keys).map(|_| AtomicUsize::new(0)).collect());
+        let began = Instant::now();
+        let mut tasks = Vec::new();
+        for worker in 0..config.workers {
+            let (mut conn, script, holders, violations) = (
+                conn.clone(),
+                script.clone(),
+                holders.clone(),
+                violations.clone(),
+            );
+            let config = config.clone();
+            let key = format!("baseline:{run_id}:{}", worker % config.keys);
+            tasks.push(tokio::spawn(async move {
+                let ttl = config.ttl.as_millis() as u64;
+                for _ in 0..config.iterations {
+                    let token = format!("{:032x}", rand::random::<u128>());
+                    loop {
+                        let ok: Option<String> = redis::cmd("SET")
+                            .arg(&key)
+                            .arg(&token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(ttl)
+                            .query_async(&mut conn)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        if ok.is_some() {
+                            break;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    let slot = &holders[worker % config.keys];
+                    if slot.swap(worker + 1, Ordering::SeqCst) != 0 {
+                        violations.fetch_add(1, Ordering::Relaxed);
+                    }
+                    hold(config.hold, config.hold_mode).await;
+                    slot.store(0, Ordering::SeqCst);
+                    let _: i64 = script
+                        .key(&key)
+                        .arg(&token)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            }));
+        }
+        for task in tasks {
+            task.await.map_err(|e| format!("worker panicked: {e}"))??;
+        }
+        let wall = began.elapsed();
+        let commands = support::commands_between(&before, &stats.command_calls()?);
+        let cycles = config.workers * config.iterations;
+        let total: u64 = commands.values().sum();
+        let mut report = header(config, "contention");
+        extend(
+            &mut report,
+            json!({
+                "cycles": cycles,
+                "errors": 0,
+                "wall_s": round(wall.as_secs_f64(), 4),
+                "cycles_per_s": round(cycles as f64 / wall.as_secs_f64(), 1),
+                "mutual_exclusion_violations": violations.load(Ordering::Relaxed),
+                "redis_commands": total,
+                "redis_commands_per_cycle": round(total as f64 / cycles.max(1) as f64, 2),
+                "redis_command_calls": commands,
+            }),
+        );
+        Ok(report)
+    }
 }
 
 /// The engines for this run. Every engine shares one backend, as the servers of a fleet
@@ -325,7 +439,7 @@ async fn contention(config: &Config) -> Result<Value, String> {
     }
 
     let mut stats = match &config.redis_url {
-        Some(url) if config.backend == "redis" => Some(RedisStats::connect(url)?),
+        Some(url) if config.backend.starts_with("redis") => Some(RedisStats::connect(url)?),
         _ => None,
     };
     let before = match stats.as_mut() {

@@ -41,12 +41,28 @@ pub struct Grant {
     /// No later than the moment the lease's TTL started counting on the backend: the
     /// engine's local validity deadline is `granted_at + ttl`.
     pub granted_at: Instant,
+    /// How long the backend granted the lease for, if shorter than the TTL asked for: a
+    /// backend that hands the key to a waiter itself may grant a short claim first, so a
+    /// waiter that has gone holds the key only that long. The engine then renews the lease
+    /// to its full TTL in the background before the claim runs out. `None`: the full TTL.
+    pub valid_for: Option<Duration>,
 }
 
 impl Grant {
     /// A grant with `fence` whose TTL started no later than `granted_at`.
     pub fn new(fence: Fence, granted_at: Instant) -> Self {
-        Grant { fence, granted_at }
+        Grant {
+            fence,
+            granted_at,
+            valid_for: None,
+        }
+    }
+
+    /// This grant, valid for only `valid_for` from `granted_at` until renewed (see
+    /// [`Grant::valid_for`](Grant#structfield.valid_for)).
+    pub fn valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = Some(valid_for);
+        self
     }
 }
 

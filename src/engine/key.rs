@@ -72,7 +72,17 @@ pub struct Token(Arc<str>);
 impl Token {
     /// A fresh token of 128 random bits, hex encoded.
     pub fn random() -> Self {
-        Token(Arc::from(format!("{:032x}", rand::random::<u128>())))
+        // Hex digits written in place: one allocation (the `Arc`), no formatting machinery.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut bits = rand::random::<u128>();
+        let mut text = [0u8; 32];
+        for b in text.iter_mut().rev() {
+            *b = HEX[(bits & 0xf) as usize];
+            bits >>= 4;
+        }
+        Token(Arc::from(
+            std::str::from_utf8(&text).expect("hex digits are ASCII"),
+        ))
     }
 
     /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.

@@ -129,6 +129,14 @@ impl Lease {
         ttl: Duration,
         auto_renew: bool,
     ) -> Self {
+        // A short claim (a hand-off) is renewed to the full TTL at a third of the claim,
+        // whether or not the lease renews itself later.
+        let first = grant.valid_for.map_or(ttl, |v| v.min(ttl));
+        let renew_at = if first < ttl {
+            Some(after(grant.granted_at, renew_interval(first)))
+        } else {
+            auto_renew.then(|| after(grant.granted_at, renew_interval(ttl)))
+        };
         let state = Arc::new(LeaseState {
             key,
             token,
@@ -139,12 +147,12 @@ impl Lease {
             released: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             times: Mutex::new(LeaseTimes {
-                deadline: after(grant.granted_at, ttl),
-                renew_at: auto_renew.then(|| after(grant.granted_at, renew_interval(ttl))),
+                deadline: after(grant.granted_at, first),
+                renew_at,
             }),
         });
         state.set_ttl(ttl);
-        state.lost.valid_until(after(grant.granted_at, ttl));
+        state.lost.valid_until(after(grant.granted_at, first));
         let id = engine.watchdog.register(&engine, state.clone());
         Lease {
             engine,

@@ -297,6 +297,34 @@ impl Drop for WaitGuard<'_> {
 }
 
 impl MemoryBackend {
+    /// Release `key` if `token` holds it, running `before` (with the current time) while
+    /// the key is still held and its shard locked, then hand it to the next waiter.
+    fn release_then(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        before: impl FnOnce(Instant),
+    ) -> Result<(), LockError> {
+        let mut shard = self.shard(key);
+        let now = Instant::now();
+        let Some(entry) = shard.map.get_mut(key) else {
+            return Err(LockError::Expired);
+        };
+        entry.expire(now, self);
+        let result = match &entry.holder {
+            Some(h) if h.token == *token => {
+                before(now);
+                entry.holder = None;
+                entry.grant_next(now, self);
+                Ok(())
+            }
+            Some(_) => Err(LockError::NotOwned),
+            None => Err(LockError::Expired),
+        };
+        shard.remove_if_empty(key);
+        result
+    }
+
     async fn acquire_inner(&self, req: AcquireRequest) -> Result<Grant, LockError> {
         let started = Instant::now();
         let (rx, id, changed) = {
@@ -409,25 +437,7 @@ impl Backend for MemoryBackend {
         key: &'a LockKey,
         token: &'a Token,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
-            let mut shard = self.shard(key);
-            let now = Instant::now();
-            let Some(entry) = shard.map.get_mut(key) else {
-                return Err(LockError::Expired);
-            };
-            entry.expire(now, self);
-            let result = match &entry.holder {
-                Some(h) if h.token == *token => {
-                    entry.holder = None;
-                    entry.grant_next(now, self);
-                    Ok(())
-                }
-                Some(_) => Err(LockError::NotOwned),
-                None => Err(LockError::Expired),
-            };
-            shard.remove_if_empty(key);
-            result
-        })
+        Box::pin(async move { self.release_then(key, token, |_| {}) })
     }
 
     fn extend<'a>(

@@ -141,29 +141,13 @@ impl RecordBackend for MemoryBackend {
             // The shard lock is held from the ownership check to the hand-off, and the
             // record is in place before it is released: whoever is granted the key next
             // (a waiter here, or a new caller taking the shard lock) finds the record.
-            let mut shard = self.shard(key);
-            let now = Instant::now();
-            let Some(entry) = shard.map.get_mut(key) else {
-                return Err(LockError::Expired);
-            };
-            entry.expire(now, self);
-            let result = match &entry.holder {
-                Some(h) if h.token == *token => {
-                    self.records.lock().unwrap().insert(
-                        key,
-                        record.clone(),
-                        after(now, retention),
-                        now,
-                    );
-                    entry.holder = None;
-                    entry.grant_next(now, self);
-                    Ok(())
-                }
-                Some(_) => Err(LockError::NotOwned),
-                None => Err(LockError::Expired),
-            };
-            shard.remove_if_empty(key);
-            result
+            self.release_then(key, token, |now| {
+                let expires = after(now, retention);
+                self.records
+                    .lock()
+                    .unwrap()
+                    .insert(key, record.clone(), expires, now);
+            })
         })
     }
 }

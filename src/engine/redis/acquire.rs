@@ -1,5 +1,14 @@
-//! The acquire wait loop: one script call per attempt, pub/sub wake-ups between attempts,
-//! and the clean-up of an acquire that ends without handing its outcome to the caller.
+//! The acquire wait loop: one script call per attempt, grants delivered by pub/sub between
+//! attempts, and the clean-up of an acquire that ends without handing its outcome to the
+//! caller.
+//!
+//! A waiter registers a ticket with its first failed attempt, then waits for its grant:
+//! the release script makes it the holder itself and publishes who and which fence, so the
+//! message alone completes the acquire. Retries happen only when the wake-up channel was
+//! not yet subscribed when the ticket was registered (once the subscription is confirmed:
+//! a grant before it went unheard), after a reconnect of the subscriber, or on the
+//! fallback timer (at most [`FALLBACK_CAP`] apart), which also refreshes the ticket and
+//! finds a grant whose message was lost (the key is already this waiter's: re-entry).
 
 use std::{sync::Arc, time::Duration};
 
@@ -11,6 +20,7 @@ use super::{
     names::Names,
     remaining,
     scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
+    wakeup::{Subscription, Woken},
 };
 use crate::{
     engine::{AcquireRequest, Fence, Grant, LockError, Token},
@@ -18,43 +28,95 @@ use crate::{
 };
 
 enum Attempt {
-    Granted(Grant),
-    Busy(Option<Duration>),
+    Granted(Fence),
+    /// Not granted; `deadline` names the waiter's registered ticket (0: none registered).
+    Busy {
+        retry_after: Option<Duration>,
+        deadline: u64,
+    },
     Full(Option<Duration>),
 }
 
+/// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
+struct TicketId([u8; 32]);
+
+impl TicketId {
+    fn random() -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut bits = rand::random::<u128>();
+        let mut out = [0u8; 32];
+        for b in out.iter_mut().rev() {
+            *b = HEX[(bits & 0xf) as usize];
+            bits >>= 4;
+        }
+        TicketId(out)
+    }
+
+    fn as_str(&self) -> &str {
+        // Hex digits only.
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
 /// Cleans up after an acquire that ends without handing its outcome to the caller: removes
-/// its ticket and, if a call was in flight (its grant may have landed unseen), releases by
-/// token. Runs as a spawned task, so dropping the acquire future never blocks.
-struct Cleanup {
-    inner: Arc<Inner>,
-    names: Arc<Names>,
-    ticket: String,
-    token: Token,
+/// its ticket and gives back a grant it may have received unseen (one that landed while a
+/// call was in flight, or a hand-off nobody waited for any more). Runs as a spawned task,
+/// so dropping the acquire future never blocks.
+struct Cleanup<'a> {
+    inner: &'a Arc<Inner>,
+    names: &'a Names,
+    ticket: &'a str,
+    token: &'a Token,
+    ttl_ms: u64,
     armed: bool,
+    /// Whether a ticket may be registered (then a hand-off may have made us the holder).
+    registered: bool,
+    /// Our ticket's deadline as last reported (`None`: unknown, search for it).
+    known: Option<u64>,
     in_flight: bool,
     /// The connection the last attempt went out on: the release must follow it there.
     pinned: Option<MultiplexedConnection>,
 }
 
-impl Drop for Cleanup {
+impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
-        if !self.armed || (self.ticket.is_empty() && !self.in_flight) {
+        if !self.armed || !(self.registered || self.in_flight) {
             return;
         }
         let inner = self.inner.clone();
-        let names = self.names.clone();
-        let ticket = std::mem::take(&mut self.ticket);
-        let token = self.token.clone();
-        let release = self.in_flight;
-        let pinned = if release { self.pinned.take() } else { None };
+        let names = Names {
+            lock: self.names.lock.clone(),
+            fence: self.names.fence.clone(),
+            queue: self.names.queue.clone(),
+            channel: self.names.channel.clone(),
+        };
+        let leaving = Leaving {
+            ticket: self.ticket.to_owned(),
+            // A refresh in flight may have renamed the ticket.
+            known: if self.in_flight { None } else { self.known },
+            token: self.token.clone(),
+            ttl_ms: self.ttl_ms,
+        };
+        let pinned = if self.in_flight {
+            self.pinned.take()
+        } else {
+            None
+        };
         // On the engine's runtime: the clean-up must not depend on the caller's.
         crate::engine::background::handle().spawn(async move {
-            if let Err(error) = inner.leave(&names, &ticket, &token, release, pinned).await {
+            if let Err(error) = inner.leave(&names, &leaving, pinned).await {
                 tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
             }
         });
     }
+}
+
+/// What a leaving waiter tells the leave script.
+pub(super) struct Leaving {
+    ticket: String,
+    known: Option<u64>,
+    token: Token,
+    ttl_ms: u64,
 }
 
 impl Inner {
@@ -74,14 +136,13 @@ impl Inner {
         names: &Names,
         req: &AcquireRequest,
         ticket: &str,
-        registered: bool,
+        known: Option<u64>,
         pin: &mut Option<MultiplexedConnection>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(&names.lock)
             .key(&names.fence)
             .key(&names.queue)
-            .key(&names.wait)
             .arg(req.token.as_str())
             .arg(millis(req.ttl))
             .arg(ticket)
@@ -91,21 +152,22 @@ impl Inner {
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             )
             .arg(self.ticket_ttl_ms)
-            .arg(millis(FENCE_MARGIN))
-            .arg(if registered { "1" } else { "0" });
-        // Taken before sending: the TTL cannot have started on the server any earlier.
-        let sent = Instant::now();
-        let (status, value): (i64, i64) = self
+            .arg(millis(FENCE_MARGIN));
+        match known {
+            Some(d) => inv.arg(d),
+            None => inv.arg(""),
+        };
+        let (status, value, deadline): (i64, i64, i64) = self
             .pool
             .invoke_pinned("acquire", &inv, pin)
             .await
             .map_err(LockError::Backend)?;
         Ok(match status {
-            1 => Attempt::Granted(Grant::new(
-                Fence::new(u64::try_from(value).unwrap_or(0)),
-                sent,
-            )),
-            0 => Attempt::Busy(remaining(value)),
+            1 => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
+            0 => Attempt::Busy {
+                retry_after: remaining(value),
+                deadline: u64::try_from(deadline).unwrap_or(0),
+            },
             2 => Attempt::Full(remaining(value)),
             other => {
                 return Err(LockError::Backend(BackendError::new(
@@ -119,20 +181,23 @@ impl Inner {
     pub(super) async fn leave(
         &self,
         names: &Names,
-        ticket: &str,
-        token: &Token,
-        release: bool,
+        leaving: &Leaving,
         pinned: Option<MultiplexedConnection>,
     ) -> Result<Option<Duration>, LockError> {
-        let keys = [&names.lock, &names.fence, &names.queue, &names.wait];
-        let release = if release { "1" } else { "0" };
-        let fence_margin = millis(FENCE_MARGIN).to_string();
+        let keys = [&names.lock, &names.fence, &names.queue];
+        let known = leaving.known.map(|d| d.to_string()).unwrap_or_default();
+        let ttl = leaving.ttl_ms.to_string();
+        let margin = millis(FENCE_MARGIN).to_string();
+        let claim = self.ticket_ttl_ms.to_string();
         let args = [
-            ticket,
-            token.as_str(),
-            release,
+            leaving.ticket.as_str(),
+            &known,
+            leaving.token.as_str(),
+            &ttl,
+            "1",
             &names.channel,
-            &fence_margin,
+            &margin,
+            &claim,
         ];
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
@@ -158,24 +223,26 @@ impl Inner {
         let started = Instant::now();
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = Arc::new(Names::new(&self.prefix, &req.key));
-        let ticket = if waiting {
-            format!("{:032x}", rand::random::<u128>())
-        } else {
-            String::new()
-        };
+        let names = Names::new(&self.prefix, &req.key);
+        let id = TicketId::random();
+        let ticket = if waiting { id.as_str() } else { "" };
+        let ttl_ms = millis(req.ttl);
         let mut cleanup = Cleanup {
-            inner: self.clone(),
-            names: names.clone(),
-            ticket: ticket.clone(),
-            token: req.token.clone(),
+            inner: &self,
+            names: &names,
+            ticket,
+            token: &req.token,
+            ttl_ms,
             armed: true,
+            registered: false,
+            known: None,
             in_flight: false,
             pinned: None,
         };
-        let mut subscription = None;
-        // Whether an earlier attempt may have registered the ticket.
-        let mut registered = false;
+        let mut subscription: Option<Subscription> = None;
+        // When the attempt that registered (or last refreshed) our ticket was sent: a
+        // hand-off of that ticket happened later, so its claim runs from no earlier.
+        let mut last_sent;
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
@@ -183,34 +250,47 @@ impl Inner {
                 _ => None,
             };
             cleanup.in_flight = true;
+            // Taken before sending: the TTL cannot have started on the server any earlier.
+            let sent = Instant::now();
             // On error the cleanup stays armed with `in_flight`: the grant may have landed.
             let outcome = self
-                .attempt(&names, &req, &ticket, registered, &mut cleanup.pinned)
+                .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
                 .await?;
             cleanup.in_flight = false;
             cleanup.pinned = None;
             let retry_after = match outcome {
-                Attempt::Granted(grant) => {
+                Attempt::Granted(fence) => {
                     cleanup.armed = false;
-                    return Ok(grant);
+                    return Ok(Grant::new(fence, sent));
                 }
                 Attempt::Full(retry_after) => {
                     // Nothing was registered by this call; an earlier registration expired.
                     cleanup.armed = false;
                     return Err(LockError::QueueFull { retry_after });
                 }
-                Attempt::Busy(retry_after) if !waiting => {
+                Attempt::Busy { retry_after, .. } if !waiting => {
                     cleanup.armed = false;
                     return Err(LockError::Busy { retry_after });
                 }
-                Attempt::Busy(retry_after) => {
-                    registered = true;
+                Attempt::Busy {
+                    retry_after,
+                    deadline,
+                } => {
+                    cleanup.registered = true;
+                    cleanup.known = Some(deadline);
+                    last_sent = sent;
                     retry_after
                 }
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                let left = self.leave(&names, &ticket, &req.token, false, None).await;
+                let leaving = Leaving {
+                    ticket: ticket.to_owned(),
+                    known: cleanup.known,
+                    token: req.token.clone(),
+                    ttl_ms,
+                };
+                let left = self.leave(&names, &leaving, None).await;
                 let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
@@ -227,37 +307,43 @@ impl Inner {
                 .map_or(FALLBACK_CAP, |r| r.min(FALLBACK_CAP))
                 .max(Duration::from_millis(1));
             let wake_at = deadline.map_or(now + fallback, |d| d.min(now + fallback));
-            match &subscription {
+            let woken = match subscription.as_ref() {
+                Some(sub) => woken_by(sub, wake_at).await,
                 None => {
-                    let sub = self.wakeup.subscribe(
-                        &names.channel,
-                        req.fifo.then_some(ticket.as_str()),
-                        mark,
-                    );
-                    if sub.covered() {
-                        // Subscribed since before the attempt and nothing heard since: no
-                        // release went unheard, so wait for one like any later turn.
-                        tokio::select! {
-                            _ = sub.woken() => {}
-                            _ = tokio::time::sleep_until(wake_at) => {}
-                        }
+                    let sub = self.wakeup.subscribe(&names.channel, ticket, mark);
+                    let woken = if sub.covered() {
+                        // Subscribed since before the attempt: a grant after it is heard.
+                        woken_by(&sub, wake_at).await
                     } else {
-                        // Retry once the subscription is confirmed: a release before it
-                        // was unheard, one after it will be heard.
+                        // Retry once the subscription is confirmed: a grant before it was
+                        // unheard (the retry finds it: re-entry), one after it is heard.
                         tokio::select! {
-                            _ = sub.confirmed() => {}
-                            _ = tokio::time::sleep_until(wake_at) => {}
+                            woken = sub.woken() => Some(woken),
+                            _ = sub.confirmed() => None,
+                            _ = tokio::time::sleep_until(wake_at) => None,
                         }
-                    }
+                    };
                     subscription = Some(sub);
+                    woken
                 }
-                Some(sub) => {
-                    tokio::select! {
-                        _ = sub.woken() => {}
-                        _ = tokio::time::sleep_until(wake_at) => {}
-                    }
-                }
+            };
+            // A grant of the ticket as we registered it last: it was made after that
+            // attempt. (One naming an older registration is stale: its claim may be over.)
+            if let Some(Woken::Granted { deadline, fence }) = woken
+                && cleanup.known == Some(deadline)
+            {
+                cleanup.armed = false;
+                let claim = Duration::from_millis(ttl_ms.min(self.ticket_ttl_ms));
+                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(claim));
             }
         }
+    }
+}
+
+/// The next wake-up of `sub`, or `None` when `at` comes first.
+async fn woken_by(sub: &Subscription, at: Instant) -> Option<Woken> {
+    tokio::select! {
+        woken = sub.woken() => Some(woken),
+        _ = tokio::time::sleep_until(at) => None,
     }
 }

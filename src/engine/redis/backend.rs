@@ -6,7 +6,7 @@ use redis::ScriptInvocation;
 
 use super::{
     FENCE_MARGIN, RENEW_CHUNK, RedisBackend, malformed_token, millis,
-    names::Names,
+    names::{Names, object_name},
     outcome, remaining,
     scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
 };
@@ -17,15 +17,20 @@ use crate::engine::{
 use crate::error::{BackendError, BackendErrorKind};
 
 /// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
-/// also takes first.
-pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token: &Token) {
+/// also takes first. `claim_ms` is the claim period of a hand-off (the ticket TTL).
+pub(super) fn release_args(
+    inv: &mut ScriptInvocation<'_>,
+    names: &Names,
+    token: &Token,
+    claim_ms: u64,
+) {
     inv.key(&names.lock)
         .key(&names.fence)
         .key(&names.queue)
-        .key(&names.wait)
         .arg(token.as_str())
         .arg(&names.channel)
-        .arg(millis(FENCE_MARGIN));
+        .arg(millis(FENCE_MARGIN))
+        .arg(claim_ms);
 }
 
 impl Backend for RedisBackend {
@@ -41,7 +46,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let names = Names::new(&self.inner.prefix, key);
             let mut inv = RELEASE.prepare_invoke();
-            release_args(&mut inv, &names, token);
+            release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
             outcome(self.inner.call("release", &inv).await?)
         })
     }
@@ -54,7 +59,7 @@ impl Backend for RedisBackend {
         mode: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = Names::lease(&self.inner.prefix, key);
             let mut inv = EXTEND.prepare_invoke();
             inv.key(&names.lock)
                 .key(&names.fence)
@@ -78,7 +83,7 @@ impl Backend for RedisBackend {
                 let mut inv = RENEW.prepare_invoke();
                 inv.arg(millis(FENCE_MARGIN));
                 for lease in chunk {
-                    let names = Names::new(&self.inner.prefix, &lease.key);
+                    let names = Names::lease(&self.inner.prefix, &lease.key);
                     inv.key(names.lock)
                         .key(names.fence)
                         .arg(lease.token.as_str())
@@ -99,9 +104,8 @@ impl Backend for RedisBackend {
 
     fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
             let mut inv = HOLDER.prepare_invoke();
-            inv.key(&names.lock);
+            inv.key(object_name(&self.inner.prefix, "lock", key));
             let (token, pttl): (String, i64) = self.inner.call("holder", &inv).await?;
             if token.is_empty() {
                 return Ok(None);
@@ -113,9 +117,8 @@ impl Backend for RedisBackend {
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
             let mut inv = WAITERS.prepare_invoke();
-            inv.key(&names.wait);
+            inv.key(object_name(&self.inner.prefix, "queue", key));
             let n: i64 = self.inner.call("waiters", &inv).await?;
             Ok(usize::try_from(n).unwrap_or(0))
         })

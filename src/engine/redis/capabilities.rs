@@ -28,7 +28,7 @@ impl AdminBackend for RedisBackend {
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let names = Names::new(&self.inner.prefix, key);
+            let names = Names::lease(&self.inner.prefix, key);
             let mut inv = ADMIN_SET.prepare_invoke();
             inv.key(&names.lock)
                 .key(&names.fence)
@@ -47,9 +47,9 @@ impl AdminBackend for RedisBackend {
             inv.key(&names.lock)
                 .key(&names.fence)
                 .key(&names.queue)
-                .key(&names.wait)
                 .arg(&names.channel)
-                .arg(millis(FENCE_MARGIN));
+                .arg(millis(FENCE_MARGIN))
+                .arg(self.inner.ticket_ttl_ms);
             let was_held: i64 = self.inner.call("force release", &inv).await?;
             Ok(was_held == 1)
         })

@@ -40,6 +40,8 @@ struct Inner {
     pool: Pool,
     wakeup: Wakeup,
     prefix: String,
+    /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
+    /// hand-off (how long a waiter that has gone can hold the key it was handed).
     ticket_ttl_ms: u64,
 }
 

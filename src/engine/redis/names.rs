@@ -1,5 +1,7 @@
 //! Redis key and channel names: the prefix, the engine's hash tag, the kind word, the key.
 
+use std::fmt::Write;
+
 use super::super::LockKey;
 
 /// The Redis names of one lock.
@@ -7,34 +9,45 @@ pub(super) struct Names {
     pub(super) lock: String,
     pub(super) fence: String,
     pub(super) queue: String,
-    pub(super) wait: String,
     pub(super) channel: String,
 }
 
 impl Names {
     pub(super) fn new(prefix: &str, key: &LockKey) -> Self {
-        let base = tagged_base(prefix, key);
-        let key = key.as_str();
-        let name = |kind: &str| format!("{base}{kind}:{key}");
         Names {
-            lock: name("lock"),
-            fence: name("fence"),
-            queue: name("queue"),
-            wait: name("wait"),
-            channel: name("wake"),
+            lock: object_name(prefix, "lock", key),
+            fence: object_name(prefix, "fence", key),
+            queue: object_name(prefix, "queue", key),
+            channel: object_name(prefix, "wake", key),
+        }
+    }
+
+    /// Only the lock and fence names (renewal, extend, admin set): the others stay empty.
+    pub(super) fn lease(prefix: &str, key: &LockKey) -> Self {
+        Names {
+            lock: object_name(prefix, "lock", key),
+            fence: object_name(prefix, "fence", key),
+            queue: String::new(),
+            channel: String::new(),
         }
     }
 }
 
-/// `P:{T}:`, the start of every Redis name of `key`: the prefix and the engine's hash tag.
-fn tagged_base(prefix: &str, key: &LockKey) -> String {
-    format!("{prefix}:{{{:016x}}}:", fnv1a(key.as_str().as_bytes()))
-}
-
-/// The Redis name of one kind of object of `key` (`lock`, `num`, `pool`, ...), laid out
-/// as [`Names`] lays out a lock's.
+/// The Redis name of one kind of object of `key` (`lock`, `num`, `pool`, ...):
+/// `P:{T}:kind:K`, with `T` the 16 hex digits of the key's FNV-1a hash. One allocation of
+/// the exact size, no formatting machinery: four of these are on every lock's request path.
 pub(super) fn object_name(prefix: &str, kind: &str, key: &LockKey) -> String {
-    format!("{}{kind}:{}", tagged_base(prefix, key), key.as_str())
+    let key = key.as_str();
+    let mut name = String::with_capacity(prefix.len() + kind.len() + key.len() + 22);
+    name.push_str(prefix);
+    name.push_str(":{");
+    // Writing to a String cannot fail.
+    let _ = write!(name, "{:016x}", fnv1a(key.as_bytes()));
+    name.push_str("}:");
+    name.push_str(kind);
+    name.push(':');
+    name.push_str(key);
+    name
 }
 
 /// FNV-1a, 64 bits: stable across processes and versions (unlike `std`'s hasher), which
@@ -56,7 +69,7 @@ mod tests {
         let tag = &n.lock[n.lock.find('{').unwrap()..=n.lock.find('}').unwrap()];
         assert_eq!(tag.len(), 18, "{tag}");
         assert!(tag[1..17].bytes().all(|b| b.is_ascii_hexdigit()));
-        for name in [&n.fence, &n.queue, &n.wait, &n.channel] {
+        for name in [&n.fence, &n.queue, &n.channel] {
             assert!(name.starts_with(&n.lock[..n.lock.find('}').unwrap() + 1]));
         }
     }
@@ -66,10 +79,19 @@ mod tests {
         // "queue:x" as a user key must not produce the queue key of "x".
         let a = Names::new("p", &LockKey::new("queue:x").unwrap());
         let b = Names::new("p", &LockKey::new("x").unwrap());
-        for x in [&a.lock, &a.fence, &a.queue, &a.wait] {
-            for y in [&b.lock, &b.fence, &b.queue, &b.wait] {
+        for x in [&a.lock, &a.fence, &a.queue] {
+            for y in [&b.lock, &b.fence, &b.queue] {
                 assert_ne!(x, y);
             }
         }
+    }
+
+    #[test]
+    fn the_layout_is_prefix_tag_kind_key() {
+        let key = LockKey::new("k").unwrap();
+        assert_eq!(
+            object_name("p", "lock", &key),
+            format!("p:{{{:016x}}}:lock:k", fnv1a(b"k"))
+        );
     }
 }

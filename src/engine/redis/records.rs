@@ -57,7 +57,7 @@ impl RecordBackend for RedisBackend {
         Box::pin(async move {
             let names = Names::new(&self.inner.prefix, key);
             let mut inv = COMPLETE.prepare_invoke();
-            release_args(&mut inv, &names, token);
+            release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
             inv.key(object_name(&self.inner.prefix, "rec", key))
                 .arg(&record.fingerprint[..])
                 .arg(&record.meta[..])

@@ -3,7 +3,8 @@
 //! Each script runs atomically on the server: no other command touches the lock's keys
 //! between its first and last call, which is what makes compare-token-then-write safe.
 //! Scripts read the server clock with `TIME`, so every deadline (lease TTLs, waiter
-//! tickets, fences) is judged by one clock, never by the clients'.
+//! tickets, fences) is judged by one clock, never by the clients'; and only when they need
+//! it: the common paths are counted in commands (see the module docs of `redis`).
 //!
 //! All keys a script touches are passed in `KEYS` (they share one hash tag, so the script
 //! is valid in Redis Cluster too); the wake-up channel is an `ARGV`, because channels are
@@ -12,24 +13,24 @@
 //! exponent notation.
 //!
 //! Key kinds (see the module docs of `redis` for the full layout):
-//! `lock` (hash: `t` = owner token, `f` = fence), `fence` (string: last fence granted, the
-//! short-lived tombstone), `queue` (zset: FIFO tickets scored by arrival), `wait` (zset:
-//! every waiter's ticket scored by its deadline in server milliseconds).
+//! - `lock`: a string `"<fence> <token>"`, with the lease's TTL. The fence is the first
+//!   word, so a release learns the holder and its fence in one `GET`.
+//! - `fence`: a string, the last fence granted (the short-lived tombstone); it always
+//!   outlives the lock by the margin, so it always exists while the key is held.
+//! - `queue`: a zset of waiter tickets scored by arrival; each member is
+//!   `"<id>|<deadline ms>|<lease TTL ms>|<token>"`: everything a release needs to grant the
+//!   key to that waiter without asking anyone. A waiter refreshing its ticket renames its
+//!   member (new deadline, same score), so its place in line never changes.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Shared prelude: the server clock (read at most once, and only when needed), the sweep
-/// of tickets whose waiters stopped refreshing them (crashed processes, lost connections),
-/// and the wake-up.
+/// Shared prelude: the server clock (read at most once, and only when needed), the
+/// hand-off to the next waiter, and the removal of dead tickets at the queue's head (all
+/// but the caller's own: `live_head(id)`, at most 100 per call to bound the script).
 ///
-/// Nothing here costs more than one command while nobody waits: `sweep` first reads the
-/// earliest ticket deadline, and stops there when the wait zset does not exist or when no
-/// deadline has passed. Every ticket in the queue is also in the wait zset, and the wait
-/// zset never expires before the queue, so "no wait zset" means "nobody waits, FIFO or not".
-///
-/// Expects `KEYS[3]` = queue and `KEYS[4]` = wait.
+/// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
 const PRELUDE: &str = r#"
 local now_us, now_ms
 local function clock()
@@ -39,37 +40,49 @@ local function clock()
     now_ms = math.floor(now_us / 1000)
   end
 end
-local function sweep()
-  local first = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  if not first[1] then return false, false end
-  clock()
-  if tonumber(first[2]) > now_ms then return true, false end
-  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now_ms, 'LIMIT', 0, 64)
-  if #dead > 0 then
-    redis.call('ZREM', KEYS[4], unpack(dead))
-    redis.call('ZREM', KEYS[3], unpack(dead))
-  end
-  return redis.call('EXISTS', KEYS[4]) == 1, #dead > 0
+local function handoff(fence, member, channel, claim, margin)
+  local id, deadline, ttl, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+  local grant = math.min(tonumber(ttl), claim)
+  local text = string.format('%.0f', fence + 1)
+  redis.call('SET', KEYS[2], text, 'PX', grant + margin)
+  redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', grant)
+  redis.call('PUBLISH', channel, id .. '|' .. deadline .. ' ' .. text)
 end
-local function wake(channel)
-  if sweep() then
-    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    redis.call('PUBLISH', channel, head or '')
+local function free_or_handoff(fence, channel, claim, margin)
+  local next = redis.call('ZPOPMIN', KEYS[3])
+  if next[1] then
+    handoff(fence, next[1], channel, claim, margin)
+  else
+    redis.call('DEL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[2], margin)
   end
+end
+local function live_head(id)
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  for _ = 1, 100 do
+    if not head then return nil end
+    if id ~= '' and string.sub(head, 1, #id + 1) == id .. '|' then return head end
+    clock()
+    if tonumber(string.match(head, '^[^|]*|(%d+)|')) > now_ms then return head end
+    redis.call('ZREM', KEYS[3], head)
+    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  end
+  return head
 end
 "#;
 
 /// Acquire, or register / refresh a waiter.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` wait.
-/// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket (`''`: a plain try that
-///   never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no limit),
-///   `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` `'1'` if an
-///   earlier attempt may have registered the ticket (`'0'`: the server has never seen it,
-///   so there is none to remove on a grant, and a registration is a new one).
-/// - Returns `{1, fence}` granted; `{0, pttl}` not granted (the ticket is registered or
-///   refreshed when one was given; `pttl` is `-2` when the key is free but the FIFO head
-///   goes first); `{2, pttl}` refused because the waiter limit is reached.
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
+/// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket id (`''`: a plain try
+///   that never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no
+///   limit), `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the
+///   deadline of this waiter's registered member as the last reply gave it (`''`: not
+///   registered; a registration is a new one).
+/// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
+///   registered or refreshed when one was given, and `deadline` names its member, else
+///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
+///   read); `{2, pttl, 0}` refused because the waiter limit is reached.
 ///
 /// Atomic because "is it free / is it mine / am I the head", the fence computation and the
 /// write of the new holder must see one state: two clients doing this in separate commands
@@ -83,111 +96,124 @@ end
 /// is not below the clock (same microsecond, or a clock step back) is it written twice.
 ///
 /// Re-entry (the token already holds the key) refreshes the TTL and returns the stored
-/// fence. A non-FIFO caller also respects a FIFO queue: only its head may take a free key,
-/// so FIFO waiters are never overtaken. Dead tickets are swept when they could be in the
-/// way: a free key whose queue head is another ticket, or a waiter limit to check.
+/// fence; it is also how a waiter whose grant message was lost finds its grant. Only the
+/// queue's head may take a free key, FIFO or not, so no waiter is ever overtaken by a
+/// newcomer; dead tickets at the head are dropped first.
+///
+/// A new FIFO ticket is scored `max(now, last score + 1)`, so arrival order survives a
+/// server clock step back; a non-FIFO one is scored `now` (one command less).
+///
+/// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
+/// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
+/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local token, ticket = ARGV[1], ARGV[3]
-local ttl, ticket_ttl, margin = tonumber(ARGV[2]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local fifo = ARGV[4] == '1'
-local lock = redis.call('HMGET', KEYS[1], 't', 'f')
-local holder = lock[1]
-if holder == token then
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl + margin)
-  if ticket ~= '' then
-    redis.call('ZREM', KEYS[3], ticket)
-    redis.call('ZREM', KEYS[4], ticket)
+local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
+local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
+local mine = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. token)
+local held = redis.call('GET', KEYS[1])
+local pttl = -3
+if held then
+  local sp = string.find(held, ' ', 1, true)
+  if string.sub(held, sp + 1) == token then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', KEYS[2], ttl + margin)
+    if mine then redis.call('ZREM', KEYS[3], mine) end
+    return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
-  return {1, tonumber(lock[2])}
-end
-local pttl = -2
-local may_take = false
-if holder then
-  pttl = redis.call('PTTL', KEYS[1])
+  if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
+  if mine then
+    -- A refresh (every fallback period at most): also drop a dead head, so that no
+    -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
+    pttl = redis.call('PTTL', KEYS[1])
+    live_head(id)
+  end
 else
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head and head ~= ticket then
-    -- Someone else is first: unless their ticket is dead.
-    local _, swept = sweep()
-    if swept then
-      head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local head = live_head(id)
+  if not head or (id ~= '' and string.sub(head, 1, #id + 1) == id .. '|') then
+    clock()
+    local fence = now_us
+    local text = string.format('%.0f', fence)
+    local last = redis.call('SET', KEYS[2], text, 'PX', ttl + margin, 'GET')
+    if last and tonumber(last) >= fence then
+      fence = tonumber(last) + 1
+      text = string.format('%.0f', fence)
+      redis.call('SET', KEYS[2], text, 'PX', ttl + margin)
     end
+    redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', ttl)
+    if head then redis.call('ZREM', KEYS[3], head) end
+    return {1, fence, 0}
   end
-  may_take = (not head) or (head == ticket)
-end
-if may_take then
-  clock()
-  local fence = now_us
-  local text = string.format('%.0f', fence)
-  local last = redis.call('SET', KEYS[2], text, 'PX', ttl + margin, 'GET')
-  if last and tonumber(last) >= fence then
-    fence = tonumber(last) + 1
-    text = string.format('%.0f', fence)
-    redis.call('SET', KEYS[2], text, 'PX', ttl + margin)
-  end
-  redis.call('HSET', KEYS[1], 't', token, 'f', text)
-  redis.call('PEXPIRE', KEYS[1], ttl)
-  if ticket ~= '' and ARGV[8] == '1' and redis.call('ZREM', KEYS[4], ticket) == 1 and fifo then
-    redis.call('ZREM', KEYS[3], ticket)
-  end
-  return {1, fence}
-end
-if ticket == '' then
-  return {0, pttl}
+  if id == '' then return {0, -2, 0} end
+  pttl = -2
 end
 clock()
-if ARGV[8] ~= '1' or not redis.call('ZSCORE', KEYS[4], ticket) then
+local deadline = string.format('%.0f', now_ms + ticket_ttl)
+local score = mine and redis.call('ZSCORE', KEYS[3], mine)
+if score then
+  redis.call('ZREM', KEYS[3], mine)
+else
   local max = tonumber(ARGV[5])
-  if max >= 0 then
-    sweep()
-    if redis.call('ZCARD', KEYS[4]) >= max then
-      return {2, pttl}
+  if max >= 0 and redis.call('ZCARD', KEYS[3]) >= max then
+    -- Dead tickets do not count: drop them, then count again.
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+      if tonumber(string.match(m, '^[^|]*|(%d+)|')) <= now_ms then
+        redis.call('ZREM', KEYS[3], m)
+      end
+    end
+    if redis.call('ZCARD', KEYS[3]) >= max then
+      return {2, held and redis.call('PTTL', KEYS[1]) or -2, 0}
     end
   end
-  if fifo then
+  score = now_us
+  if ARGV[4] == '1' then
     local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    local seq = now_us
-    if tail[2] then seq = math.max(seq, tonumber(tail[2]) + 1) end
-    redis.call('ZADD', KEYS[3], string.format('%.0f', seq), ticket)
+    if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
   end
+  score = string.format('%.0f', score)
 end
-redis.call('ZADD', KEYS[4], now_ms + ticket_ttl, ticket)
-redis.call('PEXPIRE', KEYS[4], ticket_ttl)
-if fifo then
-  -- A no-op (0) when no FIFO waiter is queued.
-  redis.call('PEXPIRE', KEYS[3], ticket_ttl)
-end
-return {0, pttl}
+redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. token)
+redis.call('PEXPIRE', KEYS[3], ticket_ttl)
+return {0, pttl, now_ms + ticket_ttl}
 "#
     ))
 });
 
-/// Release.
+/// Release, handing the key to the next waiter.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` wait.
-/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms).
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
+/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms),
+///   `ARGV[4]` claim period (ms).
 /// - Returns `1` released, `-1` held by another token (nothing changed), `0` nobody holds it.
 ///
 /// Atomic so that the compare-token and the delete are one step (a late release can never
-/// delete the next holder's lease), and so that the wake-up names the queue head as it is
-/// at the moment the key becomes free. It publishes only when someone waits: the FIFO
-/// head's ticket (only that waiter is woken), or `''` (one waiter per node is woken). With
-/// nobody waiting it costs four commands (`HGET`, `DEL`, `PEXPIRE`, one `ZRANGE`).
+/// delete the next holder's lease), and so that the key passes to the queue's head with
+/// no moment in which it is free: nobody can take it in between.
+///
+/// The hand-off: the head's ticket names its token and lease TTL, so the script makes it
+/// the holder itself (fence = last fence + 1: the tombstone exists while the key is held,
+/// and one grant per microsecond never outruns the clock) and publishes
+/// `"<id>|<deadline> <fence>"` on the wake-up channel. The woken waiter already holds the
+/// lease and needs no round trip. Its lease first runs for `min(TTL, claim period)`: a
+/// waiter that has gone (crashed, cancelled, its message lost while it was gone) holds the
+/// key for at most the claim period, never a lease TTL; a live one renews to its full TTL
+/// in the background before the claim runs out, and one whose message was lost finds the
+/// grant with its next retry (re-entry).
+///
+/// Commands, besides `EVALSHA`: nobody waiting: 4 (`GET`, `ZPOPMIN`, `DEL`, `PEXPIRE`); a
+/// hand-off: 5 (`GET`, `ZPOPMIN`, `SET` fence, `SET` lock, `PUBLISH`).
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
 
 /// The body of [`RELEASE`], shared with [`COMPLETE`] (which runs it as a function).
 const RELEASE_BODY: &str = r#"
-local holder = redis.call('HGET', KEYS[1], 't')
-if not holder then return 0 end
-if holder ~= ARGV[1] then return -1 end
-redis.call('DEL', KEYS[1])
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
-wake(ARGV[2])
+local held = redis.call('GET', KEYS[1])
+if not held then return 0 end
+local sp = string.find(held, ' ', 1, true)
+if string.sub(held, sp + 1) ~= ARGV[1] then return -1 end
+free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[3]))
 return 1
 "#;
 
@@ -228,17 +254,20 @@ pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| {
     Script::new("return redis.call('HMGET', KEYS[1], 'fp', 'meta', 'body', 'at')")
 });
 
-/// A waiter leaves (timed out, cancelled, or failed); optionally gives back a grant it may
-/// have received unseen.
+/// A waiter leaves (timed out, cancelled, or failed), giving back a grant it may have
+/// received unseen.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` wait.
-/// - `ARGV[1]` ticket (`''`: none), `ARGV[2]` token, `ARGV[3]` `'1'` to release the key if
-///   `token` holds it, `ARGV[4]` wake-up channel, `ARGV[5]` tombstone margin (ms).
-/// - Returns the holder's remaining TTL in ms, `-2` when the key is free.
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
+/// - `ARGV[1]` ticket id (`''`: none), `ARGV[2]` its member's deadline as last reported
+///   (`''`: unknown, an attempt's reply was lost: the queue is searched), `ARGV[3]` token,
+///   `ARGV[4]` lease TTL (ms), `ARGV[5]` `'1'` to release the key if `token` holds it,
+///   `ARGV[6]` wake-up channel, `ARGV[7]` tombstone margin (ms), `ARGV[8]` claim period
+///   (ms).
+/// - Returns the holder's remaining TTL in ms, `-2` when the key is free (or was given
+///   back).
 ///
-/// Atomic so that removing the ticket and passing on the wake-up see one state: if the key
-/// is free and others still wait, the leaving waiter may have swallowed the wake-up meant
-/// for them, so it publishes a new one.
+/// Atomic so that removing the ticket and giving back a grant are one step: the grant
+/// goes on to the next waiter, as a release would.
 ///
 /// Also sent as a plain `EVAL` of [`LEAVE_SOURCE`] when it must follow an unseen acquire
 /// on that acquire's connection: `EVALSHA` could meet `NOSCRIPT` after a restart, and the
@@ -250,21 +279,26 @@ pub(crate) static LEAVE_SOURCE: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{PRELUDE}{}",
         r#"
-if ARGV[1] ~= '' then
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[4], ARGV[1])
+local id, token = ARGV[1], ARGV[3]
+if id ~= '' then
+  local removed = 0
+  if ARGV[2] ~= '' then
+    removed = redis.call('ZREM', KEYS[3], id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. token)
+  else
+    local prefix = id .. '|'
+    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+      if string.sub(m, 1, #prefix) == prefix then redis.call('ZREM', KEYS[3], m) end
+    end
+  end
 end
-local holder = redis.call('HGET', KEYS[1], 't')
-if holder and ARGV[3] == '1' and holder == ARGV[2] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]))
-  holder = false
+local held = redis.call('GET', KEYS[1])
+if not held then return -2 end
+local sp = string.find(held, ' ', 1, true)
+if ARGV[5] == '1' and string.sub(held, sp + 1) == token then
+  free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[6], tonumber(ARGV[8]), tonumber(ARGV[7]))
+  return -2
 end
-if holder then
-  return redis.call('PTTL', KEYS[1])
-end
-wake(ARGV[4])
-return -2
+return redis.call('PTTL', KEYS[1])
 "#
     )
 });
@@ -278,7 +312,7 @@ return -2
 ///
 /// Atomic so the new holding gets a fence above every earlier one, as an acquire would.
 /// Without a TTL the tombstone has none either (it must outlive the holding); a release
-/// gives it its usual short life.
+/// gives it its usual short life. Waiters keep waiting: the next release hands them the key.
 pub(crate) static ADMIN_SET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -287,12 +321,11 @@ local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 local fence = string.format('%.0f', math.max(last + 1, now_us))
 local ttl = tonumber(ARGV[2])
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 't', ARGV[1], 'f', fence)
 if ttl > 0 then
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('SET', KEYS[1], fence .. ' ' .. ARGV[1], 'PX', ttl)
   redis.call('SET', KEYS[2], fence, 'PX', ttl + tonumber(ARGV[3]))
 else
+  redis.call('SET', KEYS[1], fence .. ' ' .. ARGV[1])
   redis.call('SET', KEYS[2], fence)
 end
 return fence
@@ -300,21 +333,23 @@ return fence
     )
 });
 
-/// Admin: release a key whoever holds it.
+/// Admin: release a key whoever holds it, handing it to the next waiter.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` wait.
-/// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms).
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
+/// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms), `ARGV[3]` claim period
+///   (ms).
 /// - Returns `1` if the key was held, `0` if not.
 ///
-/// Atomic for the same reason as [`RELEASE`]: the wake-up names the queue head as it is
-/// when the key becomes free.
+/// Atomic for the same reason as [`RELEASE`]: the key passes to the queue's head with no
+/// moment in which it is free.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-if redis.call('DEL', KEYS[1]) == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[2]))
-wake(ARGV[1])
+local held = redis.call('GET', KEYS[1])
+if not held then return 0 end
+local sp = string.find(held, ' ', 1, true)
+free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[2]))
 return 1
 "#
     ))
@@ -421,10 +456,10 @@ local members = redis.call('HGETALL', KEYS[1])
 local out = {}
 for i = 1, #members, 2 do
   local lock = members[i + 1]
-  local holder = redis.call('HGET', lock, 't')
+  local held = redis.call('GET', lock)
   out[#out + 1] = members[i]
-  if holder then
-    out[#out + 1] = holder
+  if held then
+    out[#out + 1] = string.sub(held, string.find(held, ' ', 1, true) + 1)
     out[#out + 1] = redis.call('PTTL', lock)
   else
     out[#out + 1] = ''
@@ -471,9 +506,9 @@ pub(crate) fn all() -> [&'static Script; 16] {
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local holder = redis.call('HGET', KEYS[1], 't')
-if not holder then return -2 end
-if holder ~= ARGV[1] then return -1 end
+local held = redis.call('GET', KEYS[1])
+if not held then return -2 end
+if string.sub(held, string.find(held, ' ', 1, true) + 1) ~= ARGV[1] then return -1 end
 local ttl = tonumber(ARGV[2])
 if ARGV[3] == 'add' then
   local left = redis.call('PTTL', KEYS[1])
@@ -496,7 +531,8 @@ return ttl
 ///
 /// A renewal never shortens a lease (the expiry becomes the later of the current one and
 /// now + TTL): a renewal that lands after an `extend_to` must not undo it, or the holder's
-/// local deadline would outlive the lease on the server.
+/// local deadline would outlive the lease on the server. It is also what turns a handed-off
+/// lease's short claim into its full TTL.
 ///
 /// Atomic per lease (compare-token, then expire); one script so a batch costs one round
 /// trip.
@@ -508,7 +544,8 @@ local out = {}
 for i = 1, #KEYS / 2 do
   local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
   local ttl = tonumber(ARGV[2 * i + 1])
-  if redis.call('HGET', lock, 't') == ARGV[2 * i] then
+  local held = redis.call('GET', lock)
+  if held and string.sub(held, string.find(held, ' ', 1, true) + 1) == ARGV[2 * i] then
     local left = redis.call('PTTL', lock)
     if left >= 0 and left < ttl then
       redis.call('PEXPIRE', lock, ttl)
@@ -533,25 +570,30 @@ return out
 pub(crate) static HOLDER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local holder = redis.call('HGET', KEYS[1], 't')
-if not holder then return {'', -2} end
-return {holder, redis.call('PTTL', KEYS[1])}
+local held = redis.call('GET', KEYS[1])
+if not held then return {'', -2} end
+return {string.sub(held, string.find(held, ' ', 1, true) + 1), redis.call('PTTL', KEYS[1])}
 "#,
     )
 });
 
 /// How many live waiters a key has, on every node.
 ///
-/// - `KEYS[1]` wait.
+/// - `KEYS[1]` queue.
 /// - Returns the number of tickets whose deadline is still ahead by the server clock.
 ///
-/// Read-only: stale tickets are not counted, and are swept by the next write.
+/// Read-only: stale tickets are not counted, and are dropped by later writes. Reads every
+/// ticket (the deadline is in the member), which an inspection can afford.
 pub(crate) static WAITERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-return redis.call('ZCOUNT', KEYS[1], '(' .. now_ms, '+inf')
+local n = 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if tonumber(string.match(m, '^[^|]*|(%d+)|')) > now_ms then n = n + 1 end
+end
+return n
 "#,
     )
 });

@@ -1,14 +1,20 @@
 //! Wake-ups: one pub/sub subscriber connection per backend, fanned out to local waiters.
 //!
-//! Waiters register a [`Subscription`] on their key's channel. Channels are reference
-//! counted: the first local waiter of a key subscribes, the last one to leave unsubscribes.
-//! One background task owns the subscriber connection. It reconciles the wanted channels
-//! with the subscribed ones (batched SUBSCRIBE / UNSUBSCRIBE), dispatches messages, and
-//! when the connection breaks it reconnects, resubscribes every wanted channel, and wakes
-//! every local waiter once (a release may have been published while it was away).
+//! Waiters register a [`Subscription`] on their key's channel with their ticket id.
+//! Channels are reference counted: the first local waiter of a key subscribes; after the
+//! last one leaves, the channel stays subscribed for [`LINGER`] (a key contended once is
+//! likely contended again soon, and a subscription already in place spares the next waiter
+//! a round trip: see [`Wakeup::mark`]). One background task owns the subscriber connection.
+//! It reconciles the wanted channels with the subscribed ones (batched SUBSCRIBE /
+//! UNSUBSCRIBE), dispatches messages, and when the connection breaks it reconnects,
+//! resubscribes every wanted channel, and wakes every local waiter once to retry (a grant
+//! may have been published while it was away).
 //!
-//! A message wakes exactly one local waiter: the one holding the named FIFO ticket, or,
-//! for an empty payload, the longest-waiting local waiter not already woken. No herd.
+//! A message is a grant, `"<ticket id>|<ticket deadline> <fence>"`: it wakes exactly the
+//! waiter holding that ticket, if it waits here. A grant that arrives before its waiter has
+//! registered here (the grant can overtake the reply to the attempt that queued it: they
+//! travel on different connections) is kept for a moment in a short list of unclaimed
+//! grants, where [`Wakeup::subscribe`] finds it.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -17,9 +23,24 @@ use std::{
 };
 
 use futures_util::StreamExt;
-use tokio::{sync::Notify, task::JoinHandle};
+use tokio::{sync::Notify, task::JoinHandle, time::Instant};
 
 use super::connection::Connector;
+
+/// How long a channel stays subscribed after its last local waiter left.
+const LINGER: Duration = Duration::from_secs(1);
+/// How many unclaimed grants are kept (the newest). One is claimed microseconds after it
+/// arrives, or never (it was another node's).
+const UNCLAIMED: usize = 64;
+
+/// What woke a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// The key was handed to this waiter's ticket, registered with `deadline`, at `fence`.
+    Granted { deadline: u64, fence: u64 },
+    /// The subscriber reconnected: grants may have been missed, so retry.
+    Retry,
+}
 
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {
@@ -41,9 +62,13 @@ struct Shared {
 struct State {
     channels: HashMap<String, Channel>,
     /// Channels confirmed on the current connection, each with the event number of its
-    /// confirmation or of the last message dispatched on it (numbers are never reused, so
-    /// an unchanged number means "subscribed all along, nothing heard since").
+    /// confirmation (numbers are never reused, so an unchanged number means "subscribed
+    /// all along").
     subscribed: HashMap<String, u64>,
+    /// Subscribed channels nobody here waits on any more, since when.
+    idle: HashMap<String, Instant>,
+    /// Grants that arrived for no local waiter: `(channel, ticket id, deadline, fence)`.
+    unclaimed: VecDeque<(String, String, u64, u64)>,
     /// The last event number handed out.
     events: u64,
     next_id: u64,
@@ -52,13 +77,13 @@ struct State {
 
 #[derive(Default)]
 struct Channel {
-    waiters: VecDeque<Slot>,
+    waiters: Vec<Slot>,
 }
 
 struct Slot {
     id: u64,
-    ticket: Option<String>,
-    woken: bool,
+    ticket: String,
+    woken: Option<Woken>,
     notify: Arc<Notify>,
 }
 
@@ -92,38 +117,44 @@ impl Wakeup {
             .copied()
     }
 
-    /// Register a local waiter on `channel` (with its FIFO ticket, if any).
+    /// Register a local waiter with ticket `ticket` on `channel`.
     ///
-    /// `mark` is what [`Wakeup::mark`] said before the failed attempt. If the channel has
-    /// been subscribed ever since and no message came on it, the subscription is
-    /// [covered](Subscription::covered): every release after that attempt will reach this
-    /// waiter, so it need not retry before waiting.
-    pub(crate) fn subscribe(
-        &self,
-        channel: &str,
-        ticket: Option<&str>,
-        mark: Option<u64>,
-    ) -> Subscription {
+    /// `mark` is what [`Wakeup::mark`] said before the attempt that queued the ticket. If
+    /// the channel has been subscribed ever since, the subscription is
+    /// [covered](Subscription::covered): every grant published after that attempt reaches
+    /// this waiter (here, or in the unclaimed grants), so it need not retry before waiting.
+    pub(crate) fn subscribe(&self, channel: &str, ticket: &str, mark: Option<u64>) -> Subscription {
         let notify = Arc::new(Notify::new());
         let mut st = self.shared.state.lock().unwrap();
         let covered = mark.is_some() && st.subscribed.get(channel).copied() == mark;
         let id = st.next_id;
         st.next_id += 1;
+        let woken = st
+            .unclaimed
+            .iter()
+            .position(|(c, t, _, _)| c == channel && t == ticket)
+            .and_then(|i| st.unclaimed.remove(i))
+            .map(|(_, _, deadline, fence)| Woken::Granted { deadline, fence });
+        if woken.is_some() {
+            notify.notify_one();
+        }
+        st.idle.remove(channel);
         let entry = st.channels.entry(channel.to_owned()).or_default();
         let first = entry.waiters.is_empty();
-        entry.waiters.push_back(Slot {
+        entry.waiters.push(Slot {
             id,
-            ticket: ticket.map(str::to_owned),
-            woken: false,
+            ticket: ticket.to_owned(),
+            woken,
             notify: notify.clone(),
         });
+        let wanted = first && !st.subscribed.contains_key(channel);
         // Start (or restart, if its runtime went away) the subscriber task.
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.subscribed.clear();
             st.task = Some(tokio::spawn(run(Arc::downgrade(&self.shared))));
         }
         drop(st);
-        if first {
+        if wanted {
             self.shared.changed.notify_one();
         }
         Subscription {
@@ -144,8 +175,7 @@ impl Drop for Wakeup {
     }
 }
 
-/// One local waiter's registration. Dropping it deregisters (and passes on a wake-up it
-/// received but did not use).
+/// One local waiter's registration. Dropping it deregisters.
 pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
@@ -155,14 +185,14 @@ pub(crate) struct Subscription {
 }
 
 impl Subscription {
-    /// Whether no release can have gone unheard between the attempt before this
+    /// Whether no grant can have gone unheard between the attempt before this
     /// subscription and the subscription itself (see [`Wakeup::subscribe`]).
     pub(crate) fn covered(&self) -> bool {
         self.covered
     }
 
     /// Resolves once the channel is subscribed on the live connection: from then on, no
-    /// release can go unheard (short of a connection loss, which wakes everyone).
+    /// grant can go unheard (short of a connection loss, which wakes everyone).
     pub(crate) async fn confirmed(&self) {
         loop {
             let notified = self.shared.confirmations.notified();
@@ -182,17 +212,22 @@ impl Subscription {
         }
     }
 
-    /// Resolves when this waiter is woken (a release meant for it, or a reconnect).
-    pub(crate) async fn woken(&self) {
-        self.notify.notified().await;
+    /// Resolves when this waiter is woken: its grant, or a reconnect.
+    pub(crate) async fn woken(&self) -> Woken {
+        loop {
+            if let Some(woken) = self.take() {
+                return woken;
+            }
+            self.notify.notified().await;
+        }
+    }
+
+    fn take(&self) -> Option<Woken> {
         let mut st = self.shared.state.lock().unwrap();
-        if let Some(slot) = st
-            .channels
+        st.channels
             .get_mut(&self.channel)
             .and_then(|c| c.waiters.iter_mut().find(|s| s.id == self.id))
-        {
-            slot.woken = false;
-        }
+            .and_then(|s| s.woken.take())
     }
 }
 
@@ -202,52 +237,47 @@ impl Drop for Subscription {
         let Some(channel) = st.channels.get_mut(&self.channel) else {
             return;
         };
-        let Some(pos) = channel.waiters.iter().position(|s| s.id == self.id) else {
-            return;
-        };
-        let slot = channel.waiters.remove(pos).expect("position is in range");
-        if slot.woken {
-            // We were woken but leave without acting on it: the wake-up is someone else's.
-            wake_one(channel);
-        }
+        channel.waiters.retain(|s| s.id != self.id);
         if channel.waiters.is_empty() {
             st.channels.remove(&self.channel);
+            if st.subscribed.contains_key(&self.channel) {
+                st.idle.insert(self.channel.clone(), Instant::now());
+            }
             drop(st);
             self.shared.changed.notify_one();
         }
     }
 }
 
-fn wake_one(channel: &mut Channel) {
-    if let Some(slot) = channel.waiters.iter_mut().find(|s| !s.woken) {
-        slot.woken = true;
-        slot.notify.notify_one();
-    }
-}
-
-/// Route one message: a FIFO ticket wakes its owner (if it waits here), an empty payload
-/// wakes one local waiter.
+/// Route one grant to the waiter holding its ticket, or keep it for a moment.
 fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
-    let mut st = shared.state.lock().unwrap();
-    st.events += 1;
-    let event = st.events;
-    if let Some(heard) = st.subscribed.get_mut(channel) {
-        *heard = event;
-    }
-    let Some(channel) = st.channels.get_mut(channel) else {
+    let Some((ticket, deadline, fence)) = parse_grant(payload) else {
+        tracing::debug!(channel, "malformed lock wake-up message ignored");
         return;
     };
-    if payload.is_empty() {
-        wake_one(channel);
-    } else if let Some(slot) = channel
-        .waiters
-        .iter_mut()
-        .find(|s| s.ticket.as_deref().map(str::as_bytes) == Some(payload))
+    let mut st = shared.state.lock().unwrap();
+    if let Some(slot) = st
+        .channels
+        .get_mut(channel)
+        .and_then(|c| c.waiters.iter_mut().find(|s| s.ticket == ticket))
     {
-        // A FIFO head: only that waiter may take the key, so only it is woken.
-        slot.woken = true;
+        slot.woken = Some(Woken::Granted { deadline, fence });
         slot.notify.notify_one();
+        return;
     }
+    if st.unclaimed.len() == UNCLAIMED {
+        st.unclaimed.pop_front();
+    }
+    st.unclaimed
+        .push_back((channel.to_owned(), ticket.to_owned(), deadline, fence));
+}
+
+/// `"<ticket>|<deadline> <fence>"`.
+fn parse_grant(payload: &[u8]) -> Option<(&str, u64, u64)> {
+    let text = std::str::from_utf8(payload).ok()?;
+    let (ticket, rest) = text.split_once('|')?;
+    let (deadline, fence) = rest.split_once(' ')?;
+    Some((ticket, deadline.parse().ok()?, fence.parse().ok()?))
 }
 
 /// The subscriber task: connect, reconcile, dispatch; reconnect with backoff on failure.
@@ -295,9 +325,16 @@ async fn run(weak: Weak<Shared>) {
         let lost = loop {
             if !first {
                 let changed = shared.changed.notified();
+                // An idle channel is unsubscribed once it has lingered long enough.
+                let linger_ends = {
+                    let st = shared.state.lock().unwrap();
+                    st.idle.values().min().map(|since| *since + LINGER)
+                };
+                let far = Instant::now() + Duration::from_secs(3600);
                 tokio::select! {
                     _ = &mut reader => break true,
                     _ = changed => {}
+                    _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => {}
                 }
             }
             let resubscribed = first && reconnecting;
@@ -311,6 +348,7 @@ async fn run(weak: Weak<Shared>) {
         {
             let mut st = shared.state.lock().unwrap();
             st.subscribed.clear();
+            st.idle.clear();
         }
         if lost {
             tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
@@ -331,6 +369,7 @@ async fn reconcile(
     loop {
         let (to_sub, to_unsub): (Vec<String>, Vec<String>) = {
             let mut st = shared.state.lock().unwrap();
+            let now = Instant::now();
             let to_sub = st
                 .channels
                 .keys()
@@ -340,13 +379,17 @@ async fn reconcile(
             let to_unsub: Vec<String> = st
                 .subscribed
                 .keys()
-                .filter(|c| !st.channels.contains_key(*c))
+                .filter(|c| {
+                    !st.channels.contains_key(*c)
+                        && st.idle.get(*c).is_none_or(|since| *since + LINGER <= now)
+                })
                 .cloned()
                 .collect();
             // Forget them before the UNSUBSCRIBE goes out: a waiter arriving meanwhile
             // must wait for the SUBSCRIBE that follows, not trust a dying subscription.
             for c in &to_unsub {
                 st.subscribed.remove(c);
+                st.idle.remove(c);
             }
             (to_sub, to_unsub)
         };
@@ -362,9 +405,9 @@ async fn reconcile(
                 let event = st.events;
                 st.subscribed.insert(c.clone(), event);
                 if wake_all && let Some(channel) = st.channels.get_mut(c) {
-                    // Releases published while we were away were lost: everyone retries.
+                    // Grants published while we were away were lost: everyone retries.
                     for slot in &mut channel.waiters {
-                        slot.woken = true;
+                        slot.woken.get_or_insert(Woken::Retry);
                         slot.notify.notify_one();
                     }
                 }
@@ -406,53 +449,61 @@ mod tests {
         )
     }
 
-    fn woken(subs: &[Subscription]) -> Vec<bool> {
+    fn woken(subs: &[Subscription]) -> Vec<Option<Woken>> {
         subs.iter()
-            .map(|s| tokio_test::task::spawn(s.woken()).poll().is_ready())
+            .map(|s| match tokio_test::task::spawn(s.woken()).poll() {
+                std::task::Poll::Ready(w) => Some(w),
+                std::task::Poll::Pending => None,
+            })
             .collect()
     }
 
-    #[tokio::test]
-    async fn a_release_wakes_one_local_waiter_not_all() {
-        let hub = hub();
-        let subs: Vec<_> = (0..3).map(|_| hub.subscribe("c", None, None)).collect();
-        dispatch(&hub.shared, "c", b"");
-        assert_eq!(woken(&subs), [true, false, false]);
-        // Two releases before anyone acts: two different waiters.
-        dispatch(&hub.shared, "c", b"");
-        dispatch(&hub.shared, "c", b"");
-        assert_eq!(woken(&subs), [true, true, false]);
-    }
+    const GRANT: Option<Woken> = Some(Woken::Granted {
+        deadline: 17,
+        fence: 42,
+    });
 
     #[tokio::test]
-    async fn a_fifo_release_wakes_only_the_named_head() {
+    async fn a_grant_wakes_only_the_waiter_holding_its_ticket() {
         let hub = hub();
         let subs = vec![
-            hub.subscribe("c", Some("t1"), None),
-            hub.subscribe("c", Some("t2"), None),
+            hub.subscribe("c", "t1", None),
+            hub.subscribe("c", "t2", None),
         ];
-        dispatch(&hub.shared, "c", b"t2");
-        assert_eq!(woken(&subs), [false, true]);
-        // Another node's head: nobody here.
-        dispatch(&hub.shared, "c", b"t9");
-        assert_eq!(woken(&subs), [false, false]);
+        dispatch(&hub.shared, "c", b"t2|17 42");
+        assert_eq!(woken(&subs), [None, GRANT]);
+        // Another node's ticket: nobody here.
+        dispatch(&hub.shared, "c", b"t9|17 42");
+        assert_eq!(woken(&subs), [None, None]);
     }
 
     #[tokio::test]
-    async fn an_unused_wake_up_is_passed_on_when_its_waiter_leaves() {
+    async fn a_grant_that_overtakes_its_waiter_is_kept_for_it() {
         let hub = hub();
-        let first = hub.subscribe("c", None, None);
-        let second = hub.subscribe("c", None, None);
-        dispatch(&hub.shared, "c", b"");
-        drop(first);
-        assert_eq!(woken(&[second]), [true]);
+        dispatch(&hub.shared, "c", b"t1|17 42");
+        dispatch(&hub.shared, "other", b"t2|17 42");
+        let subs = vec![
+            hub.subscribe("c", "t1", None),
+            hub.subscribe("c", "t2", None),
+        ];
+        assert_eq!(woken(&subs), [GRANT, None]);
+    }
+
+    #[tokio::test]
+    async fn malformed_messages_wake_nobody() {
+        let hub = hub();
+        let subs = vec![hub.subscribe("c", "t1", None)];
+        for bad in [&b""[..], b"t1", b"t1|x 42", b"t1|17", b"\xff|1 2"] {
+            dispatch(&hub.shared, "c", bad);
+        }
+        assert_eq!(woken(&subs), [None]);
     }
 
     #[tokio::test]
     async fn channels_are_reference_counted() {
         let hub = hub();
-        let a = hub.subscribe("c", None, None);
-        let b = hub.subscribe("c", None, None);
+        let a = hub.subscribe("c", "t1", None);
+        let b = hub.subscribe("c", "t2", None);
         assert_eq!(hub.shared.state.lock().unwrap().channels.len(), 1);
         drop(a);
         assert!(hub.shared.state.lock().unwrap().channels.contains_key("c"));
