@@ -169,3 +169,54 @@ async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
     // Without a metrics name, the layer is named by its extractor's kind.
     assert_eq!(shown[0].fields["layer"], "header=x-tenant-id");
 }
+
+/// Idempotency replay reads its record before it locks: an outage seen there is logged
+/// the same way, once down and once back up.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
+    use bytes::Bytes;
+    use tower_lock::{LockKey, idempotency::Begin};
+    use tower_lock_test_support::redis::{RedisServer, engine};
+
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let server = RedisServer::start();
+    let engine = engine(&server, "outage", Some(Duration::from_millis(200))).await;
+    let replay = LockLayer::idempotency(engine)
+        .metrics_name("orders")
+        .build_replay_locker()
+        .unwrap();
+    let key = || LockKey::new("/idempotency-key/o1").unwrap();
+    server.kill();
+    for _ in 0..5 {
+        match replay.begin(key(), Bytes::from_static(b"fp")).await {
+            Begin::Rejected(r) => assert_eq!(r.kind(), RejectionKind::BackendUnavailable),
+            other => panic!("expected a 503, got {other:?}"),
+        }
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the transition: {shown:#?}");
+    assert_eq!(shown[0].level, Level::ERROR);
+    assert_eq!(shown[0].fields["layer"], "orders");
+
+    server.restart();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Begin::Run(_) = replay.begin(key(), Bytes::from_static(b"fp")).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the backend never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the recovery: {shown:#?}");
+    assert_eq!(shown[0].level, Level::INFO);
+    assert!(shown[0].message().contains("available again"), "{shown:#?}");
+}

@@ -305,6 +305,20 @@ impl RequestLocker {
         }
     }
 
+    /// The backend failed outside an acquisition (idempotency replay's record read): the
+    /// same outage log as a failed acquisition.
+    pub(crate) fn backend_failed(&self, error: &LockError) {
+        if let LockError::Backend(error) = error {
+            let c = &self.shared.config;
+            self.shared.outage.failed(&c.name, error, c.backend_failure);
+        }
+    }
+
+    /// The backend answered outside an acquisition: ends a logged outage.
+    pub(crate) fn backend_ok(&self) {
+        self.shared.outage.answered(&self.shared.config.name);
+    }
+
     /// Ends an outage, if one was logged, when the backend answered (anything but a
     /// backend failure is an answer: a grant, a refusal, a wait that ran out).
     fn backend_answered(&self, result: &Result<Lease, LockError>) {
