@@ -33,7 +33,7 @@ fi
 
 log "building the benches"
 cargo bench --no-run --bench engine --bench contention --bench http --bench watchdog \
-    --bench allocations 2>"$OUT/build.log" ||
+    --bench allocations --bench replay 2>"$OUT/build.log" ||
     { cat "$OUT/build.log" >&2; exit 1; }
 
 # --- our own Redis ---------------------------------------------------------------------
@@ -154,6 +154,11 @@ cargo bench -q --bench http -- --json --duration-secs 6 --rounds 3 --redis-url "
 log "watchdog bench"
 cargo bench -q --bench watchdog -- --leases 20000 --ttl-ms 3000 --window-s 6 \
     >"$OUT/watchdog.json" 2>"$OUT/watchdog.log"
+
+# --- idempotency replay: replayed requests/s, the first request's fingerprinting cost ---
+log "replay bench"
+cargo bench -q --bench replay -- --json --duration-secs 4 --redis-url "$REDIS_URL" \
+    >"$OUT/replay.jsonl" 2>"$OUT/replay.log"
 
 # --- allocations per locked request (a counting global allocator) -----------------------
 log "allocations bench"
@@ -279,6 +284,12 @@ done
 row "http lock_layer/memory/distinct: p99 latency (us)" "$(http_get lock_layer/memory/distinct p99_us)" "" ""
 row "http bare: p99 latency (us)" "$(http_get bare p99_us)" "" ""
 
+replay_get() { grep "\"scenario\":\"$1\"" "$OUT/replay.jsonl" | jget "$2"; }
+row "replay in process: replayed requests/s / bare axum" "$(replay_get replay/memory ratio_to_bare)" ">=" 0.8
+row "replay on redis: replayed requests/s" "$(replay_get replay/redis rps)" "" ""
+row "replay on redis / redis-benchmark GET -c 50" "$(replay_get replay/redis ratio_to_get)" ">=" 0.5
+row "replay: first request, 1 KiB body: overhead (us)" "$(replay_get first_request/1KiB overhead_us)" "" ""
+row "replay: first request, 1 MiB body: overhead (us)" "$(replay_get first_request/1MiB overhead_us)" "" ""
 row "allocations per request: bare axum" "$(jget bare_per_request "$OUT/allocations.json")" "" ""
 row "allocations per request: + LockLayer (memory), extra" \
     "$(jget lock_layer_memory_extra_per_request "$OUT/allocations.json")" "" ""

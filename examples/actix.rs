@@ -17,39 +17,8 @@ use std::{env, error::Error, time::Duration};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
-use tower_lock::{
-    ConfigError, LockEngine, LockLayer,
-    key::{KeyExtractor, MalformedKey, RequestView},
-};
-use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware};
-
-/// The tenant of `/tenants/{id}/...` is the lock key's value, of the kind `tenant`.
-///
-/// Tenant ids are slugs (ASCII letters, digits, `-`, `_`); anything else is refused with
-/// `400`. Keying on the raw path instead would let `/tenants/acm%65/jobs`, which actix
-/// routes to tenant `acme` too, lock a different key than `/tenants/acme/jobs`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TenantKey;
-
-impl KeyExtractor for TenantKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        let Some(rest) = req.path().strip_prefix("/tenants/") else {
-            return Ok(None);
-        };
-        let id = rest.split('/').next().unwrap_or_default();
-        let slug = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
-        if id.is_empty() || !id.bytes().all(slug) {
-            return Err(MalformedKey::new(
-                "the tenant id must be ASCII letters, digits, '-' or '_'",
-            ));
-        }
-        Ok(Some(id.to_owned()))
-    }
-
-    fn kind(&self) -> &str {
-        "tenant"
-    }
-}
+use tower_lock::{ConfigError, LockEngine, LockLayer};
+use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
 
 /// The middlewares of the app, built once (outside `HttpServer::new`) so that every
 /// worker thread locks on the same tables; cloned into each worker's app.
@@ -66,19 +35,17 @@ impl Guards {
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
         Ok(Guards {
             orders: LockLayer::idempotency(engine.clone()).build()?.into(),
-            // One lock per tenant and endpoint: the namespaces keep jobs and imports apart
-            // (`jobs/tenant/acme`, `import/tenant/acme`).
+            // One lock per tenant and endpoint: the `id` matched in `/tenants/{id}/...`,
+            // percent-decoded as `web::Path` decodes it (`acm%65` is `acme`).
             jobs: LockLayer::builder(engine.clone())
-                .key(TenantKey)
-                .namespace("jobs")
+                .key(RouteKey::param("id"))
                 .wait(Duration::from_secs(1))
                 .fifo(true)
                 .max_waiters(4)
                 .build_locker()?
                 .into(),
             import: LockLayer::builder(engine)
-                .key(TenantKey)
-                .namespace("import")
+                .key(RouteKey::param("id"))
                 .build_locker()?
                 .into(),
             work,

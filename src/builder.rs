@@ -36,6 +36,8 @@ pub struct LockLayerBuilder {
     /// The methods that take a lock (`None`: every method).
     methods: Option<Vec<http::Method>>,
     problem_type_base: Option<String>,
+    /// The `layer` label of the metrics (`None`: the namespace, else the extractor's kind).
+    metrics_name: Option<String>,
     /// Built for idempotency replay: a duplicate waits for the replay, so `409` and a
     /// wait go together.
     replaying: bool,
@@ -74,6 +76,7 @@ impl LockLayerBuilder {
             on_reject: None,
             methods: None,
             problem_type_base: None,
+            metrics_name: None,
             replaying: false,
         }
     }
@@ -86,6 +89,16 @@ impl LockLayerBuilder {
     /// `instance`, the request path (RFC 9457).
     pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {
         self.problem_type_base = Some(base.into());
+        self
+    }
+
+    /// The layer's name in its metrics (the `layer` label of every series recorded through
+    /// the `metrics` facade, see [`metrics`](crate::metrics)) and in its outage logs.
+    /// Default: the [`namespace`](Self::namespace), or the extractor's
+    /// [kind](KeyExtractor::kind) when the namespace is empty (`idempotency-key` for the
+    /// idempotency preset).
+    pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
+        self.metrics_name = Some(name.into());
         self
     }
 
@@ -236,6 +249,7 @@ impl LockLayerBuilder {
     pub fn build_locker(self) -> Result<RequestLocker, ConfigError> {
         let wait = self.wait_limit();
         let extractor = self.extractor.ok_or(ConfigError::NoKeyExtractor)?;
+        extractor.validate().map_err(ConfigError::Extractor)?;
         let options = self.options;
         match self.short_ttl {
             Some(ttl) if ttl.is_zero() => return Err(ConfigError::ZeroTtl),
@@ -276,6 +290,13 @@ impl LockLayerBuilder {
             LockKey::new(&self.namespace).map_err(ConfigError::Namespace)?;
         }
         let key_head = key::key_head(&self.namespace, extractor.kind());
+        let name = self.metrics_name.unwrap_or_else(|| {
+            if self.namespace.is_empty() {
+                extractor.kind().to_owned()
+            } else {
+                self.namespace.clone()
+            }
+        });
         LockKey::new(&key_head).map_err(ConfigError::Namespace)?;
         Ok(RequestLocker::new(
             Config {
@@ -292,6 +313,7 @@ impl LockLayerBuilder {
                 on_reject: self.on_reject,
                 methods,
                 problem_type_base,
+                name,
             },
             self.engine,
         ))

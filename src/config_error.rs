@@ -28,6 +28,10 @@ pub enum ConfigError {
     NoMethods,
     /// The base of problem types is not a valid URI.
     ProblemTypeBase(String),
+    /// The key extractor's own configuration is unusable (for example a header name
+    /// given as text that is not one); the reason from
+    /// [`KeyExtractor::validate`](crate::key::KeyExtractor::validate).
+    Extractor(String),
     /// The namespace (or, with it, the extractor's kind) is not valid key material: a
     /// control character, or too long to leave room for a value.
     Namespace(KeyError),
@@ -68,6 +72,7 @@ impl fmt::Display for ConfigError {
             ConfigError::IdempotencyWait => f.write_str(
                 "the idempotency preset answers duplicates with 409 at once; it cannot wait",
             ),
+            ConfigError::Extractor(reason) => write!(f, "invalid key extractor: {reason}"),
             ConfigError::Namespace(e) => write!(f, "invalid key namespace: {e}"),
         }
     }

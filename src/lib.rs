@@ -82,10 +82,12 @@
 //! - **Contention.** Wait limit `0` (the default): a held key is answered `423` at once
 //!   (`409` under the idempotency preset). A wait limit: the request waits (in arrival
 //!   order with `fifo`), bounded by `max_waiters`; a wait that runs out or a full queue
-//!   is answered `429`. `Retry-After` is whole seconds, rounded up, never 0.
+//!   is answered `429`. `Retry-After` is the 95th percentile of the layer's recent hold
+//!   times, bounded by the holder's remaining lease: whole seconds, rounded up, never 0.
 //! - **No key.** [`MissingKeyPolicy`]: `400` (the default) or run unlocked.
 //! - **Backend failure.** [`BackendFailurePolicy`]: `503` (the default), run unlocked,
-//!   or lock on an in-process engine (per node). Each is logged.
+//!   or lock on an in-process engine (per node). An outage is logged when it begins and
+//!   ends, with a summary every 10 s while it lasts; each request only at `debug`.
 //! - **Release.** [`ReleasePoint`]: when the response body ends or is dropped (the
 //!   default), or when the response is ready. A response with no body to send (`204`,
 //!   `304`, any answer to `HEAD`, an empty body) is released before its head is handed to
@@ -95,7 +97,8 @@
 //! - **Handlers** find a [`LeaseInfo`] (key, fencing token, wait time, lost signal) in the
 //!   request extensions.
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
-//!   reject, release and lost leases; [`LockMetrics`] counters and histograms.
+//!   reject, release and lost leases; counters, histograms and gauges recorded through the
+//!   `metrics` facade (feature `metrics`, see [`metrics`]), and a [`LockMetrics`] snapshot.
 //! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] through
 //!   [`key::RequestView`]; the tower service is a thin shell over it.
 //!
@@ -114,6 +117,8 @@
 //! # }
 //! ```
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod body;
 mod builder;
 mod config_error;
@@ -128,6 +133,7 @@ mod lease_info;
 pub mod metrics;
 mod options;
 pub mod reject;
+mod retry_after;
 mod service;
 
 pub use body::LockedBody;

@@ -80,6 +80,22 @@ pub enum RejectionKind {
 impl RejectionKind {
     pub(crate) const COUNT: usize = 11;
 
+    /// Every kind, in [`index`](Self::index) order.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const ALL: [RejectionKind; Self::COUNT] = [
+        RejectionKind::MissingKey,
+        RejectionKind::MalformedKey,
+        RejectionKind::Conflict,
+        RejectionKind::Locked,
+        RejectionKind::TimedOut,
+        RejectionKind::QueueFull,
+        RejectionKind::BackendUnavailable,
+        RejectionKind::FingerprintMismatch,
+        RejectionKind::NotReplayable,
+        RejectionKind::RequestTooLarge,
+        RejectionKind::UnreadableBody,
+    ];
+
     pub(crate) fn index(self) -> usize {
         self as usize
     }
@@ -337,6 +353,13 @@ impl std::error::Error for Rejection {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn all_kinds_are_listed_in_index_order() {
+        for (i, kind) in RejectionKind::ALL.iter().enumerate() {
+            assert_eq!(kind.index(), i);
+        }
+    }
 
     #[test]
     fn retry_after_rounds_up_and_is_never_zero() {

@@ -24,7 +24,7 @@ use std::{
     time::Duration,
 };
 
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
 use tokio::{sync::Mutex, time::Instant};
 use tower_lock::{Lease, LockEngine, LockError, MemoryBackend};
 #[cfg(feature = "redis")]

@@ -376,3 +376,45 @@ async fn a_response_dropped_unread_is_read_to_its_end_and_stored_on_the_spot() {
         .expect("stored");
     assert_eq!(record.body, "all of it");
 }
+
+#[tokio::test]
+async fn a_request_body_in_many_chunks_is_the_same_request_as_in_one() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |req: Request<RequestBody<Body>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                // The handler sees the whole body.
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(body, "abcdef");
+                Ok::<_, Infallible>(full(StatusCode::CREATED, "made"))
+            }
+        })
+    };
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .service(svc);
+    let send = |chunks: &[&'static str]| {
+        let frames = chunks
+            .iter()
+            .map(|c| Ok(Frame::data(Bytes::from_static(c.as_bytes()))))
+            .collect();
+        Request::post("/orders")
+            .header("idempotency-key", "\"m\"")
+            .body(Frames(frames).boxed())
+            .unwrap()
+    };
+    let first = svc
+        .clone()
+        .oneshot(send(&["ab", "cd", "ef"]))
+        .await
+        .unwrap();
+    let _ = first.into_body().collect().await.unwrap();
+    let again = svc.clone().oneshot(send(&["abcdef"])).await.unwrap();
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let other = svc.oneshot(send(&["abc", "deg"])).await.unwrap();
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

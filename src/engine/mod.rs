@@ -54,6 +54,7 @@ mod numeric;
 mod options;
 mod record;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 mod status;
 mod watchdog;

@@ -129,6 +129,12 @@ impl IdempotencyLayerBuilder {
         self.lock(|l| l.problem_type_base(base))
     }
 
+    /// The layer's name in its metrics and outage logs; see
+    /// [`LockLayerBuilder::metrics_name`].
+    pub fn metrics_name(self, name: impl Into<String>) -> Self {
+        self.lock(|l| l.metrics_name(name))
+    }
+
     /// Build rejection responses with `hook`; see [`LockLayerBuilder::on_reject`].
     pub fn on_reject<F>(self, hook: F) -> Self
     where

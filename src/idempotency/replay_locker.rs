@@ -176,7 +176,11 @@ impl ReplayLocker {
         let locker = &self.shared.locker;
         let engine = locker.engine().clone();
         // Most retries find a completed record: answered in one read, without the lock.
-        match engine.record(&key).await {
+        let first = engine.record(&key).await;
+        if first.is_ok() {
+            locker.backend_ok();
+        }
+        match first {
             Ok(Some(record)) => return self.answer(record, &fingerprint),
             Ok(None) => {}
             Err(error) => {
@@ -221,7 +225,13 @@ impl ReplayLocker {
 
     /// A record read failed: `None` to go on to the lock (degrade), else the answer.
     fn read_failed(&self, error: LockError) -> Option<Begin> {
-        match self.shared.locker.backend_failure() {
+        let locker = &self.shared.locker;
+        if locker.backend_failure() != BackendFailurePolicy::Degrade {
+            // Logged as the lock's own failures are: once at the transition, then in
+            // periodic summaries. (Degrading, the acquisition that follows logs it.)
+            locker.backend_failed(&error);
+        }
+        match locker.backend_failure() {
             BackendFailurePolicy::Degrade => {
                 tracing::debug!(%error, "reading the idempotency record failed; degrading");
                 None

@@ -174,7 +174,7 @@ where
         return reject(replay.too_large());
     }
     let mut fingerprint = replay.fingerprinter(&parts);
-    let mut data = BytesMut::new();
+    let mut data = Collected::default();
     let mut body = pin!(body);
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
@@ -186,10 +186,10 @@ where
                 return reject(replay.too_large());
             }
             fingerprint.update(&chunk);
-            data.extend_from_slice(&chunk);
+            data.push(chunk);
         }
     }
-    let data = data.freeze();
+    let data = data.into_bytes();
     let fingerprint = fingerprint.finish(&parts, &data);
     match replay.begin(key, fingerprint).await {
         Begin::Replay(res) => Ok(res.map(ReplayBody::full)),
@@ -211,6 +211,50 @@ where
             }
             let body = ReplayBody::capturing(Box::pin(body), capture, drain::<ResB>);
             Ok(Response::from_parts(parts, body))
+        }
+    }
+}
+
+/// A request body read to its end: a body that arrives in one chunk (most do) is kept as
+/// it is, without a copy.
+#[derive(Default)]
+enum Collected {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Collected {
+    fn len(&self) -> usize {
+        match self {
+            Collected::Empty => 0,
+            Collected::One(b) => b.len(),
+            Collected::Many(b) => b.len(),
+        }
+    }
+
+    fn push(&mut self, chunk: Bytes) {
+        *self = match std::mem::take(self) {
+            Collected::Empty => Collected::One(chunk),
+            Collected::One(first) => {
+                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
+                all.extend_from_slice(&first);
+                all.extend_from_slice(&chunk);
+                Collected::Many(all)
+            }
+            Collected::Many(mut all) => {
+                all.extend_from_slice(&chunk);
+                Collected::Many(all)
+            }
+        };
+    }
+
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Collected::Empty => Bytes::new(),
+            Collected::One(b) => b,
+            Collected::Many(b) => b.freeze(),
         }
     }
 }

@@ -121,6 +121,7 @@ impl Drop for LockGuard {
         let held = self.granted.elapsed();
         self.metrics.held(held);
         if self.info.is_lost() {
+            self.metrics.lost();
             tracing::warn!(key = %self.info.key(), ?held, "lease was lost while the request held it");
         } else {
             tracing::debug!(key = %self.info.key(), ?held, "lock released");

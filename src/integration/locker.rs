@@ -12,7 +12,7 @@ use bytes::Bytes;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome};
+use super::{LockGuard, Outcome, outage::OutageLog};
 use crate::{
     engine::{BoxFuture, Lease, LockEngine, LockKey, LockOptions},
     error::{KeyError, LockError},
@@ -21,6 +21,7 @@ use crate::{
     metrics::LockMetrics,
     options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
+    retry_after,
 };
 
 /// Builds a custom response for a rejection. Receives the typed rejection, with its
@@ -51,6 +52,8 @@ pub(crate) struct Config {
     pub(crate) methods: Option<Box<[Box<str>]>>,
     /// The base of problem `type` URIs (`None`: the `urn:tower-lock:problem:` URNs).
     pub(crate) problem_type_base: Option<Arc<str>>,
+    /// The layer's name: the `layer` label of its metrics and a field of its outage logs.
+    pub(crate) name: String,
 }
 
 struct Shared {
@@ -60,6 +63,7 @@ struct Shared {
     /// service built from one layer shares it.
     local: Option<LockEngine>,
     metrics: LockMetrics,
+    outage: OutageLog,
 }
 
 /// The runtime core of a layer, shared by the tower [`LockLayer`](crate::LockLayer) and
@@ -101,12 +105,14 @@ impl RequestLocker {
     pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
+        let metrics = LockMetrics::new(&config.name);
         RequestLocker {
             shared: Arc::new(Shared {
                 config,
                 engine,
                 local,
-                metrics: LockMetrics::default(),
+                metrics,
+                outage: OutageLog::default(),
             }),
         }
     }
@@ -218,7 +224,15 @@ impl RequestLocker {
                 let mut cx = Context::from_waker(Waker::noop());
                 match acquire.as_mut().poll(&mut cx) {
                     std::task::Poll::Ready(outcome) => Start::Now(outcome),
-                    std::task::Poll::Pending => Start::Pending(acquire),
+                    std::task::Poll::Pending => {
+                        // Counted as waiting until the acquisition ends or is given up.
+                        let waiting = self.shared.metrics.waiting();
+                        Start::Pending(Box::pin(async move {
+                            let outcome = acquire.await;
+                            drop(waiting);
+                            outcome
+                        }))
+                    }
                 }
             }
         }
@@ -230,12 +244,16 @@ impl RequestLocker {
             return self.lock_degradable(local, key, started).await;
         }
         let c = &self.shared.config;
-        match self.lock_on(&self.shared.engine, &key, c.wait).await {
+        let result = self.lock_on(&self.shared.engine, &key, c.wait).await;
+        self.backend_answered(&result);
+        match result {
             Ok(lease) => self.held(lease, None, started, false),
             Err(LockError::Backend(error)) => match c.backend_failure {
                 // (A degrading locker locks in `lock_degradable`.)
                 BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
-                    tracing::error!(%error, "lock backend failed; rejecting (fail closed)");
+                    self.shared
+                        .outage
+                        .failed(&c.name, &error, BackendFailurePolicy::FailClosed);
                     Outcome::Rejected(self.reject(
                         RejectionKind::BackendUnavailable,
                         "the lock service is unavailable".to_owned(),
@@ -243,7 +261,9 @@ impl RequestLocker {
                     ))
                 }
                 BackendFailurePolicy::FailOpen => {
-                    tracing::warn!(%error, "lock backend failed; running unlocked (fail open)");
+                    self.shared
+                        .outage
+                        .failed(&c.name, &error, BackendFailurePolicy::FailOpen);
                     self.shared.metrics.unlocked();
                     Outcome::Unlocked
                 }
@@ -270,17 +290,40 @@ impl RequestLocker {
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_millis(1))
         };
-        match self.lock_on(&self.shared.engine, &key, wait).await {
+        let result = self.lock_on(&self.shared.engine, &key, wait).await;
+        self.backend_answered(&result);
+        match result {
             Ok(lease) => self.held(lease, Some(node), started, false),
             Err(LockError::Backend(error)) => {
-                tracing::warn!(
-                    %error,
-                    "lock backend failed; locking in-process only (degraded)"
-                );
+                self.shared
+                    .outage
+                    .failed(&c.name, &error, BackendFailurePolicy::Degrade);
                 self.shared.metrics.degraded();
                 self.held(node, None, started, true)
             }
             Err(e) => self.refuse(e),
+        }
+    }
+
+    /// The backend failed outside an acquisition (idempotency replay's record read): the
+    /// same outage log as a failed acquisition.
+    pub(crate) fn backend_failed(&self, error: &LockError) {
+        if let LockError::Backend(error) = error {
+            let c = &self.shared.config;
+            self.shared.outage.failed(&c.name, error, c.backend_failure);
+        }
+    }
+
+    /// The backend answered outside an acquisition: ends a logged outage.
+    pub(crate) fn backend_ok(&self) {
+        self.shared.outage.answered(&self.shared.config.name);
+    }
+
+    /// Ends an outage, if one was logged, when the backend answered (anything but a
+    /// backend failure is an answer: a grant, a refusal, a wait that ran out).
+    fn backend_answered(&self, result: &Result<Lease, LockError>) {
+        if !matches!(result, Err(LockError::Backend(_))) {
+            self.shared.outage.answered(&self.shared.config.name);
         }
     }
 
@@ -343,7 +386,12 @@ impl RequestLocker {
 
     fn refuse(&self, error: LockError) -> Outcome {
         let c = &self.shared.config;
-        let retry = error.retry_after().unwrap_or(c.retry_after_fallback);
+        // What this layer has seen of hold times, bounded by the holder's remaining lease.
+        let retry = retry_after::contended(
+            self.shared.metrics.recent_hold(),
+            error.retry_after(),
+            c.retry_after_fallback,
+        );
         let (kind, detail) = match &error {
             LockError::Busy { .. } if c.busy == RejectionKind::Conflict => (
                 RejectionKind::Conflict,
@@ -373,10 +421,11 @@ impl RequestLocker {
             }
             other => {
                 tracing::error!(error = %other, "lock acquisition failed");
-                (
+                return Outcome::Rejected(self.reject(
                     RejectionKind::BackendUnavailable,
                     "the lock service is unavailable".to_owned(),
-                )
+                    Some(c.retry_after_fallback),
+                ));
             }
         };
         Outcome::Rejected(self.reject(kind, detail, Some(retry)))

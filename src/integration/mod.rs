@@ -30,6 +30,7 @@
 
 mod guard;
 mod locker;
+mod outage;
 mod outcome;
 
 pub use guard::LockGuard;

@@ -32,6 +32,15 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn kind(&self) -> &str {
         "custom"
     }
+
+    /// Whether the extractor's own configuration is usable, checked once by
+    /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build): `Err(reason)` refuses
+    /// the layer with [`ConfigError::Extractor`](crate::ConfigError::Extractor). For
+    /// extractors configured from text, such as [`HeaderKey::named`](super::HeaderKey::named);
+    /// wrappers forward their inner extractor's. The default accepts.
+    fn validate(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl<F> KeyExtractor for F

@@ -17,12 +17,19 @@ pub(super) fn header_str<'a>(
     }
 }
 
+/// A header name given as text: parsed at once, its error kept for
+/// [`KeyExtractor::validate`] (so a layer with an invalid name is refused by `build`).
+pub(super) fn parse_name(name: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| format!("{name:?} is not a valid HTTP header name"))
+}
+
 /// The value of a named header is the key. An absent or empty header means no key.
 ///
 /// Its kind is `header=<name>`: layers keyed on different headers never share a lock.
 #[derive(Debug, Clone)]
 pub struct HeaderKey {
-    name: HeaderName,
+    name: Result<HeaderName, String>,
     kind: String,
 }
 
@@ -30,19 +37,53 @@ impl HeaderKey {
     /// Lock on the value of header `name`.
     pub fn new(name: HeaderName) -> Self {
         let kind = format!("header={name}");
+        HeaderKey {
+            name: Ok(name),
+            kind,
+        }
+    }
+
+    /// Lock on the value of the header named `name` (any case), given as text: no `http`
+    /// type to name, whichever `http` version the framework uses (actix-web 4's is 0.2).
+    /// A name that is not a valid header name makes
+    /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
+    ///
+    /// ```
+    /// use tower_lock::{ConfigError, LockEngine, LockLayer, key::HeaderKey};
+    ///
+    /// let layer = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::named("X-Tenant-Id")).build();
+    /// assert!(layer.is_ok());
+    /// let bad = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::named("x tenant")).build();
+    /// assert!(matches!(bad, Err(ConfigError::Extractor(_))));
+    /// ```
+    pub fn named(name: &str) -> Self {
+        let name = parse_name(name);
+        let kind = match &name {
+            Ok(name) => format!("header={name}"),
+            Err(_) => "header=".to_owned(),
+        };
         HeaderKey { name, kind }
     }
 }
 
 impl KeyExtractor for HeaderKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        Ok(header_str(req, &self.name)?
+        let name = self
+            .name
+            .as_ref()
+            .map_err(|e| MalformedKey::new(e.clone()))?;
+        Ok(header_str(req, name)?
             .filter(|v| !v.is_empty())
             .map(str::to_owned))
     }
 
     fn kind(&self) -> &str {
         &self.kind
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.name.as_ref().map(drop).map_err(Clone::clone)
     }
 }
 
@@ -56,5 +97,16 @@ mod tests {
         let k = HeaderKey::new(HeaderName::from_static("x-k"));
         assert_eq!(k.extract(&req(&[("x-k", " ")])).unwrap(), None);
         assert_eq!(k.extract(&req(&[("x-k", "v")])).unwrap().unwrap(), "v");
+    }
+
+    #[test]
+    fn a_name_given_as_text_is_lower_cased_or_refused() {
+        let k = HeaderKey::named("X-K");
+        assert_eq!(k.kind(), "header=x-k");
+        assert_eq!(k.validate(), Ok(()));
+        assert_eq!(k.extract(&req(&[("x-k", "v")])).unwrap().unwrap(), "v");
+        let bad = HeaderKey::named("x k");
+        assert!(bad.validate().unwrap_err().contains("\"x k\""));
+        assert!(bad.extract(&req(&[])).is_err());
     }
 }

@@ -67,6 +67,10 @@ where
     fn kind(&self) -> &str {
         &self.kind
     }
+
+    fn validate(&self) -> Result<(), String> {
+        self.inner.validate()
+    }
 }
 
 #[cfg(test)]

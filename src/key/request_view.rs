@@ -21,6 +21,14 @@ pub trait RequestView {
     fn query(&self) -> Option<&str> {
         None
     }
+
+    /// The framework's own request, for extractors written for one framework: an
+    /// integration whose requests are not `http` 1 requests offers its request type here
+    /// (`tower-lock-actix` offers actix-web's `HttpRequest`, which its `RouteKey` reads the
+    /// matched route from), and such an extractor downcasts it. `None` by default.
+    fn framework_request(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 impl<B> RequestView for http::Request<B> {

@@ -2,7 +2,11 @@
 
 use http::HeaderName;
 
-use super::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into, header::header_str};
+use super::{
+    KeyExtractor, MalformedKey, RequestView,
+    encoding::escape_into,
+    header::{header_str, parse_name},
+};
 
 /// Another extractor's key, scoped by a tenant or principal header: two tenants sending
 /// the same inner key lock different keys. A request without the scope header has no key.
@@ -12,7 +16,7 @@ use super::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into, head
 /// scope's keys. The kind is `scoped(<scope header>,<inner kind>)`.
 #[derive(Debug, Clone)]
 pub struct ScopedKey<K> {
-    scope: HeaderName,
+    scope: Result<HeaderName, String>,
     inner: K,
     kind: String,
 }
@@ -21,13 +25,32 @@ impl<K: KeyExtractor> ScopedKey<K> {
     /// Scope `inner` by the value of header `scope`.
     pub fn new(scope: HeaderName, inner: K) -> Self {
         let kind = format!("scoped({scope},{})", inner.kind());
+        ScopedKey {
+            scope: Ok(scope),
+            inner,
+            kind,
+        }
+    }
+
+    /// Scope `inner` by the value of the header named `scope`, given as text (see
+    /// [`HeaderKey::named`](super::HeaderKey::named): an invalid name fails `build`).
+    pub fn named(scope: &str, inner: K) -> Self {
+        let scope = parse_name(scope);
+        let kind = match &scope {
+            Ok(scope) => format!("scoped({scope},{})", inner.kind()),
+            Err(_) => format!("scoped(,{})", inner.kind()),
+        };
         ScopedKey { scope, inner, kind }
     }
 }
 
 impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        let Some(scope) = header_str(req, &self.scope)?.filter(|s| !s.is_empty()) else {
+        let name = self
+            .scope
+            .as_ref()
+            .map_err(|e| MalformedKey::new(e.clone()))?;
+        let Some(scope) = header_str(req, name)?.filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
         let Some(inner) = self.inner.extract(req)? else {
@@ -42,6 +65,11 @@ impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
 
     fn kind(&self) -> &str {
         &self.kind
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.scope.as_ref().map_err(Clone::clone)?;
+        self.inner.validate()
     }
 }
 

@@ -92,6 +92,8 @@ pub struct Scripted {
     pub release: Hook,
     /// Renewals that arrive while this is set fail as a backend error (a partition).
     pub fail_renewals: AtomicBool,
+    /// Acquisitions that arrive while this is set fail as a backend error (an outage).
+    pub fail_acquires: AtomicBool,
     /// Report no optional capability: a backend that implements the core trait only.
     pub core_only: bool,
 }
@@ -115,6 +117,9 @@ fn partitioned<T>() -> Result<T, LockError> {
 
 impl Backend for Scripted {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+        if self.fail_acquires.load(Ordering::SeqCst) {
+            return Box::pin(async { partitioned() });
+        }
         self.inner.acquire(req)
     }
 

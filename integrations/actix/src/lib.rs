@@ -114,10 +114,13 @@
 //! the handler's own timeouts bound that.
 
 mod replay;
+mod route_key;
 
 pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
+pub use route_key::RouteKey;
 
 use std::{
+    any::Any,
     fmt,
     future::{Future, Ready, ready},
     pin::Pin,
@@ -128,7 +131,7 @@ use std::{
 use actix_web::{
     Error, FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError,
     body::{BodySize, BoxBody, EitherBody, MessageBody},
-    dev::{Payload, RequestHead, Service, ServiceRequest, ServiceResponse, Transform},
+    dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform},
     http::{
         Method, StatusCode,
         header::{HeaderName, HeaderValue},
@@ -142,10 +145,13 @@ use tower_lock::{
     key::RequestView,
 };
 
-/// An actix request head seen as a [`RequestView`], so that tower-lock's key extractors
-/// and [`RequestLocker`] work on actix requests.
+/// An actix request seen as a [`RequestView`], so that tower-lock's key extractors and
+/// [`RequestLocker`] work on actix requests.
 ///
-/// Extractors that need `http` 1 extensions (such as axum's route keys) find none here.
+/// Extractors written for actix reach the whole [`HttpRequest`] through it (see
+/// [`http_request`]): its extensions, the matched route and its parameters (as
+/// [`RouteKey`] does). Extractors that need `http` 1 extensions (axum's route keys,
+/// [`PrincipalScopedKey`](tower_lock::key::PrincipalScopedKey)) find none here.
 ///
 /// ```
 /// use actix_web::test::TestRequest;
@@ -158,44 +164,77 @@ use tower_lock::{
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct ActixRequest<'a> {
-    head: &'a RequestHead,
+    req: &'a HttpRequest,
 }
 
 impl<'a> ActixRequest<'a> {
-    /// A view of `head`.
-    pub fn new(head: &'a RequestHead) -> Self {
-        ActixRequest { head }
+    /// A view of `req`.
+    pub fn new(req: &'a HttpRequest) -> Self {
+        ActixRequest { req }
     }
 }
 
 impl<'a> From<&'a ServiceRequest> for ActixRequest<'a> {
     fn from(req: &'a ServiceRequest) -> Self {
-        ActixRequest::new(req.head())
+        ActixRequest::new(req.request())
     }
 }
 
 impl<'a> From<&'a HttpRequest> for ActixRequest<'a> {
     fn from(req: &'a HttpRequest) -> Self {
-        ActixRequest::new(req.head())
+        ActixRequest::new(req)
     }
 }
 
 impl RequestView for ActixRequest<'_> {
     fn method(&self) -> &str {
-        self.head.method.as_str()
+        self.req.head().method.as_str()
     }
 
     fn path(&self) -> &str {
-        self.head.uri.path()
+        self.req.head().uri.path()
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.head.headers.get(name).map(HeaderValue::as_bytes)
+        self.req.headers().get(name).map(HeaderValue::as_bytes)
     }
 
     fn query(&self) -> Option<&str> {
-        self.head.uri.query()
+        self.req.head().uri.query()
     }
+
+    fn framework_request(&self) -> Option<&dyn Any> {
+        Some(self.req)
+    }
+}
+
+/// The actix-web request behind `req`, when `req` is an [`ActixRequest`] (the view
+/// [`LockMiddleware`] shows extractors): for extractors written for actix, to read the
+/// request's extensions, its matched route, its app data.
+///
+/// ```
+/// use actix_web::{HttpMessage, test::TestRequest};
+/// use tower_lock::key::{self, KeyExtractor, MalformedKey, RequestView};
+/// use tower_lock_actix::{ActixRequest, http_request};
+///
+/// /// Put in the extensions by an authentication middleware.
+/// #[derive(Clone)]
+/// struct UserId(u64);
+///
+/// // One request at a time per signed-in user.
+/// let per_user = key::from_fn("user", |req: &dyn RequestView| {
+///     let Some(req) = http_request(req) else {
+///         return Err(MalformedKey::new("not an actix request"));
+///     };
+///     Ok(req.extensions().get::<UserId>().map(|user| user.0.to_string()))
+/// });
+///
+/// let req = TestRequest::post().to_srv_request();
+/// req.extensions_mut().insert(UserId(7));
+/// assert_eq!(per_user.extract(&ActixRequest::from(&req)).unwrap().as_deref(), Some("7"));
+/// ```
+pub fn http_request(req: &dyn RequestView) -> Option<&HttpRequest> {
+    req.framework_request()?.downcast_ref::<HttpRequest>()
 }
 
 /// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
@@ -492,3 +531,8 @@ impl ResponseError for LockNotInstalled {
         StatusCode::INTERNAL_SERVER_ERROR
     }
 }
+
+// The README's code blocks compile as doctests, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -316,3 +316,8 @@ mod tests {
         assert_eq!(RouteKey::param("id").and("job").kind(), "axum-route");
     }
 }
+
+// The README's code blocks compile as doctests, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,176 @@
+//! [`RouteKey`]: the lock key from the route actix-web matched and its path parameters.
+
+use tower_lock::key::{KeyExtractor, MalformedKey, RequestView};
+
+use crate::http_request;
+
+/// A lock key from the route actix-web matched ([`HttpRequest::match_pattern`]) and,
+/// optionally, its path parameters ([`HttpRequest::match_info`]): the actix counterpart of
+/// `tower_lock_axum::RouteKey`. Needs the middleware on a
+/// [`web::resource`](actix_web::web::resource) (or a
+/// [`web::scope`](actix_web::web::scope) with the parameters in its path), where routing has
+/// happened. Wrapped around the whole `App`, before routing, it answers `400` where it
+/// would need parameters not matched yet, and for paths that match no route.
+///
+/// Its kind is `actix-route`; its value the route pattern and the chosen parameters:
+///
+/// | extractor | `/tenants/{id}/jobs/{job}` called as `/tenants/7/jobs/9` locks |
+/// |---|---|
+/// | `RouteKey::route()` | `/actix-route//tenants/{id}/jobs/{job}`: one request at a time on the route |
+/// | `RouteKey::params()` | `/actix-route//tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
+/// | `RouteKey::param("id")` | `/actix-route//tenants/{id}/jobs/{job}\|id=7`: per tenant |
+///
+/// Parameter values are percent-decoded as actix's `web::Path` decodes them (bytes that
+/// are not UTF-8 become U+FFFD, as they do for the handler), so `/tenants/acm%65` and
+/// `/tenants/acme` lock the same key. `|` and `%` are escaped in the value, so that no
+/// parameter value can pose as another parameter or another route.
+///
+/// ```
+/// use actix_web::{App, web};
+/// use tower_lock::{LockEngine, LockLayer};
+/// use tower_lock_actix::{LockMiddleware, RouteKey};
+///
+/// # fn main() -> Result<(), tower_lock::ConfigError> {
+/// let per_tenant: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
+///     .key(RouteKey::param("id"))
+///     .build_locker()?
+///     .into();
+/// let app = App::new().service(
+///     web::resource("/tenants/{id}/jobs")
+///         .wrap(per_tenant)
+///         .route(web::post().to(|| async { "queued" })),
+/// );
+/// # let _ = app;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// [`HttpRequest::match_pattern`]: actix_web::HttpRequest::match_pattern
+/// [`HttpRequest::match_info`]: actix_web::HttpRequest::match_info
+#[derive(Clone, Debug)]
+pub struct RouteKey {
+    params: Params,
+}
+
+#[derive(Clone, Debug)]
+enum Params {
+    None,
+    All,
+    Named(Vec<String>),
+}
+
+impl RouteKey {
+    /// The matched route alone.
+    pub fn route() -> Self {
+        RouteKey {
+            params: Params::None,
+        }
+    }
+
+    /// The matched route and all of its path parameters.
+    pub fn params() -> Self {
+        RouteKey {
+            params: Params::All,
+        }
+    }
+
+    /// The matched route and the parameter `name`; chain [`and`](Self::and) for more.
+    pub fn param(name: impl Into<String>) -> Self {
+        RouteKey {
+            params: Params::Named(vec![name.into()]),
+        }
+    }
+
+    /// Also key on the parameter `name`.
+    pub fn and(mut self, name: impl Into<String>) -> Self {
+        match &mut self.params {
+            Params::Named(names) => names.push(name.into()),
+            _ => self.params = Params::Named(vec![name.into()]),
+        }
+        self
+    }
+}
+
+fn escape(value: &str) -> String {
+    value.replace('%', "%25").replace('|', "%7C")
+}
+
+/// `|name=value`, the value fully percent-decoded (actix's router leaves `%2F`, `%25` and
+/// `%2B` encoded and decodes the rest lossily; `web::Path` decodes these three the same
+/// way) and escaped.
+fn push_param(key: &mut String, name: &str, raw: &str) {
+    let decoded = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+    key.push('|');
+    key.push_str(name);
+    key.push('=');
+    key.push_str(&escape(&decoded));
+}
+
+impl KeyExtractor for RouteKey {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        let Some(req) = http_request(req) else {
+            return Err(MalformedKey::new(
+                "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
+            ));
+        };
+        let Some(pattern) = req.match_pattern() else {
+            return Err(MalformedKey::new(
+                "no matched route for the lock key: wrap a web::resource or web::scope with the middleware, not the App",
+            ));
+        };
+        let info = req.match_info();
+        // Around the whole `App` the middleware runs before routing: actix still finds the
+        // pattern by the path, but has matched no parameter yet. Keying on the pattern
+        // alone would put every tenant under one lock.
+        if !matches!(self.params, Params::None)
+            && info.segment_count() == 0
+            && pattern.contains('{')
+        {
+            return Err(MalformedKey::new(format!(
+                "the parameters of {pattern} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
+            )));
+        }
+        let mut key = escape(&pattern);
+        match &self.params {
+            Params::None => {}
+            Params::All => {
+                for (name, value) in info.iter() {
+                    push_param(&mut key, name, value);
+                }
+            }
+            Params::Named(names) => {
+                for name in names {
+                    let Some(value) = info.get(name) else {
+                        return Err(MalformedKey::new(format!(
+                            "the route {pattern} has no parameter {name}"
+                        )));
+                    };
+                    push_param(&mut key, name, value);
+                }
+            }
+        }
+        Ok(Some(key))
+    }
+
+    fn kind(&self) -> &str {
+        "actix-route"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_decoded_then_escaped() {
+        let mut key = String::new();
+        push_param(&mut key, "id", "a%2Fb%7Cc");
+        assert_eq!(key, "|id=a/b%7Cc");
+    }
+
+    #[test]
+    fn route_keys_have_a_kind_of_their_own() {
+        assert_eq!(RouteKey::route().kind(), "actix-route");
+        assert_eq!(RouteKey::param("id").and("job").kind(), "actix-route");
+    }
+}

@@ -1,0 +1,222 @@
+//! A backend outage is logged at its transitions and summarized while it lasts, not once
+//! per request: the events are captured by a tracing subscriber while a scripted backend
+//! fails its acquisitions and then answers again.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    sync::{Arc, Mutex, atomic::Ordering},
+    time::Duration,
+};
+
+use tower_lock::{
+    BackendFailurePolicy, LockEngine, LockLayer, RejectionKind,
+    integration::{Outcome, RequestLocker},
+    key::HeaderKey,
+};
+use tower_lock_test_support::scripted::Scripted;
+use tracing::{Event, Level, Subscriber, field::Field};
+use tracing_subscriber::{Layer, layer::Context, prelude::*};
+
+/// One captured event: its level and its fields (`message` included).
+#[derive(Debug, Clone)]
+struct Captured {
+    level: Level,
+    fields: BTreeMap<String, String>,
+}
+
+impl Captured {
+    fn message(&self) -> &str {
+        self.fields.get("message").map_or("", String::as_str)
+    }
+}
+
+/// Captures the events of tower-lock's own modules.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Captured>>>);
+
+impl Capture {
+    fn take(&self) -> Vec<Captured> {
+        std::mem::take(&mut self.0.lock().unwrap())
+    }
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if !event.metadata().target().starts_with("tower_lock") {
+            return;
+        }
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        self.0.lock().unwrap().push(Captured {
+            level: *event.metadata().level(),
+            fields,
+        });
+    }
+}
+
+async fn send(locker: &RequestLocker) -> Outcome {
+    let req = http::Request::post("/jobs")
+        .header("x-tenant-id", "acme")
+        .body(())
+        .unwrap();
+    locker.acquire(&req).await
+}
+
+/// Events at `info` or above: what an operator's log shows.
+fn visible(events: &[Captured]) -> Vec<&Captured> {
+    events.iter().filter(|e| e.level <= Level::INFO).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_is_logged_once_down_summarized_while_it_lasts_and_once_back_up() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let backend = Arc::new(Scripted::default());
+    let locker = LockLayer::builder(LockEngine::from_arc(backend.clone()))
+        .key(HeaderKey::named("x-tenant-id"))
+        .metrics_name("jobs")
+        .build_locker()
+        .unwrap();
+
+    backend.fail_acquires.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        match send(&locker).await {
+            Outcome::Rejected(r) => assert_eq!(r.kind(), RejectionKind::BackendUnavailable),
+            other => panic!("expected a 503, got {other:?}"),
+        }
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the transition: {shown:#?}");
+    assert_eq!(shown[0].level, Level::ERROR);
+    assert!(shown[0].message().contains("unavailable"), "{shown:#?}");
+    assert_eq!(shown[0].fields["layer"], "jobs");
+    assert!(
+        shown[0].fields["error"].contains("partitioned"),
+        "{shown:#?}"
+    );
+    // Each of the other four requests is detailed at debug.
+    let detail = events
+        .iter()
+        .filter(|e| e.level == Level::DEBUG && e.message().contains("still unavailable"))
+        .count();
+    assert_eq!(detail, 4, "{events:#?}");
+
+    // While it lasts: one summary per period, counting the requests since the last one.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        assert!(matches!(send(&locker).await, Outcome::Rejected(_)));
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one summary: {shown:#?}");
+    assert_eq!(shown[0].level, Level::WARN);
+    assert_eq!(shown[0].fields["affected"], "5");
+    assert_eq!(shown[0].fields["affected_total"], "6");
+
+    // Back up: one event with the outage's total, then silence.
+    backend.fail_acquires.store(false, Ordering::SeqCst);
+    assert!(matches!(send(&locker).await, Outcome::Locked(_)));
+    assert!(matches!(send(&locker).await, Outcome::Locked(_)));
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the recovery: {shown:#?}");
+    assert_eq!(shown[0].level, Level::INFO);
+    assert!(shown[0].message().contains("available again"), "{shown:#?}");
+    assert_eq!(shown[0].fields["affected_total"], "8");
+
+    // A second outage is a new transition.
+    backend.fail_acquires.store(true, Ordering::SeqCst);
+    assert!(matches!(send(&locker).await, Outcome::Rejected(_)));
+    let events = capture.take();
+    assert_eq!(visible(&events).len(), 1);
+    assert_eq!(visible(&events)[0].level, Level::ERROR);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let backend = Arc::new(Scripted::default());
+    let locker = LockLayer::builder(LockEngine::from_arc(backend.clone()))
+        .key(HeaderKey::named("x-tenant-id"))
+        .on_backend_failure(BackendFailurePolicy::FailOpen)
+        .build_locker()
+        .unwrap();
+    backend.fail_acquires.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        assert!(matches!(send(&locker).await, Outcome::Unlocked));
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert!(shown[0].message().contains("fail open"), "{shown:#?}");
+    // Without a metrics name, the layer is named by its extractor's kind.
+    assert_eq!(shown[0].fields["layer"], "header=x-tenant-id");
+}
+
+/// Idempotency replay reads its record before it locks: an outage seen there is logged
+/// the same way, once down and once back up.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
+    use bytes::Bytes;
+    use tower_lock::{LockKey, idempotency::Begin};
+    use tower_lock_test_support::redis::{RedisServer, engine};
+
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let server = RedisServer::start();
+    let engine = engine(&server, "outage", Some(Duration::from_millis(200))).await;
+    let replay = LockLayer::idempotency(engine)
+        .metrics_name("orders")
+        .build_replay_locker()
+        .unwrap();
+    let key = || LockKey::new("/idempotency-key/o1").unwrap();
+    server.kill();
+    for _ in 0..5 {
+        match replay.begin(key(), Bytes::from_static(b"fp")).await {
+            Begin::Rejected(r) => assert_eq!(r.kind(), RejectionKind::BackendUnavailable),
+            other => panic!("expected a 503, got {other:?}"),
+        }
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the transition: {shown:#?}");
+    assert_eq!(shown[0].level, Level::ERROR);
+    assert_eq!(shown[0].fields["layer"], "orders");
+
+    server.restart();
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Begin::Run(_) = replay.begin(key(), Bytes::from_static(b"fp")).await {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < give_up,
+            "the backend never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one event for the recovery: {shown:#?}");
+    assert_eq!(shown[0].level, Level::INFO);
+    assert!(shown[0].message().contains("available again"), "{shown:#?}");
+}

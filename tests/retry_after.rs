@@ -1,0 +1,94 @@
+//! `Retry-After` of a contended request: the 95th percentile of the layer's recent hold
+//! times, bounded by the holder's remaining lease, in whole seconds rounded up, never 0.
+//!
+//! Hold times are measured on tokio's clock, paused here and advanced by hand; each holder
+//! is taken after the holds, so its remaining lease is its TTL.
+
+use std::time::Duration;
+
+use tower_lock::{
+    Lease, LockEngine, LockLayer,
+    integration::{Outcome, RequestLocker},
+    key::HeaderKey,
+};
+
+fn req(key: &str) -> http::Request<()> {
+    http::Request::post("/jobs")
+        .header("x-k", key)
+        .body(())
+        .unwrap()
+}
+
+fn locker(engine: &LockEngine) -> RequestLocker {
+    LockLayer::builder(engine.clone())
+        .key(HeaderKey::named("x-k"))
+        .build_locker()
+        .unwrap()
+}
+
+/// Hold `value`'s key for `held` (tokio time), `n` times, through the locker.
+async fn holds(locker: &RequestLocker, value: &str, held: Duration, n: usize) {
+    for _ in 0..n {
+        let Outcome::Locked(guard) = locker.acquire(&req(value)).await else {
+            panic!("{value} is free");
+        };
+        tokio::time::advance(held).await;
+        guard.release().await;
+    }
+}
+
+/// Another holder of `value`'s key, with a lease of `ttl`.
+async fn holder(engine: &LockEngine, locker: &RequestLocker, value: &str, ttl: Duration) -> Lease {
+    let key = locker.lock_key(value).unwrap();
+    engine.lock_key(key).ttl(ttl).try_acquire().await.unwrap()
+}
+
+async fn retry_after(locker: &RequestLocker, value: &str) -> u64 {
+    match locker.acquire(&req(value)).await {
+        Outcome::Rejected(rejection) => rejection.retry_after().expect("Retry-After"),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_observed_holds_the_holders_remaining_lease_is_the_answer() {
+    let engine = LockEngine::in_memory();
+    let locker = locker(&engine);
+    let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "a").await, 30);
+}
+
+#[tokio::test(start_paused = true)]
+async fn observed_holds_shorten_it_to_their_95th_percentile() {
+    let engine = LockEngine::in_memory();
+    let locker = locker(&engine);
+    // 19 holds of 2 s and one of 20 s: the 95th percentile is 2 s.
+    holds(&locker, "x", Duration::from_secs(2), 19).await;
+    holds(&locker, "x", Duration::from_secs(20), 1).await;
+    let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "a").await, 2);
+    // Seconds are rounded up: 2.5 s holds answer 3.
+    holds(&locker, "x", Duration::from_millis(2_500), 128).await;
+    let _held = holder(&engine, &locker, "b", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "b").await, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_holders_remaining_lease_bounds_it() {
+    let engine = LockEngine::in_memory();
+    let locker = locker(&engine);
+    holds(&locker, "x", Duration::from_secs(20), 3).await;
+    let _long = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
+    let _short = holder(&engine, &locker, "b", Duration::from_secs(4)).await;
+    assert_eq!(retry_after(&locker, "a").await, 20);
+    assert_eq!(retry_after(&locker, "b").await, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instant_holds_still_answer_at_least_one_second() {
+    let engine = LockEngine::in_memory();
+    let locker = locker(&engine);
+    holds(&locker, "x", Duration::ZERO, 5).await;
+    let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "a").await, 1);
+}
