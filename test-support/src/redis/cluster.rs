@@ -87,6 +87,14 @@ impl RedisCluster {
         &self.nodes
     }
 
+    /// The nodes that are primaries now.
+    pub fn primaries(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.try_cli(["ROLE"]).is_some_and(|r| r.starts_with("master")))
+            .collect()
+    }
+
     /// Every key matching `pattern` on every primary (SCAN, not KEYS).
     pub fn scan(&self, pattern: &str) -> Vec<String> {
         self.nodes

@@ -15,6 +15,10 @@ pub enum Backend {
     /// scenario.
     #[cfg(feature = "redis")]
     Redis,
+    /// The Redis backend on the test binary's shared Redis Cluster: one key prefix per
+    /// scenario.
+    #[cfg(feature = "redis-cluster")]
+    RedisCluster,
 }
 
 /// One scenario's lock table: its engine, and what it leaves behind.
@@ -32,6 +36,10 @@ enum Place {
         server: Arc<crate::redis::RedisServer>,
         prefix: String,
         timeout: Option<std::time::Duration>,
+    },
+    #[cfg(feature = "redis-cluster")]
+    RedisCluster {
+        prefix: String,
     },
 }
 
@@ -52,6 +60,14 @@ impl Backend {
             Backend::Redis => {
                 let server = crate::redis::RedisServer::shared().clone();
                 LockTable::on_redis(server, &format!("scenario-{name}"), None).await
+            }
+            #[cfg(feature = "redis-cluster")]
+            Backend::RedisCluster => {
+                let prefix = format!("scenario-{name}");
+                LockTable {
+                    engine: cluster_engine(&prefix).await,
+                    place: Place::RedisCluster { prefix },
+                }
             }
         }
     }
@@ -98,6 +114,8 @@ impl LockTable {
                 prefix,
                 timeout,
             } => crate::redis::engine(server, prefix, *timeout).await,
+            #[cfg(feature = "redis-cluster")]
+            Place::RedisCluster { prefix } => cluster_engine(prefix).await,
         }
     }
 
@@ -130,6 +148,23 @@ impl LockTable {
                     assert!(ttl > 0, "record {rec} has no TTL ({ttl})");
                 }
             }
+            #[cfg(feature = "redis-cluster")]
+            Place::RedisCluster { prefix } => {
+                let cluster = crate::redis::RedisCluster::shared();
+                let mut recs = 0;
+                for node in cluster.primaries() {
+                    let left = tokio::task::block_in_place(|| crate::redis::residue(node, prefix));
+                    let (rec, other): (Vec<_>, Vec<_>) =
+                        left.into_iter().partition(|k| k.contains("}:rec:"));
+                    assert!(other.is_empty(), "residue under {prefix}: {other:?}");
+                    for rec in &rec {
+                        let ttl: i64 = node.cli(["PTTL", rec]).parse().unwrap();
+                        assert!(ttl > 0, "record {rec} has no TTL ({ttl})");
+                    }
+                    recs += rec.len();
+                }
+                assert_eq!(recs, records, "records under {prefix}");
+            }
         }
     }
 
@@ -151,6 +186,28 @@ impl LockTable {
                 let left = tokio::task::block_in_place(|| crate::redis::residue(server, prefix));
                 assert!(left.is_empty(), "residue under {prefix}: {left:?}");
             }
+            #[cfg(feature = "redis-cluster")]
+            Place::RedisCluster { prefix } => {
+                let cluster = crate::redis::RedisCluster::shared();
+                for node in cluster.primaries() {
+                    let left = tokio::task::block_in_place(|| crate::redis::residue(node, prefix));
+                    assert!(left.is_empty(), "residue under {prefix}: {left:?}");
+                }
+            }
         }
     }
+}
+
+/// An engine (a node of its own) on the binary's shared test cluster, under `prefix`.
+#[cfg(feature = "redis-cluster")]
+async fn cluster_engine(prefix: &str) -> LockEngine {
+    let cluster = tokio::task::spawn_blocking(crate::redis::RedisCluster::shared)
+        .await
+        .unwrap();
+    let backend = tower_lock::engine::redis::RedisBackend::cluster(cluster.urls())
+        .prefix(prefix)
+        .build()
+        .await
+        .expect("connect to the test cluster");
+    LockEngine::new(backend)
 }
