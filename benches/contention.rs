@@ -32,7 +32,9 @@ USAGE:
     cargo bench --bench contention -- [OPTIONS]
 
 OPTIONS:
-    --backend memory|redis|redis-baseline
+    --backend memory|redis|redis-cluster|redis-baseline
+                             (redis-cluster: --redis-url lists nodes, comma-separated;
+                             needs the `redis-cluster` feature)
                              lock engine backend, or the baseline: the simplest
                              correct Redis lock (SET NX PX, compare-and-delete
                              script; no waiting: a refused try retries at once,
@@ -136,9 +138,9 @@ impl Config {
             other => return Err(format!("--hold: expected spin or sleep, not `{other}`")),
         };
         let backend = args.get("backend", "memory".to_string())?;
-        if !["memory", "redis", "redis-baseline"].contains(&backend.as_str()) {
+        if !["memory", "redis", "redis-cluster", "redis-baseline"].contains(&backend.as_str()) {
             return Err(format!(
-                "--backend: expected memory, redis or redis-baseline, not `{backend}`"
+                "--backend: expected memory, redis, redis-cluster or redis-baseline, not `{backend}`"
             ));
         }
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -378,7 +380,11 @@ async fn engines(config: &Config) -> Result<(Vec<LockEngine>, Option<Arc<MemoryB
             let url = config.redis_url.as_deref().expect("checked in from_args");
             let mut engines = Vec::with_capacity(config.engines);
             for _ in 0..config.engines {
-                engines.push(support::redis_engine(url, "bench").await?);
+                engines.push(if config.backend == "redis-cluster" {
+                    support::redis_cluster_engine(url, "bench").await?
+                } else {
+                    support::redis_engine(url, "bench").await?
+                });
             }
             Ok((engines, None))
         }
@@ -439,7 +445,10 @@ async fn contention(config: &Config) -> Result<Value, String> {
     }
 
     let mut stats = match &config.redis_url {
-        Some(url) if config.backend.starts_with("redis") => Some(RedisStats::connect(url)?),
+        // On a cluster, commands are spread over the nodes: not counted.
+        Some(url) if config.backend.starts_with("redis") && config.backend != "redis-cluster" => {
+            Some(RedisStats::connect(url)?)
+        }
         _ => None,
     };
     let before = match stats.as_mut() {

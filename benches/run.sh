@@ -134,6 +134,66 @@ if [ "$REDIS_BACKEND" = yes ]; then
         --residue-keys 100000 --ttl-ms 1000 --settle-ms 15000
 fi
 
+# --- a local Redis Cluster (3 primaries, 3 replicas), same contention runs --------------
+# The contention bench built with the `redis-cluster` feature (a build of its own; the
+# runs above use the default features). Baseline: redis-benchmark --cluster SET -c 50.
+CLUSTER_DIR=$(mktemp -d)
+CLUSTER_PIDS=()
+stop_cluster() {
+    local p
+    for p in "${CLUSTER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${CLUSTER_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$CLUSTER_DIR"
+}
+trap 'stop_cluster; stop_redis' EXIT
+CLUSTER_NODES=()
+if [ "$REDIS_BACKEND" = yes ]; then
+    log "building the contention bench with redis-cluster"
+    cargo bench --no-run --bench contention --features redis-cluster 2>"$OUT/build-cluster.log" ||
+        { cat "$OUT/build-cluster.log" >&2; exit 1; }
+    for i in 1 2 3 4 5 6; do
+        p=$(free_port)
+        mkdir -p "$CLUSTER_DIR/$i"
+        redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+            --cluster-enabled yes --dir "$CLUSTER_DIR/$i" --logfile "$OUT/cluster-$i.log" &
+        CLUSTER_PIDS+=($!)
+        CLUSTER_NODES+=("127.0.0.1:$p")
+        for _ in $(seq 50); do
+            if redis-cli -p "$p" ping 2>/dev/null | grep -q PONG; then break; fi
+            sleep 0.1
+        done
+    done
+    redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 1 --cluster-yes \
+        >"$OUT/cluster-create.log" 2>&1
+    for _ in $(seq 100); do
+        if redis-cli --cluster check "${CLUSTER_NODES[0]}" 2>/dev/null |
+            grep -q "All 16384 slots covered"; then break; fi
+        sleep 0.1
+    done
+    CLUSTER_PORT=${CLUSTER_NODES[0]#*:}
+    CLUSTER_URLS=$(printf 'redis://%s,' "${CLUSTER_NODES[@]}")
+    CLUSTER_URLS=${CLUSTER_URLS%,}
+    log "redis cluster on ${CLUSTER_NODES[*]}"
+    cluster_set_rate() {
+        redis-benchmark --cluster -p "$CLUSTER_PORT" -t set -c 50 -n 200000 --csv 2>/dev/null |
+            awk -F, '/"SET"/ { gsub(/"/, "", $2); print $2 }'
+    }
+    CLUSTER_SET_C50_FIRST=$(cluster_set_rate)
+    ccontention() { # name args...: a contention run on the cluster
+        local name=$1 i
+        shift
+        log "contention $name: $*"
+        for i in $(seq "$REPEAT"); do
+            cargo bench -q --bench contention --features redis-cluster -- --json \
+                --label "$name" --backend redis-cluster --redis-url "$CLUSTER_URLS" "$@" \
+                >"$OUT/$name.$i.json" 2>"$OUT/$name.log" || return
+        done
+    }
+    ccontention cluster-fifo "${CONTENDED[@]}" --fifo
+    ccontention cluster-50distinct --workers 50 --keys 50 --iterations 400 --hold-us 0
+    CLUSTER_SET_C50_LAST=$(cluster_set_rate)
+fi
+
 # The baselines again, after the Redis runs: the higher of the two counts, so a moment of
 # competing load during one measurement cannot make the ratios look better than they are.
 log "redis-benchmark baselines, again"
@@ -268,6 +328,17 @@ row "redis 50 workers, distinct keys: cycles/s" "$(F redis-50distinct cycles_per
     "$(calc "0.8 * $HALF_C50" 0)"
 row "redis   ... as a fraction of SET -c 50 / 2" \
     "$(ratio "$(F redis-50distinct cycles_per_s)" "$HALF_C50")" ">=" 0.8
+CLUSTER_SET_C50=$(max "${CLUSTER_SET_C50_FIRST:-}" "${CLUSTER_SET_C50_LAST:-}")
+row "cluster 50 workers, distinct keys: cycles/s" "$(F cluster-50distinct cycles_per_s)" "" ""
+row "cluster   ... as a fraction of SET --cluster -c 50 / 2" \
+    "$(ratio "$(F cluster-50distinct cycles_per_s)" "$(calc "${CLUSTER_SET_C50:-0} / 2" 0)")" \
+    ">=" 0.8
+row "cluster FIFO 8w/1key/1ms: hand-off p99 (us)" "$(F cluster-fifo handoff_p99_us)" "" ""
+row "cluster FIFO hand-off p99 / standalone" \
+    "$(ratio "$(F cluster-fifo handoff_p99_us)" "$(F redis-fifo handoff_p99_us)")" "<=" 1.2
+row "cluster FIFO 8w/1key/1ms: cycles/s / standalone" \
+    "$(ratio "$(F cluster-fifo cycles_per_s)" "$(F redis-fifo cycles_per_s)")" "" ""
+row "cluster FIFO 8w/1key/1ms: FIFO overtakes" "$(Fmax cluster-fifo fifo_overtakes)" "==" 0
 row "memory uncontended 1 client: cycles/s" "$(F memory-1client cycles_per_s)" "" ""
 row "memory 50 workers, distinct keys: cycles/s" "$(F memory-50distinct cycles_per_s)" "" ""
 

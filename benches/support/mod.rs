@@ -36,6 +36,28 @@ pub(crate) async fn redis_engine(url: &str, prefix: &str) -> Result<LockEngine, 
     Ok(LockEngine::new(backend))
 }
 
+/// An engine over the Redis backend on the cluster whose nodes `urls` lists
+/// (comma-separated), its keys under `prefix`.
+#[cfg(feature = "redis-cluster")]
+pub(crate) async fn redis_cluster_engine(urls: &str, prefix: &str) -> Result<LockEngine, String> {
+    use tower_lock::engine::redis::RedisBackend;
+    let backend = RedisBackend::cluster(urls.split(','))
+        .prefix(prefix)
+        .build()
+        .await
+        .map_err(|e| format!("cannot connect to the Redis cluster at {urls}: {e}"))?;
+    Ok(LockEngine::new(backend))
+}
+
+/// Built without the `redis-cluster` feature: a clear error.
+#[cfg(not(feature = "redis-cluster"))]
+pub(crate) async fn redis_cluster_engine(urls: &str, prefix: &str) -> Result<LockEngine, String> {
+    let _ = (urls, prefix);
+    Err(format!(
+        "{REDIS_NOT_BUILT} (tower-lock was built without the `redis-cluster` feature)"
+    ))
+}
+
 /// Built without the `redis` feature: a clear error, so `--backend redis` fails loudly
 /// instead of silently measuring something else.
 #[cfg(not(feature = "redis"))]
