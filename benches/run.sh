@@ -151,20 +151,35 @@ if [ "$REDIS_BACKEND" = yes ]; then
     log "building the contention bench with redis-cluster"
     cargo bench --no-run --bench contention --features redis-cluster 2>"$OUT/build-cluster.log" ||
         { cat "$OUT/build-cluster.log" >&2; exit 1; }
+    # A node also listens on its port + 10000 (the cluster bus): both must be free.
+    free_cluster_port() {
+        local p
+        for p in $(shuf -i 20000-55000 -n 200); do
+            if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null &&
+                ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
+                echo "$p"
+                return 0
+            fi
+        done
+        return 1
+    }
     for i in 1 2 3 4 5 6; do
-        p=$(free_port)
+        p=$(free_cluster_port)
         mkdir -p "$CLUSTER_DIR/$i"
         redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
             --cluster-enabled yes --dir "$CLUSTER_DIR/$i" --logfile "$OUT/cluster-$i.log" &
         CLUSTER_PIDS+=($!)
         CLUSTER_NODES+=("127.0.0.1:$p")
+        up=no
         for _ in $(seq 50); do
-            if redis-cli -p "$p" ping 2>/dev/null | grep -q PONG; then break; fi
+            if redis-cli -p "$p" ping 2>/dev/null | grep -q PONG; then up=yes; break; fi
             sleep 0.1
         done
+        if [ $up = no ]; then log "cluster node $i did not start: $OUT/cluster-$i.log"; exit 1; fi
     done
     redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 1 --cluster-yes \
-        >"$OUT/cluster-create.log" 2>&1
+        >"$OUT/cluster-create.log" 2>&1 ||
+        { log "redis-cli --cluster create failed: $OUT/cluster-create.log"; exit 1; }
     for _ in $(seq 100); do
         if redis-cli --cluster check "${CLUSTER_NODES[0]}" 2>/dev/null |
             grep -q "All 16384 slots covered"; then break; fi
