@@ -174,6 +174,8 @@ where
         return reject(replay.too_large());
     }
     let mut fingerprint = replay.fingerprinter(&parts);
+    // A declared length (within the limit) is reserved at once: no regrowing copies.
+    let expected = usize::try_from(body.size_hint().lower()).unwrap_or(0);
     let mut data = Collected::default();
     let mut body = pin!(body);
     while let Some(frame) = body.frame().await {
@@ -186,7 +188,7 @@ where
                 return reject(replay.too_large());
             }
             fingerprint.update(&chunk);
-            data.push(chunk);
+            data.push(chunk, expected);
         }
     }
     let data = data.into_bytes();
@@ -234,11 +236,12 @@ impl Collected {
         }
     }
 
-    fn push(&mut self, chunk: Bytes) {
+    /// Add `chunk`; `expected` is the body's declared length, if any (else 0).
+    fn push(&mut self, chunk: Bytes, expected: usize) {
         *self = match std::mem::take(self) {
             Collected::Empty => Collected::One(chunk),
             Collected::One(first) => {
-                let mut all = BytesMut::with_capacity(first.len() + chunk.len());
+                let mut all = BytesMut::with_capacity(expected.max(first.len() + chunk.len()));
                 all.extend_from_slice(&first);
                 all.extend_from_slice(&chunk);
                 Collected::Many(all)
