@@ -231,6 +231,17 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
         line.settled(&nodes[0], cluster).await;
     }
 
+    // The holders' engine has not spoken since the kill: its first command meets the new
+    // topology (and refreshes its view of the slots) here, not in the measured hand-off.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    while holders.lock("k").waiters().await.is_err() {
+        assert!(
+            Instant::now() < give_up,
+            "the holders' engine never reached the new primary"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // The acknowledged leases survived on the promoted replica, and are handed over.
     assert!(
         nodes[1].lock("k").try_acquire().await.is_err(),
