@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: installs what the tests need, then runs them.
-# Redis tests start (and stop) their own redis-server on a free loopback port; this script
-# only makes sure the binary is there.
+# Redis tests start (and stop) their own redis-server processes (one server, a replica, a
+# Cluster, Sentinels) on free loopback ports; this script only makes sure the binaries are
+# there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-    echo "redis-server not found; installing it from Debian's packages" >&2
+# redis-server (with redis-cli, and Sentinel as `redis-server --sentinel`) for the Redis
+# tests; openssl for the TLS test's certificates.
+missing=""
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+if [ -n "$missing" ]; then
+    echo "installing from Debian's packages:$missing" >&2
     SUDO=""
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
 cargo test --workspace --all-features --all-targets "$@"
