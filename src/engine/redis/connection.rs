@@ -172,6 +172,9 @@ pub(crate) struct Pool {
 
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
+    /// A plain command: for reads that need no script (a script call costs the server
+    /// several times a plain command's time).
+    Command(&'a redis::Cmd),
     /// The script with `WAIT` pipelined right behind it (see [`Pool::invoke_acked`]).
     ScriptThenWait(&'a ScriptInvocation<'b>, ReplicaAck),
 }
@@ -289,6 +292,16 @@ impl Pool {
         T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
     }
 
+    /// Run a plain command within the command timeout (connection check-out included).
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, BackendError> {
+        let value = self.run(what, Call::Command(cmd), None).await?;
+        T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
+    }
+
     /// Like [`Pool::invoke`], but first stores a handle on the connection the script is
     /// sent on in `pin`. Commands sent later on that handle run after this one on the
     /// server, whatever happens to its reply: that is how an acquire whose reply is lost
@@ -363,6 +376,7 @@ impl Pool {
         let reply = async {
             match call {
                 Call::Script(inv) => script(inv, None, &mut inner).await,
+                Call::Command(cmd) => cmd.query_async::<Value>(&mut inner).await,
                 Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
             }
         };

@@ -247,16 +247,6 @@ return r
     ))
 });
 
-/// Read a record: fingerprint, metadata, body, completion time (all nil when absent).
-///
-/// - `KEYS[1]` the record.
-///
-/// A script rather than a plain `HMGET` only so that it runs on the same pooled path
-/// (timeouts, reconnection) as every other call.
-pub(crate) static RECORD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new("return redis.call('HMGET', KEYS[1], 'fp', 'meta', 'body', 'at')")
-});
-
 /// A waiter leaves (timed out, cancelled, or failed), giving back a grant it may have
 /// received unseen.
 ///
@@ -475,12 +465,11 @@ return out
 });
 
 /// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 16] {
+pub(crate) fn all() -> [&'static Script; 15] {
     [
         &ACQUIRE,
         &RELEASE,
         &COMPLETE,
-        &RECORD,
         &LEAVE,
         &EXTEND,
         &RENEW,
