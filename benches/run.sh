@@ -167,7 +167,7 @@ if [ "$REDIS_BACKEND" = yes ]; then
         p=$(free_cluster_port)
         mkdir -p "$CLUSTER_DIR/$i"
         redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
-            --cluster-enabled yes --dir "$CLUSTER_DIR/$i" --logfile "$OUT/cluster-$i.log" &
+            --cluster-enabled yes --dir "$CLUSTER_DIR/$i" --logfile "$(realpath "$OUT")/cluster-$i.log" &
         CLUSTER_PIDS+=($!)
         CLUSTER_NODES+=("127.0.0.1:$p")
         up=no
@@ -175,6 +175,7 @@ if [ "$REDIS_BACKEND" = yes ]; then
             if redis-cli -p "$p" ping 2>/dev/null | grep -q PONG; then up=yes; break; fi
             sleep 0.1
         done
+        # (The log path is absolute: the server opens it after changing to its --dir.)
         if [ $up = no ]; then log "cluster node $i did not start: $OUT/cluster-$i.log"; exit 1; fi
     done
     redis-cli --cluster create "${CLUSTER_NODES[@]}" --cluster-replicas 1 --cluster-yes \
