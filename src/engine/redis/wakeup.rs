@@ -22,7 +22,6 @@ use std::{
     time::Duration,
 };
 
-use futures_util::StreamExt;
 use tokio::{sync::Notify, task::JoinHandle, time::Instant};
 
 #[cfg(test)]
@@ -314,28 +313,31 @@ async fn run(weak: Weak<Shared>) {
     }
 }
 
-/// The subscriber task on one server: connect, reconcile, dispatch; reconnect with
-/// backoff on failure.
+/// The subscriber task on one server: connect, reconcile; reconnect with backoff on
+/// failure.
+///
+/// The connection speaks RESP3, so published messages arrive as pushes, and its push
+/// sender dispatches each grant right where redis-rs reads it, in the connection's own
+/// driver task: the woken waiter is one task hop from the socket, not two (a RESP2
+/// pub/sub connection hands its messages to a stream that another task must poll first).
+/// Every other push (a dropped connection, above all) comes to this task.
 async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        // The connector's client: for Sentinel, the primary it names now.
-        let connect = async { connector.client().await?.get_async_pubsub().await };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let connect = connect_single(&connector, &weak, tx, shared.connect_timeout);
         let connected = tokio::time::timeout(shared.connect_timeout, connect).await;
-        let pubsub = match connected {
-            Ok(Ok(p)) => p,
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "lock wake-up subscriber could not connect");
-                drop(shared);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                reconnecting = true;
-                continue;
-            }
-            Err(_) => {
-                tracing::debug!("lock wake-up subscriber connect timed out");
+        let mut conn = match connected {
+            Ok(Ok(conn)) => conn,
+            failed => {
+                match failed {
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "lock wake-up subscriber could not connect");
+                    }
+                    _ => tracing::debug!("lock wake-up subscriber connect timed out"),
+                }
                 drop(shared);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -344,21 +346,11 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
             }
         };
         backoff = Duration::from_millis(50);
-        let (mut sink, mut stream) = pubsub.split();
-        let reader_weak = weak.clone();
-        let mut reader = tokio::spawn(async move {
-            while let Some(msg) = stream.next().await {
-                let Some(shared) = reader_weak.upgrade() else {
-                    return;
-                };
-                dispatch(&shared, msg.get_channel_name(), msg.get_payload_bytes());
-            }
-        });
         if reconnecting {
             tracing::info!("lock wake-up subscriber reconnected");
         }
         let mut first = true;
-        let lost = loop {
+        loop {
             if !first {
                 let changed = shared.changed.notified();
                 // An idle channel is unsubscribed once it has lingered long enough.
@@ -368,37 +360,80 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
                 };
                 let far = Instant::now() + Duration::from_secs(3600);
                 tokio::select! {
-                    _ = &mut reader => break true,
+                    push = rx.recv() => match push {
+                        // The connection dropped (the only push that comes here but
+                        // subscription confirmations, which need nothing).
+                        Some(push) if push.kind == redis::PushKind::Disconnection => break,
+                        Some(_) => continue,
+                        None => break,
+                    },
                     _ = changed => {}
                     _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => {}
                 }
             }
             let resubscribed = first && reconnecting;
             first = false;
-            if let Err(error) = reconcile(&shared, Sink::Single(&mut sink), resubscribed).await {
+            if let Err(error) = reconcile(&shared, Sink::Single(&mut conn), resubscribed).await {
                 tracing::debug!(%error, "lock wake-up subscriber failed");
-                break true;
+                break;
             }
-        };
-        reader.abort();
+        }
         {
             let mut st = shared.state.lock().unwrap();
             st.subscribed.clear();
             st.idle.clear();
         }
-        if lost {
-            tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
-            // Every pooled command connection is suspect too.
-            connector.invalidate();
-            reconnecting = true;
-        }
+        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
+        // Every pooled command connection is suspect too.
+        connector.invalidate();
+        reconnecting = true;
         drop(shared);
     }
 }
 
+/// A RESP3 connection to the server the connector names now (for Sentinel: the current
+/// primary) whose grants are dispatched by its push sender; other pushes go to `control`.
+async fn connect_single(
+    connector: &Connector,
+    weak: &Weak<Shared>,
+    control: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    timeout: Duration,
+) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
+    let client = connector.client().await?;
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let weak = weak.clone();
+    let push = move |push: redis::PushInfo| {
+        if push.kind == redis::PushKind::Message {
+            if let [
+                redis::Value::BulkString(channel),
+                redis::Value::BulkString(payload),
+                ..,
+            ] = &push.data[..]
+                && let (Ok(channel), Some(shared)) = (std::str::from_utf8(channel), weak.upgrade())
+            {
+                dispatch(&shared, channel, payload);
+            }
+            return Ok(());
+        }
+        control.send(push)
+    };
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_push_sender(push);
+    client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+}
+
 /// Where subscriptions are sent.
 enum Sink<'a> {
-    Single(&'a mut redis::aio::PubSubSink),
+    Single(&'a mut redis::aio::MultiplexedConnection),
     #[cfg(feature = "redis-cluster")]
     Cluster(&'a mut redis::cluster_async::ClusterConnection),
 }
