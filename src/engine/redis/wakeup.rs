@@ -6,7 +6,8 @@
 //! likely contended again soon, and a subscription already in place spares the next waiter
 //! a round trip: see [`Wakeup::mark`]). One background task owns the subscriber connection.
 //! It reconciles the wanted channels with the subscribed ones (batched SUBSCRIBE /
-//! UNSUBSCRIBE), dispatches messages, and when the connection breaks it reconnects,
+//! UNSUBSCRIBE); messages are dispatched as the connection reads them (RESP3 pushes, see
+//! `run_single`); and when the connection breaks the task reconnects,
 //! resubscribes every wanted channel, and wakes every local waiter once to retry (a grant
 //! may have been published while it was away).
 //!
@@ -47,7 +48,7 @@ pub(crate) enum Woken {
 // One per backend, made once: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Subscriber {
-    /// One server: a RESP2 pub/sub connection (`SUBSCRIBE`); the connector's pooled
+    /// One server: a RESP3 connection (`SUBSCRIBE`, messages as pushes); the connector's pooled
     /// command connections are retired when it breaks.
     Single { connector: Arc<Connector> },
     /// A cluster: a RESP3 cluster connection whose pushes arrive on the sender handed to
