@@ -71,6 +71,8 @@ OUTPUT (one JSON object; times in microseconds unless the name says otherwise):
     cycles, cycles_per_s, wall_s
     handoff_*_us     next holder's acquire-return minus the previous holder's
                      release-call time, on the same key, where the holder changes
+    release_p*_us    release-return minus release-call (the releasing side's
+                     round trip; the hand-off's grant travels meanwhile)
     wait_*_us        acquire-return minus acquire-call, per cycle
     fifo_overtakes   grants made while a waiter that arrived > slack earlier still
                      waited (fifo_overtakes_strict: slack 0)
@@ -459,6 +461,9 @@ async fn contention(config: &Config) -> Result<Value, String> {
     let violations = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(Mutex::new(None::<String>));
+    // How long each release call took (µs): the part of a hand-off before the grant
+    // message leaves the server.
+    let releases = Arc::new(Mutex::new(Vec::<f64>::new()));
     let mut starts = Vec::with_capacity(config.workers);
     let mut tasks = Vec::with_capacity(config.workers);
     for worker in 0..config.workers {
@@ -467,6 +472,7 @@ async fn contention(config: &Config) -> Result<Value, String> {
         let violations = violations.clone();
         let errors = errors.clone();
         let first_error = first_error.clone();
+        let releases = releases.clone();
         let (start_tx, start) = tokio::sync::oneshot::channel::<()>();
         starts.push(start_tx);
         let config = config.clone();
@@ -519,6 +525,8 @@ async fn contention(config: &Config) -> Result<Value, String> {
                 if let Err(e) = lease.release().await {
                     record_error("release", e);
                 }
+                let took = micros(release_call.elapsed());
+                releases.lock().unwrap().push(took);
             }
         }));
     }
@@ -565,6 +573,8 @@ async fn contention(config: &Config) -> Result<Value, String> {
         "handoff_p50_us": p(&analysis.handoffs, |p| p.p50),
         "handoff_p99_us": p(&analysis.handoffs, |p| p.p99),
         "handoff_max_us": p(&analysis.handoffs, |p| p.max),
+        "release_p50_us": p(&releases.lock().unwrap(), |p| p.p50),
+        "release_p99_us": p(&releases.lock().unwrap(), |p| p.p99),
         "wait_p50_us": p(&analysis.waits, |p| p.p50),
         "wait_p99_us": p(&analysis.waits, |p| p.p99),
         "wait_max_us": p(&analysis.waits, |p| p.max),
