@@ -14,27 +14,30 @@
 //! This binary has a cluster of its own: the faults disturb it.
 #![cfg(feature = "redis-cluster")]
 
+#[path = "support/cycling.rs"]
+mod cycling;
 #[path = "support/fallbacks.rs"]
 mod fallbacks;
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
 };
 
+use cycling::{Cycle, Log, cycles, worker};
 use fallbacks::Fallbacks;
 use tokio::sync::watch;
-use tower_lock::{LockEngine, LockError, LostSignal, engine::redis::RedisBackend};
+use tower_lock::{LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
 
-const TTL: Duration = Duration::from_secs(2);
-const WAIT: Duration = Duration::from_secs(3);
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
-/// An acquire may overrun its wait by the attempt in flight and the ticket's removal.
-const OVERRUN: Duration = Duration::from_secs(2);
+const CYCLE: Cycle = Cycle {
+    key: "k",
+    ttl: Duration::from_secs(2),
+    wait: Duration::from_secs(3),
+    // The attempt in flight and the ticket's removal, each up to the command timeout.
+    overrun: Duration::from_secs(2),
+};
 
 async fn node(cluster: &RedisCluster) -> LockEngine {
     LockEngine::new(
@@ -45,91 +48,6 @@ async fn node(cluster: &RedisCluster) -> LockEngine {
             .await
             .unwrap(),
     )
-}
-
-#[derive(Default)]
-struct Log {
-    /// The leases handed out and not yet given back, with their validity.
-    holding: Mutex<Vec<(u64, LostSignal)>>,
-    /// The highest fence of a lease that was valid when served.
-    top: Mutex<u64>,
-    violations: Mutex<Vec<String>>,
-    stale_on_arrival: AtomicUsize,
-    timed_out: AtomicUsize,
-    errors: AtomicUsize,
-    stop: AtomicBool,
-}
-
-async fn worker(engine: LockEngine, i: usize, log: Arc<Log>, served: watch::Sender<usize>) {
-    while !log.stop.load(Ordering::SeqCst) {
-        let asked = Instant::now();
-        let outcome = engine
-            .lock("k")
-            .fifo(i % 2 == 0)
-            .ttl(TTL)
-            .wait(WAIT)
-            .acquire()
-            .await;
-        let took = asked.elapsed();
-        if took > WAIT + OVERRUN {
-            log.violations
-                .lock()
-                .unwrap()
-                .push(format!("worker {i}: answered after {took:?} ({outcome:?})"));
-        }
-        let lease = match outcome {
-            Ok(lease) => lease,
-            Err(LockError::TimedOut { .. }) => {
-                log.timed_out.fetch_add(1, Ordering::SeqCst);
-                continue;
-            }
-            Err(LockError::Backend(_)) => {
-                log.errors.fetch_add(1, Ordering::SeqCst);
-                continue;
-            }
-            Err(e) => panic!("worker {i}: {e}"),
-        };
-        let fence = lease.fence().get();
-        {
-            let mut holding = log.holding.lock().unwrap();
-            let mut top = log.top.lock().unwrap();
-            if lease.is_lost() {
-                // Its validity ran out before it came back (a reply held up by the freeze).
-                log.stale_on_arrival.fetch_add(1, Ordering::SeqCst);
-            } else {
-                for (other, lost) in holding.iter() {
-                    if !lost.is_lost() {
-                        log.violations.lock().unwrap().push(format!(
-                            "worker {i}: fence {fence} granted while fence {other} is still valid"
-                        ));
-                    }
-                }
-                if fence <= *top {
-                    log.violations.lock().unwrap().push(format!(
-                        "worker {i}: fence {fence} after fence {} (both valid when served)",
-                        *top
-                    ));
-                }
-                *top = fence.max(*top);
-            }
-            holding.push((fence, lease.lost_signal()));
-        }
-        served.send_modify(|n| *n += 1);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        log.holding.lock().unwrap().retain(|(f, _)| *f != fence);
-        // During a fault the release may fail (its lease then runs out on the server).
-        let _ = lease.release().await;
-    }
-}
-
-/// Wait until `more` grants beyond `from` were served: the lock cycles again.
-async fn cycles(served: &mut watch::Receiver<usize>, from: usize, more: usize, what: &str) {
-    let reached = tokio::time::timeout(
-        Duration::from_secs(20),
-        served.wait_for(|n| *n >= from + more),
-    )
-    .await;
-    assert!(reached.is_ok(), "the lock stopped cycling {what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -150,18 +68,25 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     let workers: Vec<_> = (0..4)
         .map(|i| {
             let engine = nodes[i % 2].clone();
-            tokio::spawn(worker(engine, i, log.clone(), served_tx.clone()))
+            let name = format!("worker {i}");
+            tokio::spawn(worker(
+                engine,
+                name,
+                i % 2 == 0,
+                CYCLE,
+                log.clone(),
+                served_tx.clone(),
+            ))
         })
         .collect();
-    cycles(&mut served, 0, 10, "before the faults").await;
+    cycles(&mut served, 10, "before the faults").await;
 
     // 1. Suspended for less than the node timeout: no failover, commands stall.
     let primary = cluster.primary_of(slot);
     primary.suspend();
     tokio::time::sleep(Duration::from_millis(700)).await;
     primary.resume();
-    let n = *served.borrow();
-    cycles(&mut served, n, 10, "after a short freeze").await;
+    cycles(&mut served, 10, "after a short freeze").await;
 
     // 2. Suspended past the node timeout: the replica is promoted; the old primary
     // resumes still believing itself primary, runs what waited in its sockets, then hears
@@ -187,14 +112,12 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     tokio::task::spawn_blocking(|| RedisCluster::shared().wait_healthy())
         .await
         .unwrap();
-    let n = *served.borrow();
-    cycles(&mut served, n, 20, "after the failover").await;
+    cycles(&mut served, 20, "after the failover").await;
     // Once the queue has turned over (tickets registered on the zombie are gone), the
     // hand-offs come by message again: the subscriptions the zombie ended as it was
     // demoted were renewed on the new primary.
     let before = fallbacks.count();
-    let n = *served.borrow();
-    cycles(&mut served, n, 20, "after the failover").await;
+    cycles(&mut served, 20, "after the failover").await;
     assert_eq!(
         fallbacks.count() - before,
         0,
@@ -204,17 +127,16 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     // 3. Writes paused on the new primary (CLIENT PAUSE WRITE).
     let primary = cluster.primary_of(slot);
     assert_eq!(primary.cli(["CLIENT", "PAUSE", "700", "WRITE"]), "OK");
-    let n = *served.borrow();
-    cycles(&mut served, n, 10, "after CLIENT PAUSE WRITE").await;
+    cycles(&mut served, 10, "after CLIENT PAUSE WRITE").await;
 
-    log.stop.store(true, Ordering::SeqCst);
+    log.stop();
     for w in workers {
-        tokio::time::timeout(WAIT + OVERRUN + Duration::from_secs(1), w)
+        tokio::time::timeout(CYCLE.wait + CYCLE.overrun + Duration::from_secs(1), w)
             .await
             .expect("a worker hung")
             .unwrap();
     }
-    let violations = log.violations.lock().unwrap().clone();
+    let violations = log.violations();
     eprintln!(
         "paused: {} served ({} stale on arrival), {} timed out, {} backend errors",
         *served.borrow(),
