@@ -113,6 +113,10 @@ impl Sentineled {
     pub fn rejoin_old_primary(&self) -> &RedisServer {
         let old = self.primary();
         old.restart();
+        // Load the full sync from the socket, as the fixture's replicas do: not through a
+        // `dump.rdb` written into the test's working directory.
+        let load = ["CONFIG", "SET", "repl-diskless-load", "on-empty-db"];
+        assert_eq!(old.cli(load), "OK");
         let port = self.replica().port().to_string();
         assert_eq!(old.cli(["REPLICAOF", "127.0.0.1", &port]), "OK");
         let deadline = Instant::now() + Duration::from_secs(30);
