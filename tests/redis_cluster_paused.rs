@@ -2,7 +2,8 @@
 //! two nodes, FIFO and not: suspended by the OS (SIGSTOP) for less than the cluster's node
 //! timeout (no failover: commands stall, time out, and land later), then for longer (the
 //! replica takes over; the old primary resumes as a zombie that still believes itself
-//! primary until it hears of the failover), then `CLIENT PAUSE WRITE` on the new primary.
+//! primary until it hears of the failover), then `CLIENT PAUSE WRITE` and `DEBUG SLEEP`
+//! on the new primary.
 //!
 //! Throughout: no grant while another holder still believes its lease valid (the lease's
 //! own validity, `is_lost`, which runs out on the engine's clock when renewals fail),
@@ -128,6 +129,13 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     let primary = cluster.primary_of(slot);
     assert_eq!(primary.cli(["CLIENT", "PAUSE", "700", "WRITE"]), "OK");
     cycles(&mut served, 10, "after CLIENT PAUSE WRITE").await;
+
+    // 4. The new primary stalls in a command (DEBUG SLEEP), under the node timeout.
+    let thaw = tokio::task::block_in_place(|| primary.freeze(Duration::from_millis(700)));
+    tokio::task::spawn_blocking(move || thaw.join().unwrap())
+        .await
+        .unwrap();
+    cycles(&mut served, 10, "after DEBUG SLEEP").await;
 
     log.stop();
     for w in workers {
