@@ -2,12 +2,36 @@
 //! killed while a lock is held and waited for; the Sentinels promote the replica; the
 //! engines reconnect to it, the lease survives (its acquire was acknowledged by the
 //! replica), fences keep rising and the waiters are served by message.
+//!
+//! A second test keeps four workers cycling the lock across a failover (see
+//! `a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups`).
 #![cfg(feature = "redis-sentinel")]
+
+#[path = "support/cycling.rs"]
+mod cycling;
+#[path = "support/fallbacks.rs"]
+mod fallbacks;
 
 use std::time::{Duration, Instant};
 
+use cycling::{Cycle, Log, cycles, worker};
+use fallbacks::Fallbacks;
+use tokio::sync::watch;
 use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{SERVICE, Sentineled, is_fence_tombstone};
+
+/// A node under its own prefix whose every acquire waits for one replica.
+async fn node_named(set: &Sentineled, prefix: &str) -> LockEngine {
+    LockEngine::new(
+        RedisBackend::sentinel(set.sentinel_urls(), SERVICE)
+            .prefix(prefix)
+            .command_timeout(Duration::from_millis(1000))
+            .replica_ack(1, Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap(),
+    )
+}
 
 async fn node(set: &Sentineled, ack: bool) -> LockEngine {
     let mut builder = RedisBackend::sentinel(set.sentinel_urls(), SERVICE)
@@ -145,4 +169,101 @@ async fn a_sentinel_failover_is_followed() {
         .filter(|k| !is_fence_tombstone(k))
         .collect();
     assert_eq!(left, Vec::<String>::new());
+}
+
+/// Workers on two nodes, FIFO and not, cycling one lock while the primary is killed, the
+/// Sentinels promote the replica, and the old primary comes back as its replica: no grant
+/// while another holder believes its lease valid, fences rising, every acquire answered
+/// within its wait limit, the lock cycling again, hand-offs by message once the failover
+/// is over, and nothing left behind.
+///
+/// Every acquire waits for one replica (`replica_ack`), so a lease handed out before the
+/// kill is on the replica that takes over; until the old primary rejoins there is none,
+/// and acquires fail (`NotReplicated`) and are asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
+    let fallbacks = Fallbacks::install();
+    let set = std::sync::Arc::new(
+        tokio::task::spawn_blocking(Sentineled::start)
+            .await
+            .unwrap(),
+    );
+    let nodes = [
+        node_named(&set, "loaded").await,
+        node_named(&set, "loaded").await,
+    ];
+    const CYCLE: Cycle = Cycle {
+        key: "k",
+        ttl: Duration::from_secs(2),
+        wait: Duration::from_secs(3),
+        // The attempt in flight and its WAIT, a confirming attempt, the ticket's removal.
+        overrun: Duration::from_secs(4),
+    };
+    let log = std::sync::Arc::new(Log::default());
+    let (served_tx, mut served) = watch::channel(0);
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let engine = nodes[i % 2].clone();
+            let name = format!("worker {i}");
+            tokio::spawn(worker(
+                engine,
+                name,
+                i % 2 == 0,
+                CYCLE,
+                log.clone(),
+                served_tx.clone(),
+            ))
+        })
+        .collect();
+    cycles(&mut served, 10, "before the failover").await;
+
+    let killer = set.clone();
+    tokio::task::spawn_blocking(move || {
+        killer.kill_primary();
+        killer.rejoin_old_primary();
+    })
+    .await
+    .unwrap();
+    cycles(&mut served, 20, "after the failover").await;
+    // Once the queue has turned over, the hand-offs come by message again.
+    let before = fallbacks.count();
+    cycles(&mut served, 20, "after the failover").await;
+    assert_eq!(
+        fallbacks.count() - before,
+        0,
+        "grants found by the fallback timer after the failover"
+    );
+
+    log.stop();
+    for w in workers {
+        tokio::time::timeout(CYCLE.wait + CYCLE.overrun + Duration::from_secs(1), w)
+            .await
+            .expect("a worker hung")
+            .unwrap();
+    }
+    eprintln!(
+        "sentinel under load: {} served ({} stale on arrival), {} timed out, {} backend errors",
+        *served.borrow(),
+        log.stale_on_arrival
+            .load(std::sync::atomic::Ordering::SeqCst),
+        log.timed_out.load(std::sync::atomic::Ordering::SeqCst),
+        log.errors.load(std::sync::atomic::Ordering::SeqCst),
+    );
+    assert_eq!(log.violations(), Vec::<String>::new());
+
+    // Leases whose release failed run out (TTL), tickets whose removal failed lapse.
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left: Vec<String> = set
+            .replica()
+            .scan("loaded:*")
+            .into_iter()
+            .filter(|k| !is_fence_tombstone(k))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < give_up, "left behind: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -265,6 +265,8 @@ impl Inner {
         // When the attempt that registered (or last refreshed) our ticket was sent: a
         // hand-off of that ticket happened later, so its claim runs from no earlier.
         let mut last_sent;
+        // Whether the last wait ended on the fallback timer, not on a wake-up.
+        let mut by_timer = false;
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
@@ -283,6 +285,14 @@ impl Inner {
             let retry_after = match outcome {
                 Attempt::Granted(fence) => {
                     cleanup.armed = false;
+                    if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
+                        // A hand-off whose message has not come (lost, or just late), or a
+                        // lease that ran out: found at the cost of up to FALLBACK_CAP.
+                        tracing::debug!(
+                            channel = %names.channel,
+                            "lock granted on the fallback timer's retry, not by a wake-up"
+                        );
+                    }
                     return Ok(Grant::new(fence, sent));
                 }
                 Attempt::Unacknowledged { acked, wanted } => {
@@ -369,6 +379,7 @@ impl Inner {
                     woken
                 }
             };
+            by_timer = woken.is_none() && Instant::now() >= wake_at;
             // A grant of the ticket as we registered it last: it was made after that
             // attempt. (One naming an older registration is stale: its claim may be over.)
             if let Some(Woken::Granted { deadline, fence }) = woken

@@ -239,6 +239,15 @@ impl Subscription {
         }
     }
 
+    /// Whether a grant for this waiter has arrived and not been taken yet.
+    pub(crate) fn granted(&self) -> bool {
+        let st = self.shared.state.lock().unwrap();
+        st.channels
+            .get(&self.channel)
+            .and_then(|c| c.waiters.iter().find(|s| s.id == self.id))
+            .is_some_and(|s| matches!(s.woken, Some(Woken::Granted { .. })))
+    }
+
     fn take(&self) -> Option<Woken> {
         let mut st = self.shared.state.lock().unwrap();
         st.channels

@@ -36,9 +36,13 @@ impl Sentineled {
             free_port()
         ));
         std::fs::create_dir_all(&dir).expect("create the sentinel directory");
+        // Down after 2 s without an answer: with 1 s, a busy machine has been seen to
+        // fail straight back (a replica just promoted rewrites its config file, fsync
+        // included, and some Sentinels, whose links to it were new, heard nothing for a
+        // second and declared it down).
         let config = format!(
             "sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
-             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel down-after-milliseconds {SERVICE} 2000\n\
              sentinel failover-timeout {SERVICE} 5000\n\
              sentinel parallel-syncs {SERVICE} 1\n",
             servers.primary().port()
@@ -97,6 +101,37 @@ impl Sentineled {
                 return replica;
             }
             assert!(Instant::now() < deadline, "the sentinels never failed over");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Start the primary killed by [`Sentineled::kill_primary`] again (empty: persistence
+    /// is off) as a replica of the promoted one, as the configuration the Sentinels
+    /// rewrite would have it (left to them, the conversion waits for their next `INFO`
+    /// of it, up to 10 s), and wait until it is in sync (`master_link_status:up`).
+    /// Returns it.
+    pub fn rejoin_old_primary(&self) -> &RedisServer {
+        let old = self.primary();
+        old.restart();
+        // Load the full sync from the socket, as the fixture's replicas do: not through a
+        // `dump.rdb` written into the test's working directory.
+        let load = ["CONFIG", "SET", "repl-diskless-load", "on-empty-db"];
+        assert_eq!(old.cli(load), "OK");
+        let port = self.replica().port().to_string();
+        assert_eq!(old.cli(["REPLICAOF", "127.0.0.1", &port]), "OK");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = old.cli(["INFO", "replication"]);
+            let following = info.contains("role:slave")
+                && info.contains(&format!("master_port:{}", self.replica().port()))
+                && info.contains("master_link_status:up");
+            if following {
+                return old;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the old primary never rejoined as a replica: {info}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }

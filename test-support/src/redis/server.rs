@@ -116,6 +116,29 @@ impl RedisServer {
         }
     }
 
+    /// Suspend the server's process (SIGSTOP): it neither answers nor gossips, its
+    /// connections stay open and what clients send meanwhile waits in the socket buffers,
+    /// to be executed on [`RedisServer::resume`] (a process paused by the OS, a VM
+    /// migration, a long GC-like stall).
+    pub fn suspend(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continue a [`RedisServer::suspend`]ed server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let running = self.running.lock().unwrap();
+        let pid = running.as_ref().expect("the server runs").pid;
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid} failed");
+    }
+
     /// Start the server again on the same port (empty data set: persistence is off).
     pub fn restart(&self) {
         self.kill();

@@ -10,7 +10,8 @@
 //! channel with its own `SSUBSCRIBE`; when a node stops serving a slot (a failover or a
 //! slot move), the server itself ends the subscriptions of that slot with an
 //! `sunsubscribe` push, and those channels are resubscribed the same way, on the slot's
-//! new owner. Either way the channels' waiters retry once, as after any reconnect.
+//! new owner, once the connection's slot map names it (see [`follow_slots`]). Either way
+//! the channels' waiters retry once, as after any reconnect.
 
 use std::{
     sync::{Arc, Weak},
@@ -54,6 +55,8 @@ pub(super) async fn run(weak: Weak<Shared>) {
         }
         let mut wake = reconnecting;
         let mut first = true;
+        // Channels whose subscriptions the server ended (see `on_push`).
+        let mut ended = Vec::new();
         loop {
             if !first {
                 let changed = shared.changed.notified();
@@ -64,7 +67,7 @@ pub(super) async fn run(weak: Weak<Shared>) {
                 let far = Instant::now() + Duration::from_secs(3600);
                 tokio::select! {
                     push = rx.recv() => match push {
-                        Some(push) => wake |= on_push(&shared, push),
+                        Some(push) => wake |= on_push(&shared, push, &mut ended),
                         // The connection is gone for good.
                         None => break,
                     },
@@ -73,6 +76,10 @@ pub(super) async fn run(weak: Weak<Shared>) {
                 }
             }
             first = false;
+            if let Err(error) = follow_slots(&mut conn, &mut ended, shared.connect_timeout).await {
+                tracing::debug!(%error, "lock wake-up subscriber could not locate a slot");
+                break;
+            }
             if let Err(error) = reconcile(&shared, Sink::Cluster(&mut conn), wake).await {
                 // Resubscribing failed (a slot without a primary mid-failover, a timeout):
                 // start over on a fresh connection after a pause.
@@ -96,7 +103,7 @@ pub(super) async fn run(weak: Weak<Shared>) {
 
 /// Handle one push. Returns whether subscriptions were lost (they are then resubscribed,
 /// and their waiters retry).
-fn on_push(shared: &Arc<Shared>, push: PushInfo) -> bool {
+fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> bool {
     match push.kind {
         PushKind::SMessage | PushKind::Message => {
             if let [Value::BulkString(channel), Value::BulkString(payload), ..] = &push.data[..]
@@ -125,8 +132,75 @@ fn on_push(shared: &Arc<Shared>, push: PushInfo) -> bool {
             };
             let mut st = shared.state.lock().unwrap();
             st.idle.remove(channel);
-            st.subscribed.remove(channel).is_some()
+            let lost = st.subscribed.remove(channel).is_some();
+            if lost && !ended.iter().any(|c| c == channel) {
+                ended.push(channel.to_owned());
+            }
+            lost
         }
+        _ => false,
+    }
+}
+
+/// Bring the connection's view of the slots of the `ended` channels up to date before they
+/// are resubscribed: their `SSUBSCRIBE`s must reach the slots' primaries.
+///
+/// The server ends a node's sharded subscriptions when the node stops serving their slot
+/// as primary: after a failover, the demoted primary ends them as it becomes a replica.
+/// The subscriber connection has sent that node nothing but `SSUBSCRIBE`s, which a replica
+/// of the slot accepts without a redirect, so its slot map still names the demoted node,
+/// and a channel resubscribed by that map lands on the replica. The new primary forwards
+/// its shard's messages to a replica only once it has learnt of it (by gossip, up to half
+/// a cluster node timeout later): the grants published meanwhile were lost, and their
+/// waiters served by the fallback timer.
+///
+/// So: a keyed read in the channel's slot (`EXISTS` on its name), which a replica refuses
+/// with a MOVED, has redis-rs refresh its slot map before it answers; then `ROLE` on the
+/// node the map names confirms it is a primary. The refresh asks some node for the slots,
+/// and that node may not have heard of the failover yet either: then the map still names
+/// the replica, and both are tried again (no event tells a client that the nodes' views
+/// have converged), until `limit`.
+async fn follow_slots(
+    conn: &mut redis::cluster_async::ClusterConnection,
+    ended: &mut Vec<String>,
+    limit: Duration,
+) -> Result<(), redis::RedisError> {
+    use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+
+    let give_up = Instant::now() + limit;
+    for channel in std::mem::take(ended) {
+        loop {
+            let mut probe = redis::cmd("EXISTS");
+            probe.arg(&channel);
+            super::timeout(limit, probe.query_async::<i64>(conn)).await?;
+            let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                Route::with_key(&channel, SlotAddr::Master),
+            ));
+            let role = super::timeout(limit, conn.route_command(redis::cmd("ROLE"), primary));
+            let role = role.await?;
+            if is_primary(&role) {
+                break;
+            }
+            if Instant::now() >= give_up {
+                return Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the slot map still names a replica as the slot's primary",
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a `ROLE` reply is a primary's.
+fn is_primary(role: &Value) -> bool {
+    match role {
+        Value::Array(fields) => match fields.first() {
+            Some(Value::BulkString(role)) => role == b"master",
+            Some(Value::SimpleString(role)) => role == "master",
+            _ => false,
+        },
         _ => false,
     }
 }

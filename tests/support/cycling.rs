@@ -1,0 +1,133 @@
+//! Workers cycling one lock under faults, and the checks made on every grant: no grant
+//! while another holder still believes its lease valid (the lease's own validity,
+//! `is_lost`, which runs out on the engine's clock when renewals fail), fences rising
+//! among valid leases, every acquire answered within its wait limit plus `overrun`.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::watch;
+use tower_lock::{LockEngine, LockError, LostSignal};
+
+/// How the workers cycle.
+#[derive(Clone, Copy)]
+pub(crate) struct Cycle {
+    pub(crate) key: &'static str,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    /// How far past its wait an acquire may be answered (the attempt in flight, the
+    /// ticket's removal, a `replica_ack` wait).
+    pub(crate) overrun: Duration,
+}
+
+#[derive(Default)]
+pub(crate) struct Log {
+    /// The leases handed out and not yet given back, with their validity.
+    holding: Mutex<Vec<(u64, LostSignal)>>,
+    /// The highest fence of a lease that was valid when served.
+    top: Mutex<u64>,
+    violations: Mutex<Vec<String>>,
+    pub(crate) stale_on_arrival: AtomicUsize,
+    pub(crate) timed_out: AtomicUsize,
+    pub(crate) errors: AtomicUsize,
+    stop: AtomicBool,
+}
+
+impl Log {
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn violations(&self) -> Vec<String> {
+        self.violations.lock().unwrap().clone()
+    }
+}
+
+/// Take the lock again and again until [`Log::stop`]; FIFO if `fifo`. Counts each grant
+/// on `served`.
+pub(crate) async fn worker(
+    engine: LockEngine,
+    name: String,
+    fifo: bool,
+    cycle: Cycle,
+    log: Arc<Log>,
+    served: watch::Sender<usize>,
+) {
+    while !log.stop.load(Ordering::SeqCst) {
+        let asked = Instant::now();
+        let outcome = engine
+            .lock(cycle.key)
+            .fifo(fifo)
+            .ttl(cycle.ttl)
+            .wait(cycle.wait)
+            .acquire()
+            .await;
+        let took = asked.elapsed();
+        if took > cycle.wait + cycle.overrun {
+            log.violations
+                .lock()
+                .unwrap()
+                .push(format!("{name}: answered after {took:?} ({outcome:?})"));
+        }
+        let lease = match outcome {
+            Ok(lease) => lease,
+            Err(LockError::TimedOut { .. }) => {
+                log.timed_out.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            Err(LockError::Backend(_)) => {
+                log.errors.fetch_add(1, Ordering::SeqCst);
+                // As an application would, before asking again.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let fence = lease.fence().get();
+        {
+            let mut holding = log.holding.lock().unwrap();
+            let mut top = log.top.lock().unwrap();
+            if lease.is_lost() {
+                // Its validity ran out before it came back (a reply held up by a fault).
+                log.stale_on_arrival.fetch_add(1, Ordering::SeqCst);
+            } else {
+                for (other, lost) in holding.iter() {
+                    if !lost.is_lost() {
+                        log.violations.lock().unwrap().push(format!(
+                            "{name}: fence {fence} granted while fence {other} is still valid"
+                        ));
+                    }
+                }
+                if fence <= *top {
+                    log.violations.lock().unwrap().push(format!(
+                        "{name}: fence {fence} after fence {} (both valid when served)",
+                        *top
+                    ));
+                }
+                *top = fence.max(*top);
+            }
+            holding.push((fence, lease.lost_signal()));
+        }
+        served.send_modify(|n| *n += 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        log.holding.lock().unwrap().retain(|(f, _)| *f != fence);
+        // During a fault the release may fail (its lease then runs out on the server).
+        let _ = lease.release().await;
+    }
+}
+
+/// Wait until `more` grants beyond the current count are served: the lock cycles.
+pub(crate) async fn cycles(served: &mut watch::Receiver<usize>, more: usize, what: &str) {
+    let from = *served.borrow();
+    let reached = tokio::time::timeout(
+        Duration::from_secs(20),
+        served.wait_for(|n| *n >= from + more),
+    )
+    .await;
+    assert!(reached.is_ok(), "the lock stopped cycling {what}");
+}
