@@ -59,11 +59,54 @@ pub(crate) enum Subscriber {
 
 /// Makes a cluster client that sends its pushes to the given sender.
 #[cfg(feature = "redis-cluster")]
-pub(crate) type ClusterSubscriber = dyn Fn(
-        tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
-    ) -> redis::RedisResult<redis::cluster::ClusterClient>
-    + Send
-    + Sync;
+pub(crate) type ClusterSubscriber =
+    dyn Fn(Pushes) -> redis::RedisResult<redis::cluster::ClusterClient> + Send + Sync;
+
+/// The push sender of a subscriber connection.
+///
+/// A published message is dispatched right where redis-rs reads it, in the connection's
+/// own driver task: the woken waiter is one task hop from the socket, not two (through a
+/// channel, another task would have to be scheduled first). Every other push (a dropped
+/// connection, a subscription the server ended, confirmations) goes to the subscriber
+/// task on `control`.
+pub(crate) struct Pushes {
+    shared: Weak<Shared>,
+    control: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+}
+
+impl redis::aio::AsyncPushSender for Pushes {
+    fn send(&self, push: redis::PushInfo) -> Result<(), redis::aio::SendError> {
+        if matches!(
+            push.kind,
+            redis::PushKind::Message | redis::PushKind::SMessage
+        ) {
+            if let [
+                redis::Value::BulkString(channel),
+                redis::Value::BulkString(payload),
+                ..,
+            ] = &push.data[..]
+                && let Ok(channel) = std::str::from_utf8(channel)
+                && let Some(shared) = self.shared.upgrade()
+            {
+                dispatch(&shared, channel, payload);
+            }
+            return Ok(());
+        }
+        self.control.send(push).map_err(|_| redis::aio::SendError)
+    }
+}
+
+/// A push sender for a new subscriber connection, and where its other pushes arrive.
+fn pushes(
+    shared: &Weak<Shared>,
+) -> (
+    Pushes,
+    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) {
+    let (control, rx) = tokio::sync::mpsc::unbounded_channel();
+    let shared = shared.clone();
+    (Pushes { shared, control }, rx)
+}
 
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {
@@ -324,20 +367,14 @@ async fn run(weak: Weak<Shared>) {
 }
 
 /// The subscriber task on one server: connect, reconcile; reconnect with backoff on
-/// failure.
-///
-/// The connection speaks RESP3, so published messages arrive as pushes, and its push
-/// sender dispatches each grant right where redis-rs reads it, in the connection's own
-/// driver task: the woken waiter is one task hop from the socket, not two (a RESP2
-/// pub/sub connection hands its messages to a stream that another task must poll first).
-/// Every other push (a dropped connection, above all) comes to this task.
+/// failure. The connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
 async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let connect = connect_single(&connector, &weak, tx, shared.connect_timeout);
+        let (push, mut rx) = pushes(&weak);
+        let connect = connect_single(&connector, push, shared.connect_timeout);
         let connected = tokio::time::timeout(shared.connect_timeout, connect).await;
         let mut conn = match connected {
             Ok(Ok(conn)) => conn,
@@ -402,11 +439,10 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
 }
 
 /// A RESP3 connection to the server the connector names now (for Sentinel: the current
-/// primary) whose grants are dispatched by its push sender; other pushes go to `control`.
+/// primary), sending its pushes to `push`.
 async fn connect_single(
     connector: &Connector,
-    weak: &Weak<Shared>,
-    control: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    push: Pushes,
     timeout: Duration,
 ) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
     let client = connector.client().await?;
@@ -416,22 +452,6 @@ async fn connect_single(
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
     let client = redis::Client::open(info.set_redis_settings(settings))?;
-    let weak = weak.clone();
-    let push = move |push: redis::PushInfo| {
-        if push.kind == redis::PushKind::Message {
-            if let [
-                redis::Value::BulkString(channel),
-                redis::Value::BulkString(payload),
-                ..,
-            ] = &push.data[..]
-                && let (Ok(channel), Some(shared)) = (std::str::from_utf8(channel), weak.upgrade())
-            {
-                dispatch(&shared, channel, payload);
-            }
-            return Ok(());
-        }
-        control.send(push)
-    };
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))

@@ -21,7 +21,7 @@ use std::{
 use redis::{PushInfo, PushKind, Value};
 use tokio::time::Instant;
 
-use super::{LINGER, Shared, Sink, Subscriber, dispatch, reconcile};
+use super::{LINGER, Shared, Sink, Subscriber, pushes, reconcile};
 
 pub(super) async fn run(weak: Weak<Shared>) {
     let mut backoff = Duration::from_millis(50);
@@ -31,9 +31,9 @@ pub(super) async fn run(weak: Weak<Shared>) {
         let Subscriber::Cluster(make) = &shared.subscriber else {
             unreachable!("the cluster task runs on a cluster subscriber")
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (push, mut rx) = pushes(&weak);
         let connect = async {
-            let client = make(tx)?;
+            let client = make(push)?;
             client.get_async_connection().await
         };
         let mut conn = match tokio::time::timeout(shared.connect_timeout, connect).await {
@@ -105,14 +105,6 @@ pub(super) async fn run(weak: Weak<Shared>) {
 /// and their waiters retry).
 fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> bool {
     match push.kind {
-        PushKind::SMessage | PushKind::Message => {
-            if let [Value::BulkString(channel), Value::BulkString(payload), ..] = &push.data[..]
-                && let Ok(channel) = std::str::from_utf8(channel)
-            {
-                dispatch(shared, channel, payload);
-            }
-            false
-        }
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.
         PushKind::Disconnection => {
