@@ -152,6 +152,12 @@ impl Lock {
 
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (req, started) = self.request(wait)?;
+        // Decided on the spot if the backend can: no boxed backend future.
+        if let Some(immediate) = self.engine.shared.immediate.as_deref()
+            && let Some(grant) = immediate.acquire_now(&req)
+        {
+            return grant.map(|grant| self.lease(req, grant, started));
+        }
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
         // The backend takes its request by value; the lease needs the key and token back.
         let grant = self
