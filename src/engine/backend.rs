@@ -177,8 +177,9 @@ pub(crate) trait Immediate: Send + Sync {
     /// Acquire `req.key` now if that can be decided now: granted (free, or already held
     /// by `req.token`), or refused without waiting (busy with a zero wait, waiter limit
     /// reached). `None`: the caller must wait, through [`Backend::acquire`]; nothing was
-    /// changed.
-    fn acquire_now(&self, req: &AcquireRequest) -> Option<Result<Grant, LockError>>;
+    /// changed. `now` is the caller's clock reading, taken just before: a lease that
+    /// starts a moment early only ends early, and the clock is read once per acquisition.
+    fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
 
     /// [`Backend::release`], done on the spot.
     fn release_now(&self, key: &LockKey, token: &Token) -> Result<(), LockError>;

@@ -112,8 +112,9 @@ impl Lock {
             Ok(prepared) => prepared,
             Err(e) => return Some(Err(e)),
         };
-        let grant = immediate.acquire_now(&req)?;
-        Some(grant.map(|grant| self.lease(req, grant, started)))
+        let grant = immediate.acquire_now(&req, started)?;
+        // Decided without waiting: it waited for nothing (and reads no clock to say so).
+        Some(grant.map(|grant| self.lease(req, grant, Duration::ZERO)))
     }
 
     /// The backend's request for an acquisition waiting up to `wait`, and when it started.
@@ -136,8 +137,7 @@ impl Lock {
     }
 
     /// The lease of a granted `req`.
-    fn lease(&self, req: AcquireRequest, grant: Grant, started: Instant) -> Lease {
-        let waited = started.elapsed();
+    fn lease(&self, req: AcquireRequest, grant: Grant, waited: Duration) -> Lease {
         tracing::trace!(key = %req.key, fence = grant.fence.get(), ?waited, "lock acquired");
         Lease::new(
             self.engine.shared.clone(),
@@ -154,9 +154,9 @@ impl Lock {
         let (req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
         if let Some(immediate) = self.engine.shared.immediate.as_deref()
-            && let Some(grant) = immediate.acquire_now(&req)
+            && let Some(grant) = immediate.acquire_now(&req, started)
         {
-            return grant.map(|grant| self.lease(req, grant, started));
+            return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
         // The backend takes its request by value; the lease needs the key and token back.
@@ -167,7 +167,7 @@ impl Lock {
             .acquire(req.clone())
             .instrument(span)
             .await?;
-        Ok(self.lease(req, grant, started))
+        Ok(self.lease(req, grant, started.elapsed()))
     }
 
     /// `true` if anyone holds the key now.

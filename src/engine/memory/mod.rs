@@ -540,9 +540,8 @@ impl Backend for MemoryBackend {
 }
 
 impl Immediate for MemoryBackend {
-    fn acquire_now(&self, req: &AcquireRequest) -> Option<Result<Grant, LockError>> {
+    fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
         let mut shard = self.shard(&req.key);
-        let now = Instant::now();
         shard.sweep(now);
         let entry = shard.map.entry(req.key.clone()).or_default();
         // Undecided means another token holds the key, so the entry stays non-empty.
