@@ -363,7 +363,7 @@ for s in lock_layer/memory/distinct lock_layer/memory/hot lock_in_handler/memory
     lock_in_handler/memory/hot lock_layer/redis/distinct lock_layer/redis/hot \
     lock_in_handler/redis/distinct lock_in_handler/redis/hot; do
     if [ "$s" = lock_layer/memory/distinct ]; then
-        row "http $s / bare" "$(http_get "$s" ratio_to_bare)" ">=" 0.9
+        row "http $s / bare" "$(http_get "$s" ratio_to_bare)" ">=" 0.95
     else
         row "http $s / bare" "$(http_get "$s" ratio_to_bare)" "" ""
     fi

@@ -318,6 +318,23 @@ async fn dropping_the_response_future_gives_up_the_wait_and_the_lease() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_response_future_dropped_before_its_first_poll_leaves_no_lock_behind() {
+    // On the in-process engine a free key is granted in `call` itself: the lease lives in
+    // the response future from then on, polled or not.
+    let engine = LockEngine::in_memory();
+    let layer = builder(&engine)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (mut service, _handle) = mock::spawn_layer::<Req, Res, _>(layer);
+    assert_ready_ok!(service.poll_ready());
+    let unpolled = service.call(req("k"));
+    assert!(engine.lock(lock_key("k")).locked().await.unwrap());
+    drop(unpolled);
+    assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
 async fn missing_key_passes_through_without_lease_info() {
     let layer = builder(&LockEngine::in_memory())
         .on_missing_key(MissingKeyPolicy::PassThrough)

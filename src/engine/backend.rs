@@ -163,6 +163,28 @@ pub struct Capabilities<'a> {
     pub(crate) records: Option<&'a dyn RecordBackend>,
 }
 
+/// A backend that can answer an acquisition or a release on the spot, without a future:
+/// the in-process one. A layer's request on a free key is then granted in its `call`
+/// with no boxed future (the [`Backend`] methods box theirs), and its release on drop
+/// needs none either.
+///
+/// Crate-private, so the backend seam stays the public traits. The engine uses it only
+/// when it was handed the in-process backend itself ([`LockEngine::new`]): a backend that
+/// wraps one (to count, delay or fail its calls) is always called through [`Backend`].
+///
+/// [`LockEngine::new`]: super::LockEngine::new
+pub(crate) trait Immediate: Send + Sync {
+    /// Acquire `req.key` now if that can be decided now: granted (free, or already held
+    /// by `req.token`), or refused without waiting (busy with a zero wait, waiter limit
+    /// reached). `None`: the caller must wait, through [`Backend::acquire`]; nothing was
+    /// changed. `now` is the caller's clock reading, taken just before: a lease that
+    /// starts a moment early only ends early, and the clock is read once per acquisition.
+    fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
+
+    /// [`Backend::release`], done on the spot.
+    fn release_now(&self, key: &LockKey, token: &Token) -> Result<(), LockError>;
+}
+
 impl std::fmt::Debug for Capabilities<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Capabilities")

@@ -53,20 +53,38 @@ where
 /// creates belong to that runtime and survive the caller's.
 pub(crate) struct Finish<T: Send + 'static> {
     op: Option<Pin<Box<dyn Future<Output = T> + Send + 'static>>>,
+    /// The output of an operation already done in place (see [`Finish::done`]).
+    done: Option<T>,
 }
 
 impl<T: Send + 'static> Finish<T> {
     pub(crate) fn new(op: impl Future<Output = T> + Send + 'static) -> Self {
         Finish {
             op: Some(Box::pin(op)),
+            done: None,
+        }
+    }
+
+    /// An operation that already finished with `output` (the in-process backend's): ready
+    /// at its first poll, nothing boxed.
+    pub(crate) fn done(output: T) -> Self {
+        Finish {
+            op: None,
+            done: Some(output),
         }
     }
 }
+
+// Nothing in it is pinned in place: the operation is boxed.
+impl<T: Send + 'static> Unpin for Finish<T> {}
 
 impl<T: Send + 'static> Future for Finish<T> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        if let Some(output) = self.done.take() {
+            return Poll::Ready(output);
+        }
         let op = self.op.as_mut().expect("Finish polled after completion");
         let _in = handle().enter();
         let out = std::task::ready!(op.as_mut().poll(cx));

@@ -23,6 +23,24 @@ impl LockKey {
         Ok(LockKey(Arc::from(key)))
     }
 
+    /// `head` followed by `value`, validated as one key, and built in place: one
+    /// allocation where `LockKey::new(format!(...))` makes two (a layer builds one key
+    /// per request this way).
+    pub(crate) fn joined(head: &str, value: &str) -> Result<Self, KeyError> {
+        validate_parts(&[head, value], MAX_KEY_LEN)?;
+        // A chain of two slice iterators has an exact length: `collect` allocates once.
+        let bytes: Arc<[u8]> = head
+            .as_bytes()
+            .iter()
+            .chain(value.as_bytes())
+            .copied()
+            .collect();
+        // SAFETY: the bytes are two `str`s one after the other, so valid UTF-8; `str` and
+        // `[u8]` have the same layout, so the allocation is a valid `ArcInner<str>`.
+        let text = unsafe { Arc::from_raw(Arc::into_raw(bytes) as *const str) };
+        Ok(LockKey(text))
+    }
+
     /// The key as a string.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -30,13 +48,19 @@ impl LockKey {
 }
 
 fn validate(s: &str, max: usize) -> Result<(), KeyError> {
-    if s.is_empty() {
+    validate_parts(&[s], max)
+}
+
+/// Validate the concatenation of `parts` (without building it).
+fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len == 0 {
         return Err(KeyError::Empty);
     }
-    if s.len() > max {
-        return Err(KeyError::TooLong { len: s.len(), max });
+    if len > max {
+        return Err(KeyError::TooLong { len, max });
     }
-    if s.chars().any(char::is_control) {
+    if parts.iter().any(|p| p.chars().any(char::is_control)) {
         return Err(KeyError::ControlCharacter);
     }
     Ok(())
@@ -66,13 +90,24 @@ impl AsRef<str> for LockKey {
 /// [`Token::random`] makes 128 random bits (the default for every acquisition); a caller
 /// may supply its own with [`Lock::token`](super::Lock::token), for example to make acquisition reentrant
 /// per owner.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token(Arc<str>);
+///
+/// Two tokens are equal when their text is equal, however they were made.
+#[derive(Clone)]
+pub struct Token(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// A random token's hex digits, kept in place: every acquisition makes one, and a
+    /// fixed-size value costs no allocation (the text is there for backends that store
+    /// it, such as Redis).
+    Random([u8; 32]),
+    /// A caller-supplied token.
+    Given(Arc<str>),
+}
 
 impl Token {
     /// A fresh token of 128 random bits, hex encoded.
     pub fn random() -> Self {
-        // Hex digits written in place: one allocation (the `Arc`), no formatting machinery.
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut bits = rand::random::<u128>();
         let mut text = [0u8; 32];
@@ -80,28 +115,47 @@ impl Token {
             *b = HEX[(bits & 0xf) as usize];
             bits >>= 4;
         }
-        Token(Arc::from(
-            std::str::from_utf8(&text).expect("hex digits are ASCII"),
-        ))
+        Token(Repr::Random(text))
     }
 
     /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.
     pub fn new(token: impl AsRef<str>) -> Result<Self, KeyError> {
         let token = token.as_ref();
         validate(token, MAX_TOKEN_LEN)?;
-        Ok(Token(Arc::from(token)))
+        Ok(Token(Repr::Given(Arc::from(token))))
     }
 
     /// The token as a string.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Repr::Random(text) => std::str::from_utf8(text).expect("hex digits are ASCII"),
+            Repr::Given(text) => text,
+        }
+    }
+}
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Random(a), Repr::Random(b)) => a == b,
+            _ => self.as_str() == other.as_str(),
+        }
+    }
+}
+
+impl Eq for Token {}
+
+impl std::hash::Hash for Token {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // By text, as equality is.
+        self.as_str().hash(state);
     }
 }
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Tokens are capabilities: show only a prefix in logs.
-        let shown: String = self.0.chars().take(8).collect();
+        let shown: String = self.as_str().chars().take(8).collect();
         write!(f, "Token({shown}…)")
     }
 }
@@ -130,5 +184,40 @@ impl Fence {
 impl fmt::Display for Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+
+    #[test]
+    fn a_joined_key_is_the_concatenation_validated_as_one() {
+        let key = LockKey::joined("ns/header=x/", "acme").unwrap();
+        assert_eq!(key, LockKey::new("ns/header=x/acme").unwrap());
+        assert_eq!(key.as_str(), "ns/header=x/acme");
+        assert!(matches!(LockKey::joined("", ""), Err(KeyError::Empty)));
+        assert!(matches!(
+            LockKey::joined("h/", "a\nb"),
+            Err(KeyError::ControlCharacter)
+        ));
+        let long = "x".repeat(MAX_KEY_LEN);
+        assert!(matches!(
+            LockKey::joined("h/", &long),
+            Err(KeyError::TooLong { len, .. }) if len == MAX_KEY_LEN + 2
+        ));
+    }
+
+    #[test]
+    fn tokens_are_equal_by_text_however_made() {
+        let random = Token::random();
+        assert_eq!(random.as_str().len(), 32);
+        let given = Token::new(random.as_str()).unwrap();
+        assert_eq!(random, given);
+        let state = std::collections::hash_map::RandomState::new();
+        assert_eq!(state.hash_one(&random), state.hash_one(&given));
+        assert_ne!(random, Token::random());
     }
 }

@@ -31,7 +31,7 @@ pub(crate) struct LeaseState {
     /// The lease length it was acquired with; `reacquire` resets to it.
     pub(super) configured_ttl: Duration,
     pub(super) auto_renew: bool,
-    pub(super) lost: Arc<Lost>,
+    pub(super) lost: Lost,
     /// Set when a release begins: from then on a renewal that finds the key gone is that
     /// release, not a lost lease.
     pub(super) released: AtomicBool,
@@ -143,7 +143,7 @@ impl Lease {
             ttl_nanos: AtomicU64::new(0),
             configured_ttl: ttl,
             auto_renew,
-            lost: Arc::default(),
+            lost: Lost::default(),
             released: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             times: Mutex::new(LeaseTimes {
@@ -191,13 +191,13 @@ impl Lease {
 
     /// Resolves when the lease is lost (see [`LostSignal`]).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let lost = self.state.lost.clone();
-        async move { lost.wait().await }
+        let state = self.state.clone();
+        async move { state.lost.wait().await }
     }
 
     /// A cloneable handle on the lost signal, for handing to other tasks.
     pub fn lost_signal(&self) -> LostSignal {
-        LostSignal(self.state.lost.clone())
+        LostSignal(self.state.clone())
     }
 
     /// `true` once the lease is known to be lost.
@@ -230,7 +230,23 @@ impl Lease {
     /// Cancellation-safe: once this future has been created, the release happens. If it
     /// is dropped before the backend answered, the release finishes in the background.
     pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        background::Finish::new(self.begin_release())
+        match self.release_in_place() {
+            Some(result) => background::Finish::done(result),
+            None => background::Finish::new(self.begin_release()),
+        }
+    }
+
+    /// Release on the spot if the backend can (the in-process one): no future to make,
+    /// box or poll. `None`: it cannot, and nothing was done.
+    fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
+        let immediate = self.engine.immediate.as_deref()?;
+        // `stop`, field by field: `immediate` borrows the engine.
+        self.handed_off = true;
+        self.state.released.store(true, Ordering::Release);
+        self.engine.watchdog.unregister(self.id);
+        let result = immediate.release_now(&self.state.key, &self.state.token);
+        tracing::trace!(key = %self.state.key, ok = result.is_ok(), "lock released");
+        Some(result)
     }
 
     /// Store `record` under the key for `retention` and release the key, in one atomic
@@ -347,6 +363,12 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.handed_off {
+            return;
+        }
+        if let Some(result) = self.release_in_place() {
+            if let Err(error) = result {
+                tracing::debug!(%error, "release on drop did not apply");
+            }
             return;
         }
         // Never block the dropping thread, and never depend on its runtime: the release

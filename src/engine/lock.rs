@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    AcquireRequest, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
+    AcquireRequest, Grant, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
     LockStatus, Token, options,
 };
 
@@ -102,7 +102,23 @@ impl Lock {
         self.acquire_with(Some(Duration::ZERO)).await
     }
 
-    async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
+    /// [`acquire`](Self::acquire), decided on the spot when the backend can (the
+    /// in-process one: a free key, or a refusal that needs no wait); `None` when the
+    /// backend cannot, or the caller must wait: then `acquire` it. No future is made or
+    /// boxed, so a layer's uncontended request allocates none for its lock.
+    pub(crate) fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
+        let immediate = self.engine.shared.immediate.as_deref()?;
+        let (req, started) = match self.request(self.options.wait) {
+            Ok(prepared) => prepared,
+            Err(e) => return Some(Err(e)),
+        };
+        let grant = immediate.acquire_now(&req, started)?;
+        // Decided without waiting: it waited for nothing (and reads no clock to say so).
+        Some(grant.map(|grant| self.lease(req, grant, Duration::ZERO)))
+    }
+
+    /// The backend's request for an acquisition waiting up to `wait`, and when it started.
+    fn request(&self, wait: Option<Duration>) -> Result<(AcquireRequest, Instant), LockError> {
         let key = self.key()?.clone();
         options::check_ttl(self.options.ttl)?;
         let token = self.token.clone().unwrap_or_else(Token::random);
@@ -110,32 +126,48 @@ impl Lock {
         // A wait the clock cannot represent is a wait without limit.
         let wait = wait.filter(|w| started.checked_add(*w).is_some());
         let req = AcquireRequest {
-            key: key.clone(),
-            token: token.clone(),
+            key,
+            token,
             ttl: self.options.ttl,
             wait,
             fifo: self.options.fifo,
             max_waiters: self.options.max_waiters,
         };
-        let span = tracing::trace_span!("lock.acquire", key = %key, fifo = self.options.fifo);
-        let grant = self
-            .engine
-            .shared
-            .backend
-            .acquire(req)
-            .instrument(span)
-            .await?;
-        let waited = started.elapsed();
-        tracing::trace!(key = %key, fence = grant.fence.get(), ?waited, "lock acquired");
-        Ok(Lease::new(
+        Ok((req, started))
+    }
+
+    /// The lease of a granted `req`.
+    fn lease(&self, req: AcquireRequest, grant: Grant, waited: Duration) -> Lease {
+        tracing::trace!(key = %req.key, fence = grant.fence.get(), ?waited, "lock acquired");
+        Lease::new(
             self.engine.shared.clone(),
-            key,
-            token,
+            req.key,
+            req.token,
             grant,
             waited,
             self.options.ttl,
             self.options.auto_renew,
-        ))
+        )
+    }
+
+    async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
+        let (req, started) = self.request(wait)?;
+        // Decided on the spot if the backend can: no boxed backend future.
+        if let Some(immediate) = self.engine.shared.immediate.as_deref()
+            && let Some(grant) = immediate.acquire_now(&req, started)
+        {
+            return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
+        }
+        let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
+        // The backend takes its request by value; the lease needs the key and token back.
+        let grant = self
+            .engine
+            .shared
+            .backend
+            .acquire(req.clone())
+            .instrument(span)
+            .await?;
+        Ok(self.lease(req, grant, started.elapsed()))
     }
 
     /// `true` if anyone holds the key now.

@@ -1,15 +1,17 @@
 //! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
 
-use std::{fmt, sync::Arc};
+use std::{any::Any, fmt, sync::Arc};
 
 use super::{
-    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
-    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend, lock::Lock,
-    watchdog::Watchdog,
+    AdminBackend, Backend, Immediate, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
+    LockPool, MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
+    lock::Lock, watchdog::Watchdog,
 };
 
 pub(crate) struct EngineShared {
     pub(crate) backend: Arc<dyn Backend>,
+    /// The same backend's synchronous path, when it is the in-process one.
+    pub(crate) immediate: Option<Arc<dyn Immediate>>,
     pub(crate) watchdog: Watchdog,
     defaults: LockOptions,
 }
@@ -54,29 +56,44 @@ impl LockEngine {
 
     /// An engine over any backend.
     pub fn new(backend: impl Backend) -> Self {
-        Self::from_arc(Arc::new(backend))
+        let backend = Arc::new(backend);
+        // The in-process backend itself (not a wrapper around one, whose own `acquire` and
+        // `release` must run) also answers on the spot: see `Immediate`.
+        let any: Arc<dyn Any + Send + Sync> = backend.clone();
+        let immediate = any
+            .downcast::<MemoryBackend>()
+            .ok()
+            .map(|memory| memory as Arc<dyn Immediate>);
+        Self::build(backend, immediate, LockOptions::default())
     }
 
     /// An engine over a shared backend.
     pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        Self::build(backend, None, LockOptions::default())
+    }
+
+    fn build(
+        backend: Arc<dyn Backend>,
+        immediate: Option<Arc<dyn Immediate>>,
+        defaults: LockOptions,
+    ) -> Self {
         LockEngine {
             shared: Arc::new(EngineShared {
                 backend,
+                immediate,
                 watchdog: Watchdog::new(),
-                defaults: LockOptions::default(),
+                defaults,
             }),
         }
     }
 
     /// Set the options every [`Lock`] from this engine starts with.
     pub fn with_defaults(self, defaults: LockOptions) -> Self {
-        LockEngine {
-            shared: Arc::new(EngineShared {
-                backend: self.shared.backend.clone(),
-                watchdog: Watchdog::new(),
-                defaults,
-            }),
-        }
+        Self::build(
+            self.shared.backend.clone(),
+            self.shared.immediate.clone(),
+            defaults,
+        )
     }
 
     /// A handle on `key`, with the engine's default options. The key is validated when

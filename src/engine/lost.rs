@@ -1,32 +1,47 @@
 //! [`LostSignal`]: how a holder learns that its lease is gone.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
 };
 
 use tokio::{sync::Notify, time::Instant};
 
+use super::lease::LeaseState;
+
 /// Resolves when a lease is lost: renewal failed or found the key gone, or the local
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
 /// `select!` on it to stop work that is no longer protected.
-#[derive(Clone, Debug)]
-pub struct LostSignal(pub(super) Arc<Lost>);
+///
+/// It shares the lease's state (one allocation per lease, not a second one for the flag).
+#[derive(Clone)]
+pub struct LostSignal(pub(super) Arc<LeaseState>);
+
+impl fmt::Debug for LostSignal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LostSignal")
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
 
 impl LostSignal {
     /// Wait until the lease is lost. Never resolves for a lease that is released normally.
     pub async fn lost(&self) {
-        self.0.wait().await
+        self.0.lost.wait().await
     }
 
     /// `true` once the lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.0.is_set()
+        self.0.lost.is_set()
     }
 }
 
-/// A one-way flag with waiters. Every request clones it (into its `LeaseInfo`), so a clone
-/// must be a plain reference count.
+/// A one-way flag with waiters, inside the lease's state. Every request clones a handle on
+/// it (into its `LeaseInfo`), so that handle is a plain reference count.
 ///
 /// It also knows the lease's validity deadline, so that [`Lost::is_set`] is exact at any
 /// instant, not only once the watchdog's timer has fired: a fenced write checked against

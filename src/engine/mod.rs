@@ -61,6 +61,7 @@ mod watchdog;
 
 pub use crate::error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use admin::LockAdmin;
+pub(crate) use backend::Immediate;
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
     PoolBackend, PoolHolders, RecordBackend, Renewal,

@@ -4,7 +4,7 @@
 use std::{
     fmt,
     sync::Arc,
-    task::{Context, Waker},
+    task::{Context, Poll, Waker},
     time::Duration,
 };
 
@@ -14,7 +14,7 @@ use tracing::Instrument;
 
 use super::{LockGuard, Outcome, outage::OutageLog};
 use crate::{
-    engine::{BoxFuture, Lease, LockEngine, LockKey, LockOptions},
+    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, LockOptions},
     error::{KeyError, LockError},
     key::{KeyExtractor, RequestView},
     lease_info::LeaseInfo,
@@ -133,7 +133,8 @@ impl RequestLocker {
     /// requires one, or when it is malformed or too long.
     pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let c = &self.shared.config;
-        let raw = match c.extractor.extract(req) {
+        // Borrowed where the extractor can: the value is copied once, into the key.
+        let raw = match c.extractor.extract_ref(req) {
             Ok(Some(raw)) => raw,
             Ok(None) => {
                 return match c.missing {
@@ -180,11 +181,8 @@ impl RequestLocker {
     /// assert_eq!(key.as_str(), "billing/header=x-tenant-id/acme");
     /// ```
     pub fn lock_key(&self, value: &str) -> Result<LockKey, KeyError> {
-        let head = &self.shared.config.key_head;
-        let mut key = String::with_capacity(head.len() + value.len());
-        key.push_str(head);
-        key.push_str(value);
-        LockKey::new(key)
+        // Built in place: one allocation per request, not a `String` and then its copy.
+        LockKey::joined(&self.shared.config.key_head, value)
     }
 
     /// The layer's namespace (empty unless set with
@@ -216,23 +214,45 @@ impl RequestLocker {
                 Start::Now(Outcome::Unlocked)
             }
             Ok(Some(key)) => {
+                // A free key on the in-process engine is granted right here, with no future
+                // (boxed or not): the request goes straight to the inner service. Not under
+                // the degrade policy, which takes two locks in turn.
+                if self.shared.local.is_none() {
+                    let started = Instant::now();
+                    let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+                    if let Some(result) = lock.acquire_now() {
+                        let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
+                        return Start::Now(self.settle(result, started));
+                    }
+                }
+                // It must wait (or the backend answers over the network): one boxed future,
+                // polled once here, so that a waiter takes its place in the queue (and a
+                // network request is sent) when the request is called, not when its future
+                // is first polled: FIFO order is the order of calls.
                 let span = tracing::debug_span!("tower_lock.acquire", %key);
-                let mut acquire: BoxFuture<'static, Outcome> =
-                    Box::pin(self.clone().lock(key).instrument(span));
-                // A free key on the in-process engine is granted on the first poll: then
-                // the request goes straight to the inner service, with no waiting state.
+                let metrics = self.shared.metrics.clone();
+                let lock = self.clone().lock(key);
+                let mut acquire: BoxFuture<'static, Outcome> = Box::pin(
+                    async move {
+                        let mut lock = std::pin::pin!(lock);
+                        // Counted as waiting from a first poll that did not decide, until
+                        // the acquisition ends or is given up (this future is dropped).
+                        let mut waiting = None;
+                        std::future::poll_fn(|cx| {
+                            let poll = lock.as_mut().poll(cx);
+                            if poll.is_pending() && waiting.is_none() {
+                                waiting = Some(metrics.waiting());
+                            }
+                            poll
+                        })
+                        .await
+                    }
+                    .instrument(span),
+                );
                 let mut cx = Context::from_waker(Waker::noop());
                 match acquire.as_mut().poll(&mut cx) {
-                    std::task::Poll::Ready(outcome) => Start::Now(outcome),
-                    std::task::Poll::Pending => {
-                        // Counted as waiting until the acquisition ends or is given up.
-                        let waiting = self.shared.metrics.waiting();
-                        Start::Pending(Box::pin(async move {
-                            let outcome = acquire.await;
-                            drop(waiting);
-                            outcome
-                        }))
-                    }
+                    Poll::Ready(outcome) => Start::Now(outcome),
+                    Poll::Pending => Start::Pending(acquire),
                 }
             }
         }
@@ -243,8 +263,15 @@ impl RequestLocker {
         if let Some(local) = &self.shared.local {
             return self.lock_degradable(local, key, started).await;
         }
+        let result = self
+            .lock_on(&self.shared.engine, &key, self.shared.config.wait)
+            .await;
+        self.settle(result, started)
+    }
+
+    /// The outcome of an acquisition on the engine (not under the degrade policy).
+    fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
         let c = &self.shared.config;
-        let result = self.lock_on(&self.shared.engine, &key, c.wait).await;
         self.backend_answered(&result);
         match result {
             Ok(lease) => self.held(lease, None, started, false),
@@ -333,20 +360,22 @@ impl RequestLocker {
         key: &LockKey,
         wait: Duration,
     ) -> Result<Lease, LockError> {
+        self.lock_handle(engine, key, wait).acquire().await
+    }
+
+    /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
+    fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
         // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
         // a waiter limit when it has none) stays the engine's default.
         let options = &self.shared.config.options;
-        let mut lock = engine
+        let lock = engine
             .lock_key(key.clone())
             .ttl(options.ttl)
-            .fifo(options.fifo);
-        if let Some(max) = options.max_waiters {
-            lock = lock.max_waiters(max);
-        }
-        if wait.is_zero() {
-            lock.try_acquire().await
-        } else {
-            lock.wait(wait).acquire().await
+            .fifo(options.fifo)
+            .wait(wait);
+        match options.max_waiters {
+            Some(max) => lock.max_waiters(max),
+            None => lock,
         }
     }
 

@@ -1,5 +1,7 @@
 //! The [`KeyExtractor`] trait, implemented by every built-in extractor and by closures.
 
+use std::borrow::Cow;
+
 use super::{MalformedKey, RequestView};
 
 /// Derives the lock key of a request.
@@ -18,6 +20,17 @@ use super::{MalformedKey, RequestView};
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The value of `req` to lock on.
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey>;
+
+    /// [`extract`](Self::extract), borrowing the value from `req` when it is there as is
+    /// (a header's value, the path): the layer copies it straight into the lock key, so
+    /// the request costs no `String` of its own. Must give the same value as `extract`.
+    /// The default calls `extract`; override it only to save that allocation.
+    fn extract_ref<'r>(
+        &self,
+        req: &'r dyn RequestView,
+    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
+        Ok(self.extract(req)?.map(Cow::Owned))
+    }
 
     /// What the value is: part of every lock key, so that the same value read by
     /// extractors of different kinds (a tenant header, an idempotency key, a path) names

@@ -1,5 +1,7 @@
 //! [`HeaderKey`]: the value of a named header is the key.
 
+use std::borrow::Cow;
+
 use http::HeaderName;
 
 use super::{KeyExtractor, MalformedKey, RequestView};
@@ -69,13 +71,20 @@ impl HeaderKey {
 
 impl KeyExtractor for HeaderKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        Ok(self.extract_ref(req)?.map(Cow::into_owned))
+    }
+
+    fn extract_ref<'r>(
+        &self,
+        req: &'r dyn RequestView,
+    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
         let name = self
             .name
             .as_ref()
             .map_err(|e| MalformedKey::new(e.clone()))?;
         Ok(header_str(req, name)?
             .filter(|v| !v.is_empty())
-            .map(str::to_owned))
+            .map(Cow::Borrowed))
     }
 
     fn kind(&self) -> &str {

@@ -1,5 +1,7 @@
 //! [`PathKey`] and [`MethodPathKey`]: the request path (and method) is the key.
 
+use std::borrow::Cow;
+
 use super::{KeyExtractor, MalformedKey, RequestView};
 
 /// The request path is the key: one request at a time per URL path. The kind is `path`.
@@ -9,6 +11,13 @@ pub struct PathKey;
 impl KeyExtractor for PathKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
         Ok(Some(req.path().to_owned()))
+    }
+
+    fn extract_ref<'r>(
+        &self,
+        req: &'r dyn RequestView,
+    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
+        Ok(Some(Cow::Borrowed(req.path())))
     }
 
     fn kind(&self) -> &str {

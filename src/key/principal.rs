@@ -54,7 +54,7 @@ where
         if principal.is_empty() {
             return Ok(None);
         }
-        let Some(inner) = self.inner.extract(req)? else {
+        let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
         };
         let mut value = String::with_capacity(principal.len() + 1 + inner.len());

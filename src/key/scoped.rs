@@ -53,7 +53,7 @@ impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
         let Some(scope) = header_str(req, name)?.filter(|s| !s.is_empty()) else {
             return Ok(None);
         };
-        let Some(inner) = self.inner.extract(req)? else {
+        let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
         };
         let mut value = String::with_capacity(scope.len() + 1 + inner.len());

@@ -17,7 +17,7 @@ use tokio::{
 
 use super::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder, LockError,
-    LockKey, Renewal, Token, options::after,
+    LockKey, Renewal, Token, backend::Immediate, options::after,
 };
 
 mod capabilities;
@@ -325,6 +325,48 @@ impl MemoryBackend {
         result
     }
 
+    /// Decide `req` on `entry` (its shard locked) without waiting: granted, or refused
+    /// at once; `None` when it has to queue. Shared by the synchronous path
+    /// ([`Immediate::acquire_now`]) and [`Backend::acquire`], so both decide alike.
+    fn decide(
+        &self,
+        entry: &mut Entry,
+        req: &AcquireRequest,
+        now: Instant,
+    ) -> Option<Result<Grant, LockError>> {
+        entry.expire(now, self);
+        match &mut entry.holder {
+            None => {
+                let fence = self.next_fence();
+                entry.set_holder(HeldBy {
+                    token: req.token.clone(),
+                    expires: Some(after(now, req.ttl)),
+                    fence: fence.get(),
+                });
+                return Some(Ok(Grant::new(fence, now)));
+            }
+            Some(h) if h.token == req.token => {
+                let expires = Some(after(now, req.ttl));
+                h.expires = expires;
+                let fence = Fence::new(h.fence);
+                entry.expiry_changed(expires);
+                return Some(Ok(Grant::new(fence, now)));
+            }
+            Some(_) => {}
+        }
+        let retry_after = entry.remaining(now);
+        if req.wait == Some(Duration::ZERO) {
+            return Some(Err(LockError::Busy { retry_after }));
+        }
+        if req
+            .max_waiters
+            .is_some_and(|max| entry.waiters.len() >= max)
+        {
+            return Some(Err(LockError::QueueFull { retry_after }));
+        }
+        None
+    }
+
     async fn acquire_inner(&self, req: AcquireRequest) -> Result<Grant, LockError> {
         let started = Instant::now();
         let (rx, id, changed) = {
@@ -333,35 +375,8 @@ impl MemoryBackend {
             let now = started;
             shard.sweep(now);
             let entry = shard.map.entry(req.key.clone()).or_default();
-            entry.expire(now, self);
-            match &mut entry.holder {
-                None => {
-                    let fence = self.next_fence();
-                    entry.set_holder(HeldBy {
-                        token: req.token.clone(),
-                        expires: Some(after(now, req.ttl)),
-                        fence: fence.get(),
-                    });
-                    return Ok(Grant::new(fence, now));
-                }
-                Some(h) if h.token == req.token => {
-                    let expires = Some(after(now, req.ttl));
-                    h.expires = expires;
-                    let fence = Fence::new(h.fence);
-                    entry.expiry_changed(expires);
-                    return Ok(Grant::new(fence, now));
-                }
-                Some(_) => {}
-            }
-            let retry_after = entry.remaining(now);
-            if req.wait == Some(Duration::ZERO) {
-                return Err(LockError::Busy { retry_after });
-            }
-            if req
-                .max_waiters
-                .is_some_and(|max| entry.waiters.len() >= max)
-            {
-                return Err(LockError::QueueFull { retry_after });
+            if let Some(decided) = self.decide(entry, &req, now) {
+                return decided;
             }
             let (tx, rx) = oneshot::channel();
             let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
@@ -521,5 +536,19 @@ impl Backend for MemoryBackend {
             .with_numeric(self)
             .with_pools(self)
             .with_records(self)
+    }
+}
+
+impl Immediate for MemoryBackend {
+    fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
+        let mut shard = self.shard(&req.key);
+        shard.sweep(now);
+        let entry = shard.map.entry(req.key.clone()).or_default();
+        // Undecided means another token holds the key, so the entry stays non-empty.
+        self.decide(entry, req, now)
+    }
+
+    fn release_now(&self, key: &LockKey, token: &Token) -> Result<(), LockError> {
+        self.release_then(key, token, |_| {})
     }
 }
