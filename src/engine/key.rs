@@ -28,17 +28,15 @@ impl LockKey {
     /// per request this way).
     pub(crate) fn joined(head: &str, value: &str) -> Result<Self, KeyError> {
         validate_parts(&[head, value], MAX_KEY_LEN)?;
-        // A chain of two slice iterators has an exact length: `collect` allocates once.
-        let bytes: Arc<[u8]> = head
-            .as_bytes()
-            .iter()
-            .chain(value.as_bytes())
-            .copied()
-            .collect();
-        // SAFETY: the bytes are two `str`s one after the other, so valid UTF-8; `str` and
-        // `[u8]` have the same layout, so the allocation is a valid `ArcInner<str>`.
-        let text = unsafe { Arc::from_raw(Arc::into_raw(bytes) as *const str) };
-        Ok(LockKey(text))
+        // Joined on the stack (a key is at most MAX_KEY_LEN bytes), then copied into the
+        // key's one allocation.
+        let mut buf = [0u8; MAX_KEY_LEN];
+        let (h, v) = buf.split_at_mut(head.len());
+        h.copy_from_slice(head.as_bytes());
+        v[..value.len()].copy_from_slice(value.as_bytes());
+        let text = std::str::from_utf8(&buf[..head.len() + value.len()])
+            .expect("two strs one after the other are UTF-8");
+        Ok(LockKey(Arc::from(text)))
     }
 
     /// The key as a string.
