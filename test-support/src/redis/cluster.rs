@@ -183,16 +183,16 @@ impl RedisCluster {
         }
     }
 
-    /// Block until every node reports `cluster_state:ok` and `redis-cli --cluster check`
-    /// finds all nodes agreeing on the slots. No event tells a client this, so it is
-    /// polled.
+    /// Block until every node reports `cluster_state:ok`, every replica is in sync with
+    /// its primary (a `WAIT` before that answers 0: `replica_ack` would refuse the first
+    /// grants), and `redis-cli --cluster check` finds all nodes agreeing on the slots. No
+    /// event tells a client this, so it is polled.
     pub fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ok = self
-                .nodes
-                .iter()
-                .all(|n| n.cli(["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+            let ok = self.nodes.iter().all(|n| {
+                n.cli(["CLUSTER", "INFO"]).contains("cluster_state:ok") && replication_up(n)
+            });
             let check = Command::new("redis-cli")
                 .args([
                     "--cluster",
@@ -212,6 +212,19 @@ impl RedisCluster {
             assert!(Instant::now() < deadline, "cluster never healthy: {report}");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// Whether `node`'s replication is up: a primary with an online replica, or a replica
+/// whose link to its primary is up.
+fn replication_up(node: &RedisServer) -> bool {
+    let Some(info) = node.try_cli(["INFO", "replication"]) else {
+        return false;
+    };
+    if info.contains("role:master") {
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    } else {
+        info.contains("master_link_status:up")
     }
 }
 
