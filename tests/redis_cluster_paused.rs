@@ -21,13 +21,12 @@ mod cycling;
 mod fallbacks;
 
 use std::{
-    sync::{Arc, atomic::Ordering},
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use cycling::{Cycle, Log, cycles, worker};
+use cycling::{Cycle, Workers, cycles};
 use fallbacks::Fallbacks;
-use tokio::sync::watch;
 use tower_lock::{LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
 
@@ -64,30 +63,15 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     let slot = cluster.slot(&lock_key);
     lease.release().await.unwrap();
 
-    let log = Arc::new(Log::default());
-    let (served_tx, mut served) = watch::channel(0);
-    let workers: Vec<_> = (0..4)
-        .map(|i| {
-            let engine = nodes[i % 2].clone();
-            let name = format!("worker {i}");
-            tokio::spawn(worker(
-                engine,
-                name,
-                i % 2 == 0,
-                CYCLE,
-                log.clone(),
-                served_tx.clone(),
-            ))
-        })
-        .collect();
-    cycles(&mut served, 10, "before the faults").await;
+    let mut workers = Workers::start(&nodes, 4, CYCLE);
+    cycles(&mut workers.served, 10, "before the faults").await;
 
     // 1. Suspended for less than the node timeout: no failover, commands stall.
     let primary = cluster.primary_of(slot);
     primary.suspend();
     tokio::time::sleep(Duration::from_millis(700)).await;
     primary.resume();
-    cycles(&mut served, 10, "after a short freeze").await;
+    cycles(&mut workers.served, 10, "after a short freeze").await;
 
     // 2. Suspended past the node timeout: the replica is promoted; the old primary
     // resumes still believing itself primary, runs what waited in its sockets, then hears
@@ -113,12 +97,12 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     tokio::task::spawn_blocking(|| RedisCluster::shared().wait_healthy())
         .await
         .unwrap();
-    cycles(&mut served, 20, "after the failover").await;
+    cycles(&mut workers.served, 20, "after the failover").await;
     // Once the queue has turned over (tickets registered on the zombie are gone), the
     // hand-offs come by message again: the subscriptions the zombie ended as it was
     // demoted were renewed on the new primary.
     let before = fallbacks.count();
-    cycles(&mut served, 20, "after the failover").await;
+    cycles(&mut workers.served, 20, "after the failover").await;
     assert_eq!(
         fallbacks.count() - before,
         0,
@@ -128,29 +112,23 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     // 3. Writes paused on the new primary (CLIENT PAUSE WRITE).
     let primary = cluster.primary_of(slot);
     assert_eq!(primary.cli(["CLIENT", "PAUSE", "700", "WRITE"]), "OK");
-    cycles(&mut served, 10, "after CLIENT PAUSE WRITE").await;
+    cycles(&mut workers.served, 10, "after CLIENT PAUSE WRITE").await;
 
     // 4. The new primary stalls in a command (DEBUG SLEEP), under the node timeout.
     let thaw = tokio::task::block_in_place(|| primary.freeze(Duration::from_millis(700)));
     tokio::task::spawn_blocking(move || thaw.join().unwrap())
         .await
         .unwrap();
-    cycles(&mut served, 10, "after DEBUG SLEEP").await;
+    cycles(&mut workers.served, 10, "after DEBUG SLEEP").await;
 
-    log.stop();
-    for w in workers {
-        tokio::time::timeout(CYCLE.wait + CYCLE.overrun + Duration::from_secs(1), w)
-            .await
-            .expect("a worker hung")
-            .unwrap();
-    }
-    let violations = log.violations();
+    workers.stop().await;
+    let violations = workers.log.violations();
     eprintln!(
         "paused: {} served ({} stale on arrival), {} timed out, {} backend errors",
-        *served.borrow(),
-        log.stale_on_arrival.load(Ordering::SeqCst),
-        log.timed_out.load(Ordering::SeqCst),
-        log.errors.load(Ordering::SeqCst),
+        *workers.served.borrow(),
+        workers.log.stale_on_arrival.load(Ordering::SeqCst),
+        workers.log.timed_out.load(Ordering::SeqCst),
+        workers.log.errors.load(Ordering::SeqCst),
     );
     assert_eq!(violations, Vec::<String>::new());
 

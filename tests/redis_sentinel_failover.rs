@@ -14,9 +14,8 @@ mod fallbacks;
 
 use std::time::{Duration, Instant};
 
-use cycling::{Cycle, Log, cycles, worker};
+use cycling::{Cycle, Workers, cycles};
 use fallbacks::Fallbacks;
-use tokio::sync::watch;
 use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{SERVICE, Sentineled, is_fence_tombstone};
 
@@ -199,23 +198,8 @@ async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
         // The attempt in flight and its WAIT, a confirming attempt, the ticket's removal.
         overrun: Duration::from_secs(4),
     };
-    let log = std::sync::Arc::new(Log::default());
-    let (served_tx, mut served) = watch::channel(0);
-    let workers: Vec<_> = (0..4)
-        .map(|i| {
-            let engine = nodes[i % 2].clone();
-            let name = format!("worker {i}");
-            tokio::spawn(worker(
-                engine,
-                name,
-                i % 2 == 0,
-                CYCLE,
-                log.clone(),
-                served_tx.clone(),
-            ))
-        })
-        .collect();
-    cycles(&mut served, 10, "before the failover").await;
+    let mut workers = Workers::start(&nodes, 4, CYCLE);
+    cycles(&mut workers.served, 10, "before the failover").await;
 
     let killer = set.clone();
     tokio::task::spawn_blocking(move || {
@@ -224,32 +208,31 @@ async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
     })
     .await
     .unwrap();
-    cycles(&mut served, 20, "after the failover").await;
+    cycles(&mut workers.served, 20, "after the failover").await;
     // Once the queue has turned over, the hand-offs come by message again.
     let before = fallbacks.count();
-    cycles(&mut served, 20, "after the failover").await;
+    cycles(&mut workers.served, 20, "after the failover").await;
     assert_eq!(
         fallbacks.count() - before,
         0,
         "grants found by the fallback timer after the failover"
     );
 
-    log.stop();
-    for w in workers {
-        tokio::time::timeout(CYCLE.wait + CYCLE.overrun + Duration::from_secs(1), w)
-            .await
-            .expect("a worker hung")
-            .unwrap();
-    }
+    workers.stop().await;
     eprintln!(
         "sentinel under load: {} served ({} stale on arrival), {} timed out, {} backend errors",
-        *served.borrow(),
-        log.stale_on_arrival
+        *workers.served.borrow(),
+        workers
+            .log
+            .stale_on_arrival
             .load(std::sync::atomic::Ordering::SeqCst),
-        log.timed_out.load(std::sync::atomic::Ordering::SeqCst),
-        log.errors.load(std::sync::atomic::Ordering::SeqCst),
+        workers
+            .log
+            .timed_out
+            .load(std::sync::atomic::Ordering::SeqCst),
+        workers.log.errors.load(std::sync::atomic::Ordering::SeqCst),
     );
-    assert_eq!(log.violations(), Vec::<String>::new());
+    assert_eq!(workers.log.violations(), Vec::<String>::new());
 
     // Leases whose release failed run out (TTL), tickets whose removal failed lapse.
     let give_up = Instant::now() + Duration::from_secs(20);

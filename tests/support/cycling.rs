@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::watch;
+use tokio::{sync::watch, task::JoinHandle};
 use tower_lock::{LockEngine, LockError, LostSignal};
 
 /// How the workers cycle.
@@ -130,4 +130,50 @@ pub(crate) async fn cycles(served: &mut watch::Receiver<usize>, more: usize, wha
     )
     .await;
     assert!(reached.is_ok(), "the lock stopped cycling {what}");
+}
+
+/// `n` workers cycling `cycle.key` on the `nodes` in turn, every other one FIFO.
+pub(crate) struct Workers {
+    pub(crate) log: Arc<Log>,
+    /// Grants served so far (see [`cycles`]).
+    pub(crate) served: watch::Receiver<usize>,
+    tasks: Vec<JoinHandle<()>>,
+    cycle: Cycle,
+}
+
+impl Workers {
+    pub(crate) fn start(nodes: &[LockEngine], n: usize, cycle: Cycle) -> Workers {
+        let log = Arc::new(Log::default());
+        let (served_tx, served) = watch::channel(0);
+        let tasks = (0..n)
+            .map(|i| {
+                tokio::spawn(worker(
+                    nodes[i % nodes.len()].clone(),
+                    format!("worker {i}"),
+                    i % 2 == 0,
+                    cycle,
+                    log.clone(),
+                    served_tx.clone(),
+                ))
+            })
+            .collect();
+        Workers {
+            log,
+            served,
+            tasks,
+            cycle,
+        }
+    }
+
+    /// Stop them; each must end within one acquire's answer time.
+    pub(crate) async fn stop(&mut self) {
+        self.log.stop();
+        let limit = self.cycle.wait + self.cycle.overrun + Duration::from_secs(1);
+        for task in self.tasks.drain(..) {
+            tokio::time::timeout(limit, task)
+                .await
+                .expect("a worker hung")
+                .unwrap();
+        }
+    }
 }
