@@ -32,6 +32,19 @@ impl Fallbacks {
     pub(crate) fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
+
+    /// Run `f`, and assert that no waiter was served by the fallback timer meanwhile.
+    #[allow(dead_code)] // Not every test binary that counts them needs this.
+    pub(crate) async fn none_while<T>(&self, what: &str, f: impl Future<Output = T>) -> T {
+        let before = self.count();
+        let out = f.await;
+        assert_eq!(
+            self.count() - before,
+            0,
+            "grants found by the fallback timer {what}"
+        );
+        out
+    }
 }
 
 struct Message(bool);

@@ -375,22 +375,12 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
         let Some(shared) = weak.upgrade() else { return };
         let (push, mut rx) = pushes(&weak);
         let connect = connect_single(&connector, push, shared.connect_timeout);
-        let connected = tokio::time::timeout(shared.connect_timeout, connect).await;
-        let mut conn = match connected {
-            Ok(Ok(conn)) => conn,
-            failed => {
-                match failed {
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, "lock wake-up subscriber could not connect");
-                    }
-                    _ => tracing::debug!("lock wake-up subscriber connect timed out"),
-                }
-                drop(shared);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                reconnecting = true;
-                continue;
-            }
+        let Some(mut conn) = connected(&shared, connect).await else {
+            drop(shared);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            reconnecting = true;
+            continue;
         };
         backoff = Duration::from_millis(50);
         if reconnecting {
@@ -399,23 +389,13 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
         let mut first = true;
         loop {
             if !first {
-                let changed = shared.changed.notified();
-                // An idle channel is unsubscribed once it has lingered long enough.
-                let linger_ends = {
-                    let st = shared.state.lock().unwrap();
-                    st.idle.values().min().map(|since| *since + LINGER)
-                };
-                let far = Instant::now() + Duration::from_secs(3600);
-                tokio::select! {
-                    push = rx.recv() => match push {
-                        // The connection dropped (the only push that comes here but
-                        // subscription confirmations, which need nothing).
-                        Some(push) if push.kind == redis::PushKind::Disconnection => break,
-                        Some(_) => continue,
-                        None => break,
-                    },
-                    _ = changed => {}
-                    _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => {}
+                match next_event(&shared, &mut rx).await {
+                    Event::Reconcile => {}
+                    // The connection dropped (the only push that comes here but
+                    // subscription confirmations, which need nothing).
+                    Event::Push(push) if push.kind == redis::PushKind::Disconnection => break,
+                    Event::Push(_) => continue,
+                    Event::Closed => break,
                 }
             }
             let resubscribed = first && reconnecting;
@@ -425,16 +405,68 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
                 break;
             }
         }
-        {
-            let mut st = shared.state.lock().unwrap();
-            st.subscribed.clear();
-            st.idle.clear();
-        }
+        shared.forget_subscriptions();
         tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
         // Every pooled command connection is suspect too.
         connector.invalidate();
         reconnecting = true;
         drop(shared);
+    }
+}
+
+/// The subscriber connection `connect` makes, within the connect timeout; `None` (logged)
+/// when it fails, and the caller backs off.
+async fn connected<T>(
+    shared: &Shared,
+    connect: impl Future<Output = Result<T, redis::RedisError>>,
+) -> Option<T> {
+    match tokio::time::timeout(shared.connect_timeout, connect).await {
+        Ok(Ok(conn)) => Some(conn),
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "lock wake-up subscriber could not connect");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("lock wake-up subscriber connect timed out");
+            None
+        }
+    }
+}
+
+/// What the subscriber task waits for between reconciliations.
+enum Event {
+    /// A push other than a message (messages are dispatched by [`Pushes`]).
+    Push(redis::PushInfo),
+    /// The connection's push sender is gone: so is the connection.
+    Closed,
+    /// The wanted channels changed, or an idle channel has lingered long enough to be
+    /// unsubscribed: reconcile.
+    Reconcile,
+}
+
+async fn next_event(
+    shared: &Shared,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+) -> Event {
+    let changed = shared.changed.notified();
+    let linger_ends = {
+        let st = shared.state.lock().unwrap();
+        st.idle.values().min().map(|since| *since + LINGER)
+    };
+    let far = Instant::now() + Duration::from_secs(3600);
+    tokio::select! {
+        push = rx.recv() => push.map_or(Event::Closed, Event::Push),
+        _ = changed => Event::Reconcile,
+        _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => Event::Reconcile,
+    }
+}
+
+impl Shared {
+    /// The connection is gone, and with it every subscription.
+    fn forget_subscriptions(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.subscribed.clear();
+        st.idle.clear();
     }
 }
 

@@ -21,7 +21,7 @@ use std::{
 use redis::{PushInfo, PushKind, Value};
 use tokio::time::Instant;
 
-use super::{LINGER, Shared, Sink, Subscriber, pushes, reconcile};
+use super::{Event, Shared, Sink, Subscriber, connected, next_event, pushes, reconcile};
 
 pub(super) async fn run(weak: Weak<Shared>) {
     let mut backoff = Duration::from_millis(50);
@@ -36,18 +36,12 @@ pub(super) async fn run(weak: Weak<Shared>) {
             let client = make(push)?;
             client.get_async_connection().await
         };
-        let mut conn = match tokio::time::timeout(shared.connect_timeout, connect).await {
-            Ok(Ok(conn)) => conn,
-            failed => {
-                if let Ok(Err(error)) = failed {
-                    tracing::debug!(%error, "lock wake-up subscriber could not connect");
-                }
-                drop(shared);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                reconnecting = true;
-                continue;
-            }
+        let Some(mut conn) = connected(&shared, connect).await else {
+            drop(shared);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            reconnecting = true;
+            continue;
         };
         backoff = Duration::from_millis(50);
         if reconnecting {
@@ -59,20 +53,11 @@ pub(super) async fn run(weak: Weak<Shared>) {
         let mut ended = Vec::new();
         loop {
             if !first {
-                let changed = shared.changed.notified();
-                let linger_ends = {
-                    let st = shared.state.lock().unwrap();
-                    st.idle.values().min().map(|since| *since + LINGER)
-                };
-                let far = Instant::now() + Duration::from_secs(3600);
-                tokio::select! {
-                    push = rx.recv() => match push {
-                        Some(push) => wake |= on_push(&shared, push, &mut ended),
-                        // The connection is gone for good.
-                        None => break,
-                    },
-                    _ = changed => {}
-                    _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => {}
+                match next_event(&shared, &mut rx).await {
+                    Event::Push(push) => wake |= on_push(&shared, push, &mut ended),
+                    // The connection is gone for good.
+                    Event::Closed => break,
+                    Event::Reconcile => {}
                 }
             }
             first = false;
@@ -88,11 +73,7 @@ pub(super) async fn run(weak: Weak<Shared>) {
             }
             wake = false;
         }
-        {
-            let mut st = shared.state.lock().unwrap();
-            st.subscribed.clear();
-            st.idle.clear();
-        }
+        shared.forget_subscriptions();
         tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
         reconnecting = true;
         drop(shared);
@@ -108,9 +89,7 @@ fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> boo
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.
         PushKind::Disconnection => {
-            let mut st = shared.state.lock().unwrap();
-            st.subscribed.clear();
-            st.idle.clear();
+            shared.forget_subscriptions();
             true
         }
         // The server ended a subscription: the node no longer serves the channel's slot.
