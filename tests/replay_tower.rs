@@ -418,3 +418,68 @@ async fn a_request_body_in_many_chunks_is_the_same_request_as_in_one() {
     assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// The preset refuses the failure policies that would run a request without its record:
+/// a completed request would run a second time while Redis stalls.
+#[test]
+fn the_preset_refuses_to_run_without_its_record() {
+    use tower_lock::BackendFailurePolicy;
+    for policy in [
+        BackendFailurePolicy::FailOpen,
+        BackendFailurePolicy::Degrade,
+    ] {
+        let built = LockLayer::idempotency(LockEngine::in_memory())
+            .on_backend_failure(policy)
+            .build();
+        let err = built.map(|_| ()).expect_err("refused");
+        assert!(
+            err.to_string().contains("run twice") || err.to_string().contains("twice"),
+            "{policy:?}: {err}"
+        );
+    }
+}
+
+/// A per-tenant lock inside the preset answers `423 Locked` while another request holds
+/// the tenant: that answer is not stored, so once the tenant is free the same idempotency
+/// key runs.
+#[tokio::test]
+async fn an_inner_lock_layers_423_is_not_stored() {
+    let engine = LockEngine::in_memory();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let svc = {
+        let runs = runs.clone();
+        service_fn(move |_req: Request<RequestBody<Full<Bytes>>>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, Infallible>(full(StatusCode::CREATED, "made")) }
+        })
+    };
+    let per_tenant = LockLayer::builder(engine.clone())
+        .key(tower_lock::key::HeaderKey::new(
+            http::HeaderName::from_static("x-tenant"),
+        ))
+        .build()
+        .unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer(&engine))
+        .layer(per_tenant.clone())
+        .service(svc);
+    let tenant_key = per_tenant.locker().lock_key("acme").unwrap();
+    let held = engine.lock(tenant_key.as_str()).acquire().await.unwrap();
+    let req = || {
+        let mut r = request("t-423");
+        r.headers_mut()
+            .insert("x-tenant", http::HeaderValue::from_static("acme"));
+        r
+    };
+    let locked = svc.clone().oneshot(req()).await.unwrap();
+    assert_eq!(locked.status(), StatusCode::LOCKED);
+    drop(locked);
+    held.release().await.unwrap();
+    let res = svc.oneshot(req()).await.unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::CREATED,
+        "the stored 423 was replayed"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

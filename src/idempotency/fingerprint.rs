@@ -114,4 +114,24 @@ mod tests {
         // Empty query and no query differ.
         assert_ne!(fp("/a?", &[], &[], &[]), fp("/a", &[], &[], &[]));
     }
+
+    #[test]
+    fn every_value_of_a_named_header_counts_in_order() {
+        let named = &["x-scope"];
+        let two = |a, b| fp("/a", &[("x-scope", a), ("x-scope", b)], &[b"x"], named);
+        assert_ne!(two("read", "write"), two("read", "admin"));
+        assert_ne!(two("read", "write"), two("write", "read"));
+        assert_ne!(
+            two("read", "write"),
+            fp("/a", &[("x-scope", "read")], &[b"x"], named)
+        );
+        // Values cannot bleed into each other.
+        assert_ne!(two("a,b", "c"), two("a", "b,c"));
+        // The content type too.
+        let ct = |v: &[(&str, &str)]| fp("/a", v, &[b"x"], &[]);
+        assert_ne!(
+            ct(&[("content-type", "a/b"), ("content-type", "c/d")]),
+            ct(&[("content-type", "a/b")])
+        );
+    }
 }

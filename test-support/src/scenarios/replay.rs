@@ -136,9 +136,34 @@ fn axum_app(h: Handlers, layer: IdempotencyLayer) -> axum::Router {
             async move { Response::new(Body::new(body)) }
         }
     };
-    let big = move || {
+    let big = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move { "x".repeat(4096) }
+        }
+    };
+    let answer = {
+        let h = h.clone();
+        move |headers: http::HeaderMap| {
+            let n = h.run();
+            async move { answer(n, &headers) }
+        }
+    };
+    let panic_body = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move { Response::new(Body::new(PanicBody)) }
+        }
+    };
+    let panics = move || {
         h.run();
-        async move { "x".repeat(4096) }
+        async move {
+            panic!("the handler panics (on purpose: a test)");
+            #[allow(unreachable_code)]
+            ""
+        }
     };
     axum::Router::new()
         .route("/orders", post(orders.clone()).get(|| async { "list" }))
@@ -147,6 +172,9 @@ fn axum_app(h: Handlers, layer: IdempotencyLayer) -> axum::Router {
         .route("/slow", post(slow))
         .route("/stream", post(stream))
         .route("/big", post(big))
+        .route("/answer", post(answer))
+        .route("/panic-body", post(panic_body))
+        .route("/panic", post(panics))
         .layer(layer)
 }
 
@@ -211,6 +239,47 @@ fn actix_app(
             async move { HttpResponse::Ok().body("x".repeat(4096)) }
         }
     };
+    let answer = {
+        let h = h.clone();
+        move |req: actix_web::HttpRequest| {
+            let n = h.run();
+            async move {
+                let mut headers = http::HeaderMap::new();
+                for (name, value) in req.headers() {
+                    headers.append(
+                        http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                        http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                    );
+                }
+                let (status, headers, body) = answer_parts(n, &headers);
+                let mut out = HttpResponse::build(
+                    actix_web::http::StatusCode::from_u16(status.as_u16()).unwrap(),
+                );
+                for (name, value) in headers {
+                    out.append_header((name, value));
+                }
+                out.body(body)
+            }
+        }
+    };
+    let panic_body = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move { HttpResponse::Ok().body(PanicBody) }
+        }
+    };
+    let panics = {
+        let h = h.clone();
+        move || {
+            h.run();
+            async move {
+                panic!("the handler panics (on purpose: a test)");
+                #[allow(unreachable_code)]
+                HttpResponse::Ok().finish()
+            }
+        }
+    };
     let resource = |path: &str| web::resource(path.to_owned()).wrap(replay.clone());
     actix_web::App::new()
         .service(
@@ -223,6 +292,9 @@ fn actix_app(
         .service(resource("/slow").route(web::post().to(slow)))
         .service(resource("/stream").route(web::post().to(stream)))
         .service(resource("/big").route(web::post().to(big)))
+        .service(resource("/answer").route(web::post().to(answer)))
+        .service(resource("/panic-body").route(web::post().to(panic_body)))
+        .service(resource("/panic").route(web::post().to(panics)))
 }
 
 fn created(n: usize, body: &str) -> Response {
@@ -246,6 +318,64 @@ fn created(n: usize, body: &str) -> Response {
     res
 }
 
+/// What `POST /answer` answers: the status named by the request's `x-status` header
+/// (`201` without one), a `Retry-After` when it has `x-retry-after`, `X-Run`, and the body
+/// `answer <run>`.
+fn answer_parts(n: usize, req: &http::HeaderMap) -> (StatusCode, Vec<(String, String)>, String) {
+    let status = req
+        .get("x-status")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .and_then(|s| StatusCode::from_u16(s).ok())
+        .unwrap_or(StatusCode::CREATED);
+    let mut headers = vec![("x-run".to_owned(), n.to_string())];
+    if let Some(after) = req.get("x-retry-after").and_then(|v| v.to_str().ok()) {
+        headers.push(("retry-after".to_owned(), after.to_owned()));
+    }
+    (status, headers, format!("answer {n}"))
+}
+
+fn answer(n: usize, req: &http::HeaderMap) -> Response {
+    let (status, headers, body) = answer_parts(n, req);
+    let mut res = (status, body).into_response();
+    for (name, value) in headers {
+        res.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    res
+}
+
+/// A response body that panics when it is first polled.
+struct PanicBody;
+
+impl http_body::Body for PanicBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        panic!("the response body panics (on purpose: a test)")
+    }
+}
+
+impl actix_web::body::MessageBody for PanicBody {
+    type Error = std::convert::Infallible;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Stream
+    }
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        panic!("the response body panics (on purpose: a test)")
+    }
+}
+
 fn key(k: &str) -> [(&'static str, String); 1] {
     [("idempotency-key", format!("\"{k}\""))]
 }
@@ -259,6 +389,11 @@ async fn post_with(server: &TestServer, path: &str, k: &str, body: &str) -> Repl
 
 fn preset(table: &super::LockTable) -> IdempotencyLayerBuilder {
     LockLayer::idempotency(table.engine())
+}
+
+/// The preset with the drain of a body nobody reads bounded to a short time.
+fn drain_bounded(builder: IdempotencyLayerBuilder) -> IdempotencyLayerBuilder {
+    builder
 }
 
 /// Wait (bounded) until `key` has a record: the first request's response is stored when
@@ -624,6 +759,295 @@ pub async fn bad_keys_are_400_and_oversized_requests_413(on: Stack) {
         .await;
 }
 
+/// The quick-start preset (no scope chosen) never hands one caller's stored response to
+/// another caller who happens to send the same key and body: `build()` refuses a preset
+/// without a scope decision and names the choices.
+pub async fn the_quick_start_preset_never_replays_a_response_to_another_caller(on: Stack) {
+    let table = on.table("replay-callers").await;
+    let built = LockLayer::idempotency(table.engine()).build();
+    let layer = match built {
+        Err(error) => {
+            let text = error.to_string();
+            for choice in ["per_principal", "scope_by", "unscoped"] {
+                assert!(text.contains(choice), "{text:?} names {choice}");
+            }
+            return;
+        }
+        Ok(layer) => layer,
+    };
+    // If it builds, two callers must still never share an answer.
+    let app = replay_app(on, layer).await;
+    let send = |user: &'static str| {
+        let server = app.server.clone();
+        async move {
+            server
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[
+                        ("idempotency-key", "\"order-1\""),
+                        ("authorization", &format!("Bearer {user}")),
+                    ],
+                    "{\"sku\":42}",
+                )
+                .await
+        }
+    };
+    let alice = send("alice").await;
+    assert_eq!(alice.status, StatusCode::CREATED);
+    until_recorded(&table, "order-1").await;
+    let bob = send("bob").await;
+    assert_ne!(
+        bob.header("idempotent-replayed"),
+        Some("true"),
+        "bob was handed alice's stored response: {:?}",
+        bob.text()
+    );
+}
+
+/// A key reused for the same path on another host name is a `422`, not a replay of the
+/// other host's response.
+pub async fn a_key_reused_on_another_host_is_422(on: Stack) {
+    let table = on.table("replay-host").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    let send = |host: &'static str| {
+        let server = app.server.clone();
+        async move {
+            server
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[("idempotency-key", "\"h1\""), ("host", host)],
+                    "same",
+                )
+                .await
+        }
+    };
+    let first = send("tenant-1.example").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    until_recorded(&table, "h1").await;
+    let same_host = send("tenant-1.example").await;
+    assert_eq!(same_host.header("idempotent-replayed"), Some("true"));
+    let other = send("tenant-2.example").await;
+    assert_eq!(
+        other.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "another host was answered {} {:?}",
+        other.status,
+        other.text()
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Every value of a fingerprinted header counts, in order: a retry that differs only in
+/// a second value is a `422`.
+pub async fn every_value_of_a_fingerprinted_header_counts(on: Stack) {
+    let table = on.table("replay-values").await;
+    let layer = preset(&table)
+        .fingerprint_headers([http::HeaderName::from_static("x-scope")])
+        .build()
+        .unwrap();
+    let app = replay_app(on, layer).await;
+    let send = |second: &'static str| {
+        let server = app.server.clone();
+        async move {
+            server
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[
+                        ("idempotency-key", "\"v1\""),
+                        ("x-scope", "read"),
+                        ("x-scope", second),
+                    ],
+                    "same",
+                )
+                .await
+        }
+    };
+    assert_eq!(send("write").await.status, StatusCode::CREATED);
+    until_recorded(&table, "v1").await;
+    assert_eq!(
+        send("write").await.header("idempotent-replayed"),
+        Some("true")
+    );
+    let other = send("admin").await;
+    assert_eq!(
+        other.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a different second value was answered {} {:?}",
+        other.status,
+        other.text()
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+/// An answer that means "this did not happen, try again" is never stored: `408`, `409`,
+/// `423`, `425`, `429`, `5xx`, anything with `Retry-After`, and by default `401`, `403`
+/// and `407`. The retry runs the handler again.
+pub async fn answers_that_mean_try_again_are_never_stored(on: Stack) {
+    let table = on.table("replay-transient").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    let cases: [(&str, Option<&str>); 11] = [
+        ("408", None),
+        ("409", None),
+        ("423", Some("30")),
+        ("425", None),
+        ("429", Some("5")),
+        ("503", Some("1")),
+        ("401", None),
+        ("403", None),
+        ("407", None),
+        ("202", Some("10")),
+        ("200", Some("3")),
+    ];
+    let mut runs = 0;
+    for (status, retry_after) in cases {
+        let k = format!("\"t-{status}\"");
+        let mut headers = vec![("idempotency-key", k.as_str()), ("x-status", status)];
+        if let Some(after) = retry_after {
+            headers.push(("x-retry-after", after));
+        }
+        for _ in 0..2 {
+            let reply = app
+                .server
+                .send_body("POST", "/answer", &headers, "same")
+                .await;
+            runs += 1;
+            assert_eq!(reply.status.as_str(), status);
+            assert_eq!(
+                reply.header("idempotent-replayed"),
+                None,
+                "{status} (retry-after {retry_after:?}) was stored and replayed"
+            );
+            assert_eq!(reply.header("x-run"), Some(runs.to_string().as_str()));
+        }
+    }
+    let keys: Vec<String> = cases
+        .iter()
+        .map(|(status, _)| idempotency_lock_key(&format!("t-{status}")))
+        .collect();
+    table.assert_only_records(&keys, 0).await;
+}
+
+/// A response body that panics, or a handler that panics, costs only its own request:
+/// the server keeps serving, nothing is stored, and the key is released at once.
+pub async fn a_panicking_body_or_handler_costs_only_its_own_request(on: Stack) {
+    let table = on.table("replay-panic").await;
+    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    for (path, k) in [("/panic-body", "p1"), ("/panic", "p2")] {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\nidempotency-key: \"{k}\"\r\ncontent-length: 0\r\n\r\n"
+        );
+        let mut stream = app.server.raw(&request).await;
+        // Whatever the server manages to send, the connection ends.
+        let mut buf = [0u8; 1024];
+        while matches!(
+            tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await,
+            Ok(Ok(n)) if n > 0
+        ) {}
+        // The server is alive and serves the next request.
+        let next = post_with(&app.server, "/orders", &format!("after-{k}"), "x").await;
+        assert_eq!(next.status, StatusCode::CREATED, "after {path}");
+    }
+    let mut keys: Vec<String> = ["p1", "p2"]
+        .iter()
+        .map(|k| idempotency_lock_key(k))
+        .collect();
+    // Nothing stored for the panicking requests (their keys are free within 5 s, not a
+    // lease TTL); the two requests after them are.
+    keys.extend(
+        ["after-p1", "after-p2"]
+            .iter()
+            .map(|k| idempotency_lock_key(k)),
+    );
+    table.assert_only_records(&keys, 2).await;
+    for k in ["p1", "p2"] {
+        let key = tower_lock::LockKey::new(idempotency_lock_key(k)).unwrap();
+        assert!(table.engine().record(&key).await.unwrap().is_none(), "{k}");
+    }
+}
+
+/// A response body that never ends after its client left (a stream answering a keyed
+/// `POST`) is drained for a bounded time only: then the request is recorded as completed
+/// but not stored (a retry is `409 response-not-stored`, never a second run), and the key
+/// is released.
+pub async fn an_endless_body_after_its_client_left_is_cut_off(on: Stack) {
+    let table = on.table("replay-endless").await;
+    let layer = drain_bounded(preset(&table)).build().unwrap();
+    let mut app = replay_app(on, layer).await;
+    let request =
+        "POST /stream HTTP/1.1\r\nhost: x\r\nidempotency-key: \"e1\"\r\ncontent-length: 0\r\n\r\n";
+    let mut stream = app.server.raw(request).await;
+    let tx = app.streams.recv().await.unwrap();
+    tx.send(Bytes::from_static(b"event 1\n")).await.unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("event 1") {
+        let mut buf = [0u8; 1024];
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(stream);
+    // The stream goes on (its sender stays alive), but nobody reads it any more.
+    until_recorded(&table, "e1").await;
+    let retry = post_with(&app.server, "/stream", "e1", "").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(
+        retry.json()["type"],
+        "urn:tower-lock:problem:response-not-stored"
+    );
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+    table
+        .assert_only_records(&[idempotency_lock_key("e1")], 1)
+        .await;
+    drop(tx);
+}
+
+/// Inside axum's nested routers the record is bound to the full original target: a key
+/// reused on `/v2/orders` after `/v1/orders`, or by tenant 2 after tenant 1 under
+/// `/tenants/{tenant}`, is a `422`, never the other route's stored response. (Tower only:
+/// actix sees the full path already, which the host and path scenarios cover.)
+pub async fn nested_routers_bind_records_to_the_full_target(backend: super::Backend) {
+    let on = Stack::new(Framework::Tower, backend);
+    let table = on.table("replay-nested").await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let orders = {
+        let runs = runs.clone();
+        move |body: String| {
+            let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+            async move { created(n, &body) }
+        }
+    };
+    let inner = axum::Router::new()
+        .route("/orders", post(orders))
+        .layer(preset(&table).build().unwrap());
+    let app = axum::Router::new()
+        .nest("/v1", inner.clone())
+        .nest("/v2", inner.clone())
+        .nest("/tenants/{tenant}", inner);
+    let server = serve(app).await;
+    for (first, second, k) in [
+        ("/v1/orders", "/v2/orders", "n1"),
+        ("/tenants/1/orders", "/tenants/2/orders", "n2"),
+    ] {
+        let one = post_with(&server, first, k, "same").await;
+        assert_eq!(one.status, StatusCode::CREATED, "{first}");
+        until_recorded(&table, k).await;
+        let again = post_with(&server, first, k, "same").await;
+        assert_eq!(again.header("idempotent-replayed"), Some("true"), "{first}");
+        let other = post_with(&server, second, k, "same").await;
+        assert_eq!(
+            other.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{second} after {first} was answered {} {:?}",
+            other.status,
+            other.text()
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 /// Instantiate the replay scenarios on one framework and one backend.
 #[macro_export]
 macro_rules! replay_scenarios {
@@ -640,6 +1064,12 @@ macro_rules! replay_scenarios {
             an_oversized_response_is_not_replayed_nor_run_again,
             records_expire_after_the_retention,
             bad_keys_are_400_and_oversized_requests_413,
+            the_quick_start_preset_never_replays_a_response_to_another_caller,
+            a_key_reused_on_another_host_is_422,
+            every_value_of_a_fingerprinted_header_counts,
+            answers_that_mean_try_again_are_never_stored,
+            a_panicking_body_or_handler_costs_only_its_own_request,
+            an_endless_body_after_its_client_left_is_cut_off,
         );
     };
     (@cases $framework:ident $backend:ident; $($case:ident),* $(,)?) => {
