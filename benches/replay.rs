@@ -50,6 +50,7 @@ fn bare() -> Router {
 
 fn replaying(engine: LockEngine) -> Router {
     let layer = LockLayer::idempotency(engine)
+        .unscoped()
         .max_request_body(2 << 20)
         .build()
         .expect("valid layer");

@@ -224,6 +224,16 @@ impl LockLayerBuilder {
         self
     }
 
+    /// The key extractor, already shared (the idempotency builder composes its own).
+    pub(crate) fn key_shared(mut self, extractor: Arc<dyn KeyExtractor>) -> Self {
+        self.extractor = Some(extractor);
+        self
+    }
+
+    pub(crate) fn backend_failure_policy(&self) -> BackendFailurePolicy {
+        self.backend_failure
+    }
+
     pub(crate) fn replaying(mut self) -> Self {
         self.replaying = true;
         self

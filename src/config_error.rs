@@ -2,7 +2,7 @@
 
 use std::{error::Error as StdError, fmt, time::Duration};
 
-use crate::error::KeyError;
+use crate::{error::KeyError, options::BackendFailurePolicy};
 
 /// A [`LockLayerBuilder`](crate::LockLayerBuilder) configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,13 @@ pub enum ConfigError {
     RecordsUnsupported,
     /// Idempotency replay: the named limit (or the retention) is zero.
     ZeroLimit(&'static str),
+    /// Idempotency replay: no scope was chosen, so one caller could be handed another's
+    /// stored response. Choose `per_principal::<P>()`, `scope_by(extractor)` or
+    /// `unscoped()`.
+    IdempotencyScope,
+    /// Idempotency replay: a failure policy other than fail-closed would run a request
+    /// without its record, so a completed request could run twice.
+    IdempotencyFailurePolicy(BackendFailurePolicy),
 }
 
 impl fmt::Display for ConfigError {
@@ -50,6 +57,16 @@ impl fmt::Display for ConfigError {
                 "idempotency replay needs a backend that keeps records (the in-process and Redis backends do); use .without_replay() otherwise",
             ),
             ConfigError::ZeroLimit(name) => write!(f, "`{name}` must be greater than zero"),
+            ConfigError::IdempotencyScope => f.write_str(
+                "the idempotency preset needs a scope, or it would replay one caller's stored response to any other caller who sends the same key: \
+                 .per_principal::<P>() (an identity your authentication layer put in the request extensions), \
+                 .scope_by(extractor) (a scope the server derives, e.g. a verified tenant), \
+                 or .unscoped() for anonymous public endpoints",
+            ),
+            ConfigError::IdempotencyFailurePolicy(policy) => write!(
+                f,
+                "the idempotency preset cannot use {policy:?}: running a request without its record would run a completed request twice; it fails closed (503) while the backend is down"
+            ),
             ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
             ConfigError::TtlTooShort(ttl) => {
                 write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")

@@ -20,15 +20,9 @@
 use tower_layer::Layer;
 
 use crate::{
-    builder::LockLayerBuilder,
-    engine::LockEngine,
-    idempotency::IdempotencyLayerBuilder,
-    integration::RequestLocker,
-    key::{IdempotencyKey, PrincipalScopedKey},
-    metrics::LockMetrics,
-    options::MissingKeyPolicy,
-    reject::RejectionKind,
-    service::LockService,
+    builder::LockLayerBuilder, engine::LockEngine, idempotency::IdempotencyLayerBuilder,
+    integration::RequestLocker, metrics::LockMetrics, options::MissingKeyPolicy,
+    reject::RejectionKind, service::LockService,
 };
 
 /// Serializes the wrapped service per lock key; see the [crate docs](crate).
@@ -56,16 +50,34 @@ impl LockLayer {
     /// stored response replayed (`422` if its request differs); see
     /// [`idempotency`](crate::idempotency). It applies to `POST` and `PATCH` (the methods
     /// that are not idempotent by definition); other methods pass through untouched
-    /// (change with [`IdempotencyLayerBuilder::methods`]). Scope keys by tenant or
-    /// principal with `.key(ScopedKey::new(header, IdempotencyKey::new()))`.
-    /// [`without_replay`](IdempotencyLayerBuilder::without_replay) keeps only the `409`.
+    /// (change with [`IdempotencyLayerBuilder::methods`]).
+    ///
+    /// **Say whose requests share records** before building: per principal
+    /// ([`per_principal`](IdempotencyLayerBuilder::per_principal), an identity your
+    /// authentication layer put in the request extensions), by a scope the server derives
+    /// ([`scope_by`](IdempotencyLayerBuilder::scope_by)), or explicitly
+    /// [`unscoped`](IdempotencyLayerBuilder::unscoped) for anonymous public endpoints.
+    /// Without a decision, [`build`](IdempotencyLayerBuilder::build) refuses
+    /// ([`ConfigError::IdempotencyScope`](crate::ConfigError::IdempotencyScope)): two
+    /// callers sending the same key (`order-1` is common) would otherwise be handed each
+    /// other's stored responses.
     ///
     /// ```
-    /// use http::HeaderName;
-    /// use tower_lock::{LockEngine, LockLayer, key::{IdempotencyKey, ScopedKey}};
+    /// use std::fmt;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// /// What the application's authentication layer puts in the request extensions.
+    /// #[derive(Clone)]
+    /// struct AccountId(u64);
+    ///
+    /// impl fmt::Display for AccountId {
+    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    ///         write!(f, "{}", self.0)
+    ///     }
+    /// }
     ///
     /// let layer = LockLayer::idempotency(LockEngine::in_memory())
-    ///     .key(ScopedKey::new(HeaderName::from_static("x-tenant-id"), IdempotencyKey::new()))
+    ///     .per_principal::<AccountId>()
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;
@@ -73,41 +85,20 @@ impl LockLayer {
     pub fn idempotency(engine: LockEngine) -> IdempotencyLayerBuilder {
         IdempotencyLayerBuilder::new(
             LockLayerBuilder::new(engine)
-                .key(IdempotencyKey::new())
                 .on_missing_key(MissingKeyPolicy::Reject)
                 .busy(RejectionKind::Conflict)
                 .methods([http::Method::POST, http::Method::PATCH]),
         )
     }
 
-    /// The idempotency preset with each key scoped by the authenticated principal: the
-    /// `P` an authentication middleware put in the request extensions (its `Display` is
-    /// the scope). A request without a `P` is answered `400` like one without a key; put
-    /// the authentication layer outside this one.
-    ///
-    /// ```
-    /// use std::fmt;
-    /// use tower_lock::{LockEngine, LockLayer};
-    ///
-    /// #[derive(Clone)]
-    /// struct UserId(u64);
-    ///
-    /// impl fmt::Display for UserId {
-    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    ///         write!(f, "{}", self.0)
-    ///     }
-    /// }
-    ///
-    /// let layer = LockLayer::idempotency_per_principal::<UserId>(LockEngine::in_memory())
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
+    /// The idempotency preset scoped per principal:
+    /// `LockLayer::idempotency(engine).per_principal::<P>()` (see
+    /// [`IdempotencyLayerBuilder::per_principal`]).
     pub fn idempotency_per_principal<P>(engine: LockEngine) -> IdempotencyLayerBuilder
     where
         P: std::fmt::Display + Send + Sync + 'static,
     {
-        Self::idempotency(engine).key(PrincipalScopedKey::<P, _>::new(IdempotencyKey::new()))
+        Self::idempotency(engine).per_principal::<P>()
     }
 
     /// The layer's counters and histograms.

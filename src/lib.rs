@@ -54,7 +54,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = LockLayer::idempotency(LockEngine::in_memory()).build()?;
+//! let layer = LockLayer::idempotency(LockEngine::in_memory()).unscoped().build()?;
 //! let service = ServiceBuilder::new()
 //!     .layer(layer.clone())
 //!     // The inner service gets the request body the layer read to fingerprint it.

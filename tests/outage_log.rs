@@ -185,6 +185,7 @@ async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     let server = RedisServer::start();
     let engine = engine(&server, "outage", Some(Duration::from_millis(200))).await;
     let replay = LockLayer::idempotency(engine)
+        .unscoped()
         .metrics_name("orders")
         .build_replay_locker()
         .unwrap();

@@ -25,6 +25,7 @@ const CHILD: &str = "TOWER_LOCK_REPLAY_CHILD";
 
 fn layer(engine: LockEngine) -> IdempotencyLayer {
     LockLayer::idempotency(engine)
+        .unscoped()
         .ttl(Duration::from_secs(1))
         .build()
         .unwrap()

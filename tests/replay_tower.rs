@@ -48,7 +48,10 @@ fn full(status: StatusCode, text: &'static str) -> Response<Body> {
 }
 
 fn layer(engine: &LockEngine) -> IdempotencyLayer {
-    LockLayer::idempotency(engine.clone()).build().unwrap()
+    LockLayer::idempotency(engine.clone())
+        .unscoped()
+        .build()
+        .unwrap()
 }
 
 #[tokio::test]
@@ -321,7 +324,10 @@ async fn a_holder_whose_lease_was_taken_stores_nothing_and_it_is_counted() {
 fn replay_needs_a_backend_that_keeps_records() {
     let engine = LockEngine::new(Scripted::core_only());
     assert_eq!(
-        LockLayer::idempotency(engine.clone()).build().unwrap_err(),
+        LockLayer::idempotency(engine.clone())
+            .unscoped()
+            .build()
+            .unwrap_err(),
         ConfigError::RecordsUnsupported
     );
     // Without replay, the preset needs nothing but the core.
@@ -336,7 +342,7 @@ fn limits_and_retention_are_checked() {
     let engine = LockEngine::in_memory();
     let build =
         |f: fn(tower_lock::IdempotencyLayerBuilder) -> tower_lock::IdempotencyLayerBuilder| {
-            f(LockLayer::idempotency(engine.clone()))
+            f(LockLayer::idempotency(engine.clone()).unscoped())
                 .build()
                 .unwrap_err()
         };
@@ -355,6 +361,10 @@ fn limits_and_retention_are_checked() {
     assert_eq!(
         build(|b| b.retention(Duration::from_secs(400 * 24 * 3600))),
         ConfigError::TooLong("retention")
+    );
+    assert_eq!(
+        build(|b| b.max_drain_time(Duration::ZERO)),
+        ConfigError::ZeroLimit("max_drain_time")
     );
 }
 
@@ -429,14 +439,19 @@ fn the_preset_refuses_to_run_without_its_record() {
         BackendFailurePolicy::Degrade,
     ] {
         let built = LockLayer::idempotency(LockEngine::in_memory())
-            .on_backend_failure(policy)
+            .unscoped()
+            .lock(|l| l.on_backend_failure(policy))
             .build();
         let err = built.map(|_| ()).expect_err("refused");
-        assert!(
-            err.to_string().contains("run twice") || err.to_string().contains("twice"),
-            "{policy:?}: {err}"
-        );
+        assert_eq!(err, ConfigError::IdempotencyFailurePolicy(policy));
+        assert!(err.to_string().contains("twice"), "{policy:?}: {err}");
     }
+    // Fail-closed (the default) builds.
+    LockLayer::idempotency(LockEngine::in_memory())
+        .unscoped()
+        .lock(|l| l.on_backend_failure(BackendFailurePolicy::FailClosed))
+        .build()
+        .unwrap();
 }
 
 /// A per-tenant lock inside the preset answers `423 Locked` while another request holds

@@ -3,6 +3,7 @@
 
 use std::{
     fmt,
+    panic::{self, AssertUnwindSafe},
     pin::Pin,
     task::{Context, Poll, ready},
 };
@@ -173,7 +174,18 @@ where
         let Some(body) = self.body.as_mut() else {
             return Poll::Ready(None);
         };
-        let frame = ready!(body.as_mut().poll_frame(cx));
+        let frame = match panic::catch_unwind(AssertUnwindSafe(|| body.as_mut().poll_frame(cx))) {
+            Ok(poll) => ready!(poll),
+            Err(panic) => {
+                // The body panicked: it must not be polled again, not even by the drain
+                // that a drop would start (a panic inside the unwinding would abort the
+                // process). Release the key, store nothing, and let the panic cost this
+                // response alone.
+                self.body = None;
+                self.capture = None;
+                panic::resume_unwind(panic)
+            }
+        };
         let ended = match &frame {
             Some(Ok(frame)) => {
                 if let Some(capture) = &mut self.capture {
@@ -212,6 +224,11 @@ impl<B> Drop for Capturing<B> {
         // already there (a full body, say) is read here, so the record is in place
         // before the drop returns; only a body still being produced goes to a task.
         if let (Some(body), Some(capture)) = (self.body.take(), self.capture.take()) {
+            if std::thread::panicking() {
+                // Dropped while something unwinds: polling user code now could panic
+                // inside the panic (an abort). Release, store nothing.
+                return;
+            }
             (self.drain)(body, capture);
         }
     }

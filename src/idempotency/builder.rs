@@ -4,16 +4,19 @@
 use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use http::HeaderName;
+use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::{
-    fingerprint::FingerprintFn,
+    fingerprint::{FingerprintFn, FingerprintKind},
     layer::IdempotencyLayer,
-    replay_locker::{ReplayLocker, ReplayOptions},
+    replay_locker::{ReplayHook, ReplayLocker, ReplayOptions, StoreFn},
+    scope::{Principal, Scope},
 };
 use crate::{
-    BackendFailurePolicy, ConfigError, LockLayerBuilder, engine::MAX_TTL, key::KeyExtractor,
-    key::RequestView, reject::Rejection,
+    BackendFailurePolicy, ConfigError, LockLayerBuilder,
+    engine::MAX_TTL,
+    key::{IdempotencyKey, KeyExtractor, RequestView},
+    reject::Rejection,
 };
 
 /// An [`IdempotencyLayer`] under construction, from
@@ -23,6 +26,10 @@ use crate::{
 pub struct IdempotencyLayerBuilder {
     lock: LockLayerBuilder,
     options: ReplayOptions,
+    /// The idempotency key within the scope.
+    key: Arc<dyn KeyExtractor>,
+    /// `None` until the user decides; `build` refuses that.
+    scope: Option<Scope>,
 }
 
 impl fmt::Debug for IdempotencyLayerBuilder {
@@ -30,6 +37,8 @@ impl fmt::Debug for IdempotencyLayerBuilder {
         let o = &self.options;
         f.debug_struct("IdempotencyLayerBuilder")
             .field("lock", &self.lock)
+            .field("key", &self.key.kind())
+            .field("scope", &self.scope)
             .field("retention", &o.retention)
             .field("max_request_body", &o.max_request_body)
             .field("max_response_body", &o.max_response_body)
@@ -42,6 +51,11 @@ impl fmt::Debug for IdempotencyLayerBuilder {
 /// Stored responses are kept for a day unless set otherwise.
 const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How long the body of a response whose client left is read for its record, unless set
+/// otherwise: long enough for any response that ends, short enough that a stream that
+/// never ends (server-sent events answering a keyed `POST`) frees its key.
+const DEFAULT_MAX_DRAIN_TIME: Duration = Duration::from_secs(60);
+
 impl IdempotencyLayerBuilder {
     pub(crate) fn new(lock: LockLayerBuilder) -> Self {
         IdempotencyLayerBuilder {
@@ -53,17 +67,94 @@ impl IdempotencyLayerBuilder {
                 max_response_headers: 16 << 10,
                 max_request_body: 1 << 20,
                 retention: DEFAULT_RETENTION,
+                max_drain_time: DEFAULT_MAX_DRAIN_TIME,
                 fingerprint_headers: Vec::new(),
-                fingerprint: None,
+                fingerprint: FingerprintKind::Sha256,
+                store_if: None,
+                on_replay: None,
+                scope: Scope::Unscoped,
             },
+            key: Arc::new(IdempotencyKey::new()),
+            scope: None,
         }
+    }
+
+    /// Scope records by the authenticated principal: the `P` an authentication layer put
+    /// in the request extensions (its `Display` is the scope). A stored response is then
+    /// replayed only to requests of the same principal; a request without a `P` has no
+    /// key (`400`). Put the authentication layer outside this one. (actix-web requests
+    /// carry no `http` extensions: scope them with [`scope_by`](Self::scope_by) and
+    /// `tower_lock_actix::http_request`.)
+    ///
+    /// ```
+    /// use std::fmt;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// #[derive(Clone)]
+    /// struct UserId(u64);
+    ///
+    /// impl fmt::Display for UserId {
+    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    ///         write!(f, "{}", self.0)
+    ///     }
+    /// }
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .per_principal::<UserId>()
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn per_principal<P>(self) -> Self
+    where
+        P: std::fmt::Display + Send + Sync + 'static,
+    {
+        self.scope_by(Principal::<P>::new())
+    }
+
+    /// Scope records by what `scope` extracts from the request: a tenant the server
+    /// derived, a principal read by a closure. Only use a value the server vouches for
+    /// (set by an authentication layer or a gateway that strips it from client input): a
+    /// header the client sets freely lets a client choose whose records it shares. A
+    /// request without a scope has no key (`400`).
+    ///
+    /// ```
+    /// use tower_lock::{LockEngine, LockLayer, key::RequestView};
+    ///
+    /// /// Set by the API gateway after it checked the caller's token (and stripped from
+    /// /// what clients send).
+    /// const VERIFIED_TENANT: &str = "x-verified-tenant";
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .scope_by(|req: &dyn RequestView| {
+    ///         let tenant = req.header(VERIFIED_TENANT)?;
+    ///         Some(String::from_utf8_lossy(tenant).into_owned())
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn scope_by(mut self, scope: impl KeyExtractor) -> Self {
+        self.scope = Some(Scope::By(Arc::new(scope)));
+        self
+    }
+
+    /// Share records among every caller: a key sent by anyone replays the response stored
+    /// for anyone else who sent it. Only for anonymous public endpoints, where there is no
+    /// caller identity to scope by and the responses hold nothing private.
+    pub fn unscoped(mut self) -> Self {
+        self.scope = Some(Scope::Unscoped);
+        self
     }
 
     /// Keep today's behaviour of the preset without replay: a duplicate in flight is
     /// answered `409`, a retry after completion runs again, nothing is stored and the
-    /// request body is not read by the layer. Returns the plain [`LockLayerBuilder`].
+    /// request body is not read by the layer. Returns the plain [`LockLayerBuilder`],
+    /// keyed by the idempotency key within the scope (unscoped when none was chosen:
+    /// without records there is nothing to hand to another caller).
     pub fn without_replay(self) -> LockLayerBuilder {
-        self.lock
+        let key = self.scope.unwrap_or(Scope::Unscoped).key(self.key);
+        self.lock.key_shared(key)
     }
 
     /// Change the lock settings (anything a [`LockLayerBuilder`] sets: TTL, FIFO, waiter
@@ -74,6 +165,7 @@ impl IdempotencyLayerBuilder {
     /// use tower_lock::{LockEngine, LockLayer};
     ///
     /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .unscoped()
     ///     .lock(|l| l.ttl(Duration::from_secs(10)).max_waiters(8))
     ///     .wait(Duration::from_secs(5))
     ///     .build()
@@ -85,10 +177,30 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// The key extractor (default: the `Idempotency-Key` header); see
-    /// [`LockLayerBuilder::key`].
-    pub fn key(self, extractor: impl KeyExtractor) -> Self {
-        self.lock(|l| l.key(extractor))
+    /// The idempotency key within the scope (default: the `Idempotency-Key` header, see
+    /// [`IdempotencyKey`]). The scope is set apart: [`per_principal`](Self::per_principal),
+    /// [`scope_by`](Self::scope_by) or [`unscoped`](Self::unscoped).
+    pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
+        self.key = Arc::new(extractor);
+        self
+    }
+
+    /// Read the idempotency key from the header called `name` instead of
+    /// `Idempotency-Key` (`X-Idempotency-Key` is common), with the same syntax.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .key_header(HeaderName::from_static("x-idempotency-key"))
+    ///     .unscoped()
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn key_header(self, name: HeaderName) -> Self {
+        self.key(IdempotencyKey::header(name))
     }
 
     /// The namespace of the layer's keys and records; see [`LockLayerBuilder::namespace`].
@@ -118,12 +230,6 @@ impl IdempotencyLayerBuilder {
         self.lock(|l| l.ttl(ttl))
     }
 
-    /// What to do when the backend fails; see [`BackendFailurePolicy`]. Under
-    /// [`Degrade`](BackendFailurePolicy::Degrade) nothing is stored while it is down.
-    pub fn on_backend_failure(self, policy: BackendFailurePolicy) -> Self {
-        self.lock(|l| l.on_backend_failure(policy))
-    }
-
     /// The base URI of problem types; see [`LockLayerBuilder::problem_type_base`].
     pub fn problem_type_base(self, base: impl Into<String>) -> Self {
         self.lock(|l| l.problem_type_base(base))
@@ -151,9 +257,73 @@ impl IdempotencyLayerBuilder {
     }
 
     /// Also store (and replay) `5xx` responses, as Stripe does (default: not stored, so a
-    /// retry runs again). `408`, `425` and `429` are never stored.
+    /// retry runs again). A `5xx` with `Retry-After` is never stored, nor `503`.
     pub fn store_server_errors(mut self, store: bool) -> Self {
         self.options.store_server_errors = store;
+        self
+    }
+
+    /// Decide which of the remaining responses are stored. Responses that mean "this did
+    /// not happen, try again" are never stored, whatever `f` says: `408`, `409`, `423`,
+    /// `425`, `429`, `503`, any other `5xx` (unless
+    /// [`store_server_errors`](Self::store_server_errors)), anything with `Retry-After`, and
+    /// any response carrying the [`NotStored`](super::NotStored) mark. For the rest `f`
+    /// decides; the default stores everything but `401`, `403` and `407` (an answer about
+    /// credentials, which a retry after logging in must not meet again).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// // Store only successes: a validation error (422) runs again on the next try.
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .unscoped()
+    ///     .store_if(|status: StatusCode, _headers: &http::HeaderMap| status.is_success())
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn store_if<F>(mut self, f: F) -> Self
+    where
+        F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
+    {
+        let f: StoreFn = Arc::new(f);
+        self.options.store_if = Some(f);
+        self
+    }
+
+    /// Adjust every replayed response before it is sent (it already carries the
+    /// [replayed header](Self::replayed_header)): add a header, rewrite a field.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::HeaderValue;
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .unscoped()
+    ///     .on_replay(|res: &mut http::Response<Bytes>| {
+    ///         res.headers_mut().insert("cache-control", HeaderValue::from_static("no-store"));
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn on_replay<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&mut http::Response<Bytes>) + Send + Sync + 'static,
+    {
+        let f: ReplayHook = Arc::new(f);
+        self.options.on_replay = Some(f);
+        self
+    }
+
+    /// How long the rest of a response body is read after its client left, to store it
+    /// (default 60 s). A body still going when this runs out (a stream that never ends)
+    /// is recorded as completed but not stored: a retry gets `409` `response-not-stored`,
+    /// never a second run, and the key is released.
+    pub fn max_drain_time(mut self, limit: Duration) -> Self {
+        self.options.max_drain_time = limit;
         self
     }
 
@@ -193,15 +363,37 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// Replace the default fingerprint (SHA-256 over the method, path, query, content
-    /// type, the [named headers](Self::fingerprint_headers) and the body) with `f`, which
-    /// gets the request and its whole body: for example a hash of canonical JSON.
+    /// Fingerprint a JSON body by its meaning rather than its bytes: object keys sorted,
+    /// whitespace dropped, strings and numbers written in one form, so `{"a":1, "b":2}`
+    /// and `{"b": 2,"a":1}` are the same request. The rest of the fingerprint (method,
+    /// target, authority, content type, named headers) is unchanged. A body that is not
+    /// JSON is fingerprinted by its bytes.
+    ///
+    /// ```
+    /// use tower_lock::{LockEngine, LockLayer};
+    ///
+    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .unscoped()
+    ///     .canonical_json()
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn canonical_json(mut self) -> Self {
+        self.options.fingerprint = FingerprintKind::CanonicalJson;
+        self
+    }
+
+    /// Replace the default fingerprint (SHA-256 over the method, the full target, the
+    /// authority, the content type, the [named headers](Self::fingerprint_headers) and the
+    /// body) with `f`, which gets the request and its whole body.
     ///
     /// ```
     /// use bytes::Bytes;
     /// use tower_lock::{LockEngine, LockLayer, key::RequestView};
     ///
     /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    ///     .unscoped()
     ///     // Whitespace in a JSON body does not make it a different request.
     ///     .fingerprint_with(|req: &dyn RequestView, body: &[u8]| {
     ///         let compact: Vec<u8> = body.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
@@ -216,20 +408,29 @@ impl IdempotencyLayerBuilder {
         F: Fn(&dyn RequestView, &[u8]) -> Bytes + Send + Sync + 'static,
     {
         let f: FingerprintFn = Arc::new(f);
-        self.options.fingerprint = Some(f);
+        self.options.fingerprint = FingerprintKind::Custom(f);
         self
     }
 
-    /// Check the configuration and build the layer. Besides the lock settings' checks:
-    /// the engine's backend must keep records ([`ConfigError::RecordsUnsupported`]), the
-    /// limits must be above zero and the retention at most [`MAX_TTL`].
+    /// Check the configuration and build the layer. Besides the lock settings' checks: a
+    /// scope must have been chosen ([`ConfigError::IdempotencyScope`]), the failure policy
+    /// must be fail-closed ([`ConfigError::IdempotencyFailurePolicy`]), the engine's
+    /// backend must keep records ([`ConfigError::RecordsUnsupported`]), the limits must be
+    /// above zero and the retention at most [`MAX_TTL`].
     pub fn build(self) -> Result<IdempotencyLayer, ConfigError> {
         self.build_replay_locker().map(IdempotencyLayer::new)
     }
 
     /// Check the configuration and build the framework-neutral core (for framework
     /// integrations).
-    pub fn build_replay_locker(self) -> Result<ReplayLocker, ConfigError> {
+    pub fn build_replay_locker(mut self) -> Result<ReplayLocker, ConfigError> {
+        let scope = self.scope.take().ok_or(ConfigError::IdempotencyScope)?;
+        // Running without the record (open, or on a node-local lock that cannot read it)
+        // would run a completed request a second time.
+        let policy = self.lock.backend_failure_policy();
+        if policy != BackendFailurePolicy::FailClosed {
+            return Err(ConfigError::IdempotencyFailurePolicy(policy));
+        }
         let o = &self.options;
         for (name, value) in [
             ("max_request_body", o.max_request_body),
@@ -243,13 +444,18 @@ impl IdempotencyLayerBuilder {
         if o.retention < Duration::from_millis(1) {
             return Err(ConfigError::ZeroLimit("retention"));
         }
+        if o.max_drain_time.is_zero() {
+            return Err(ConfigError::ZeroLimit("max_drain_time"));
+        }
         if o.retention > MAX_TTL {
             return Err(ConfigError::TooLong("retention"));
         }
         if !self.lock.engine().has_records() {
             return Err(ConfigError::RecordsUnsupported);
         }
-        let locker = self.lock.replaying().build_locker()?;
+        let key = scope.key(self.key);
+        let locker = self.lock.key_shared(key).replaying().build_locker()?;
+        self.options.scope = scope;
         Ok(ReplayLocker::new(locker, self.options))
     }
 }

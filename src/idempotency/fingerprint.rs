@@ -13,14 +13,74 @@ use crate::key::RequestView;
 /// Two requests with one idempotency key and different fingerprints are answered `422`.
 pub type FingerprintFn = Arc<dyn Fn(&dyn RequestView, &[u8]) -> Bytes + Send + Sync>;
 
+/// Which fingerprint a layer takes.
+#[derive(Clone)]
+pub(crate) enum FingerprintKind {
+    /// [`Hasher`] over the body's bytes.
+    Sha256,
+    /// [`Hasher`] over the body's canonical JSON (its bytes when it is not JSON).
+    CanonicalJson,
+    /// The user's own.
+    Custom(FingerprintFn),
+}
+
+/// A JSON document written in one form: object keys sorted (by their UTF-8 bytes), no
+/// whitespace, strings and numbers as `serde_json` writes them. `None` if `body` is not
+/// JSON.
+pub(crate) fn canonical_json(body: &[u8]) -> Option<Vec<u8>> {
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut out = Vec::with_capacity(body.len());
+    write_canonical(&value, &mut out);
+    Some(out)
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
+    use serde_json::Value;
+    match value {
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            // Sorted here, whatever map type `serde_json` was built with (its
+            // `preserve_order` feature keeps insertion order).
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                serde_json::to_writer(&mut *out, key).expect("a string serializes");
+                out.push(b':');
+                write_canonical(item, out);
+            }
+            out.push(b'}');
+        }
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serializes"),
+    }
+}
+
 /// The default fingerprint, fed while the body streams in: SHA-256 over length-delimited
-/// fields (a version tag, the method, the path, the query, the content type, each header
-/// the layer names), then the body bytes and, last, the body's length.
+/// fields (a version tag, the method, the full original target's path and query, the
+/// authority, every value of the content type, and every value of each header the layer
+/// names), then the body bytes and, last, the body's length.
 ///
 /// Every field before the body carries its length (and absent values a marker of their
-/// own), and the body's length closes the input, so no two different requests feed the
-/// same bytes: moving a byte from the path into the query, or from one header into the
+/// own), each header's values are preceded by their count, and the body's length closes
+/// the input, so no two different requests feed the same bytes: moving a byte from the
+/// path into the query, from one header value into the next, or from one header into the
 /// next, changes the fingerprint.
+///
+/// The target is the one the client sent (axum's original URI inside a nested router), and
+/// the authority is part of it, so a key reused on another route or host name is another
+/// request (`422`), never a replay of that route's or host's response.
 pub(crate) struct Hasher {
     sha: Sha256,
     body_len: u64,
@@ -29,14 +89,16 @@ pub(crate) struct Hasher {
 impl Hasher {
     pub(crate) fn new(req: &dyn RequestView, headers: &[HeaderName]) -> Self {
         let mut sha = Sha256::new();
-        field(&mut sha, b"tower-lock fingerprint v1");
+        field(&mut sha, b"tower-lock fingerprint v2");
         field(&mut sha, req.method().as_bytes());
-        field(&mut sha, req.path().as_bytes());
-        optional(&mut sha, req.query().map(str::as_bytes));
-        optional(&mut sha, req.header("content-type"));
+        let (path, query) = req.original_target();
+        field(&mut sha, path.as_bytes());
+        optional(&mut sha, query.map(str::as_bytes));
+        optional(&mut sha, req.authority());
+        all_values(&mut sha, req, "content-type");
         for name in headers {
             field(&mut sha, name.as_str().as_bytes());
-            optional(&mut sha, req.header(name.as_str()));
+            all_values(&mut sha, req, name.as_str());
         }
         Hasher { sha, body_len: 0 }
     }
@@ -50,6 +112,15 @@ impl Hasher {
         self.sha.update(self.body_len.to_be_bytes());
         Bytes::copy_from_slice(&self.sha.finalize())
     }
+}
+
+/// How many values header `name` has, then each of them length-delimited (so that no
+/// values and one empty value differ, and values cannot shift between headers).
+fn all_values(sha: &mut Sha256, req: &dyn RequestView, name: &str) {
+    let mut count = 0u64;
+    req.header_values(name, &mut |_| count += 1);
+    sha.update(count.to_be_bytes());
+    req.header_values(name, &mut |value| field(sha, value));
 }
 
 fn field(sha: &mut Sha256, bytes: &[u8]) {
@@ -113,6 +184,19 @@ mod tests {
         assert_eq!(base, fp("/a?x=1", &[("x-trace", "1")], &[b"body"], &[]));
         // Empty query and no query differ.
         assert_ne!(fp("/a?", &[], &[], &[]), fp("/a", &[], &[], &[]));
+    }
+
+    #[test]
+    fn canonical_json_ignores_key_order_and_whitespace_only() {
+        let c = |s: &str| canonical_json(s.as_bytes());
+        assert_eq!(
+            c(r#"{"a":1, "b":[2, {"d":1,"c":2}]}"#),
+            c(r#"{ "b":[2,{"c":2,"d":1}],"a":1}"#)
+        );
+        assert_eq!(c(r#"{"b":1,"a":2}"#).unwrap(), br#"{"a":2,"b":1}"#);
+        assert_ne!(c(r#"{"a":1}"#), c(r#"{"a":2}"#));
+        assert_ne!(c(r#"[1,2]"#), c(r#"[2,1]"#), "array order counts");
+        assert_eq!(c("not json"), None);
     }
 
     #[test]

@@ -42,7 +42,9 @@ mod body;
 mod builder;
 mod fingerprint;
 mod layer;
+mod not_stored;
 mod replay_locker;
+mod scope;
 mod service;
 mod stored;
 
@@ -50,5 +52,6 @@ pub use body::{ReplayBody, RequestBody};
 pub use builder::IdempotencyLayerBuilder;
 pub use fingerprint::FingerprintFn;
 pub use layer::IdempotencyLayer;
+pub use not_stored::NotStored;
 pub use replay_locker::{Begin, Capture, Completion, ReplayLocker};
 pub use service::{IdempotencyFuture, IdempotencyService};

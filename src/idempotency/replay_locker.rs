@@ -7,7 +7,8 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use super::{
-    fingerprint::{FingerprintFn, Hasher},
+    fingerprint::{FingerprintFn, FingerprintKind, Hasher, canonical_json},
+    scope::Scope,
     stored::{self, Stored},
 };
 use crate::{
@@ -15,9 +16,15 @@ use crate::{
     integration::{LockGuard, Outcome, RequestLocker},
     key::RequestView,
     lease_info::LeaseInfo,
-    options::BackendFailurePolicy,
     reject::{Rejection, RejectionKind},
 };
+
+/// The user's say over which responses are stored (see
+/// [`IdempotencyLayerBuilder::store_if`](super::IdempotencyLayerBuilder::store_if)).
+pub(crate) type StoreFn = Arc<dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync>;
+
+/// The user's adjustment of replayed responses.
+pub(crate) type ReplayHook = Arc<dyn Fn(&mut http::Response<Bytes>) + Send + Sync>;
 
 /// The replay options, as the builder checked them.
 pub(crate) struct ReplayOptions {
@@ -27,8 +34,31 @@ pub(crate) struct ReplayOptions {
     pub(crate) max_response_headers: usize,
     pub(crate) max_request_body: usize,
     pub(crate) retention: Duration,
+    pub(crate) max_drain_time: Duration,
     pub(crate) fingerprint_headers: Vec<HeaderName>,
-    pub(crate) fingerprint: Option<FingerprintFn>,
+    pub(crate) fingerprint: FingerprintKind,
+    pub(crate) store_if: Option<StoreFn>,
+    pub(crate) on_replay: Option<ReplayHook>,
+    pub(crate) scope: Scope,
+}
+
+impl ReplayOptions {
+    /// Whether a response with this head is stored for replay. Answers that mean "this
+    /// did not happen, try again" never are, whatever the user's predicate says: a
+    /// replay would freeze a transient answer for the whole retention.
+    fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        let transient = matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429 | 503)
+            || (status.is_server_error() && !self.store_server_errors)
+            || headers.contains_key(http::header::RETRY_AFTER);
+        if transient {
+            return false;
+        }
+        match &self.store_if {
+            Some(store_if) => store_if(status, headers),
+            // An answer about credentials: the retry after logging in must run.
+            None => !matches!(status.as_u16(), 401 | 403 | 407),
+        }
+    }
 }
 
 struct Shared {
@@ -59,6 +89,8 @@ impl fmt::Debug for ReplayLocker {
             .field("max_response_body", &o.max_response_body)
             .field("max_response_headers", &o.max_response_headers)
             .field("store_server_errors", &o.store_server_errors)
+            .field("max_drain_time", &o.max_drain_time)
+            .field("scope", &o.scope)
             .finish_non_exhaustive()
     }
 }
@@ -68,8 +100,8 @@ impl fmt::Debug for ReplayLocker {
 pub enum Begin {
     /// Run the handler holding the key; capture its response into the [`Completion`].
     Run(Completion),
-    /// Run the handler without a lock and store nothing (the backend failed under the
-    /// fail-open policy).
+    /// Run the handler without a lock and store nothing (the lock passed the request
+    /// through).
     Unlocked,
     /// Answer with this stored response (its `Idempotent-Replayed` header included).
     Replay(http::Response<Bytes>),
@@ -123,9 +155,30 @@ impl ReplayLocker {
     pub(crate) fn fingerprinter(&self, req: &dyn RequestView) -> Fingerprinter {
         let o = &self.shared.options;
         match &o.fingerprint {
-            Some(f) => Fingerprinter::Custom(f.clone()),
-            None => Fingerprinter::Sha256(Hasher::new(req, &o.fingerprint_headers)),
+            FingerprintKind::Custom(f) => Fingerprinter::Custom(f.clone()),
+            FingerprintKind::Sha256 => {
+                Fingerprinter::Sha256(Hasher::new(req, &o.fingerprint_headers))
+            }
+            FingerprintKind::CanonicalJson => {
+                Fingerprinter::Json(Hasher::new(req, &o.fingerprint_headers))
+            }
         }
+    }
+
+    /// How long the rest of a response body is read after its client left (see
+    /// [`IdempotencyLayerBuilder::max_drain_time`](super::IdempotencyLayerBuilder::max_drain_time)).
+    pub fn max_drain_time(&self) -> Duration {
+        self.shared.options.max_drain_time
+    }
+
+    /// The lock key of the record for idempotency key `key` sent within `scope` (the
+    /// value the layer's scope takes: the principal's `Display`, the extractor's value;
+    /// `None` for an unscoped layer), for operators who inspect or delete one record.
+    /// `None` when `scope` does not fit the layer's (a scope given to an unscoped layer,
+    /// or none to a scoped one) or the key is not valid key material.
+    pub fn record_key(&self, scope: Option<&str>, key: &str) -> Option<LockKey> {
+        let value = self.shared.options.scope.value(scope, key)?;
+        self.shared.locker.lock_key(&value).ok()
     }
 
     /// The `413` rejection for a request body over [`max_request_body`](Self::max_request_body).
@@ -176,41 +229,21 @@ impl ReplayLocker {
         let locker = &self.shared.locker;
         let engine = locker.engine().clone();
         // Most retries find a completed record: answered in one read, without the lock.
-        let first = engine.record(&key).await;
-        if first.is_ok() {
-            locker.backend_ok();
-        }
-        match first {
-            Ok(Some(record)) => return self.answer(record, &fingerprint),
-            Ok(None) => {}
-            Err(error) => {
-                if let Some(begin) = self.read_failed(error) {
-                    return begin;
-                }
+        match engine.record(&key).await {
+            Ok(Some(record)) => {
+                locker.backend_ok();
+                return self.answer(record, &fingerprint);
             }
+            Ok(None) => locker.backend_ok(),
+            Err(error) => return self.read_failed(error),
         }
         let guard = match locker.clone().lock(key.clone()).await {
             Outcome::Locked(guard) => guard,
             Outcome::Unlocked => return Begin::Unlocked,
             Outcome::Rejected(rejection) => return Begin::Rejected(rejection),
         };
-        if guard.info().is_degraded() {
-            // The backend is down and only this node's lock is held: nothing can be
-            // read or stored. Run, as the degrade policy says, and keep nothing.
-            return Begin::Run(Completion::new(
-                guard,
-                fingerprint,
-                self.shared.clone(),
-                false,
-            ));
-        }
         match engine.record(&key).await {
-            Ok(None) => Begin::Run(Completion::new(
-                guard,
-                fingerprint,
-                self.shared.clone(),
-                true,
-            )),
+            Ok(None) => Begin::Run(Completion::new(guard, fingerprint, self.shared.clone())),
             Ok(Some(record)) => {
                 guard.release_now();
                 self.answer(record, &fingerprint)
@@ -218,34 +251,18 @@ impl ReplayLocker {
             Err(error) => {
                 guard.release_now();
                 self.read_failed(error)
-                    .unwrap_or_else(|| self.unavailable())
             }
         }
     }
 
-    /// A record read failed: `None` to go on to the lock (degrade), else the answer.
-    fn read_failed(&self, error: LockError) -> Option<Begin> {
-        let locker = &self.shared.locker;
-        if locker.backend_failure() != BackendFailurePolicy::Degrade {
-            // Logged as the lock's own failures are: once at the transition, then in
-            // periodic summaries. (Degrading, the acquisition that follows logs it.)
-            locker.backend_failed(&error);
-        }
-        match locker.backend_failure() {
-            BackendFailurePolicy::Degrade => {
-                tracing::debug!(%error, "reading the idempotency record failed; degrading");
-                None
-            }
-            BackendFailurePolicy::FailOpen => {
-                tracing::debug!(%error, "reading the idempotency record failed; running unlocked");
-                self.shared.locker.metrics().unlocked();
-                Some(Begin::Unlocked)
-            }
-            BackendFailurePolicy::FailClosed => {
-                tracing::debug!(%error, "reading the idempotency record failed; rejecting");
-                Some(self.unavailable())
-            }
-        }
+    /// A record read failed: the request cannot know whether it already ran, so it is
+    /// refused (`503`); the builder allows no other policy.
+    fn read_failed(&self, error: LockError) -> Begin {
+        // Logged as the lock's own failures are: once at the transition, then in periodic
+        // summaries.
+        self.shared.locker.backend_failed(&error);
+        tracing::debug!(%error, "reading the idempotency record failed; rejecting");
+        self.unavailable()
     }
 
     fn unavailable(&self) -> Begin {
@@ -276,6 +293,9 @@ impl ReplayLocker {
                     self.shared.options.replayed_header.clone(),
                     HeaderValue::from_static("true"),
                 );
+                if let Some(hook) = &self.shared.options.on_replay {
+                    hook(&mut res);
+                }
                 Begin::Replay(res)
             }
             Some(Stored::NotKept { status }) => Begin::Rejected(
@@ -300,6 +320,8 @@ impl ReplayLocker {
 /// The default or the user's fingerprint, fed while the body streams in.
 pub(crate) enum Fingerprinter {
     Sha256(Hasher),
+    /// Fed the whole body at the end, as canonical JSON.
+    Json(Hasher),
     Custom(FingerprintFn),
 }
 
@@ -313,6 +335,13 @@ impl Fingerprinter {
     pub(crate) fn finish(self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         match self {
             Fingerprinter::Sha256(h) => h.finish(),
+            Fingerprinter::Json(mut h) => {
+                match canonical_json(body) {
+                    Some(canonical) => h.update(&canonical),
+                    None => h.update(body),
+                }
+                h.finish()
+            }
             Fingerprinter::Custom(f) => f(req, body),
         }
     }
@@ -325,8 +354,6 @@ pub struct Completion {
     guard: LockGuard,
     fingerprint: Bytes,
     shared: Arc<Shared>,
-    /// `false` when nothing can be stored (a degraded, node-local lock).
-    store: bool,
 }
 
 impl fmt::Debug for Completion {
@@ -338,12 +365,11 @@ impl fmt::Debug for Completion {
 }
 
 impl Completion {
-    fn new(guard: LockGuard, fingerprint: Bytes, shared: Arc<Shared>, store: bool) -> Self {
+    fn new(guard: LockGuard, fingerprint: Bytes, shared: Arc<Shared>) -> Self {
         Completion {
             guard,
             fingerprint,
             shared,
-            store,
         }
     }
 
@@ -352,15 +378,14 @@ impl Completion {
         self.guard.info()
     }
 
-    /// Start capturing the response with this status and headers. Responses with a
-    /// status that is not kept (`5xx` unless the layer stores server errors, `408`,
-    /// `425`, `429`) are not captured: the key is released at the end of the body, with
-    /// no record, and a retry runs again.
+    /// Start capturing the response with this status and headers. A response that is
+    /// not stored (one that means "try again": `408`, `409`, `423`, `425`, `429`, `5xx`
+    /// unless the layer stores server errors, anything with `Retry-After`; by default
+    /// `401`, `403`, `407`; whatever the layer's `store_if` refuses) is not captured: the
+    /// key is released at the end of the body, with no record, and a retry runs again.
     pub fn capture(self, status: StatusCode, headers: &HeaderMap) -> Capture {
         let o = &self.shared.options;
-        let kept_status = !matches!(status.as_u16(), 408 | 425 | 429)
-            && (o.store_server_errors || !status.is_server_error());
-        let state = if !self.store || !kept_status {
+        let state = if !o.stores(status, headers) {
             State::Release
         } else {
             match stored::encode(status, headers, o.max_response_headers) {
@@ -375,6 +400,16 @@ impl Completion {
         Capture {
             completion: self,
             state,
+        }
+    }
+
+    /// Run the response through without storing it: the key is released at the end of
+    /// its body, and a retry runs again. For a response that carries the
+    /// [`NotStored`](super::NotStored) mark.
+    pub fn not_stored(self) -> Capture {
+        Capture {
+            completion: self,
+            state: State::Release,
         }
     }
 }
@@ -435,6 +470,19 @@ impl Capture {
         if let State::Keep { status, .. } = self.state {
             self.state = State::NotKept { status };
         }
+    }
+
+    /// The rest of the body will not be read (its client left and the
+    /// [drain time](ReplayLocker::max_drain_time) ran out): what was to be kept is recorded
+    /// as completed but not stored, so a retry is answered `409` `response-not-stored`
+    /// rather than run a second time.
+    pub fn cut_off(&mut self) {
+        self.trailers();
+    }
+
+    /// How long the rest of the body is read once its client left.
+    pub fn max_drain_time(&self) -> Duration {
+        self.completion.shared.options.max_drain_time
     }
 
     /// The body is complete: store the record and release the key, in one atomic step.

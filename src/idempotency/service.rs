@@ -4,6 +4,7 @@
 use std::{
     fmt,
     future::Future,
+    panic::{self, AssertUnwindSafe},
     pin::{Pin, pin},
     task::{Context, Poll, ready},
 };
@@ -13,9 +14,11 @@ use http::{Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 use tower_service::Service;
 
 use super::{
+    NotStored,
     body::{ReplayBody, RequestBody},
     replay_locker::{Begin, Capture, Completion, ReplayLocker},
 };
@@ -205,7 +208,7 @@ where
             req.extensions_mut().insert(completion.info().clone());
             let (res, completion) = KeepRunning::new(service.call(req), completion).await?;
             let (parts, body) = res.into_parts();
-            let capture = completion.capture(parts.status, &parts.headers);
+            let capture = capture(completion, &parts);
             if body.is_end_stream() {
                 // No body to send: the server may never poll it, so store now.
                 capture.finish().await;
@@ -214,6 +217,15 @@ where
             let body = ReplayBody::capturing(Box::pin(body), capture, drain::<ResB>);
             Ok(Response::from_parts(parts, body))
         }
+    }
+}
+
+/// The capture of a response with this head: none for a response marked [`NotStored`].
+fn capture(completion: Completion, head: &http::response::Parts) -> Capture {
+    if head.extensions.get::<NotStored>().is_some() {
+        completion.not_stored()
+    } else {
+        completion.capture(head.status, &head.headers)
     }
 }
 
@@ -300,7 +312,17 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let future = self.future.as_mut().expect("polled after completion");
-        let out = ready!(future.as_mut().poll(cx));
+        let out = match panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => ready!(poll),
+            Err(panic) => {
+                // The handler panicked: it cannot be kept running (a panicked future must
+                // not be polled again). Release the key, store nothing, and let the panic
+                // go on to cost this request alone.
+                self.future = None;
+                self.completion = None;
+                panic::resume_unwind(panic)
+            }
+        };
         self.future = None;
         let completion = self.completion.take().expect("polled after completion");
         // An error of the inner service drops the completion: released, nothing stored.
@@ -323,42 +345,72 @@ where
                 return;
             };
             let (parts, body) = res.into_parts();
-            let capture = completion.capture(parts.status, &parts.headers);
-            drain_into(Box::pin(body), capture).await;
+            let capture = capture(completion, &parts);
+            let deadline = Instant::now() + capture.max_drain_time();
+            drain_into(Box::pin(body), capture, deadline).await;
         });
     }
 }
 
 /// [`Drain`](super::body::Drain) for `B`: finish reading a body no client reads any more.
-fn drain<B>(body: Pin<Box<B>>, capture: Capture)
+/// What is there already is read on the spot (so a whole body is stored before the drop
+/// returns); the rest on a task, for at most the capture's drain time.
+fn drain<B>(mut body: Pin<Box<B>>, mut capture: Capture)
 where
     B: Body<Data = Bytes> + Send + 'static,
 {
-    let mut drain = Box::pin(drain_into(body, capture));
+    let started = Instant::now();
     let mut cx = Context::from_waker(std::task::Waker::noop());
-    if drain.as_mut().poll(&mut cx).is_pending() {
-        spawn(drain);
+    while capture.wants_data() {
+        // User code, polled from a `Drop`: a panic here must not leave the drop (the
+        // panic message is out; the capture is dropped, which releases the key).
+        let Ok(frame) = panic::catch_unwind(AssertUnwindSafe(|| body.as_mut().poll_frame(&mut cx)))
+        else {
+            return;
+        };
+        match frame {
+            Poll::Pending => {
+                let deadline = started + capture.max_drain_time();
+                spawn(drain_into(body, capture, deadline));
+                return;
+            }
+            Poll::Ready(None) => break,
+            Poll::Ready(Some(Ok(frame))) => feed(&mut capture, frame),
+            // Failed mid-stream: nothing stored, released (the capture is dropped).
+            Poll::Ready(Some(Err(_))) => return,
+        }
     }
+    background::detach(capture.finish());
 }
 
-async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture)
+async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture, deadline: Instant)
 where
     B: Body<Data = Bytes>,
 {
     // Read up to the limit: past it the response is known not to be kept.
     while capture.wants_data() {
-        match body.frame().await {
-            None => break,
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(chunk) => capture.data(&chunk),
-                Err(frame) if frame.is_trailers() => capture.trailers(),
-                Err(_) => {}
-            },
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            // A body that does not end (a stream nobody reads any more) is cut off: the
+            // request completed, its response is not stored, the key is released.
+            Err(_) => {
+                capture.cut_off();
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(frame))) => feed(&mut capture, frame),
             // Failed mid-stream: nothing stored, released (the capture is dropped).
-            Some(Err(_)) => return,
+            Ok(Some(Err(_))) => return,
         }
     }
     capture.finish().await;
+}
+
+fn feed(capture: &mut Capture, frame: http_body::Frame<Bytes>) {
+    match frame.into_data() {
+        Ok(chunk) => capture.data(&chunk),
+        Err(frame) if frame.is_trailers() => capture.trailers(),
+        Err(_) => {}
+    }
 }
 
 /// The handler's work belongs to the application's runtime, where it was started; the

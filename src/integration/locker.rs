@@ -481,14 +481,14 @@ impl RequestLocker {
         let rejection = rejection
             .with_type_base(self.shared.config.problem_type_base.clone())
             .with_instance(req.path());
-        match &self.shared.config.on_reject {
+        let mut res = match &self.shared.config.on_reject {
             Some(hook) => hook(rejection),
             None => rejection.into_response(),
-        }
-    }
-
-    pub(crate) fn backend_failure(&self) -> BackendFailurePolicy {
-        self.shared.config.backend_failure
+        };
+        // A rejection means the request did not run: an idempotency layer outside this
+        // one must not store it for replay.
+        res.extensions_mut().insert(crate::idempotency::NotStored);
+        res
     }
 
     pub(crate) fn retry_after_fallback(&self) -> Duration {

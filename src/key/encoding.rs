@@ -34,7 +34,7 @@ pub(crate) fn key_head(namespace: &str, kind: &str) -> String {
 
 /// Append `part` with `%` and `/` percent-encoded: the result holds no bare `/`, and
 /// different parts give different results.
-pub(super) fn escape_into(out: &mut String, part: &str) {
+pub(crate) fn escape_into(out: &mut String, part: &str) {
     for c in part.chars() {
         match c {
             '%' => out.push_str("%25"),

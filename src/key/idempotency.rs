@@ -1,5 +1,7 @@
 //! [`IdempotencyKey`]: the `Idempotency-Key` header of the IETF draft.
 
+use http::HeaderName;
+
 use super::{KeyExtractor, MalformedKey, RequestView};
 
 /// The longest idempotency key accepted, in characters.
@@ -11,15 +13,40 @@ pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 /// anything else is malformed (`400`).
 ///
 /// The value is the unquoted key; the kind is `idempotency-key`.
+///
+/// [`header`](Self::header) reads the same syntax from a header of another name
+/// (`X-Idempotency-Key` is common); its kind is then `idempotency-key(<name>)`.
 #[derive(Debug, Clone, Default)]
 pub struct IdempotencyKey {
-    _priv: (),
+    /// `None`: `Idempotency-Key`.
+    header: Option<(HeaderName, String)>,
 }
 
 impl IdempotencyKey {
     /// The `Idempotency-Key` header.
     pub fn new() -> Self {
-        IdempotencyKey { _priv: () }
+        IdempotencyKey { header: None }
+    }
+
+    /// The header called `name`, with the syntax of `Idempotency-Key`.
+    ///
+    /// ```
+    /// use http::HeaderName;
+    /// use tower_lock::key::{IdempotencyKey, KeyExtractor};
+    ///
+    /// let key = IdempotencyKey::header(HeaderName::from_static("x-idempotency-key"));
+    /// let req = http::Request::post("/").header("x-idempotency-key", "\"k-1\"").body(()).unwrap();
+    /// assert_eq!(key.extract(&req).unwrap().as_deref(), Some("k-1"));
+    /// assert_eq!(key.kind(), "idempotency-key(x-idempotency-key)");
+    /// ```
+    pub fn header(name: HeaderName) -> Self {
+        if name == "idempotency-key" {
+            return Self::new();
+        }
+        let kind = format!("idempotency-key({name})");
+        IdempotencyKey {
+            header: Some((name, kind)),
+        }
     }
 
     /// Parse one header value.
@@ -87,14 +114,20 @@ fn unquote(inner: &[u8]) -> Result<Vec<u8>, MalformedKey> {
 
 impl KeyExtractor for IdempotencyKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        match req.header("idempotency-key") {
+        let name = self
+            .header
+            .as_ref()
+            .map_or("idempotency-key", |(n, _)| n.as_str());
+        match req.header(name) {
             None => Ok(None),
             Some(raw) => Self::parse(raw).map(Some),
         }
     }
 
     fn kind(&self) -> &str {
-        "idempotency-key"
+        self.header
+            .as_ref()
+            .map_or("idempotency-key", |(_, kind)| kind.as_str())
     }
 }
 

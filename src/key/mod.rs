@@ -35,7 +35,7 @@
 //!
 #![doc = include_str!("../docs/lock_key.md")]
 
-mod encoding;
+pub(crate) mod encoding;
 mod extractor;
 mod from_fn;
 mod global;

@@ -22,6 +22,30 @@ pub trait RequestView {
         None
     }
 
+    /// Every value of the headers called `name` (lower case), in the order the request
+    /// has them, each passed to `each`. Default: the first value only (see
+    /// [`header`](Self::header)); the `http` and actix views pass them all.
+    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        if let Some(value) = self.header(name) {
+            each(value);
+        }
+    }
+
+    /// The authority the request was addressed to: the URI's authority (HTTP/2, absolute
+    /// form), else the `Host` header. Default: the `Host` header.
+    fn authority(&self) -> Option<&[u8]> {
+        self.header("host")
+    }
+
+    /// The path and query the client sent, before a router stripped a prefix from them
+    /// (axum's `Router::nest`: then [`path`](Self::path) is what the nested router sees).
+    /// Default: [`path`](Self::path) and [`query`](Self::query). For `http` requests
+    /// served by axum, this is axum's `OriginalUri` when the crate feature `axum` is on
+    /// (`tower-lock-axum` turns it on).
+    fn original_target(&self) -> (&str, Option<&str>) {
+        (self.path(), self.query())
+    }
+
     /// The framework's own request, for extractors written for one framework: an
     /// integration whose requests are not `http` 1 requests offers its request type here
     /// (`tower-lock-actix` offers actix-web's `HttpRequest`, which its `RouteKey` reads the
@@ -31,46 +55,82 @@ pub trait RequestView {
     }
 }
 
+/// The view of an `http` request head, written once for [`http::Request`] and
+/// [`http::request::Parts`].
+macro_rules! http_view {
+    ($req:ident, $uri:expr, $headers:expr, $extensions:expr, $method:expr) => {
+        fn method(&self) -> &str {
+            let $req = self;
+            $method.as_str()
+        }
+
+        fn path(&self) -> &str {
+            let $req = self;
+            $uri.path()
+        }
+
+        fn header(&self, name: &str) -> Option<&[u8]> {
+            let $req = self;
+            $headers.get(name).map(|v| v.as_bytes())
+        }
+
+        fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+            let $req = self;
+            for value in $headers.get_all(name) {
+                each(value.as_bytes());
+            }
+        }
+
+        fn authority(&self) -> Option<&[u8]> {
+            let $req = self;
+            match $uri.authority() {
+                Some(authority) => Some(authority.as_str().as_bytes()),
+                None => $headers.get(http::header::HOST).map(|v| v.as_bytes()),
+            }
+        }
+
+        fn original_target(&self) -> (&str, Option<&str>) {
+            let $req = self;
+            let uri = original_uri($extensions).unwrap_or($uri);
+            (uri.path(), uri.query())
+        }
+
+        fn extensions(&self) -> Option<&http::Extensions> {
+            let $req = self;
+            Some($extensions)
+        }
+
+        fn query(&self) -> Option<&str> {
+            let $req = self;
+            $uri.query()
+        }
+    };
+}
+
 impl<B> RequestView for http::Request<B> {
-    fn method(&self) -> &str {
-        self.method().as_str()
-    }
-
-    fn path(&self) -> &str {
-        self.uri().path()
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers().get(name).map(|v| v.as_bytes())
-    }
-
-    fn extensions(&self) -> Option<&http::Extensions> {
-        Some(self.extensions())
-    }
-
-    fn query(&self) -> Option<&str> {
-        self.uri().query()
-    }
+    http_view!(
+        req,
+        req.uri(),
+        req.headers(),
+        req.extensions(),
+        req.method()
+    );
 }
 
 impl RequestView for http::request::Parts {
-    fn method(&self) -> &str {
-        self.method.as_str()
-    }
+    http_view!(req, &req.uri, &req.headers, &req.extensions, &req.method);
+}
 
-    fn path(&self) -> &str {
-        self.uri.path()
-    }
+/// The URI before any router stripped a prefix: axum's `OriginalUri`, which its outermost
+/// router puts in the extensions.
+#[cfg(feature = "axum")]
+fn original_uri(extensions: &http::Extensions) -> Option<&http::Uri> {
+    extensions
+        .get::<axum::extract::OriginalUri>()
+        .map(|original| &original.0)
+}
 
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers.get(name).map(|v| v.as_bytes())
-    }
-
-    fn extensions(&self) -> Option<&http::Extensions> {
-        Some(&self.extensions)
-    }
-
-    fn query(&self) -> Option<&str> {
-        self.uri.query()
-    }
+#[cfg(not(feature = "axum"))]
+fn original_uri(_: &http::Extensions) -> Option<&http::Uri> {
+    None
 }

@@ -141,6 +141,7 @@ use bytes::Bytes;
 use pin_project_lite::pin_project;
 use tower_lock::{
     Fence, LeaseInfo, LockLayer, LockMetrics,
+    idempotency::NotStored,
     integration::{LockGuard, Outcome, RequestLocker},
     key::RequestView,
 };
@@ -197,6 +198,19 @@ impl RequestView for ActixRequest<'_> {
 
     fn header(&self, name: &str) -> Option<&[u8]> {
         self.req.headers().get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        for value in self.req.headers().get_all(name) {
+            each(value.as_bytes());
+        }
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        match self.req.head().uri.authority() {
+            Some(authority) => Some(authority.as_str().as_bytes()),
+            None => self.header("host"),
+        }
     }
 
     fn query(&self) -> Option<&str> {
@@ -392,6 +406,10 @@ fn to_actix_response(res: http::Response<Bytes>) -> HttpResponse<BoxBody> {
     let status =
         StatusCode::from_u16(parts.status.as_u16()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = HttpResponse::with_body(status, body);
+    if parts.extensions.get::<NotStored>().is_some() {
+        // A rejection: an idempotency middleware outside must not store it.
+        response.extensions_mut().insert(NotStored);
+    }
     let headers = response.headers_mut();
     for (name, value) in &parts.headers {
         if let (Ok(name), Ok(value)) = (

@@ -3,12 +3,14 @@
 
 use std::{
     fmt,
-    future::{Ready, ready},
+    future::{Future, Ready, ready},
+    panic::{self, AssertUnwindSafe},
     pin::Pin,
     rc::Rc,
     task::{Context, Poll},
 };
 
+use actix_web::rt::time::Instant;
 use actix_web::{
     Error, FromRequest, HttpMessage,
     body::{BodySize, EitherBody, MessageBody},
@@ -18,7 +20,7 @@ use actix_web::{
 use bytes::Bytes;
 use tower_lock::{
     IdempotencyLayer, LockMetrics,
-    idempotency::{Begin, Capture, ReplayLocker},
+    idempotency::{Begin, Capture, Completion, NotStored, ReplayLocker},
 };
 
 use crate::{ActixRequest, LocalBoxFuture, to_actix_response};
@@ -34,7 +36,9 @@ use crate::{ActixRequest, LocalBoxFuture, to_actix_response};
 /// use tower_lock::{LockEngine, LockLayer};
 /// use tower_lock_actix::ReplayMiddleware;
 ///
-/// let replay = ReplayMiddleware::from(LockLayer::idempotency(LockEngine::in_memory()).build().unwrap());
+/// let replay = ReplayMiddleware::from(
+///     LockLayer::idempotency(LockEngine::in_memory()).unscoped().build().unwrap(),
+/// );
 /// let app = App::new().service(
 ///     web::resource("/orders")
 ///         .wrap(replay.clone())
@@ -164,20 +168,14 @@ where
                 Begin::Run(completion) => {
                     req.set_payload(Payload::from(data));
                     req.extensions_mut().insert(completion.info().clone());
-                    let mut running = KeepRunning {
+                    let running = KeepRunning {
                         future: Some(Box::pin(service.call(req))),
                         completion: Some(completion),
                     };
-                    let res = running.future.as_mut().expect("set above").await;
-                    running.future = None;
-                    let completion = running.completion.take().expect("set above");
+                    let (res, completion) = running.await;
                     // A handler error drops the completion: released, nothing stored.
                     let res = res?;
-                    let capture = completion.capture(
-                        http::StatusCode::from_u16(res.status().as_u16())
-                            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-                        &http_headers(res.headers()),
-                    );
+                    let capture = capture(completion, &res);
                     if matches!(
                         res.response().body().size(),
                         BodySize::None | BodySize::Sized(0)
@@ -198,7 +196,28 @@ where
 /// worker, its response is stored, and the key is released only then.
 struct KeepRunning<B: MessageBody + 'static> {
     future: Option<LocalBoxFuture<Result<ServiceResponse<B>, Error>>>,
-    completion: Option<tower_lock::idempotency::Completion>,
+    completion: Option<Completion>,
+}
+
+impl<B: MessageBody + 'static> Future for KeepRunning<B> {
+    type Output = (Result<ServiceResponse<B>, Error>, Completion);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let future = self.future.as_mut().expect("polled after completion");
+        let res = match panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(poll) => std::task::ready!(poll),
+            Err(panic) => {
+                // The handler panicked: never poll it again. Release, store nothing, and
+                // let the panic cost this request alone.
+                self.future = None;
+                self.completion = None;
+                panic::resume_unwind(panic)
+            }
+        };
+        self.future = None;
+        let completion = self.completion.take().expect("polled after completion");
+        Poll::Ready((res, completion))
+    }
 }
 
 impl<B: MessageBody + 'static> Drop for KeepRunning<B> {
@@ -210,25 +229,42 @@ impl<B: MessageBody + 'static> Drop for KeepRunning<B> {
             let Ok(res) = future.await else {
                 return;
             };
-            let capture = completion.capture(
-                http::StatusCode::from_u16(res.status().as_u16())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-                &http_headers(res.headers()),
-            );
-            drain(Box::pin(res.into_body()), capture).await;
+            let capture = capture(completion, &res);
+            let deadline = Instant::now() + capture.max_drain_time();
+            drain(Box::pin(res.into_body()), capture, deadline).await;
         });
     }
 }
 
-/// Read a body no client reads any more into its capture (up to just past the limit),
-/// then store it.
-async fn drain<B: MessageBody>(mut body: Pin<Box<B>>, mut capture: Capture) {
+/// The capture of `res`: none for a response marked [`NotStored`].
+fn capture<B>(completion: Completion, res: &ServiceResponse<B>) -> Capture {
+    if res.response().extensions().get::<NotStored>().is_some() {
+        return completion.not_stored();
+    }
+    completion.capture(
+        http::StatusCode::from_u16(res.status().as_u16())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+        &http_headers(res.headers()),
+    )
+}
+
+/// Read a body no client reads any more into its capture (up to just past the limit, for
+/// at most the drain time), then store it.
+async fn drain<B: MessageBody>(mut body: Pin<Box<B>>, mut capture: Capture, deadline: Instant) {
     while capture.wants_data() {
-        match std::future::poll_fn(|cx| body.as_mut().poll_next(cx)).await {
-            None => break,
-            Some(Ok(chunk)) => capture.data(&chunk),
+        let next = std::future::poll_fn(|cx| body.as_mut().poll_next(cx));
+        match actix_web::rt::time::timeout(deadline.saturating_duration_since(Instant::now()), next)
+            .await
+        {
+            // A body that does not end is cut off: completed, not stored, released.
+            Err(_) => {
+                capture.cut_off();
+                break;
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(chunk))) => capture.data(&chunk),
             // Failed mid-stream: nothing stored, released (the capture is dropped).
-            Some(Err(_)) => return,
+            Ok(Some(Err(_))) => return,
         }
     }
     capture.finish().await;
@@ -285,7 +321,13 @@ impl<B: MessageBody + 'static> fmt::Debug for ReplayBody<B> {
 impl<B: MessageBody + 'static> Drop for ReplayBody<B> {
     fn drop(&mut self) {
         if let (Some(body), Some(capture)) = (self.body.take(), self.capture.take()) {
-            actix_web::rt::spawn(drain(body, capture));
+            if std::thread::panicking() {
+                // Dropped while something unwinds: never poll user code now. Release,
+                // store nothing.
+                return;
+            }
+            let deadline = Instant::now() + capture.max_drain_time();
+            actix_web::rt::spawn(drain(body, capture, deadline));
         }
     }
 }
@@ -305,7 +347,15 @@ impl<B: MessageBody + 'static> MessageBody for ReplayBody<B> {
         let Some(body) = this.body.as_mut() else {
             return Poll::Ready(None);
         };
-        let chunk = std::task::ready!(body.as_mut().poll_next(cx));
+        let chunk = match panic::catch_unwind(AssertUnwindSafe(|| body.as_mut().poll_next(cx))) {
+            Ok(poll) => std::task::ready!(poll),
+            Err(panic) => {
+                // Never poll a panicked body again (not even from the drop's drain).
+                this.body = None;
+                this.capture = None;
+                panic::resume_unwind(panic)
+            }
+        };
         match &chunk {
             Some(Ok(data)) => {
                 if let Some(capture) = this.capture.as_mut() {

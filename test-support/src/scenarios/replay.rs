@@ -387,13 +387,25 @@ async fn post_with(server: &TestServer, path: &str, k: &str, body: &str) -> Repl
         .await
 }
 
+/// The preset on an anonymous endpoint: every client shares the records (the scenarios
+/// that are about scope choose their own).
+/// `POST path` with idempotency key `k` and no body, written on a plain TCP connection
+/// (with the `Host` the test client sends, which is part of the fingerprint).
+async fn raw_post(server: &TestServer, path: &str, k: &str) -> tokio::net::TcpStream {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {}\r\nidempotency-key: \"{k}\"\r\ncontent-length: 0\r\n\r\n",
+        server.addr()
+    );
+    server.raw(&request).await
+}
+
 fn preset(table: &super::LockTable) -> IdempotencyLayerBuilder {
-    LockLayer::idempotency(table.engine())
+    LockLayer::idempotency(table.engine()).unscoped()
 }
 
 /// The preset with the drain of a body nobody reads bounded to a short time.
 fn drain_bounded(builder: IdempotencyLayerBuilder) -> IdempotencyLayerBuilder {
-    builder
+    builder.max_drain_time(Duration::from_millis(300))
 }
 
 /// Wait (bounded) until `key` has a record: the first request's response is stored when
@@ -587,9 +599,7 @@ pub async fn server_errors_are_not_stored_unless_asked(on: Stack) {
 pub async fn a_client_leaving_mid_handler_still_gets_its_replay(on: Stack) {
     let table = on.table("replay-leave-handler").await;
     let mut app = replay_app(on, preset(&table).build().unwrap()).await;
-    let request =
-        "POST /slow HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o6\"\r\ncontent-length: 0\r\n\r\n";
-    let mut stream = app.server.raw(request).await;
+    let mut stream = raw_post(&app.server, "/slow", "o6").await;
     assert_eq!(app.control.arrived().await, "1");
     match on.framework {
         // The client leaves: hyper reads the end of the stream, drops the request's future
@@ -623,9 +633,7 @@ pub async fn a_client_leaving_mid_handler_still_gets_its_replay(on: Stack) {
 pub async fn a_client_leaving_mid_body_still_gets_the_whole_body_stored(on: Stack) {
     let table = on.table("replay-leave-body").await;
     let mut app = replay_app(on, preset(&table).build().unwrap()).await;
-    let request =
-        "POST /stream HTTP/1.1\r\nhost: x\r\nidempotency-key: \"o7\"\r\ncontent-length: 0\r\n\r\n";
-    let mut stream = app.server.raw(request).await;
+    let mut stream = raw_post(&app.server, "/stream", "o7").await;
     let tx = app.streams.recv().await.unwrap();
     tx.send(Bytes::from_static(b"part one;")).await.unwrap();
     // The client has the head and the first chunk, then leaves.
@@ -936,10 +944,7 @@ pub async fn a_panicking_body_or_handler_costs_only_its_own_request(on: Stack) {
     let table = on.table("replay-panic").await;
     let app = replay_app(on, preset(&table).build().unwrap()).await;
     for (path, k) in [("/panic-body", "p1"), ("/panic", "p2")] {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nhost: x\r\nidempotency-key: \"{k}\"\r\ncontent-length: 0\r\n\r\n"
-        );
-        let mut stream = app.server.raw(&request).await;
+        let mut stream = raw_post(&app.server, path, k).await;
         // Whatever the server manages to send, the connection ends.
         let mut buf = [0u8; 1024];
         while matches!(
@@ -976,9 +981,7 @@ pub async fn an_endless_body_after_its_client_left_is_cut_off(on: Stack) {
     let table = on.table("replay-endless").await;
     let layer = drain_bounded(preset(&table)).build().unwrap();
     let mut app = replay_app(on, layer).await;
-    let request =
-        "POST /stream HTTP/1.1\r\nhost: x\r\nidempotency-key: \"e1\"\r\ncontent-length: 0\r\n\r\n";
-    let mut stream = app.server.raw(request).await;
+    let mut stream = raw_post(&app.server, "/stream", "e1").await;
     let tx = app.streams.recv().await.unwrap();
     tx.send(Bytes::from_static(b"event 1\n")).await.unwrap();
     let mut seen = Vec::new();
@@ -989,7 +992,17 @@ pub async fn an_endless_body_after_its_client_left_is_cut_off(on: Stack) {
         seen.extend_from_slice(&buf[..n]);
     }
     drop(stream);
-    // The stream goes on (its sender stays alive), but nobody reads it any more.
+    // The stream goes on, an event every 50 ms, but nobody reads it any more. (actix
+    // notices a client that left only when it next writes, actix-web#1313: the events
+    // are what let it notice.)
+    let events = tokio::spawn(async move {
+        for n in 2.. {
+            if tx.send(Bytes::from(format!("event {n}\n"))).await.is_err() {
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+    });
     until_recorded(&table, "e1").await;
     let retry = post_with(&app.server, "/stream", "e1", "").await;
     assert_eq!(retry.status, StatusCode::CONFLICT);
@@ -1001,7 +1014,7 @@ pub async fn an_endless_body_after_its_client_left_is_cut_off(on: Stack) {
     table
         .assert_only_records(&[idempotency_lock_key("e1")], 1)
         .await;
-    drop(tx);
+    events.abort();
 }
 
 /// Inside axum's nested routers the record is bound to the full original target: a key

@@ -1,0 +1,174 @@
+//! Whose requests share idempotency records: the scope decision every idempotency layer
+//! makes when it is built, and the key extractor it turns into.
+//!
+//! The IETF draft's security considerations ask for a key that combines the client's
+//! `Idempotency-Key` with attributes known only to the server, so that one client cannot
+//! receive (or block) another's stored response by sending the same key. Keys such as
+//! `order-1` are common, so without a scope two callers collide routinely, not only
+//! through malice.
+
+use std::{any::type_name, fmt, marker::PhantomData, sync::Arc};
+
+use crate::key::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into};
+
+/// The scope a builder was given.
+#[derive(Clone)]
+pub(crate) enum Scope {
+    /// Every caller shares one record per key: anonymous public endpoints only.
+    Unscoped,
+    /// Records are per value of this extractor (a principal, a tenant the server derived).
+    By(Arc<dyn KeyExtractor>),
+}
+
+impl fmt::Debug for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Unscoped => f.write_str("Unscoped"),
+            Scope::By(scope) => f.debug_tuple("By").field(&scope.kind()).finish(),
+        }
+    }
+}
+
+impl Scope {
+    /// The lock key extractor of a layer with this scope and idempotency `key`.
+    pub(crate) fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
+        match self {
+            Scope::Unscoped => key,
+            Scope::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
+        }
+    }
+
+    /// The value a scoped layer's key has for `scope` and idempotency key `key`, for
+    /// operators who look up or delete a record (see
+    /// [`IdempotencyLayer::record`](super::IdempotencyLayer::record)); `None` when the
+    /// layer is scoped but no scope was given, or the reverse.
+    pub(crate) fn value(&self, scope: Option<&str>, key: &str) -> Option<String> {
+        match (self, scope) {
+            (Scope::Unscoped, None) => Some(key.to_owned()),
+            (Scope::By(_), Some(scope)) => Some(join(scope, key)),
+            _ => None,
+        }
+    }
+}
+
+fn join(scope: &str, key: &str) -> String {
+    let mut value = String::with_capacity(scope.len() + 1 + key.len());
+    escape_into(&mut value, scope);
+    value.push('/');
+    value.push_str(key);
+    value
+}
+
+/// The idempotency key within a scope: `<scope>/<key>`, the scope escaped as in the lock
+/// key, so that a scope containing `/` cannot pose as another scope's keys. A request
+/// whose scope or key is missing has no key.
+struct Scoped {
+    scope: Arc<dyn KeyExtractor>,
+    key: Arc<dyn KeyExtractor>,
+    kind: String,
+}
+
+impl Scoped {
+    fn new(scope: Arc<dyn KeyExtractor>, key: Arc<dyn KeyExtractor>) -> Self {
+        let kind = format!("scope({},{})", scope.kind(), key.kind());
+        Scoped { scope, key, kind }
+    }
+}
+
+impl KeyExtractor for Scoped {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        let Some(scope) = self.scope.extract_ref(req)?.filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let Some(key) = self.key.extract_ref(req)? else {
+            return Ok(None);
+        };
+        Ok(Some(join(&scope, &key)))
+    }
+
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.scope.validate()?;
+        self.key.validate()
+    }
+}
+
+/// The principal of type `P` an authentication layer put in the request extensions (its
+/// `Display`): the scope of [`per_principal`](super::IdempotencyLayerBuilder::per_principal).
+pub(crate) struct Principal<P> {
+    kind: String,
+    _principal: PhantomData<fn() -> P>,
+}
+
+impl<P> Principal<P> {
+    pub(crate) fn new() -> Self {
+        Principal {
+            kind: format!("principal({})", type_name::<P>()),
+            _principal: PhantomData,
+        }
+    }
+}
+
+impl<P> KeyExtractor for Principal<P>
+where
+    P: fmt::Display + Send + Sync + 'static,
+{
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+        Ok(req
+            .extensions()
+            .and_then(|e| e.get::<P>())
+            .map(ToString::to_string))
+    }
+
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{IdempotencyKey, test_request as req};
+
+    #[derive(Clone)]
+    struct User(&'static str);
+
+    impl fmt::Display for User {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    #[test]
+    fn scoped_values_escape_the_scope_and_need_both_parts() {
+        let tenant: Arc<dyn KeyExtractor> = Arc::new(crate::key::HeaderKey::new(
+            http::HeaderName::from_static("x-tenant"),
+        ));
+        let k = Scope::By(tenant).key(Arc::new(IdempotencyKey::new()));
+        let value = |t, key| {
+            k.extract(&req(&[("x-tenant", t), ("idempotency-key", key)]))
+                .unwrap()
+        };
+        assert_eq!(value("acme", "k").as_deref(), Some("acme/k"));
+        assert_ne!(value("a/b", "c"), value("a", "b/c"));
+        assert_eq!(k.extract(&req(&[("idempotency-key", "k")])).unwrap(), None);
+        assert_eq!(k.kind(), "scope(header=x-tenant,idempotency-key)");
+        assert_eq!(
+            Scope::By(Arc::new(Principal::<User>::new())).value(Some("a/b"), "c"),
+            Some("a%2Fb/c".to_owned())
+        );
+    }
+
+    #[test]
+    fn principals_come_from_the_extensions() {
+        let k = Scope::By(Arc::new(Principal::<User>::new())).key(Arc::new(IdempotencyKey::new()));
+        let mut r = req(&[("idempotency-key", "k")]);
+        assert_eq!(k.extract(&r).unwrap(), None, "no principal, no key");
+        r.extensions_mut().insert(User("alice"));
+        assert_eq!(k.extract(&r).unwrap().as_deref(), Some("alice/k"));
+        assert!(k.kind().starts_with("scope(principal("));
+    }
+}
