@@ -2,8 +2,10 @@
 //! `tower-lock-actix`: the same engine, key policy, statuses and problem+json bodies as
 //! the tower layer.
 //!
-//! - `POST /orders`: Idempotency-Key required (`400`), a duplicate in flight is `409`, a
-//!   retry after completion is replayed, the same key with another body is `422`.
+//! - `POST /orders`: Idempotency-Key required (`400`), scoped per signed-in account
+//!   (`Authorization: Bearer <account>`, `400` without one), a duplicate in flight is
+//!   `409`, a retry after completion is replayed, the same key with another body is
+//!   `422`, and another account's same key runs its own order.
 //! - `POST /tenants/{id}/jobs`: one at a time per tenant, wait up to 1 s, then `429`.
 //! - `POST /tenants/{id}/import`: one at a time per tenant, no waiting: `423`.
 //!
@@ -17,7 +19,7 @@ use std::{env, error::Error, time::Duration};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
-use tower_lock::{ConfigError, LockEngine, LockLayer};
+use tower_lock::{ConfigError, LockEngine, LockLayer, key::RequestView};
 use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
 
 /// The middlewares of the app, built once (outside `HttpServer::new`) so that every
@@ -34,7 +36,16 @@ impl Guards {
     /// The guards, locking on `engine`; every handler takes `work` to answer.
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
         Ok(Guards {
-            orders: LockLayer::idempotency(engine.clone()).build()?.into(),
+            // Scoped per account (actix requests carry no `http` extensions, so the scope
+            // is read by a closure; a real service would verify a signed token there, or
+            // read what its auth middleware put in the actix extensions through
+            // `tower_lock_actix::http_request`).
+            orders: LockLayer::idempotency(engine.clone())
+                .scope_by(|req: &dyn RequestView| {
+                    Some(common::authenticate(req.header("authorization"))?.0)
+                })
+                .build()?
+                .into(),
             // One lock per tenant and endpoint: the `id` matched in `/tenants/{id}/...`,
             // percent-decoded as `web::Path` decodes it (`acm%65` is `acme`).
             jobs: LockLayer::builder(engine.clone())

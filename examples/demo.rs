@@ -1,9 +1,12 @@
 //! The README's demo: an axum service with three guarded endpoints.
 //!
-//! - `POST /orders`: the Idempotency-Key preset. The key is required (`400` without it),
-//!   a duplicate sent while the first is still running is answered `409 Conflict`, a
-//!   retry after it completed gets the stored response replayed (`Idempotent-Replayed:
-//!   true`, the handler does not run again), and the same key with another body is `422`.
+//! - `POST /orders`: the Idempotency-Key preset, scoped per signed-in account
+//!   (`Authorization: Bearer <account>`; the demo takes the token for the account's name,
+//!   `401` without one). The key is required (`400` without it), a duplicate sent while
+//!   the first is still running is answered `409 Conflict`, a retry after it completed
+//!   gets the stored response replayed (`Idempotent-Replayed: true`, the handler does not
+//!   run again), the same key with another body is `422`, and another account sending the
+//!   same key runs its own order.
 //! - `POST /tenants/{id}/jobs`: one job at a time per tenant; others wait up to 1 s in
 //!   arrival order, then get `429 Too Many Requests`.
 //! - `POST /tenants/{id}/import`: one import at a time per tenant, no waiting: `423 Locked`.
@@ -20,7 +23,15 @@ mod common;
 
 use std::{env, error::Error, net::SocketAddr, time::Duration};
 
-use axum::{Json, Router, extract::Path, http::StatusCode, routing::post};
+use axum::{
+    Json, Router,
+    extract::{Path, Request},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use common::Account;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tower_lock::{ConfigError, LeaseInfo, LockEngine, LockLayer};
@@ -46,7 +57,14 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
                 )
             }),
         )
-        .route_layer(LockLayer::idempotency(engine.clone()).build()?);
+        // Scoped per account: the records of one account are never replayed to another.
+        .route_layer(
+            LockLayer::idempotency(engine.clone())
+                .per_principal::<Account>()
+                .build()?,
+        )
+        // Authentication outside the idempotency layer, so the account is known to it.
+        .layer(middleware::from_fn(authenticate));
 
     let jobs = Router::new()
         .route(
@@ -89,6 +107,27 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
     Ok(orders.merge(jobs).merge(imports))
 }
 
+/// The demo's authentication: the account named by `Authorization: Bearer <account>` goes
+/// into the request extensions; a request without one is `401`.
+async fn authenticate(mut req: Request, next: Next) -> Response {
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    match common::authenticate(authorization) {
+        Some(account) => {
+            req.extensions_mut().insert(account);
+            next.run(req).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "sign in: Authorization: Bearer <account>\n",
+        )
+            .into_response(),
+    }
+}
+
 /// `fields` plus what the handler knows of its lease. A real handler passes the fence to
 /// the storage it writes, which refuses a fence lower than the last it saw.
 fn describe(lease: &LeaseInfo, mut fields: Value) -> Value {
@@ -105,10 +144,12 @@ pub(crate) fn curl_hint(addr: SocketAddr, work: Duration) -> String {
         "tower-lock demo on {base} (each handler takes {work:?})\n\
          Try, in another terminal:\n\
          \n  # 201, and 409 for the same Idempotency-Key while the first runs\
-         \n  curl -si -X POST {base}/orders -H 'Idempotency-Key: \"order-1\"' &\
-         \n  sleep 0.2; curl -si -X POST {base}/orders -H 'Idempotency-Key: \"order-1\"'\
+         \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}' &\
+         \n  sleep 0.2; curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}'\
+         \n  # then the same again: replayed; as bob: bob's own order\
+         \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer bob' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}'\
          \n  # 400: the key is required\
-         \n  curl -si -X POST {base}/orders\
+         \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer alice'\
          \n  # 423: one import at a time per tenant, no waiting\
          \n  curl -si -X POST {base}/tenants/acme/import &\
          \n  sleep 0.2; curl -si -X POST {base}/tenants/acme/import\

@@ -47,6 +47,9 @@ pub(crate) fn app(
     work: Duration,
 ) -> Result<Router, ConfigError> {
     let orders = LockLayer::idempotency(engine.clone())
+        // Anonymous here, to keep the example about metrics; scope a real endpoint per
+        // principal (see the demo).
+        .unscoped()
         .metrics_name("orders")
         .build()?;
     let reports = LockLayer::builder(engine)

@@ -53,23 +53,34 @@ fn assert_retry_after(reply: &Reply) {
     assert!((1..=10).contains(&secs), "Retry-After {secs}");
 }
 
+/// The lock key of alice's `order-1` in the demo: scoped per account.
+const ALICE_ORDER_1: &str = "/scope(principal,idempotency-key)/alice/order-1";
+
 #[tokio::test]
 async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
     let engine = LockEngine::in_memory();
     let server = serve(demo::app(engine.clone(), Duration::ZERO).unwrap()).await;
-    let key = |k: &'static str| [("idempotency-key", k)];
+    let alice = ("authorization", "Bearer alice");
+    let key = |k: &'static str| [("idempotency-key", k), alice];
 
-    let order = |k: &'static str, body: &'static str| {
+    let order_as = |account: &'static str, k: &'static str, body: &'static str| {
         let server = &server;
         async move {
+            let bearer = format!("Bearer {account}");
             server
-                .send_body("POST", "/orders", &[("idempotency-key", k)], body)
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[("idempotency-key", k), ("authorization", &bearer)],
+                    body,
+                )
                 .await
         }
     };
+    let order = |k, body| order_as("alice", k, body);
     let created = order("\"order-1\"", "{\"sku\":42}").await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
-    assert_eq!(created.json()["lock"], "/idempotency-key/order-1");
+    assert_eq!(created.json()["lock"], ALICE_ORDER_1);
     assert_eq!(created.json()["order"]["sku"], 42);
     // Completed: the same request is replayed, the handler does not run again.
     let replayed = order("\"order-1\"", "{\"sku\":42}").await;
@@ -81,11 +92,23 @@ async fn demo_answers_201_409_400_423_429_and_404_as_the_readme_shows() {
         StatusCode::UNPROCESSABLE_ENTITY,
         "fingerprint-mismatch",
     );
+    // Another account with the same key and body runs its own order.
+    let bob = order_as("bob", "\"order-1\"", "{\"sku\":42}").await;
+    assert_eq!(bob.status, StatusCode::CREATED, "{}", bob.text());
+    assert_eq!(bob.header("idempotent-replayed"), None);
+    assert_eq!(
+        bob.json()["lock"],
+        ALICE_ORDER_1.replace("/alice/", "/bob/")
+    );
 
-    let missing = server.post("/orders", &[]).await;
+    let missing = server.post("/orders", &[alice]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
+    let anonymous = server
+        .post("/orders", &[("idempotency-key", "\"o\"")])
+        .await;
+    assert_eq!(anonymous.status, StatusCode::UNAUTHORIZED);
 
-    let _order = hold(&engine, "/idempotency-key/order-2").await;
+    let _order = hold(&engine, &ALICE_ORDER_1.replace("order-1", "order-2")).await;
     let duplicate = server.post("/orders", &key("\"order-2\"")).await;
     assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
     assert_retry_after(&duplicate);
@@ -168,17 +191,29 @@ async fn actix_example_answers_like_the_demo_across_workers() {
         App::new().configure(|cfg| actix_example::routes(cfg, &guards))
     });
 
+    let alice = ("authorization", "Bearer alice");
     let created = server
-        .post("/orders", &[("idempotency-key", "\"order-1\"")])
+        .post("/orders", &[("idempotency-key", "\"order-1\""), alice])
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+    let bob = server
+        .post(
+            "/orders",
+            &[
+                ("idempotency-key", "\"order-1\""),
+                ("authorization", "Bearer bob"),
+            ],
+        )
+        .await;
+    assert_eq!(bob.status, StatusCode::CREATED, "{}", bob.text());
+    assert_eq!(bob.header("idempotent-replayed"), None, "bob runs his own");
 
-    let missing = server.post("/orders", &[]).await;
+    let missing = server.post("/orders", &[alice]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
 
-    let _order = hold(&engine, "/idempotency-key/order-2").await;
+    let _order = hold(&engine, "/scope(custom,idempotency-key)/alice/order-2").await;
     let duplicate = server
-        .post("/orders", &[("idempotency-key", "\"order-2\"")])
+        .post("/orders", &[("idempotency-key", "\"order-2\""), alice])
         .await;
     assert_problem(&duplicate, StatusCode::CONFLICT, "conflict");
     assert_retry_after(&duplicate);

@@ -48,3 +48,28 @@ pub(crate) fn listen_addr(default_port: u16) -> SocketAddr {
         .unwrap_or(default_port);
     SocketAddr::from(([127, 0, 0, 1], port))
 }
+
+/// The signed-in account of a request: what an authentication layer puts in the request
+/// extensions, and what idempotency records are scoped by (two accounts sending the same
+/// `Idempotency-Key` never see each other's stored responses).
+#[allow(dead_code, reason = "only the HTTP examples sign requests in")]
+#[derive(Clone, Debug)]
+pub(crate) struct Account(pub(crate) String);
+
+impl std::fmt::Display for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The examples' stand-in for authentication: `Authorization: Bearer <account>`, the token
+/// being the account's name. A real service verifies a signed token here.
+#[allow(dead_code, reason = "only the HTTP examples sign requests in")]
+pub(crate) fn authenticate(authorization: Option<&[u8]>) -> Option<Account> {
+    let token = authorization?.strip_prefix(b"Bearer ")?;
+    let name = std::str::from_utf8(token).ok()?.trim();
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    valid.then(|| Account(name.to_owned()))
+}
