@@ -258,6 +258,10 @@ fn actix_app(
                 for (name, value) in headers {
                     out.append_header((name, value));
                 }
+                if req.headers().contains_key("x-not-stored") {
+                    out.extensions_mut()
+                        .insert(tower_lock::idempotency::NotStored);
+                }
                 out.body(body)
             }
         }
@@ -320,7 +324,8 @@ fn created(n: usize, body: &str) -> Response {
 
 /// What `POST /answer` answers: the status named by the request's `x-status` header
 /// (`201` without one), a `Retry-After` when it has `x-retry-after`, `X-Run`, and the body
-/// `answer <run>`.
+/// `answer <run>`; marked [`NotStored`](tower_lock::idempotency::NotStored) when the
+/// request has `x-not-stored`.
 fn answer_parts(n: usize, req: &http::HeaderMap) -> (StatusCode, Vec<(String, String)>, String) {
     let status = req
         .get("x-status")
@@ -337,6 +342,10 @@ fn answer_parts(n: usize, req: &http::HeaderMap) -> (StatusCode, Vec<(String, St
 fn answer(n: usize, req: &http::HeaderMap) -> Response {
     let (status, headers, body) = answer_parts(n, req);
     let mut res = (status, body).into_response();
+    if req.contains_key("x-not-stored") {
+        res.extensions_mut()
+            .insert(tower_lock::idempotency::NotStored);
+    }
     for (name, value) in headers {
         res.headers_mut().insert(
             http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
@@ -1061,6 +1070,154 @@ pub async fn nested_routers_bind_records_to_the_full_target(backend: super::Back
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+/// A scoped preset replays a stored response only to the caller who made it: another
+/// caller sending the same key and body runs its own request, and each caller's retries
+/// get their own response.
+pub async fn a_scoped_preset_replays_only_to_the_caller_who_made_it(on: Stack) {
+    let table = on.table("replay-scoped").await;
+    // The scope a server derives: here the bearer token stands for a verified identity.
+    let layer = LockLayer::idempotency(table.engine())
+        .scope_by(|req: &dyn tower_lock::key::RequestView| {
+            let token = req.header("authorization")?.strip_prefix(b"Bearer ")?;
+            Some(String::from_utf8_lossy(token).into_owned())
+        })
+        .build()
+        .unwrap();
+    let app = replay_app(on, layer).await;
+    let send = |user: &'static str| {
+        let server = app.server.clone();
+        async move {
+            let bearer = format!("Bearer {user}");
+            server
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[
+                        ("idempotency-key", "\"order-1\""),
+                        ("authorization", bearer.as_str()),
+                    ],
+                    "{\"sku\":42}",
+                )
+                .await
+        }
+    };
+    let alice = send("alice").await;
+    assert_eq!(alice.header("x-run"), Some("1"));
+    let bob = send("bob").await;
+    assert_eq!(
+        (bob.status, bob.header("idempotent-replayed"), bob.header("x-run")),
+        (StatusCode::CREATED, None, Some("2")),
+        "bob runs his own order"
+    );
+    for (user, run) in [("alice", "1"), ("bob", "2")] {
+        let again = send(user).await;
+        assert_eq!(again.header("idempotent-replayed"), Some("true"), "{user}");
+        assert_eq!(again.header("x-run"), Some(run), "{user} gets their own");
+    }
+    // Without a scope there is no key.
+    let anonymous = post_with(&app.server, "/orders", "order-1", "{\"sku\":42}").await;
+    assert_eq!(anonymous.status, StatusCode::BAD_REQUEST);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 2);
+}
+
+/// The application decides what else is stored: a response marked `NotStored` (by a
+/// handler or an inner layer) is not, and a `store_if` predicate refuses the rest it
+/// wants; `401` is not stored by default, but a predicate may store it.
+pub async fn the_application_decides_what_else_is_stored(on: Stack) {
+    let table = on.table("replay-store-if").await;
+    let layer = preset(&table)
+        // Store successes and 401s only (a 422 validation error runs again).
+        .store_if(|status: StatusCode, _: &http::HeaderMap| {
+            status.is_success() || status == StatusCode::UNAUTHORIZED
+        })
+        .build()
+        .unwrap();
+    let app = replay_app(on, layer).await;
+    let twice = |k: &'static str, extra: &'static [(&'static str, &'static str)]| {
+        let server = app.server.clone();
+        async move {
+            let key = format!("\"{k}\"");
+            let mut headers = vec![("idempotency-key", key.as_str())];
+            headers.extend_from_slice(extra);
+            let first = server.send_body("POST", "/answer", &headers, "x").await;
+            let second = server.send_body("POST", "/answer", &headers, "x").await;
+            (first, second)
+        }
+    };
+    let (_, marked) = twice("marked", &[("x-not-stored", "1")]).await;
+    assert_eq!(marked.header("idempotent-replayed"), None, "marked NotStored");
+    let (_, invalid) = twice("invalid", &[("x-status", "422")]).await;
+    assert_eq!(invalid.header("idempotent-replayed"), None, "refused by store_if");
+    let (_, stored) = twice("ok", &[]).await;
+    assert_eq!(stored.header("idempotent-replayed"), Some("true"));
+    let (_, unauthorized) = twice("401", &[("x-status", "401")]).await;
+    assert_eq!(unauthorized.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 6);
+    let keys: Vec<String> = ["marked", "invalid", "ok", "401"]
+        .iter()
+        .map(|k| idempotency_lock_key(k))
+        .collect();
+    table.assert_only_records(&keys, 2).await;
+}
+
+/// What peers' users ask for: the key in `X-Idempotency-Key`, a hook that adjusts replayed
+/// responses, a canonical JSON fingerprint (`{"a":1, "b":2}` and `{"b":2,"a":1}` are one
+/// request), and an operator's look at and removal of one stored record.
+pub async fn a_custom_key_header_replay_hook_canonical_json_and_record_removal(on: Stack) {
+    let table = on.table("replay-peers").await;
+    let layer = preset(&table)
+        .key_header(http::HeaderName::from_static("x-idempotency-key"))
+        .canonical_json()
+        .on_replay(|res: &mut http::Response<Bytes>| {
+            res.headers_mut()
+                .insert("x-replay-hook", http::HeaderValue::from_static("1"));
+        })
+        .build()
+        .unwrap();
+    let replay = layer.replay_locker().clone();
+    let app = replay_app(on, layer).await;
+    let send = |body: &'static str| {
+        let server = app.server.clone();
+        async move {
+            server
+                .send_body(
+                    "POST",
+                    "/orders",
+                    &[
+                        ("x-idempotency-key", "\"c1\""),
+                        ("content-type", "application/json"),
+                    ],
+                    body,
+                )
+                .await
+        }
+    };
+    let first = send(r#"{"a":1, "b":[1,2]}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let key = replay.record_key(None, "c1").expect("an unscoped layer's key");
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while table.engine().record(&key).await.unwrap().is_none() {
+        assert!(Instant::now() < give_up, "no record");
+        sleep(Duration::from_millis(2)).await;
+    }
+    let same = send(r#"{ "b": [1, 2], "a": 1 }"#).await;
+    assert_eq!(same.header("idempotent-replayed"), Some("true"));
+    assert_eq!(same.header("x-replay-hook"), Some("1"));
+    assert_eq!(same.body, first.body);
+    let other = send(r#"{"a":1, "b":[2,1]}"#).await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // The old header is not the key any more.
+    let old = post_with(&app.server, "/orders", "c1", "{}").await;
+    assert_eq!(old.status, StatusCode::BAD_REQUEST);
+    // An operator removes the record: the key runs again.
+    assert!(replay.record_key(Some("someone"), "c1").is_none(), "unscoped");
+    assert!(table.engine().forget_record(&key).await.unwrap());
+    assert!(table.engine().record(&key).await.unwrap().is_none());
+    let again = send(r#"{"a":1,"b":[1,2]}"#).await;
+    assert_eq!(again.header("idempotent-replayed"), None);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 2);
+}
+
 /// Instantiate the replay scenarios on one framework and one backend.
 #[macro_export]
 macro_rules! replay_scenarios {
@@ -1083,6 +1240,9 @@ macro_rules! replay_scenarios {
             answers_that_mean_try_again_are_never_stored,
             a_panicking_body_or_handler_costs_only_its_own_request,
             an_endless_body_after_its_client_left_is_cut_off,
+            a_scoped_preset_replays_only_to_the_caller_who_made_it,
+            the_application_decides_what_else_is_stored,
+            a_custom_key_header_replay_hook_canonical_json_and_record_removal,
         );
     };
     (@cases $framework:ident $backend:ident; $($case:ident),* $(,)?) => {
