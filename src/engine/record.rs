@@ -72,7 +72,10 @@ impl Record {
         Record::tombstone(self.fingerprint.clone(), self.completed_at)
     }
 
-    /// The bytes the record occupies in a store, roughly: what budgets count.
+    /// The bytes of the record's own data: fingerprint, metadata, body and completion
+    /// time. A store adds its own bookkeeping to that (the in-process budget charges what
+    /// the record costs in memory; see
+    /// [`MemoryBackend::with_record_budget`](crate::MemoryBackend::with_record_budget)).
     pub fn size(&self) -> usize {
         self.fingerprint.len() + self.meta.len() + self.body.len() + 8
     }
