@@ -33,7 +33,7 @@ fi
 
 log "building the benches"
 cargo bench --no-run --bench engine --bench contention --bench http --bench watchdog \
-    --bench allocations --bench replay 2>"$OUT/build.log" ||
+    --bench allocations --bench replay --bench record_memory 2>"$OUT/build.log" ||
     { cat "$OUT/build.log" >&2; exit 1; }
 
 # --- our own Redis ---------------------------------------------------------------------
@@ -240,6 +240,10 @@ cargo bench -q --bench replay -- --json --duration-secs 4 --redis-url "$REDIS_UR
 log "allocations bench"
 cargo bench -q --bench allocations -- >"$OUT/allocations.json" 2>"$OUT/allocations.log"
 
+# --- what an in-process record really costs (RSS), against what the budget charges --------
+log "record memory bench"
+cargo bench -q --bench record_memory -- >"$OUT/record_memory.json" 2>"$OUT/record_memory.log"
+
 # --- criterion micro-benches -------------------------------------------------------------
 log "criterion micro-benches"
 rm -rf "$CRITERION_DIR/engine" "$CRITERION_DIR/layer" # no stale figures in the table
@@ -377,6 +381,12 @@ row "replay on redis: replayed requests/s" "$(replay_get replay/redis rps)" "" "
 row "replay on redis / redis-benchmark GET -c 50" "$(replay_get replay/redis ratio_to_get)" ">=" 0.5
 row "replay: first request, 1 KiB body: overhead (us)" "$(replay_get first_request/1KiB overhead_us)" "" ""
 row "replay: first request, 1 MiB body: overhead (us)" "$(replay_get first_request/1MiB overhead_us)" "" ""
+row "in-process records: RSS grown per record (bytes)" \
+    "$(jget rss_grown_per_record "$OUT/record_memory.json")" "" ""
+row "in-process records: budget charged per record (bytes)" \
+    "$(jget charged_per_record "$OUT/record_memory.json")" "" ""
+row "in-process records: RSS grown / budget charged" \
+    "$(jget ratio "$OUT/record_memory.json")" "<=" 1.5
 row "allocations per request: bare axum" "$(jget bare_per_request "$OUT/allocations.json")" "" ""
 row "allocations per request: + LockLayer (memory), extra" \
     "$(jget lock_layer_memory_extra_per_request "$OUT/allocations.json")" "" ""

@@ -285,17 +285,20 @@ pub trait PoolBackend: Send + Sync {
 /// replay keeps its responses here.
 ///
 /// A record lives under its lock's key, apart from the lock itself, until its retention
-/// runs out (a store with a byte budget may evict completed records earlier, oldest
-/// first). Writing one is compare-token checked: a holder whose lease ran out writes
+/// runs out. A store with a byte budget may drop a record's output earlier (oldest first),
+/// but then keeps its tombstone (see [`Record`]) for the rest of the retention: a record
+/// that appeared never vanishes before its retention unless it is deleted with
+/// [`forget`](Self::forget) (or, documented by the store, the budget cannot hold even the
+/// tombstones). Writing one is compare-token checked: a holder whose lease ran out writes
 /// nothing.
 pub trait RecordBackend: Send + Sync {
     /// The record stored under `key`, if any (and not past its retention).
     fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>>;
 
     /// If `token` holds `key`: store `record` under `key` for `retention` (replacing any
-    /// earlier one) and release the key, handing it to the next waiter, in one atomic
-    /// step. Otherwise [`LockError::NotOwned`] or [`LockError::Expired`], and nothing is
-    /// written.
+    /// earlier one; a tombstone, `kept: false`, is stored as a tombstone) and release the
+    /// key, handing it to the next waiter, in one atomic step. Otherwise
+    /// [`LockError::NotOwned`] or [`LockError::Expired`], and nothing is written.
     fn complete<'a>(
         &'a self,
         key: &'a LockKey,
@@ -303,4 +306,9 @@ pub trait RecordBackend: Send + Sync {
         record: &'a Record,
         retention: Duration,
     ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Delete the record or tombstone stored under `key`, whoever wrote it; returns
+    /// whether there was one (within its retention). The lock on `key` is left as it is:
+    /// a holder keeps it, and may still complete and write a new record.
+    fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
 }

@@ -135,10 +135,60 @@ impl LockEngine {
     }
 
     /// The record stored under `key` by [`Lease::complete`](super::Lease::complete), if
-    /// any and within its retention. [`LockError::Unsupported`] on a backend without
-    /// records.
+    /// any and within its retention (a tombstone, [`Record::kept`](Record#structfield.kept)
+    /// `false`, when the store kept only that the operation completed).
+    /// [`LockError::Unsupported`] on a backend without records.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_lock::{LockEngine, engine::{LockKey, Record}};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let key = LockKey::new("order-7")?;
+    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
+    /// lease.complete(record, Duration::from_secs(3600)).await?;
+    /// let stored = engine.record(&key).await?.expect("completed");
+    /// assert_eq!(stored.body, "done");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn record(&self, key: &LockKey) -> Result<Option<Record>, LockError> {
         self.record_backend()?.record(key).await
+    }
+
+    /// Delete the record (or tombstone) stored under `key`, so that the next operation
+    /// under `key` runs as if none had completed: an operator purging one record after an
+    /// incident. Returns whether there was one within its retention. The lock on `key` is
+    /// not touched: a holder keeps it, and its completion writes a new record. Logged at
+    /// `warn`, as the [admin operations](super::LockAdmin) are. [`LockError::Unsupported`]
+    /// on a backend without records.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_lock::{LockEngine, engine::{LockKey, Record}};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let key = LockKey::new("order-7")?;
+    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
+    /// lease.complete(record, Duration::from_secs(3600)).await?;
+    /// assert!(engine.forget_record(&key).await?);
+    /// assert_eq!(engine.record(&key).await?, None);
+    /// assert!(!engine.forget_record(&key).await?, "nothing left to delete");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn forget_record(&self, key: &LockKey) -> Result<bool, LockError> {
+        let records = self.record_backend()?;
+        tracing::warn!(%key, "deleting the stored record");
+        records.forget(key).await
     }
 
     /// Whether the backend keeps records ([`RecordBackend`]).

@@ -283,6 +283,15 @@ impl ReplayLocker {
                 None,
             ));
         }
+        if !record.kept {
+            // A tombstone: the request completed, but the store could not keep its
+            // response (the in-process record budget). Never run again; no status to tell.
+            return Begin::Rejected(locker.reject(
+                RejectionKind::NotReplayable,
+                "the request with this idempotency key completed, but its response could not be kept, so it cannot be replayed".to_owned(),
+                None,
+            ));
+        }
         match stored::decode(&record.meta) {
             Some(Stored::Response { status, headers }) => {
                 locker.metrics().replayed();

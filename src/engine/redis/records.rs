@@ -27,7 +27,7 @@ impl RecordBackend for RedisBackend {
                 Option<Vec<u8>>,
                 Option<Vec<u8>>,
                 Option<Vec<u8>>,
-                Option<u64>,
+                Option<i64>,
             );
             let (fp, meta, body, at): Fields = self
                 .inner
@@ -36,12 +36,16 @@ impl RecordBackend for RedisBackend {
                 .await
                 .map_err(LockError::Backend)?;
             match (fp, meta, body, at) {
-                (Some(fp), Some(meta), Some(body), Some(at)) => Ok(Some(Record {
-                    fingerprint: Bytes::from(fp),
-                    meta: Bytes::from(meta),
-                    body: Bytes::from(body),
-                    completed_at: from_unix_millis(at),
-                })),
+                (Some(fp), Some(meta), Some(body), Some(at)) => {
+                    let (completed, kept) = from_at(at);
+                    Ok(Some(Record {
+                        fingerprint: Bytes::from(fp),
+                        meta: Bytes::from(meta),
+                        body: Bytes::from(body),
+                        completed_at: from_unix_millis(completed),
+                        kept,
+                    }))
+                }
                 (None, None, None, None) => Ok(None),
                 // Written in one HSET: a partial hash is not ours, and is never served.
                 _ => Err(LockError::Backend(BackendError::new(
@@ -49,6 +53,23 @@ impl RecordBackend for RedisBackend {
                     "record hash is missing fields",
                 ))),
             }
+        })
+    }
+
+    fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            // A plain DEL of the record's hash: the lock, its queue and its fence live
+            // under other names, so a holder keeps the key. An expired hash is already
+            // gone, so the count is "one within its retention".
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(object_name(&self.inner.prefix, "rec", key));
+            let deleted: u64 = self
+                .inner
+                .pool
+                .query("forget record", &cmd)
+                .await
+                .map_err(LockError::Backend)?;
+            Ok(deleted > 0)
         })
     }
 
@@ -63,13 +84,56 @@ impl RecordBackend for RedisBackend {
             let names = self.inner.names(key);
             let mut inv = COMPLETE.prepare_invoke();
             release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
+            // A tombstone keeps no output, whatever the record carries.
+            let (meta, body) = match record.kept {
+                true => (&record.meta[..], &record.body[..]),
+                false => (&[][..], &[][..]),
+            };
             inv.key(object_name(&self.inner.prefix, "rec", key))
                 .arg(&record.fingerprint[..])
-                .arg(&record.meta[..])
-                .arg(&record.body[..])
-                .arg(unix_millis(record.completed_at))
+                .arg(meta)
+                .arg(body)
+                .arg(to_at(record))
                 .arg(millis(retention));
             outcome(self.inner.call("complete", &inv).await?)
         })
+    }
+}
+
+/// The `at` field of a record hash: the completion time in Unix ms, negated (minus one,
+/// so that 0 stays apart) for a tombstone. Kept in the existing field so that the
+/// completion script stays as it is and a hash stays one `HSET`.
+fn to_at(record: &Record) -> i64 {
+    let ms = i64::try_from(unix_millis(record.completed_at)).unwrap_or(i64::MAX);
+    if record.kept { ms } else { -ms - 1 }
+}
+
+/// The completion time (Unix ms) and whether the output was kept, from an `at` field.
+fn from_at(at: i64) -> (u64, bool) {
+    if at >= 0 {
+        (at.unsigned_abs(), true)
+    } else {
+        ((-(at + 1)).unsigned_abs(), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn the_at_field_carries_the_completion_time_and_the_tombstone_mark() {
+        for ms in [0u64, 1, 1_764_000_000_123] {
+            let at = UNIX_EPOCH + Duration::from_millis(ms);
+            let mut kept = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::new());
+            kept.completed_at = at;
+            assert_eq!(from_at(to_at(&kept)), (ms, true));
+            let tombstone = Record::tombstone(Bytes::from("fp"), at);
+            assert_eq!(from_at(to_at(&tombstone)), (ms, false));
+        }
     }
 }

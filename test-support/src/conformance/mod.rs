@@ -104,6 +104,7 @@ macro_rules! conformance_tests {
             a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
             a_waiter_granted_by_a_completion_finds_the_record,
             records_expire_after_their_retention,
+            a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone,
         );
     };
     (@cases [$attr:meta] $make:expr; $($case:ident),* $(,)?) => {

@@ -130,3 +130,41 @@ pub async fn records_expire_after_their_retention(h: &impl Harness) {
     assert_eq!(stored(&engine, "rec-d").await, None, "expired");
     assert_no_residue(h).await;
 }
+
+pub async fn a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    // A kept record: read, deleted, gone; deleting again finds nothing.
+    let lease = engine.lock("rec-e").ttl(u * 100).acquire().await.unwrap();
+    lease.complete(record("e"), u * 1000).await.unwrap();
+    assert!(stored(&engine, "rec-e").await.is_some());
+    assert!(
+        engine.forget_record(&key("rec-e")).await.unwrap(),
+        "deleted"
+    );
+    assert_eq!(stored(&engine, "rec-e").await, None);
+    assert!(!engine.forget_record(&key("rec-e")).await.unwrap());
+    // The key runs again as if nothing had completed.
+    let again = engine.lock("rec-e").try_acquire().await.expect("free");
+    // Deleting a record never touches a held lock: the holder keeps the key and completes.
+    assert!(!engine.forget_record(&key("rec-e")).await.unwrap());
+    assert!(again.owned().await.unwrap(), "the holder keeps the key");
+    let rec = record("e2");
+    again.complete(rec.clone(), u * 1000).await.unwrap();
+    assert_eq!(stored(&engine, "rec-e").await, Some(rec));
+    // A tombstone reads back as one (fingerprint and completion time, nothing else) and
+    // is deleted the same way.
+    let lease = engine.lock("rec-f").ttl(u * 100).acquire().await.unwrap();
+    let full = record("f");
+    let tombstone = Record::tombstone(full.fingerprint.clone(), full.completed_at);
+    lease.complete(tombstone.clone(), u * 1000).await.unwrap();
+    let got = stored(&engine, "rec-f")
+        .await
+        .expect("the tombstone is there");
+    assert_eq!(got, tombstone);
+    assert!(!got.kept);
+    assert!(engine.forget_record(&key("rec-f")).await.unwrap());
+    assert_eq!(stored(&engine, "rec-f").await, None);
+    assert!(engine.forget_record(&key("rec-e")).await.unwrap());
+    assert_no_residue(h).await;
+}
