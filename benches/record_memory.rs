@@ -32,6 +32,7 @@ const WARM_UP: usize = 5_000;
 
 fn app(engine: LockEngine) -> axum::Router {
     let layer = LockLayer::idempotency(engine)
+        .unscoped()
         .build()
         .expect("a valid preset");
     axum::Router::new()

@@ -50,7 +50,10 @@ mod record_budget {
     async fn app_with_budget(budget: usize) -> (ReplayApp, Arc<MemoryBackend>, LockEngine) {
         let backend = Arc::new(MemoryBackend::with_record_budget(budget));
         let engine = LockEngine::from_arc(backend.clone());
-        let layer = LockLayer::idempotency(engine.clone()).build().unwrap();
+        let layer = LockLayer::idempotency(engine.clone())
+            .unscoped()
+            .build()
+            .unwrap();
         let app = replay_app(Stack::new(Framework::Tower, Backend::InProcess), layer).await;
         (app, backend, engine)
     }
