@@ -27,6 +27,7 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
     a_waiter_granted_by_a_completion_finds_the_record,
     records_expire_after_their_retention,
+    a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone,
 );
 
 #[tokio::test]

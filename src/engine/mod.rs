@@ -77,6 +77,5 @@ pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
 pub use record::Record;
-#[cfg(feature = "redis")]
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;
