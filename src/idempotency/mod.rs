@@ -1,14 +1,17 @@
 //! Idempotency with response replay: the [`IdempotencyLayer`], after the IETF
 //! Idempotency-Key draft and Stripe's behaviour.
 //!
-//! [`LockLayer::idempotency`](crate::LockLayer::idempotency) builds it. For each `POST`
-//! and `PATCH` (by default) with an `Idempotency-Key` header, the layer:
+//! [`LockLayer::idempotency`](crate::LockLayer::idempotency) builds it, once told whose
+//! requests share records: per principal, by a scope the server derives, or explicitly
+//! unscoped (see [`IdempotencyLayerBuilder::per_principal`]). For each `POST` and `PATCH`
+//! (by default) with an `Idempotency-Key` header, the layer:
 //!
 //! 1. reads the request body (at most 1 MiB by default, else `413`) and fingerprints the
-//!    request (SHA-256 over method, path, query, content type, chosen headers and body);
-//! 2. looks for the key's record: a completed request with the same fingerprint is
-//!    **replayed** (its status, headers and body, plus `Idempotent-Replayed: true`),
-//!    one with a different fingerprint is answered **`422`**;
+//!    request (SHA-256 over the method, the full original target, the authority, every
+//!    value of the content type and the chosen headers, and the body);
+//! 2. looks for the key's record within the scope: a completed request with the same
+//!    fingerprint is **replayed** (its status, headers and body, plus
+//!    `Idempotent-Replayed: true`), one with a different fingerprint is answered **`422`**;
 //! 3. otherwise locks the key: a duplicate of a request in flight is answered **`409`**
 //!    with `Retry-After`, or, with a `wait`, waits and then receives the replay;
 //! 4. runs the handler and captures its response as it streams to the client; when the
@@ -16,18 +19,32 @@
 //!    lock**, so no retry ever sees the key free without the record.
 //!
 //! A client that disconnects does not cancel the request: the handler runs to completion,
-//! the response is stored, then the key is released. `5xx`, `408`, `425` and `429`
-//! responses, handler errors, panics and bodies that fail are not stored (the retry runs
-//! again). A response over the limits is recorded as completed but not stored: a retry
+//! the response is stored (its body read for at most
+//! [`max_drain_time`](IdempotencyLayerBuilder::max_drain_time)), then the key is released.
+//! Answers that mean "try again" are never stored (`408`, `409`, `423`, `425`, `429`,
+//! `5xx`, anything with `Retry-After`, anything marked [`NotStored`]; by default not
+//! `401`, `403`, `407`), nor are handler errors, panics and bodies that fail: the retry
+//! runs again. A response over the limits is recorded as completed but not stored: a retry
 //! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and
 //! a retry runs again: at-least-once, not exactly-once.
 //!
 //! ```
-//! use std::time::Duration;
+//! use std::{fmt, time::Duration};
 //! use tower_lock::{LockEngine, LockLayer};
 //!
+//! /// Put in the request extensions by the application's authentication layer.
+//! #[derive(Clone)]
+//! struct AccountId(u64);
+//!
+//! impl fmt::Display for AccountId {
+//!     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+//!         write!(f, "{}", self.0)
+//!     }
+//! }
+//!
 //! let layer = LockLayer::idempotency(LockEngine::in_memory())
+//!     .per_principal::<AccountId>()
 //!     .wait(Duration::from_secs(10)) // duplicates wait for the first, then get its replay
 //!     .retention(Duration::from_secs(6 * 60 * 60))
 //!     .build()

@@ -279,7 +279,7 @@ impl ReplayLocker {
         if record.fingerprint != *fingerprint {
             return Begin::Rejected(locker.reject(
                 RejectionKind::FingerprintMismatch,
-                "this idempotency key was already used with a different request (method, path, query, content type, fingerprinted headers or body)".to_owned(),
+                "this idempotency key was already used with a different request (method, path and query, host, content type, fingerprinted headers or body)".to_owned(),
                 None,
             ));
         }
@@ -529,7 +529,7 @@ impl Capture {
                             tracing::warn!(%key, "the lease ran out before the response was stored; not stored");
                         }
                         Err(error) => {
-                            tracing::warn!(%key, %error, "storing the response failed; the lease's TTL frees the key");
+                            tracing::warn!(%key, %error, "storing the response failed (sent twice); the key is released without a record, so a retry runs the request again");
                         }
                     }
                 })

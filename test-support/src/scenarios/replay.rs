@@ -1105,7 +1105,11 @@ pub async fn a_scoped_preset_replays_only_to_the_caller_who_made_it(on: Stack) {
     assert_eq!(alice.header("x-run"), Some("1"));
     let bob = send("bob").await;
     assert_eq!(
-        (bob.status, bob.header("idempotent-replayed"), bob.header("x-run")),
+        (
+            bob.status,
+            bob.header("idempotent-replayed"),
+            bob.header("x-run")
+        ),
         (StatusCode::CREATED, None, Some("2")),
         "bob runs his own order"
     );
@@ -1145,9 +1149,17 @@ pub async fn the_application_decides_what_else_is_stored(on: Stack) {
         }
     };
     let (_, marked) = twice("marked", &[("x-not-stored", "1")]).await;
-    assert_eq!(marked.header("idempotent-replayed"), None, "marked NotStored");
+    assert_eq!(
+        marked.header("idempotent-replayed"),
+        None,
+        "marked NotStored"
+    );
     let (_, invalid) = twice("invalid", &[("x-status", "422")]).await;
-    assert_eq!(invalid.header("idempotent-replayed"), None, "refused by store_if");
+    assert_eq!(
+        invalid.header("idempotent-replayed"),
+        None,
+        "refused by store_if"
+    );
     let (_, stored) = twice("ok", &[]).await;
     assert_eq!(stored.header("idempotent-replayed"), Some("true"));
     let (_, unauthorized) = twice("401", &[("x-status", "401")]).await;
@@ -1194,7 +1206,9 @@ pub async fn a_custom_key_header_replay_hook_canonical_json_and_record_removal(o
     };
     let first = send(r#"{"a":1, "b":[1,2]}"#).await;
     assert_eq!(first.status, StatusCode::CREATED);
-    let key = replay.record_key(None, "c1").expect("an unscoped layer's key");
+    let key = replay
+        .record_key(None, "c1")
+        .expect("an unscoped layer's key");
     let give_up = Instant::now() + Duration::from_secs(10);
     while table.engine().record(&key).await.unwrap().is_none() {
         assert!(Instant::now() < give_up, "no record");
@@ -1210,7 +1224,10 @@ pub async fn a_custom_key_header_replay_hook_canonical_json_and_record_removal(o
     let old = post_with(&app.server, "/orders", "c1", "{}").await;
     assert_eq!(old.status, StatusCode::BAD_REQUEST);
     // An operator removes the record: the key runs again.
-    assert!(replay.record_key(Some("someone"), "c1").is_none(), "unscoped");
+    assert!(
+        replay.record_key(Some("someone"), "c1").is_none(),
+        "unscoped"
+    );
     assert!(table.engine().forget_record(&key).await.unwrap());
     assert!(table.engine().record(&key).await.unwrap().is_none());
     let again = send(r#"{"a":1,"b":[1,2]}"#).await;
