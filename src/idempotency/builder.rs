@@ -268,8 +268,10 @@ impl IdempotencyLayerBuilder {
     /// `425`, `429`, `503`, any other `5xx` (unless
     /// [`store_server_errors`](Self::store_server_errors)), anything with `Retry-After`, and
     /// any response carrying the [`NotStored`](super::NotStored) mark. For the rest `f`
-    /// decides; the default stores everything but `401`, `403` and `407` (an answer about
-    /// credentials, which a retry after logging in must not meet again).
+    /// decides; the default stores everything but a request that could not be processed as
+    /// sent (`400`, `413`, `415`, `422`: an extractor's rejection, a validation error;
+    /// nothing happened, and Stripe keeps nothing then either) and an answer about
+    /// credentials (`401`, `403`, `407`: the retry after logging in must run).
     ///
     /// ```
     /// use http::StatusCode;

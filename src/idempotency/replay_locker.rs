@@ -55,8 +55,10 @@ impl ReplayOptions {
         }
         match &self.store_if {
             Some(store_if) => store_if(status, headers),
-            // An answer about credentials: the retry after logging in must run.
-            None => !matches!(status.as_u16(), 401 | 403 | 407),
+            // A request that could not be processed as sent (an extractor's `400`, `413`,
+            // `415` or `422`: nothing happened, as Stripe keeps nothing when validation
+            // fails), or an answer about credentials (the retry after logging in must run).
+            None => !matches!(status.as_u16(), 400 | 401 | 403 | 407 | 413 | 415 | 422),
         }
     }
 }
@@ -390,7 +392,8 @@ impl Completion {
     /// Start capturing the response with this status and headers. A response that is
     /// not stored (one that means "try again": `408`, `409`, `423`, `425`, `429`, `5xx`
     /// unless the layer stores server errors, anything with `Retry-After`; by default
-    /// `401`, `403`, `407`; whatever the layer's `store_if` refuses) is not captured: the
+    /// `400`, `401`, `403`, `407`, `413`, `415`, `422`; whatever the layer's `store_if`
+    /// refuses) is not captured: the
     /// key is released at the end of the body, with no record, and a retry runs again.
     pub fn capture(self, status: StatusCode, headers: &HeaderMap) -> Capture {
         let o = &self.shared.options;

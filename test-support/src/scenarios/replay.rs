@@ -900,12 +900,17 @@ pub async fn every_value_of_a_fingerprinted_header_counts(on: Stack) {
 }
 
 /// An answer that means "this did not happen, try again" is never stored: `408`, `409`,
-/// `423`, `425`, `429`, `5xx`, anything with `Retry-After`, and by default `401`, `403`
-/// and `407`. The retry runs the handler again.
+/// `423`, `425`, `429`, `5xx`, anything with `Retry-After`, and by default `400`, `401`,
+/// `403`, `407`, `413`, `415`, `422`; nor is a framework extractor's rejection. The retry
+/// runs the handler again.
 pub async fn answers_that_mean_try_again_are_never_stored(on: Stack) {
     let table = on.table("replay-transient").await;
     let app = replay_app(on, preset(&table).build().unwrap()).await;
-    let cases: [(&str, Option<&str>); 11] = [
+    let cases: [(&str, Option<&str>); 15] = [
+        ("400", None),
+        ("413", None),
+        ("415", None),
+        ("422", None),
         ("408", None),
         ("409", None),
         ("423", Some("30")),
@@ -940,10 +945,30 @@ pub async fn answers_that_mean_try_again_are_never_stored(on: Stack) {
             assert_eq!(reply.header("x-run"), Some(runs.to_string().as_str()));
         }
     }
-    let keys: Vec<String> = cases
+    // The framework's own `String` extractor refuses a body that is not UTF-8 (`400`)
+    // before the handler runs: not stored either.
+    for _ in 0..2 {
+        let reply = app
+            .server
+            .send_body(
+                "POST",
+                "/orders",
+                &[("idempotency-key", "\"t-extractor\"")],
+                Bytes::from_static(b"\xff\xfe"),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            reply.header("idempotent-replayed"),
+            None,
+            "an extractor's 400"
+        );
+    }
+    let mut keys: Vec<String> = cases
         .iter()
         .map(|(status, _)| idempotency_lock_key(&format!("t-{status}")))
         .collect();
+    keys.push(idempotency_lock_key("t-extractor"));
     table.assert_only_records(&keys, 0).await;
 }
 
