@@ -1,7 +1,10 @@
 //! The Redis backend's direct hand-off: a release makes the next waiter the holder inside
 //! the script and publishes the grant. What must hold:
-//! - a grant to a waiter that has gone (crashed, cancelled) costs at most the claim period
-//!   (the ticket TTL, 3 s here), never the waiter's lease TTL (60 s here);
+//! - a grant to a waiter that has gone (crashed, cancelled) costs at most its claim period
+//!   (its own node's ticket TTL, 3 s here), never the waiter's lease TTL (60 s here), nor
+//!   the releasing node's longer claim;
+//! - nodes with different settings share a prefix: a hand-off lasts the waiter's own claim,
+//!   and the waiter's local deadline is never later than the server's expiry;
 //! - a waiter whose grant message is lost still gets its key, long before the claim runs
 //!   out (its retry finds the key already its own);
 //! - fences keep rising across every hand-off; exclusion and FIFO order hold with many
@@ -27,6 +30,8 @@ use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residu
 const CLAIM: Duration = Duration::from_secs(3);
 /// A lease TTL far above the claim period: a grant that cost it would show.
 const LONG_TTL: Duration = Duration::from_secs(60);
+/// The claim period of a node with a 5 s command timeout: three times (5 s + 250 ms).
+const SLOW_CLAIM: Duration = Duration::from_millis(15_750);
 /// Set in a child process started by [`spawn_child`]: which role it plays.
 const CHILD_ROLE: &str = "TOWER_LOCK_HANDOFF_CHILD";
 
@@ -34,11 +39,51 @@ async fn engine(server: &RedisServer, prefix: &str) -> LockEngine {
     redis_engine(server, prefix, None).await
 }
 
+/// A node whose settings differ from the default ones: a 5 s command timeout, so its
+/// tickets live (and its claim period lasts) [`SLOW_CLAIM`].
+async fn slow_engine(server: &RedisServer, prefix: &str) -> LockEngine {
+    redis_engine(server, prefix, Some(Duration::from_secs(5))).await
+}
+
 /// Wait until `n` callers are queued for `key` (observable backend state, no event).
 async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
     let give_up = Instant::now() + Duration::from_secs(10);
     while engine.lock(key).waiters().await.unwrap() != n {
         assert!(Instant::now() < give_up, "never saw {n} waiters on {key}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Wait until the only waiter under `prefix` listens for its grant: its channel is
+/// subscribed, and the retry it makes once the subscription is confirmed has renamed its
+/// ticket (a grant before that retry would be found by the retry, a re-entry that takes
+/// the full lease, not by the message). Observable server state, no event to await.
+async fn until_listening(server: &RedisServer, prefix: &str) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let queue = tokio::task::block_in_place(|| {
+        loop {
+            if let Some(q) = server
+                .scan(&format!("{prefix}:*"))
+                .into_iter()
+                .find(|k| k.contains("}:queue:"))
+            {
+                break q;
+            }
+            assert!(Instant::now() < give_up, "no queue under {prefix}");
+        }
+    });
+    let first = tokio::task::block_in_place(|| server.cli(["ZRANGE", &queue, "0", "0"]));
+    loop {
+        let (channels, member) = tokio::task::block_in_place(|| {
+            (
+                server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*")]),
+                server.cli(["ZRANGE", &queue, "0", "0"]),
+            )
+        });
+        if !channels.is_empty() && member != first {
+            return;
+        }
+        assert!(Instant::now() < give_up, "the waiter never listened");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
@@ -57,10 +102,65 @@ async fn until_held_by(engine: &LockEngine, key: &str, token: &Token) -> Duratio
     }
 }
 
+/// Nodes with different settings on one prefix: whichever node releases, a hand-off lasts
+/// the waiter's own claim period (it travels in the ticket), and the waiter's local
+/// deadline is never later than the expiry the server set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_to_a_crashed_waiter_costs_at_most_the_claim_period() {
+async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_claim() {
     let server = RedisServer::start();
-    let engine = engine(&server, "crashed").await;
+    let default = engine(&server, "mixed").await;
+    let slow = slow_engine(&server, "mixed").await;
+    for (round, (from, to, claim)) in [
+        (&default, &slow, SLOW_CLAIM),
+        (&slow, &default, CLAIM),
+        (&default, &slow, SLOW_CLAIM),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("k{round}");
+        let holder = from.lock(&key).acquire().await.unwrap();
+        let waiter = {
+            let (to, key) = (to.clone(), key.clone());
+            tokio::spawn(async move { to.lock(&key).ttl(LONG_TTL).acquire().await })
+        };
+        until_waiters(from, &key, 1).await;
+        until_listening(&server, "mixed").await;
+        holder.release().await.unwrap();
+        let lease = waiter.await.unwrap().unwrap();
+        // The server's expiry, read right after the hand-off (long before the first
+        // renewal, due at a third of the claim).
+        let read = Instant::now();
+        let pttl = from
+            .lock(&key)
+            .holder()
+            .await
+            .unwrap()
+            .unwrap()
+            .ttl
+            .unwrap();
+        assert!(
+            pttl <= claim && pttl > claim - Duration::from_secs(1),
+            "round {round}: the server keeps the handed-off lease for {pttl:?}, the waiter's claim is {claim:?}"
+        );
+        assert!(
+            lease.valid_until() <= read + pttl,
+            "round {round}: the waiter trusts its lease {:?} longer than the server keeps it",
+            lease.valid_until() - (read + pttl)
+        );
+        assert!(!lease.is_lost());
+        lease.release().await.unwrap();
+    }
+    let left = tokio::task::block_in_place(|| residue(&server, "mixed"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// The releaser is a node with a long claim period ([`SLOW_CLAIM`]); the dead waiter's own
+/// claim ([`CLAIM`], the default settings) is what the key costs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_crashed_waiter_costs_at_most_its_own_claim_period() {
+    let server = RedisServer::start();
+    let engine = slow_engine(&server, "crashed").await;
     let holder = engine.lock("k").fifo(true).acquire().await.unwrap();
     let first_fence = holder.fence();
 

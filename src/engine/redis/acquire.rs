@@ -382,7 +382,11 @@ impl Inner {
             by_timer = woken.is_none() && Instant::now() >= wake_at;
             // A grant of the ticket as we registered it last: it was made after that
             // attempt. (One naming an older registration is stale: its claim may be over.)
-            if let Some(Woken::Granted { deadline, fence }) = woken
+            if let Some(Woken::Granted {
+                deadline,
+                fence,
+                px,
+            }) = woken
                 && cleanup.known == Some(deadline)
             {
                 if self.replica_ack.is_some() {
@@ -391,8 +395,11 @@ impl Inner {
                     continue;
                 }
                 cleanup.armed = false;
-                let claim = Duration::from_millis(ttl_ms.min(self.ticket_ttl_ms));
-                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(claim));
+                // The expiry the releasing script set (the claim period our ticket carries),
+                // counted from before the attempt that registered the ticket it granted: never
+                // later than the server's. Not our own settings: the server decided.
+                let valid = Duration::from_millis(px);
+                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(valid));
             }
         }
     }

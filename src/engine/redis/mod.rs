@@ -46,7 +46,8 @@ struct Inner {
     wakeup: Wakeup,
     prefix: String,
     /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
-    /// hand-off (how long a waiter that has gone can hold the key it was handed).
+    /// hand-off to this node's waiters (how long a waiter that has gone can hold the key it
+    /// was handed), which their tickets carry to whichever node releases.
     ticket_ttl_ms: u64,
     /// `WAIT` behind every acquire script, if configured.
     replica_ack: Option<connection::ReplicaAck>,

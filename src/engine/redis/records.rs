@@ -62,7 +62,7 @@ impl RecordBackend for RedisBackend {
         Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = COMPLETE.prepare_invoke();
-            release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
+            release_args(&mut inv, &names, token);
             inv.key(object_name(&self.inner.prefix, "rec", key))
                 .arg(&record.fingerprint[..])
                 .arg(&record.meta[..])
