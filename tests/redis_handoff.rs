@@ -23,7 +23,7 @@ use std::{
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::{LockEngine, Token, engine::redis::RedisBackend};
+use tower_lock::{LockEngine, LockError, Token, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 
 /// The claim period of a hand-off with the default command timeout: the ticket TTL.
@@ -58,25 +58,29 @@ async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
 /// subscribed, and the retry it makes once the subscription is confirmed has renamed its
 /// ticket (a grant before that retry would be found by the retry, a re-entry that takes
 /// the full lease, not by the message). Observable server state, no event to await.
-async fn until_listening(server: &RedisServer, prefix: &str) {
+async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
     let give_up = Instant::now() + Duration::from_secs(10);
     let queue = tokio::task::block_in_place(|| {
         loop {
             if let Some(q) = server
                 .scan(&format!("{prefix}:*"))
                 .into_iter()
-                .find(|k| k.contains("}:queue:"))
+                .find(|k| k.ends_with(&format!("}}:queue:{key}")))
             {
                 break q;
             }
-            assert!(Instant::now() < give_up, "no queue under {prefix}");
+            assert!(
+                Instant::now() < give_up,
+                "no queue for {key} under {prefix}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
     });
     let first = tokio::task::block_in_place(|| server.cli(["ZRANGE", &queue, "0", "0"]));
     loop {
         let (channels, member) = tokio::task::block_in_place(|| {
             (
-                server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*")]),
+                server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*:wake:{key}")]),
                 server.cli(["ZRANGE", &queue, "0", "0"]),
             )
         });
@@ -125,7 +129,7 @@ async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_
             tokio::spawn(async move { to.lock(&key).ttl(LONG_TTL).acquire().await })
         };
         until_waiters(from, &key, 1).await;
-        until_listening(&server, "mixed").await;
+        until_listening(&server, "mixed", &key).await;
         holder.release().await.unwrap();
         let lease = waiter.await.unwrap().unwrap();
         // The server's expiry, read right after the hand-off (long before the first
@@ -152,6 +156,84 @@ async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_
         lease.release().await.unwrap();
     }
     let left = tokio::task::block_in_place(|| residue(&server, "mixed"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// A waiter whose runtime stalls (its only thread blocked) past its claim: by the time it
+/// runs again, the server has expired the hand-off and the next waiter holds the key.
+/// `acquire` must not return that lost lease; its wait limit ran out during the stall, so
+/// it answers as a timed-out wait. Several rounds: after the stall, the waiter's grant and
+/// its fallback timer are both ready, and either may be seen first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_stalled_past_its_claim_is_never_handed_a_lost_lease() {
+    /// The stalled waiter's lease TTL, hence the claim of its hand-off.
+    const TTL: Duration = Duration::from_secs(1);
+    const WAIT: Duration = Duration::from_millis(1500);
+    const STALL: Duration = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let node = engine(&server, "stalled").await;
+    for round in 0..4 {
+        let key = format!("k{round}");
+        let holder = node.lock(&key).fifo(true).acquire().await.unwrap();
+        let (stall_tx, stall_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stalling_tx, stalling_rx) = tokio::sync::oneshot::channel::<()>();
+        let (url, k) = (server.url(), key.clone());
+        // The waiter's node, on a runtime of its own with one thread.
+        let stalled = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let backend = RedisBackend::builder(url)
+                    .prefix("stalled")
+                    .build()
+                    .await
+                    .unwrap();
+                let engine = LockEngine::new(backend);
+                let waiter = tokio::spawn(async move {
+                    let lock = engine.lock(&k).fifo(true).ttl(TTL).wait(WAIT);
+                    let lease = lock.acquire().await?;
+                    // Judged the moment acquire returns.
+                    let lost = lease.is_lost();
+                    let _ = lease.release().await;
+                    Ok::<_, LockError>(lost)
+                });
+                stall_rx.await.unwrap();
+                // The trigger: the runtime's only thread blocks, nothing of it runs.
+                tokio::spawn(async move {
+                    stalling_tx.send(()).unwrap();
+                    std::thread::sleep(STALL);
+                });
+                waiter.await.unwrap()
+            })
+        });
+        until_waiters(&node, &key, 1).await;
+        until_listening(&server, "stalled", &key).await;
+        let behind = {
+            let (node, key) = (node.clone(), key.clone());
+            tokio::spawn(async move {
+                let lock = node.lock(&key).fifo(true).wait(Duration::from_secs(20));
+                lock.acquire().await
+            })
+        };
+        until_waiters(&node, &key, 2).await;
+        stall_tx.send(()).unwrap();
+        stalling_rx.await.unwrap();
+        holder.release().await.unwrap();
+        // The stalled waiter's claim (its TTL) runs out on the server: the next is served.
+        let next = behind.await.unwrap().expect("the queue moves on");
+        let outcome = tokio::task::spawn_blocking(move || stalled.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(LockError::TimedOut { .. })),
+            "round {round}: the stalled waiter's acquire answered {outcome:?} (Ok(true): a lease already lost) while the next waiter holds the key"
+        );
+        assert!(next.owned().await.unwrap() && !next.is_lost());
+        next.release().await.unwrap();
+    }
+    let left = tokio::task::block_in_place(|| residue(&server, "stalled"));
     assert!(left.is_empty(), "residue: {left:?}");
 }
 
