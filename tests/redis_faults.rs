@@ -254,6 +254,40 @@ async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
     waiter.await.unwrap().unwrap().release().await.unwrap();
 }
 
+/// Publishing refused after the engine was built (the user's channel rights revoked): a
+/// release that hands the key over says so, since the hand-off was applied, and the
+/// waiter finds its grant on its fallback retry. No script applies a hand-off and then
+/// reports failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_whose_publish_is_refused_still_reports_success() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "noperm").await;
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let lock = engine.lock("k").wait(Duration::from_secs(10));
+            let lease = lock.acquire().await?;
+            Ok::<_, LockError>((lease.token().clone(), lease))
+        })
+    };
+    until_waiters(&engine, "k", 1).await;
+    // From here on the default user may neither publish nor subscribe.
+    server.cli(["ACL", "SETUSER", "default", "resetchannels"]);
+    let released = holder.release().await;
+    let (token, lease) = waiter.await.unwrap().expect("the waiter finds its grant");
+    server.cli(["ACL", "SETUSER", "default", "allchannels"]);
+    assert!(
+        released.is_ok(),
+        "the release handed the key over but answered {released:?}"
+    );
+    assert_eq!(
+        engine.lock("k").holder().await.unwrap().unwrap().token,
+        token
+    );
+    lease.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_fifo_waiter_is_dropped_from_the_queue_by_the_server_clock() {
     let server = RedisServer::start();

@@ -32,6 +32,10 @@ use redis::Script;
 /// hand-off to the next waiter, and the removal of dead tickets at the queue's head (all
 /// but the caller's own: `live_head(id)`, at most 100 per call to bound the script).
 ///
+/// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
+/// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
+/// script that applied a hand-off always reports it, never an error.
+///
 /// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
 const PRELUDE: &str = r#"
 local now_us, now_ms
@@ -57,8 +61,11 @@ local function handoff(fence, member, channel, margin)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
-  -- The grant names the PX it set: the waiter's local deadline is the server's.
-  redis.call(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
+  -- The grant names the PX it set: the waiter's local deadline is the server's. `pcall`:
+  -- the hand-off is applied by now, and a refused publish (a user without the channel's
+  -- ACL rights) must not turn it into a reported failure; the waiter finds its grant on
+  -- its fallback retry (re-entry).
+  redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
 end
 local function free_or_handoff(fence, channel, margin)
   local next = redis.call('ZPOPMIN', KEYS[3])
