@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
     connection::{ClientSource, Connector, Pool, ReplicaAck},
-    millis, scripts,
+    millis, scripts, server_checks,
     wakeup::{Subscriber, Wakeup},
 };
 use crate::error::{BackendError, BackendErrorKind};
@@ -18,6 +18,7 @@ pub struct RedisBackendBuilder {
     command_timeout: Duration,
     pool_size: u32,
     replica_ack: Option<(usize, Duration)>,
+    allow_evicting_policy: bool,
 }
 
 /// Where the backend connects: what the application handed to the constructor.
@@ -68,6 +69,7 @@ impl RedisBackendBuilder {
             command_timeout: Duration::from_millis(500),
             pool_size: 16,
             replica_ack: None,
+            allow_evicting_policy: false,
         }
     }
 
@@ -111,6 +113,21 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Accept a server whose `maxmemory-policy` may evict keys (default: refused).
+    ///
+    /// Every engine key has a TTL, so under memory pressure a `volatile-*` policy evicts
+    /// held locks as readily as an `allkeys-*` one, and a second engine then acquires a key
+    /// whose holder's lease still reports valid. [`build`](Self::build) therefore reads the
+    /// policy (`CONFIG GET`, or `INFO memory` where `CONFIG` is renamed or refused) and
+    /// refuses anything but `noeviction`, or a server that answers neither, with a
+    /// [`BackendErrorKind::Config`] error. Opt in only for a server that cannot reach its
+    /// `maxmemory` (or whose policy you vouch for but cannot let it read); fencing tokens
+    /// checked by the storage are then the only guard against two holders.
+    pub fn allow_evicting_policy(mut self, allow: bool) -> Self {
+        self.allow_evicting_policy = allow;
+        self
+    }
+
     /// How many multiplexed connections the pool keeps at most (default 16).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
@@ -120,7 +137,11 @@ impl RedisBackendBuilder {
     /// Validate the configuration, connect, and check that the server answers.
     ///
     /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
-    /// timeout, and with `Unavailable` / `Timeout` when the server cannot be reached.
+    /// timeout, for a server whose `maxmemory-policy` may evict keys (see
+    /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
+    /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
+    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
+    /// / `Timeout` when the server cannot be reached.
     pub async fn build(self) -> Result<RedisBackend, BackendError> {
         let config = |msg: String| BackendError::new(BackendErrorKind::Config, msg);
         if self.prefix.is_empty()
@@ -158,6 +179,12 @@ impl RedisBackendBuilder {
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
         pool.load(&scripts::all()).await?;
+        // A server that would not keep what it is given, or a user that could neither hear
+        // nor send grants, is refused now rather than found out under load.
+        if !self.allow_evicting_policy {
+            server_checks::eviction(&pool).await?;
+        }
+        server_checks::channels(&pool, &self.prefix, cluster).await?;
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);

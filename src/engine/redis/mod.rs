@@ -8,6 +8,7 @@ mod connection;
 mod names;
 mod records;
 mod scripts;
+mod server_checks;
 mod wakeup;
 
 use std::{fmt, sync::Arc, time::Duration};
