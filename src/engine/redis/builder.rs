@@ -3,7 +3,7 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
+    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_COMMAND_TIMEOUT, MAX_PREFIX_LEN, RedisBackend,
     connection::{ClientSource, Connector, Pool, ReplicaAck},
     millis, scripts, server_checks,
     wakeup::{Subscriber, Wakeup},
@@ -94,7 +94,7 @@ impl RedisBackendBuilder {
     /// guard against two holders.
     ///
     /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
-    /// block forever).
+    /// block forever) and at most [`MAX_COMMAND_TIMEOUT`].
     pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
@@ -107,7 +107,8 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// The limit on every Redis call, connection check-out included (default 500 ms).
+    /// The limit on every Redis call, connection check-out included (default 500 ms); at
+    /// most [`MAX_COMMAND_TIMEOUT`].
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -159,17 +160,20 @@ impl RedisBackendBuilder {
         if self.pool_size == 0 {
             return Err(config("redis pool size must be at least 1".into()));
         }
-        if self.command_timeout.is_zero() {
-            return Err(config("redis command timeout must be positive".into()));
+        if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(config(format!(
+                "redis command timeout must be positive and at most {MAX_COMMAND_TIMEOUT:?}, not {:?}",
+                self.command_timeout
+            )));
         }
         let replica_ack = match self.replica_ack {
             None => None,
             Some((replicas, timeout)) => {
                 let replicas = u32::try_from(replicas).unwrap_or(0);
-                if replicas == 0 || timeout.is_zero() {
-                    return Err(config(
-                        "replica_ack needs at least 1 replica and a positive timeout".into(),
-                    ));
+                if replicas == 0 || timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
+                    return Err(config(format!(
+                        "replica_ack needs at least 1 replica and a positive timeout of at most {MAX_COMMAND_TIMEOUT:?}"
+                    )));
                 }
                 Some(ReplicaAck { replicas, timeout })
             }
@@ -285,6 +289,13 @@ mod tests {
             builder().command_timeout(Duration::ZERO),
             builder().replica_ack(0, Duration::from_millis(100)),
             builder().replica_ack(1, Duration::ZERO),
+            // Out of range: a typed error, never a panic.
+            builder().command_timeout(Duration::MAX),
+            builder().command_timeout(Duration::from_secs(u64::MAX / 4)),
+            builder().replica_ack(1, Duration::MAX),
+            builder()
+                .command_timeout(Duration::MAX)
+                .replica_ack(1, Duration::MAX),
             RedisBackend::builder("not a url"),
         ] {
             let err = bad.build().await.unwrap_err();

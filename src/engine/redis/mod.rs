@@ -28,6 +28,10 @@ use crate::error::{BackendError, BackendErrorKind};
 pub const DEFAULT_PREFIX: &str = "tower-lock";
 /// The longest prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 64;
+/// The longest command timeout (and `replica_ack` timeout) accepted: one hour. Longer ones
+/// are refused by [`RedisBackendBuilder::build`] with a configuration error (they would
+/// make a waiter's claim period, three times the timeout, last days).
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Waiters retry at least this often, whatever the pub/sub connection does.
 pub(super) const FALLBACK_CAP: Duration = Duration::from_millis(250);
 /// How much longer than the lease the fence tombstone lives.
