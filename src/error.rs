@@ -153,7 +153,10 @@ pub enum BackendErrorKind {
     Unavailable,
     /// The backend answered something the engine does not understand.
     Protocol,
-    /// The backend was configured wrongly (a bad URL, prefix or limit); found at build time.
+    /// The backend was configured wrongly (a bad URL, prefix or limit, a setting out of
+    /// range), or the server it was given is not fit to keep locks (a Redis
+    /// `maxmemory-policy` that may evict keys, a user without rights on the engine's
+    /// wake-up channels); found at build time, and the message says why.
     Config,
     /// Fewer replicas than required acknowledged the write within their time (the Redis
     /// backend's `replica_ack`); the write was undone: an acquire that failed so holds

@@ -1,10 +1,12 @@
 //! The Redis backend on connection settings the application already has: a one-line
 //! engine, a `redis::Client` of its own (database, TLS with its own root certificate), and
-//! `redis::ConnectionInfo`.
+//! `redis::ConnectionInfo`; and what `build()` refuses about the server and the user it is
+//! given (an evicting `maxmemory-policy`, a user without rights on the wake-up channels).
 #![cfg(feature = "redis")]
 
 use std::time::Duration;
 
+use tower_lock::BackendErrorKind;
 use tower_lock::{
     LockEngine,
     engine::redis::{
@@ -13,6 +15,98 @@ use tower_lock::{
     },
 };
 use tower_lock_test_support::redis::RedisServer;
+
+/// Build a backend on `url` under `prefix`; the error's text when refused.
+async fn build(url: String, prefix: &str) -> Result<RedisBackend, String> {
+    RedisBackend::builder(url)
+        .prefix(prefix)
+        .build()
+        .await
+        .map_err(|e| {
+            assert_eq!(e.kind(), BackendErrorKind::Config, "{e}");
+            e.to_string()
+        })
+}
+
+/// Every engine key has a TTL, so a server that may evict keys with one could hand a
+/// held lock to a second holder: `build()` reads the policy (`CONFIG GET`, or `INFO
+/// memory` where `CONFIG` is renamed) and refuses anything but `noeviction`.
+#[tokio::test]
+async fn build_refuses_a_server_that_may_evict_keys() {
+    let evicting = RedisServer::start_with(["--maxmemory-policy", "allkeys-lru"]);
+    let err = build(evicting.url(), "evict").await.err();
+    let err = err.expect("build() accepted a server with maxmemory-policy allkeys-lru");
+    assert!(
+        err.contains("maxmemory-policy") && err.contains("allkeys-lru"),
+        "{err}"
+    );
+    // An explicit opt-in.
+    let opted_in = RedisBackend::builder(evicting.url())
+        .prefix("evict")
+        .allow_evicting_policy(true);
+    LockEngine::new(opted_in.build().await.unwrap())
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // CONFIG renamed away (as managed services do): the policy is read from INFO.
+    let renamed = RedisServer::start_with([
+        "--maxmemory-policy",
+        "volatile-lru",
+        "--rename-command",
+        "CONFIG",
+        "",
+    ]);
+    let err = build(renamed.url(), "evict").await.err();
+    let err = err.expect("build() accepted a server with maxmemory-policy volatile-lru");
+    assert!(err.contains("volatile-lru"), "{err}");
+    let opted_in = RedisBackend::builder(renamed.url()).allow_evicting_policy(true);
+    opted_in.build().await.unwrap();
+
+    // The shared server runs with the default, noeviction.
+    build(RedisServer::shared().url(), "evict").await.unwrap();
+}
+
+/// Redis 7 creates users with `resetchannels`: such a user could never receive a grant
+/// (nor, for lack of `PUBLISH`, send one). `build()` refuses it and names the missing
+/// permission, whether the user may ask `ACL DRYRUN` or not.
+#[tokio::test]
+async fn build_refuses_a_user_without_rights_on_the_wake_up_channels() {
+    let server = RedisServer::start();
+    let user = |name: &str, rules: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", name, "on", ">pw", "~*", "+@all"];
+        args.extend_from_slice(rules);
+        assert_eq!(server.cli(&args), "OK");
+        format!("redis://{name}:pw@127.0.0.1:{}", server.port())
+    };
+    let err = build(user("nochannels", &["resetchannels"]), "acl")
+        .await
+        .err();
+    let err = err.expect("build() accepted a user without channel rights");
+    assert!(err.contains("SUBSCRIBE") && err.contains("acl:*"), "{err}");
+
+    // A user that may not run ACL commands: the publish right is tried for real.
+    let url = user("noacl", &["-acl", "resetchannels"]);
+    let err = build(url, "acl").await.err();
+    let err = err.expect("build() accepted a user without channel rights (no ACL DRYRUN)");
+    assert!(err.contains("PUBLISH") && err.contains("acl:*"), "{err}");
+
+    // Rights on the engine's channels (its prefix) are enough.
+    let url = user("granted", &["resetchannels", "&acl:*"]);
+    let engine = LockEngine::new(build(url, "acl").await.unwrap());
+    engine
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
 
 #[tokio::test]
 async fn lock_engine_redis_is_one_line() {

@@ -1,7 +1,10 @@
 //! The Redis backend's direct hand-off: a release makes the next waiter the holder inside
 //! the script and publishes the grant. What must hold:
-//! - a grant to a waiter that has gone (crashed, cancelled) costs at most the claim period
-//!   (the ticket TTL, 3 s here), never the waiter's lease TTL (60 s here);
+//! - a grant to a waiter that has gone (crashed, cancelled) costs at most its claim period
+//!   (its own node's ticket TTL, 3 s here), never the waiter's lease TTL (60 s here), nor
+//!   the releasing node's longer claim;
+//! - nodes with different settings share a prefix: a hand-off lasts the waiter's own claim,
+//!   and the waiter's local deadline is never later than the server's expiry;
 //! - a waiter whose grant message is lost still gets its key, long before the claim runs
 //!   out (its retry finds the key already its own);
 //! - fences keep rising across every hand-off; exclusion and FIFO order hold with many
@@ -20,13 +23,15 @@ use std::{
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::{LockEngine, Token, engine::redis::RedisBackend};
+use tower_lock::{LockEngine, LockError, Token, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 
 /// The claim period of a hand-off with the default command timeout: the ticket TTL.
 const CLAIM: Duration = Duration::from_secs(3);
 /// A lease TTL far above the claim period: a grant that cost it would show.
 const LONG_TTL: Duration = Duration::from_secs(60);
+/// The claim period of a node with a 5 s command timeout: three times (5 s + 250 ms).
+const SLOW_CLAIM: Duration = Duration::from_millis(15_750);
 /// Set in a child process started by [`spawn_child`]: which role it plays.
 const CHILD_ROLE: &str = "TOWER_LOCK_HANDOFF_CHILD";
 
@@ -34,11 +39,55 @@ async fn engine(server: &RedisServer, prefix: &str) -> LockEngine {
     redis_engine(server, prefix, None).await
 }
 
+/// A node whose settings differ from the default ones: a 5 s command timeout, so its
+/// tickets live (and its claim period lasts) [`SLOW_CLAIM`].
+async fn slow_engine(server: &RedisServer, prefix: &str) -> LockEngine {
+    redis_engine(server, prefix, Some(Duration::from_secs(5))).await
+}
+
 /// Wait until `n` callers are queued for `key` (observable backend state, no event).
 async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
     let give_up = Instant::now() + Duration::from_secs(10);
     while engine.lock(key).waiters().await.unwrap() != n {
         assert!(Instant::now() < give_up, "never saw {n} waiters on {key}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Wait until the only waiter under `prefix` listens for its grant: its channel is
+/// subscribed, and the retry it makes once the subscription is confirmed has renamed its
+/// ticket (a grant before that retry would be found by the retry, a re-entry that takes
+/// the full lease, not by the message). Observable server state, no event to await.
+async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    let queue = tokio::task::block_in_place(|| {
+        loop {
+            if let Some(q) = server
+                .scan(&format!("{prefix}:*"))
+                .into_iter()
+                .find(|k| k.ends_with(&format!("}}:queue:{key}")))
+            {
+                break q;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "no queue for {key} under {prefix}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let first = tokio::task::block_in_place(|| server.cli(["ZRANGE", &queue, "0", "0"]));
+    loop {
+        let (channels, member) = tokio::task::block_in_place(|| {
+            (
+                server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*:wake:{key}")]),
+                server.cli(["ZRANGE", &queue, "0", "0"]),
+            )
+        });
+        if !channels.is_empty() && member != first {
+            return;
+        }
+        assert!(Instant::now() < give_up, "the waiter never listened");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
@@ -57,10 +106,143 @@ async fn until_held_by(engine: &LockEngine, key: &str, token: &Token) -> Duratio
     }
 }
 
+/// Nodes with different settings on one prefix: whichever node releases, a hand-off lasts
+/// the waiter's own claim period (it travels in the ticket), and the waiter's local
+/// deadline is never later than the expiry the server set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_to_a_crashed_waiter_costs_at_most_the_claim_period() {
+async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_claim() {
     let server = RedisServer::start();
-    let engine = engine(&server, "crashed").await;
+    let default = engine(&server, "mixed").await;
+    let slow = slow_engine(&server, "mixed").await;
+    for (round, (from, to, claim)) in [
+        (&default, &slow, SLOW_CLAIM),
+        (&slow, &default, CLAIM),
+        (&default, &slow, SLOW_CLAIM),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("k{round}");
+        let holder = from.lock(&key).acquire().await.unwrap();
+        let waiter = {
+            let (to, key) = (to.clone(), key.clone());
+            tokio::spawn(async move { to.lock(&key).ttl(LONG_TTL).acquire().await })
+        };
+        until_waiters(from, &key, 1).await;
+        until_listening(&server, "mixed", &key).await;
+        holder.release().await.unwrap();
+        let lease = waiter.await.unwrap().unwrap();
+        // The server's expiry, read right after the hand-off (long before the first
+        // renewal, due at a third of the claim).
+        let read = Instant::now();
+        let pttl = from
+            .lock(&key)
+            .holder()
+            .await
+            .unwrap()
+            .unwrap()
+            .ttl
+            .unwrap();
+        assert!(
+            pttl <= claim && pttl > claim - Duration::from_secs(1),
+            "round {round}: the server keeps the handed-off lease for {pttl:?}, the waiter's claim is {claim:?}"
+        );
+        assert!(
+            lease.valid_until() <= read + pttl,
+            "round {round}: the waiter trusts its lease {:?} longer than the server keeps it",
+            lease.valid_until() - (read + pttl)
+        );
+        assert!(!lease.is_lost());
+        lease.release().await.unwrap();
+    }
+    let left = tokio::task::block_in_place(|| residue(&server, "mixed"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// A waiter whose runtime stalls (its only thread blocked) past its claim: by the time it
+/// runs again, the server has expired the hand-off and the next waiter holds the key.
+/// `acquire` must not return that lost lease; its wait limit ran out during the stall, so
+/// it answers as a timed-out wait. Several rounds: after the stall, the waiter's grant and
+/// its fallback timer are both ready, and either may be seen first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_stalled_past_its_claim_is_never_handed_a_lost_lease() {
+    /// The stalled waiter's lease TTL, hence the claim of its hand-off.
+    const TTL: Duration = Duration::from_secs(1);
+    const WAIT: Duration = Duration::from_millis(1500);
+    const STALL: Duration = Duration::from_secs(2);
+    let server = RedisServer::start();
+    let node = engine(&server, "stalled").await;
+    for round in 0..4 {
+        let key = format!("k{round}");
+        let holder = node.lock(&key).fifo(true).acquire().await.unwrap();
+        let (stall_tx, stall_rx) = tokio::sync::oneshot::channel::<()>();
+        let (stalling_tx, stalling_rx) = tokio::sync::oneshot::channel::<()>();
+        let (url, k) = (server.url(), key.clone());
+        // The waiter's node, on a runtime of its own with one thread.
+        let stalled = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let backend = RedisBackend::builder(url)
+                    .prefix("stalled")
+                    .build()
+                    .await
+                    .unwrap();
+                let engine = LockEngine::new(backend);
+                let waiter = tokio::spawn(async move {
+                    let lock = engine.lock(&k).fifo(true).ttl(TTL).wait(WAIT);
+                    let lease = lock.acquire().await?;
+                    // Judged the moment acquire returns.
+                    let lost = lease.is_lost();
+                    let _ = lease.release().await;
+                    Ok::<_, LockError>(lost)
+                });
+                stall_rx.await.unwrap();
+                // The trigger: the runtime's only thread blocks, nothing of it runs.
+                tokio::spawn(async move {
+                    stalling_tx.send(()).unwrap();
+                    std::thread::sleep(STALL);
+                });
+                waiter.await.unwrap()
+            })
+        });
+        until_waiters(&node, &key, 1).await;
+        until_listening(&server, "stalled", &key).await;
+        let behind = {
+            let (node, key) = (node.clone(), key.clone());
+            tokio::spawn(async move {
+                let lock = node.lock(&key).fifo(true).wait(Duration::from_secs(20));
+                lock.acquire().await
+            })
+        };
+        until_waiters(&node, &key, 2).await;
+        stall_tx.send(()).unwrap();
+        stalling_rx.await.unwrap();
+        holder.release().await.unwrap();
+        // The stalled waiter's claim (its TTL) runs out on the server: the next is served.
+        let next = behind.await.unwrap().expect("the queue moves on");
+        let outcome = tokio::task::spawn_blocking(move || stalled.join().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(LockError::TimedOut { .. })),
+            "round {round}: the stalled waiter's acquire answered {outcome:?} (Ok(true): a lease already lost) while the next waiter holds the key"
+        );
+        assert!(next.owned().await.unwrap() && !next.is_lost());
+        next.release().await.unwrap();
+    }
+    let left = tokio::task::block_in_place(|| residue(&server, "stalled"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// The releaser is a node with a long claim period ([`SLOW_CLAIM`]); the dead waiter's own
+/// claim ([`CLAIM`], the default settings) is what the key costs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_to_a_crashed_waiter_costs_at_most_its_own_claim_period() {
+    let server = RedisServer::start();
+    let engine = slow_engine(&server, "crashed").await;
     let holder = engine.lock("k").fifo(true).acquire().await.unwrap();
     let first_fence = holder.fence();
 

@@ -184,6 +184,14 @@ impl Lease {
         self.waited
     }
 
+    /// The local validity deadline: the backend confirmed the lease until at least this
+    /// instant (a send time plus a TTL the backend set), so it is never later than the
+    /// backend's own expiry. Renewals move it on; once it passes unrenewed, the lease is
+    /// lost.
+    pub fn valid_until(&self) -> Instant {
+        self.state.times.lock().unwrap().deadline
+    }
+
     /// The lease length the watchdog renews to.
     pub fn ttl(&self) -> Duration {
         self.state.ttl()

@@ -92,6 +92,11 @@ impl Lock {
     /// Errors: [`LockError::TimedOut`] after the wait limit ([`LockError::Busy`] when the
     /// limit is zero), [`LockError::QueueFull`], [`LockError::InvalidKey`],
     /// [`LockError::Backend`]. Dropping the future while it waits leaves nothing behind.
+    ///
+    /// Never returns a lease that is already lost: a grant whose validity ran out before it
+    /// reached the caller (its runtime stalled past a hand-off's claim) is asked for again
+    /// with the same token, which confirms it if the key is still ours, and otherwise goes
+    /// on waiting within the limit (then [`LockError::TimedOut`]).
     pub async fn acquire(&self) -> Result<Lease, LockError> {
         self.acquire_with(self.options.wait).await
     }
@@ -151,7 +156,7 @@ impl Lock {
     }
 
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
-        let (req, started) = self.request(wait)?;
+        let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
         if let Some(immediate) = self.engine.shared.immediate.as_deref()
             && let Some(grant) = immediate.acquire_now(&req, started)
@@ -159,15 +164,44 @@ impl Lock {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
-        // The backend takes its request by value; the lease needs the key and token back.
-        let grant = self
-            .engine
-            .shared
-            .backend
-            .acquire(req.clone())
-            .instrument(span)
-            .await?;
-        Ok(self.lease(req, grant, started.elapsed()))
+        let mut retried = false;
+        loop {
+            // The backend takes its request by value; the lease needs the key and token back.
+            let grant = self
+                .engine
+                .shared
+                .backend
+                .acquire(req.clone())
+                .instrument(span.clone())
+                .await;
+            let grant = match grant {
+                Ok(grant) => grant,
+                // A retry (below) of a wait with a limit, which ran out: the whole wait
+                // timed out, as far as the caller is concerned.
+                Err(LockError::Busy { retry_after } | LockError::TimedOut { retry_after, .. })
+                    if retried && wait.is_some_and(|w| !w.is_zero()) =>
+                {
+                    return Err(LockError::TimedOut {
+                        waited: started.elapsed(),
+                        retry_after,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            // A grant whose validity ran out before it got here (this task's runtime
+            // stalled past a hand-off's claim, say) may be someone else's key by now: a
+            // lease already lost is never handed out. Ask again with the same token: if the
+            // key is still ours, that is re-entry and confirms a full lease; if not, the
+            // wait goes on within what is left of its limit.
+            let ttl = self.options.ttl;
+            let valid = grant.valid_for.map_or(ttl, |v| v.min(ttl));
+            if Instant::now() < options::after(grant.granted_at, valid) {
+                return Ok(self.lease(req, grant, started.elapsed()));
+            }
+            tracing::debug!(key = %req.key, "grant ran out before acquire returned; asking again");
+            req.wait = wait.map(|w| w.saturating_sub(started.elapsed()));
+            retried = true;
+        }
     }
 
     /// `true` if anyone holds the key now.

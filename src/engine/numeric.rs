@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{KeyError, LockEngine, LockError, LockKey};
+use super::{KeyError, LockEngine, LockError, LockKey, MAX_TTL};
 
 /// How the given value must relate to the stored one for the action to apply. An absent
 /// key always satisfies the comparison.
@@ -127,6 +127,9 @@ impl NumericKey {
     }
 
     /// Store `value` (with `ttl`) if `compare` holds between `value` and the stored value.
+    ///
+    /// A `ttl` longer than [`MAX_TTL`] is [`LockError::InvalidValue`] on every backend
+    /// (store it without expiry instead: `None`); so is a value that is not finite.
     pub async fn set_if(
         &self,
         compare: Compare,
@@ -149,6 +152,13 @@ impl NumericKey {
     ) -> Result<bool, LockError> {
         if !value.is_finite() {
             return Err(LockError::InvalidValue("numeric value must be finite"));
+        }
+        if let NumericAction::Set { ttl: Some(ttl) } = action
+            && ttl > MAX_TTL
+        {
+            return Err(LockError::InvalidValue(
+                "a numeric value's TTL may be at most MAX_TTL (365 days)",
+            ));
         }
         let op = NumericOp {
             compare,

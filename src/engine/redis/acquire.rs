@@ -9,6 +9,8 @@
 //! a grant before it went unheard), after a reconnect of the subscriber, or on the
 //! fallback timer (at most [`FALLBACK_CAP`] apart), which also refreshes the ticket and
 //! finds a grant whose message was lost (the key is already this waiter's: re-entry).
+//! A refresh that fails is retried the same way, within the wait; so is a failed clean-up,
+//! in the background.
 
 use std::{sync::Arc, time::Duration};
 
@@ -42,6 +44,12 @@ enum Attempt {
         acked: u64,
         wanted: u32,
     },
+    /// A refresh found its ticket gone (it lapsed while the waiter was away): the waiter
+    /// queues again.
+    Gone,
+    /// Not an answer of the script: the call failed after the ticket was registered (a
+    /// timeout, a busy server); the waiter retries within its wait.
+    Failed,
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -109,10 +117,30 @@ impl Drop for Cleanup<'_> {
         } else {
             None
         };
-        // On the engine's runtime: the clean-up must not depend on the caller's.
+        // On the engine's runtime: the clean-up must not depend on the caller's. A clean-up
+        // the server refused (busy, loading, a broken connection) is retried every fallback
+        // period until the ticket would have lapsed anyway: left in the queue, it could be
+        // handed the key and hold it for a claim period. (Leaving twice is harmless: the
+        // second finds nothing of ours.)
         crate::engine::background::handle().spawn(async move {
-            if let Err(error) = inner.leave(&names, &leaving, pinned).await {
-                tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
+            let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
+            let mut pinned = pinned;
+            loop {
+                let error = match inner.leave(&names, &leaving, pinned.take()).await {
+                    Ok(_) => return,
+                    Err(error) => error,
+                };
+                // A leave that timed out was sent: it lands when the server answers again
+                // (a paused or sleeping server runs it then). Sending more of them on fresh
+                // connections meanwhile would only churn the pool, whose retired
+                // connections take their unanswered commands with them.
+                let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+                if sent || Instant::now() + FALLBACK_CAP >= give_up {
+                    tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
+                    return;
+                }
+                tracing::debug!(%error, "lock waiter cleanup failed; retrying");
+                tokio::time::sleep(FALLBACK_CAP).await;
             }
         });
     }
@@ -191,6 +219,7 @@ impl Inner {
                 deadline: u64::try_from(deadline).unwrap_or(0),
             },
             2 => Attempt::Full(remaining(value)),
+            3 => Attempt::Gone,
             other => {
                 return Err(LockError::Backend(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -264,9 +293,14 @@ impl Inner {
         let mut subscription: Option<Subscription> = None;
         // When the attempt that registered (or last refreshed) our ticket was sent: a
         // hand-off of that ticket happened later, so its claim runs from no earlier.
-        let mut last_sent;
+        let mut last_sent = started;
         // Whether the last wait ended on the fallback timer, not on a wake-up.
         let mut by_timer = false;
+        // A waiter's failed refresh (a timeout, a server busy for a moment) does not end its
+        // wait: it is retried on the next fallback period, for as long as the wait lasts and
+        // the ticket has not lapsed (a ticket TTL after the last refresh that got through).
+        let mut failed: Option<LockError>;
+        let mut last_ok = Instant::now();
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
@@ -276,13 +310,46 @@ impl Inner {
             cleanup.in_flight = true;
             // Taken before sending: the TTL cannot have started on the server any earlier.
             let sent = Instant::now();
-            // On error the cleanup stays armed with `in_flight`: the grant may have landed.
-            let outcome = self
+            // On error the cleanup stays armed with `in_flight`: the grant may have landed,
+            // or the refresh renamed our ticket (the next attempt finds it by its id).
+            let outcome = match self
                 .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
-                .await?;
-            cleanup.in_flight = false;
-            let pinned = cleanup.pinned.take();
+                .await
+            {
+                Ok(outcome) => {
+                    cleanup.in_flight = false;
+                    failed = None;
+                    last_ok = sent;
+                    outcome
+                }
+                Err(e)
+                    if cleanup.registered
+                        && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
+                {
+                    tracing::debug!(
+                        channel = %names.channel,
+                        error = %e,
+                        "lock waiter's refresh failed; retrying within its wait"
+                    );
+                    failed = Some(e);
+                    Attempt::Failed
+                }
+                Err(e) => return Err(e),
+            };
+            let pinned = if cleanup.in_flight {
+                None
+            } else {
+                cleanup.pinned.take()
+            };
             let retry_after = match outcome {
+                // Wait the fallback period (or a wake-up), then retry.
+                Attempt::Failed => None,
+                // Nothing of ours is queued any more: queue again, at once.
+                Attempt::Gone => {
+                    cleanup.registered = false;
+                    cleanup.known = None;
+                    continue;
+                }
                 Attempt::Granted(fence) => {
                     cleanup.armed = false;
                     if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
@@ -338,18 +405,30 @@ impl Inner {
             if deadline.is_some_and(|d| now >= d) {
                 let leaving = Leaving {
                     ticket: ticket.to_owned(),
-                    known: cleanup.known,
+                    // After a failed refresh our ticket may have been renamed: search.
+                    known: if cleanup.in_flight {
+                        None
+                    } else {
+                        cleanup.known
+                    },
                     token: req.token.clone(),
                     ttl_ms,
                 };
-                let left = self.leave(&names, &leaving, None).await;
+                // Behind a failed refresh on its connection, so it cannot overtake it.
+                let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
+                let left = self.leave(&names, &leaving, behind).await;
                 let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
                         left.or(retry_after)
                     }
+                    // The clean-up is retried in the background (see `Cleanup`).
                     Err(_) => retry_after,
                 };
+                // A wait that ended while the backend was failing says so.
+                if let Some(e) = failed {
+                    return Err(e);
+                }
                 return Err(LockError::TimedOut {
                     waited: started.elapsed(),
                     retry_after,
@@ -382,7 +461,11 @@ impl Inner {
             by_timer = woken.is_none() && Instant::now() >= wake_at;
             // A grant of the ticket as we registered it last: it was made after that
             // attempt. (One naming an older registration is stale: its claim may be over.)
-            if let Some(Woken::Granted { deadline, fence }) = woken
+            if let Some(Woken::Granted {
+                deadline,
+                fence,
+                px,
+            }) = woken
                 && cleanup.known == Some(deadline)
             {
                 if self.replica_ack.is_some() {
@@ -391,8 +474,11 @@ impl Inner {
                     continue;
                 }
                 cleanup.armed = false;
-                let claim = Duration::from_millis(ttl_ms.min(self.ticket_ttl_ms));
-                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(claim));
+                // The expiry the releasing script set (the claim period our ticket carries),
+                // counted from before the attempt that registered the ticket it granted: never
+                // later than the server's. Not our own settings: the server decided.
+                let valid = Duration::from_millis(px);
+                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(valid));
             }
         }
     }

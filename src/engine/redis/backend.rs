@@ -40,20 +40,14 @@ impl RedisBackend {
 }
 
 /// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
-/// also takes first. `claim_ms` is the claim period of a hand-off (the ticket TTL).
-pub(super) fn release_args(
-    inv: &mut ScriptInvocation<'_>,
-    names: &Names,
-    token: &Token,
-    claim_ms: u64,
-) {
+/// also takes first. (A hand-off lasts the waiter's claim period, which its ticket carries.)
+pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token: &Token) {
     inv.key(&names.lock)
         .key(&names.fence)
         .key(&names.queue)
         .arg(token.as_str())
         .arg(&names.channel)
-        .arg(millis(FENCE_MARGIN))
-        .arg(claim_ms);
+        .arg(millis(FENCE_MARGIN));
 }
 
 impl Backend for RedisBackend {
@@ -69,7 +63,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = RELEASE.prepare_invoke();
-            release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
+            release_args(&mut inv, &names, token);
             outcome(self.inner.call("release", &inv).await?)
         })
     }

@@ -3,9 +3,9 @@
 use std::{sync::Arc, time::Duration};
 
 use super::{
-    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_PREFIX_LEN, RedisBackend,
+    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_COMMAND_TIMEOUT, MAX_PREFIX_LEN, RedisBackend,
     connection::{ClientSource, Connector, Pool, ReplicaAck},
-    millis, scripts,
+    millis, scripts, server_checks,
     wakeup::{Subscriber, Wakeup},
 };
 use crate::error::{BackendError, BackendErrorKind};
@@ -18,6 +18,7 @@ pub struct RedisBackendBuilder {
     command_timeout: Duration,
     pool_size: u32,
     replica_ack: Option<(usize, Duration)>,
+    allow_evicting_policy: bool,
 }
 
 /// Where the backend connects: what the application handed to the constructor.
@@ -68,6 +69,7 @@ impl RedisBackendBuilder {
             command_timeout: Duration::from_millis(500),
             pool_size: 16,
             replica_ack: None,
+            allow_evicting_policy: false,
         }
     }
 
@@ -92,7 +94,7 @@ impl RedisBackendBuilder {
     /// guard against two holders.
     ///
     /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
-    /// block forever).
+    /// block forever) and at most [`MAX_COMMAND_TIMEOUT`].
     pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
@@ -105,9 +107,25 @@ impl RedisBackendBuilder {
         self
     }
 
-    /// The limit on every Redis call, connection check-out included (default 500 ms).
+    /// The limit on every Redis call, connection check-out included (default 500 ms); at
+    /// most [`MAX_COMMAND_TIMEOUT`].
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// Accept a server whose `maxmemory-policy` may evict keys (default: refused).
+    ///
+    /// Every engine key has a TTL, so under memory pressure a `volatile-*` policy evicts
+    /// held locks as readily as an `allkeys-*` one, and a second engine then acquires a key
+    /// whose holder's lease still reports valid. [`build`](Self::build) therefore reads the
+    /// policy (`CONFIG GET`, or `INFO memory` where `CONFIG` is renamed or refused) and
+    /// refuses anything but `noeviction`, or a server that answers neither, with a
+    /// [`BackendErrorKind::Config`] error. Opt in only for a server that cannot reach its
+    /// `maxmemory` (or whose policy you vouch for but cannot let it read); fencing tokens
+    /// checked by the storage are then the only guard against two holders.
+    pub fn allow_evicting_policy(mut self, allow: bool) -> Self {
+        self.allow_evicting_policy = allow;
         self
     }
 
@@ -120,7 +138,11 @@ impl RedisBackendBuilder {
     /// Validate the configuration, connect, and check that the server answers.
     ///
     /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
-    /// timeout, and with `Unavailable` / `Timeout` when the server cannot be reached.
+    /// timeout, for a server whose `maxmemory-policy` may evict keys (see
+    /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
+    /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
+    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
+    /// / `Timeout` when the server cannot be reached.
     pub async fn build(self) -> Result<RedisBackend, BackendError> {
         let config = |msg: String| BackendError::new(BackendErrorKind::Config, msg);
         if self.prefix.is_empty()
@@ -138,17 +160,20 @@ impl RedisBackendBuilder {
         if self.pool_size == 0 {
             return Err(config("redis pool size must be at least 1".into()));
         }
-        if self.command_timeout.is_zero() {
-            return Err(config("redis command timeout must be positive".into()));
+        if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(config(format!(
+                "redis command timeout must be positive and at most {MAX_COMMAND_TIMEOUT:?}, not {:?}",
+                self.command_timeout
+            )));
         }
         let replica_ack = match self.replica_ack {
             None => None,
             Some((replicas, timeout)) => {
                 let replicas = u32::try_from(replicas).unwrap_or(0);
-                if replicas == 0 || timeout.is_zero() {
-                    return Err(config(
-                        "replica_ack needs at least 1 replica and a positive timeout".into(),
-                    ));
+                if replicas == 0 || timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
+                    return Err(config(format!(
+                        "replica_ack needs at least 1 replica and a positive timeout of at most {MAX_COMMAND_TIMEOUT:?}"
+                    )));
                 }
                 Some(ReplicaAck { replicas, timeout })
             }
@@ -158,6 +183,12 @@ impl RedisBackendBuilder {
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
         pool.load(&scripts::all()).await?;
+        // A server that would not keep what it is given, or a user that could neither hear
+        // nor send grants, is refused now rather than found out under load.
+        if !self.allow_evicting_policy {
+            server_checks::eviction(&pool).await?;
+        }
+        server_checks::channels(&pool, &self.prefix, cluster).await?;
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
@@ -258,6 +289,13 @@ mod tests {
             builder().command_timeout(Duration::ZERO),
             builder().replica_ack(0, Duration::from_millis(100)),
             builder().replica_ack(1, Duration::ZERO),
+            // Out of range: a typed error, never a panic.
+            builder().command_timeout(Duration::MAX),
+            builder().command_timeout(Duration::from_secs(u64::MAX / 4)),
+            builder().replica_ack(1, Duration::MAX),
+            builder()
+                .command_timeout(Duration::MAX)
+                .replica_ack(1, Duration::MAX),
             RedisBackend::builder("not a url"),
         ] {
             let err = bad.build().await.unwrap_err();

@@ -48,8 +48,7 @@ impl AdminBackend for RedisBackend {
                 .key(&names.fence)
                 .key(&names.queue)
                 .arg(&names.channel)
-                .arg(millis(FENCE_MARGIN))
-                .arg(self.inner.ticket_ttl_ms);
+                .arg(millis(FENCE_MARGIN));
             let was_held: i64 = self.inner.call("force release", &inv).await?;
             Ok(was_held == 1)
         })

@@ -8,6 +8,7 @@ mod connection;
 mod names;
 mod records;
 mod scripts;
+mod server_checks;
 mod wakeup;
 
 use std::{fmt, sync::Arc, time::Duration};
@@ -27,6 +28,10 @@ use crate::error::{BackendError, BackendErrorKind};
 pub const DEFAULT_PREFIX: &str = "tower-lock";
 /// The longest prefix accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 64;
+/// The longest command timeout (and `replica_ack` timeout) accepted: one hour. Longer ones
+/// are refused by [`RedisBackendBuilder::build`] with a configuration error (they would
+/// make a waiter's claim period, three times the timeout, last days).
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Waiters retry at least this often, whatever the pub/sub connection does.
 pub(super) const FALLBACK_CAP: Duration = Duration::from_millis(250);
 /// How much longer than the lease the fence tombstone lives.
@@ -46,7 +51,8 @@ struct Inner {
     wakeup: Wakeup,
     prefix: String,
     /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
-    /// hand-off (how long a waiter that has gone can hold the key it was handed).
+    /// hand-off to this node's waiters (how long a waiter that has gone can hold the key it
+    /// was handed), which their tickets carry to whichever node releases.
     ticket_ttl_ms: u64,
     /// `WAIT` behind every acquire script, if configured.
     replica_ack: Option<connection::ReplicaAck>,

@@ -83,7 +83,7 @@ impl RecordBackend for RedisBackend {
         Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = COMPLETE.prepare_invoke();
-            release_args(&mut inv, &names, token, self.inner.ticket_ttl_ms);
+            release_args(&mut inv, &names, token);
             // A tombstone keeps no output, whatever the record carries.
             let (meta, body) = match record.kept {
                 true => (&record.meta[..], &record.body[..]),

@@ -18,8 +18,10 @@
 //! - `fence`: a string, the last fence granted (the short-lived tombstone); it always
 //!   outlives the lock by the margin, so it always exists while the key is held.
 //! - `queue`: a zset of waiter tickets scored by arrival; each member is
-//!   `"<id>|<deadline ms>|<lease TTL ms>|<token>"`: everything a release needs to grant the
-//!   key to that waiter without asking anyone. A waiter refreshing its ticket renames its
+//!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
+//!   grant the key to that waiter without asking anyone, the waiter's own claim period
+//!   included (nodes with different settings may share a prefix: the releaser's settings
+//!   never decide how long a hand-off lasts). A waiter refreshing its ticket renames its
 //!   member (new deadline, same score), so its place in line never changes.
 
 use std::sync::LazyLock;
@@ -29,6 +31,10 @@ use redis::Script;
 /// Shared prelude: the server clock (read at most once, and only when needed), the
 /// hand-off to the next waiter, and the removal of dead tickets at the queue's head (all
 /// but the caller's own: `live_head(id)`, at most 100 per call to bound the script).
+///
+/// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
+/// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
+/// script that applied a hand-off always reports it, never an error.
 ///
 /// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
 const PRELUDE: &str = r#"
@@ -40,21 +46,31 @@ local function clock()
     now_ms = math.floor(now_us / 1000)
   end
 end
-local function handoff(fence, member, channel, claim, margin)
-  local id, deadline, ttl, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-  local grant = math.min(tonumber(ttl), claim)
+local function handoff(fence, member, channel, margin)
+  local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
+  if not id then
+    -- A ticket of a version that did not carry its claim: the shortest claim period.
+    id, deadline, ttl, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+    claim = 3000
+  end
+  -- The waiter's own claim period, from its ticket: the releaser's settings play no part.
+  local grant = string.format('%.0f', math.min(tonumber(ttl), tonumber(claim)))
   local text = string.format('%.0f', fence + 1)
-  redis.call('SET', KEYS[2], text, 'PX', grant + margin)
+  redis.call('SET', KEYS[2], text, 'PX', tonumber(grant) + margin)
   redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', grant)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
-  redis.call(publish, channel, id .. '|' .. deadline .. ' ' .. text)
+  -- The grant names the PX it set: the waiter's local deadline is the server's. `pcall`:
+  -- the hand-off is applied by now, and a refused publish (a user without the channel's
+  -- ACL rights) must not turn it into a reported failure; the waiter finds its grant on
+  -- its fallback retry (re-entry).
+  redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
 end
-local function free_or_handoff(fence, channel, claim, margin)
+local function free_or_handoff(fence, channel, margin)
   local next = redis.call('ZPOPMIN', KEYS[3])
   if next[1] then
-    handoff(fence, next[1], channel, claim, margin)
+    handoff(fence, next[1], channel, margin)
   else
     redis.call('DEL', KEYS[1])
     redis.call('PEXPIRE', KEYS[2], margin)
@@ -79,13 +95,19 @@ end
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
 /// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket id (`''`: a plain try
 ///   that never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no
-///   limit), `ARGV[6]` ticket TTL (ms), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the
-///   deadline of this waiter's registered member as the last reply gave it (`''`: not
-///   registered; a registration is a new one).
+///   limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its ticket
+///   carries), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the deadline of this waiter's
+///   registered member as the last reply gave it (`''`: not registered; a registration is
+///   a new one). A member by that name that is gone is looked for by its ticket id: a
+///   refresh whose reply was lost (a timeout) may have renamed it, and it keeps its place.
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `deadline` names its member, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
-///   read); `{2, pttl, 0}` refused because the waiter limit is reached.
+///   read); `{2, pttl, 0}` refused because the waiter limit is reached; `{3, pttl, 0}` a
+///   refresh whose ticket is gone (granted and run out, given up, dropped as dead while the
+///   waiter was away, or this is a late duplicate of a refresh whose reply was lost): it
+///   neither takes a free key nor queues again, the waiter decides (a late duplicate has
+///   nobody left to decide, so it changes nothing).
 ///
 /// Atomic because "is it free / is it mine / am I the head", the fence computation and the
 /// write of the new holder must see one state: two clients doing this in separate commands
@@ -108,14 +130,32 @@ end
 ///
 /// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
 /// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
-/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`).
+/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: 8 (`ZSCORE`, `GET`, `PTTL`, `ZRANGE`
+/// head, `TIME`, `ZREM`, `ZADD`, `PEXPIRE`; and a `ZRANGE` of the queue when the named
+/// member is gone).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
 local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
 local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
-local mine = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. token)
+-- Our registered member and its score (a refresh only): by the name the last reply gave,
+-- else whichever member carries our ticket id (a refresh whose reply was lost renamed it).
+local function mine()
+  if id == '' or known == '' then return nil end
+  local named = id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token
+  local score = redis.call('ZSCORE', KEYS[3], named)
+  if score then return named, score end
+  local prefix = id .. '|'
+  local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #prefix) == prefix then return all[i], all[i + 1] end
+  end
+  return nil
+end
+local member, score = mine()
+-- A refresh whose ticket is gone: see the returns.
+local gone = id ~= '' and known ~= '' and not member
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
 if held then
@@ -123,17 +163,19 @@ if held then
   if string.sub(held, sp + 1) == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl + margin)
-    if mine then redis.call('ZREM', KEYS[3], mine) end
+    if member then redis.call('ZREM', KEYS[3], member) end
     return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
-  if mine then
+  if known ~= '' then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
     pttl = redis.call('PTTL', KEYS[1])
+    if gone then return {3, pttl, 0} end
     live_head(id)
   end
 else
+  if gone then return {3, -2, 0} end
   local head = live_head(id)
   if not head or (id ~= '' and string.sub(head, 1, #id + 1) == id .. '|') then
     clock()
@@ -154,9 +196,8 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
-local score = mine and redis.call('ZSCORE', KEYS[3], mine)
-if score then
-  redis.call('ZREM', KEYS[3], mine)
+if member then
+  redis.call('ZREM', KEYS[3], member)
 else
   local max = tonumber(ARGV[5])
   if max >= 0 and redis.call('ZCARD', KEYS[3]) >= max then
@@ -177,7 +218,7 @@ else
   end
   score = string.format('%.0f', score)
 end
-redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. token)
+redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
 redis.call('PEXPIRE', KEYS[3], ticket_ttl)
 return {0, pttl, now_ms + ticket_ttl}
 "#
@@ -187,23 +228,24 @@ return {0, pttl, now_ms + ticket_ttl}
 /// Release, handing the key to the next waiter.
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
-/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms),
-///   `ARGV[4]` claim period (ms).
+/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms).
 /// - Returns `1` released, `-1` held by another token (nothing changed), `0` nobody holds it.
 ///
 /// Atomic so that the compare-token and the delete are one step (a late release can never
 /// delete the next holder's lease), and so that the key passes to the queue's head with
 /// no moment in which it is free: nobody can take it in between.
 ///
-/// The hand-off: the head's ticket names its token and lease TTL, so the script makes it
-/// the holder itself (fence = last fence + 1: the tombstone exists while the key is held,
-/// and one grant per microsecond never outruns the clock) and publishes
-/// `"<id>|<deadline> <fence>"` on the wake-up channel. The woken waiter already holds the
-/// lease and needs no round trip. Its lease first runs for `min(TTL, claim period)`: a
-/// waiter that has gone (crashed, cancelled, its message lost while it was gone) holds the
-/// key for at most the claim period, never a lease TTL; a live one renews to its full TTL
-/// in the background before the claim runs out, and one whose message was lost finds the
-/// grant with its next retry (re-entry).
+/// The hand-off: the head's ticket names its token, lease TTL and claim period, so the
+/// script makes it the holder itself (fence = last fence + 1: the tombstone exists while
+/// the key is held, and one grant per microsecond never outruns the clock) and publishes
+/// `"<id>|<deadline> <fence> <px>"` on the wake-up channel. The woken waiter already holds
+/// the lease and needs no round trip. Its lease first runs for `px = min(TTL, claim
+/// period)`, both the waiter's own (from its ticket, whatever the releaser's settings),
+/// and the waiter's local deadline is computed from that `px`: a waiter that has gone
+/// (crashed, cancelled, its message lost while it was gone) holds the key for at most its
+/// claim period, never a lease TTL; a live one renews to its full TTL in the background
+/// before the claim runs out, and one whose message was lost finds the grant with its next
+/// retry (re-entry).
 ///
 /// Commands, besides `EVALSHA`: nobody waiting: 4 (`GET`, `ZPOPMIN`, `DEL`, `PEXPIRE`); a
 /// hand-off: 5 (`GET`, `ZPOPMIN`, `SET` fence, `SET` lock, `PUBLISH`).
@@ -216,7 +258,7 @@ local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
 local sp = string.find(held, ' ', 1, true)
 if string.sub(held, sp + 1) ~= ARGV[1] then return -1 end
-free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[3]))
+free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[2], tonumber(ARGV[3]))
 return 1
 "#;
 
@@ -254,8 +296,8 @@ return r
 /// - `ARGV[1]` ticket id (`''`: none), `ARGV[2]` its member's deadline as last reported
 ///   (`''`: unknown, an attempt's reply was lost: the queue is searched), `ARGV[3]` token,
 ///   `ARGV[4]` lease TTL (ms), `ARGV[5]` `'1'` to release the key if `token` holds it,
-///   `ARGV[6]` wake-up channel, `ARGV[7]` tombstone margin (ms), `ARGV[8]` claim period
-///   (ms).
+///   `ARGV[6]` wake-up channel, `ARGV[7]` tombstone margin (ms), `ARGV[8]` the waiter's
+///   claim period (ms), as its ticket carries it.
 /// - Returns the holder's remaining TTL in ms, `-2` when the key is free (or was given
 ///   back).
 ///
@@ -276,7 +318,7 @@ local id, token = ARGV[1], ARGV[3]
 if id ~= '' then
   local removed = 0
   if ARGV[2] ~= '' then
-    removed = redis.call('ZREM', KEYS[3], id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. token)
+    removed = redis.call('ZREM', KEYS[3], id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[8] .. '|' .. token)
   else
     local prefix = id .. '|'
     for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
@@ -288,7 +330,7 @@ local held = redis.call('GET', KEYS[1])
 if not held then return -2 end
 local sp = string.find(held, ' ', 1, true)
 if ARGV[5] == '1' and string.sub(held, sp + 1) == token then
-  free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[6], tonumber(ARGV[8]), tonumber(ARGV[7]))
+  free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[6], tonumber(ARGV[7]))
   return -2
 end
 return redis.call('PTTL', KEYS[1])
@@ -329,8 +371,7 @@ return fence
 /// Admin: release a key whoever holds it, handing it to the next waiter.
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
-/// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms), `ARGV[3]` claim period
-///   (ms).
+/// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms).
 /// - Returns `1` if the key was held, `0` if not.
 ///
 /// Atomic for the same reason as [`RELEASE`]: the key passes to the queue's head with no
@@ -342,7 +383,7 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
 local sp = string.find(held, ' ', 1, true)
-free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[2]))
+free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[1], tonumber(ARGV[2]))
 return 1
 "#
     ))

@@ -11,7 +11,7 @@
 //! resubscribes every wanted channel, and wakes every local waiter once to retry (a grant
 //! may have been published while it was away).
 //!
-//! A message is a grant, `"<ticket id>|<ticket deadline> <fence>"`: it wakes exactly the
+//! A message is a grant, `"<ticket id>|<ticket deadline> <fence> <px>"`: it wakes exactly the
 //! waiter holding that ticket, if it waits here. A grant that arrives before its waiter has
 //! registered here (the grant can overtake the reply to the attempt that queued it: they
 //! travel on different connections) is kept for a moment in a short list of unclaimed
@@ -38,8 +38,9 @@ const UNCLAIMED: usize = 64;
 /// What woke a waiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woken {
-    /// The key was handed to this waiter's ticket, registered with `deadline`, at `fence`.
-    Granted { deadline: u64, fence: u64 },
+    /// The key was handed to this waiter's ticket, registered with `deadline`, at `fence`,
+    /// for `px` ms (the expiry the script set).
+    Granted { deadline: u64, fence: u64, px: u64 },
     /// The subscriber reconnected: grants may have been missed, so retry.
     Retry,
 }
@@ -132,8 +133,8 @@ struct State {
     subscribed: HashMap<String, u64>,
     /// Subscribed channels nobody here waits on any more, since when.
     idle: HashMap<String, Instant>,
-    /// Grants that arrived for no local waiter: `(channel, ticket id, deadline, fence)`.
-    unclaimed: VecDeque<(String, String, u64, u64)>,
+    /// Grants that arrived for no local waiter: `(channel, ticket id, grant)`.
+    unclaimed: VecDeque<(String, String, Woken)>,
     /// The last event number handed out.
     events: u64,
     next_id: u64,
@@ -192,9 +193,9 @@ impl Wakeup {
         let woken = st
             .unclaimed
             .iter()
-            .position(|(c, t, _, _)| c == channel && t == ticket)
+            .position(|(c, t, _)| c == channel && t == ticket)
             .and_then(|i| st.unclaimed.remove(i))
-            .map(|(_, _, deadline, fence)| Woken::Granted { deadline, fence });
+            .map(|(_, _, grant)| grant);
         if woken.is_some() {
             notify.notify_one();
         }
@@ -320,7 +321,7 @@ impl Drop for Subscription {
 
 /// Route one grant to the waiter holding its ticket, or keep it for a moment.
 fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
-    let Some((ticket, deadline, fence)) = parse_grant(payload) else {
+    let Some((ticket, grant)) = parse_grant(payload) else {
         tracing::debug!(channel, "malformed lock wake-up message ignored");
         return;
     };
@@ -330,7 +331,7 @@ fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
         .get_mut(channel)
         .and_then(|c| c.waiters.iter_mut().find(|s| s.ticket == ticket))
     {
-        slot.woken = Some(Woken::Granted { deadline, fence });
+        slot.woken = Some(grant);
         slot.notify.notify_one();
         return;
     }
@@ -338,15 +339,21 @@ fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
         st.unclaimed.pop_front();
     }
     st.unclaimed
-        .push_back((channel.to_owned(), ticket.to_owned(), deadline, fence));
+        .push_back((channel.to_owned(), ticket.to_owned(), grant));
 }
 
-/// `"<ticket>|<deadline> <fence>"`.
-fn parse_grant(payload: &[u8]) -> Option<(&str, u64, u64)> {
+/// `"<ticket>|<deadline> <fence> <px>"`.
+fn parse_grant(payload: &[u8]) -> Option<(&str, Woken)> {
     let text = std::str::from_utf8(payload).ok()?;
     let (ticket, rest) = text.split_once('|')?;
-    let (deadline, fence) = rest.split_once(' ')?;
-    Some((ticket, deadline.parse().ok()?, fence.parse().ok()?))
+    let (deadline, rest) = rest.split_once(' ')?;
+    let (fence, px) = rest.split_once(' ')?;
+    let grant = Woken::Granted {
+        deadline: deadline.parse().ok()?,
+        fence: fence.parse().ok()?,
+        px: px.parse().ok()?,
+    };
+    Some((ticket, grant))
 }
 
 /// The subscriber task, on one server or on a cluster.
@@ -621,6 +628,7 @@ mod tests {
     const GRANT: Option<Woken> = Some(Woken::Granted {
         deadline: 17,
         fence: 42,
+        px: 3000,
     });
 
     #[tokio::test]
@@ -630,18 +638,18 @@ mod tests {
             hub.subscribe("c", "t1", None),
             hub.subscribe("c", "t2", None),
         ];
-        dispatch(&hub.shared, "c", b"t2|17 42");
+        dispatch(&hub.shared, "c", b"t2|17 42 3000");
         assert_eq!(woken(&subs), [None, GRANT]);
         // Another node's ticket: nobody here.
-        dispatch(&hub.shared, "c", b"t9|17 42");
+        dispatch(&hub.shared, "c", b"t9|17 42 3000");
         assert_eq!(woken(&subs), [None, None]);
     }
 
     #[tokio::test]
     async fn a_grant_that_overtakes_its_waiter_is_kept_for_it() {
         let hub = hub();
-        dispatch(&hub.shared, "c", b"t1|17 42");
-        dispatch(&hub.shared, "other", b"t2|17 42");
+        dispatch(&hub.shared, "c", b"t1|17 42 3000");
+        dispatch(&hub.shared, "other", b"t2|17 42 3000");
         let subs = vec![
             hub.subscribe("c", "t1", None),
             hub.subscribe("c", "t2", None),
@@ -653,7 +661,14 @@ mod tests {
     async fn malformed_messages_wake_nobody() {
         let hub = hub();
         let subs = vec![hub.subscribe("c", "t1", None)];
-        for bad in [&b""[..], b"t1", b"t1|x 42", b"t1|17", b"\xff|1 2"] {
+        for bad in [
+            &b""[..],
+            b"t1",
+            b"t1|x 42 1",
+            b"t1|17",
+            b"t1|17 42",
+            b"\xff|1 2 3",
+        ] {
             dispatch(&hub.shared, "c", bad);
         }
         assert_eq!(woken(&subs), [None]);

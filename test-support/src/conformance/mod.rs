@@ -32,7 +32,7 @@ pub use harness::{BackendHarness, core_only, memory};
 use tokio::time::{Instant, sleep, timeout};
 use tower_lock::{
     LockEngine, LockError, Token,
-    engine::{Backend, Compare, LockKey, LockStatus, MutexError},
+    engine::{Backend, Compare, LockKey, LockStatus, MAX_TTL, MutexError},
 };
 
 /// What a backend provides to run the suite.
@@ -99,6 +99,7 @@ macro_rules! conformance_tests {
             admin_force_release_hands_the_key_to_the_next_waiter,
             numeric_compare_and_set_follows_each_comparison,
             numeric_values_expire_and_delete,
+            numeric_ttls_past_the_maximum_are_refused,
             pool_membership_and_health,
             a_record_appears_with_the_release_for_the_holder_only,
             a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
@@ -838,6 +839,33 @@ pub async fn numeric_values_expire_and_delete(h: &impl Harness) {
     assert!(!n.delete_if(Compare::Greater, -4.0).await.unwrap());
     assert!(n.delete_if(Compare::Less, -4.0).await.unwrap());
     assert_eq!(n.get().await.unwrap(), None);
+    assert_no_residue(h).await;
+}
+
+/// A numeric value's TTL past [`MAX_TTL`] is refused with the same typed error on every
+/// backend (never a protocol error of the store, never accepted), and nothing is stored;
+/// `MAX_TTL` itself is accepted.
+pub async fn numeric_ttls_past_the_maximum_are_refused(h: &impl Harness) {
+    let engine = h.engine();
+    let n = engine.numeric("huge-ttl");
+    for ttl in [
+        MAX_TTL + Duration::from_millis(1),
+        Duration::from_millis(100_000_000_000_000_001),
+        Duration::MAX,
+    ] {
+        let result = n.set_if(Compare::Greater, 1.0, Some(ttl)).await;
+        assert!(
+            matches!(result, Err(LockError::InvalidValue(_))),
+            "a numeric TTL of {ttl:?}: {result:?}"
+        );
+    }
+    assert_eq!(n.get().await.unwrap(), None);
+    assert!(
+        n.set_if(Compare::Greater, 1.0, Some(MAX_TTL))
+            .await
+            .unwrap()
+    );
+    assert!(n.delete_if(Compare::Equal, 1.0).await.unwrap());
     assert_no_residue(h).await;
 }
 
