@@ -222,7 +222,10 @@ impl RedisBackendBuilder {
             BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
                 .with_source(e)
         })?;
-        let conn = match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        // Made on the engine's runtime, where its driver task then lives (see
+        // `background::on_engine`).
+        let connect = crate::engine::background::on_engine(client.get_async_connection());
+        let conn = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(super::connection::map_error("cluster connect", e)),
             Err(_) => {

@@ -23,6 +23,7 @@ use std::{
 use redis::{FromRedisValue, RedisError, ScriptInvocation, Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
+use crate::engine::background;
 use crate::error::{BackendError, BackendErrorKind};
 
 /// Makes and vets the pool's connections.
@@ -85,7 +86,21 @@ impl Connector {
 }
 
 impl Connector {
-    async fn connect(&self) -> Result<PooledConn, RedisError> {
+    /// A new connection, made on the engine's runtime: its driver task lives there, so it
+    /// keeps working whichever user runtime asked for it blocks or shuts down.
+    async fn connect(self: &Arc<Self>) -> Result<PooledConn, RedisError> {
+        let this = self.clone();
+        match background::handle()
+            .spawn(async move { this.connect_here().await })
+            .await
+        {
+            Ok(connected) => connected,
+            // Only if the engine's runtime itself went away (a process exiting).
+            Err(e) => Err(RedisError::from(std::io::Error::other(e))),
+        }
+    }
+
+    async fn connect_here(&self) -> Result<PooledConn, RedisError> {
         let generation = self.generation.load(Ordering::Relaxed);
         let connected = match self.client().await {
             Ok(client) => {
@@ -275,7 +290,9 @@ impl Pool {
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
         let (pool, _) = self.pooled();
-        match tokio::time::timeout_at(deadline, pool.get()).await {
+        // bb8 makes missing connections in tasks it spawns on the current runtime: let
+        // that be the engine's.
+        match background::on_engine(tokio::time::timeout_at(deadline, pool.get())).await {
             Ok(Ok(conn)) => Ok(conn),
             Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
             Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),

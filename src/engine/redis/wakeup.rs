@@ -208,10 +208,14 @@ impl Wakeup {
             notify: notify.clone(),
         });
         let wanted = first && !st.subscribed.contains_key(channel);
-        // Start (or restart, if its runtime went away) the subscriber task.
+        // Start (or restart, should it ever end) the subscriber task, on the engine's
+        // runtime: on a user runtime, a blocked runtime would stop every wake-up of the
+        // engine's other runtimes (their waiters left to the fallback timer), and a
+        // runtime shut down would end the task.
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.subscribed.clear();
-            st.task = Some(tokio::spawn(run(Arc::downgrade(&self.shared))));
+            st.task =
+                Some(crate::engine::background::handle().spawn(run(Arc::downgrade(&self.shared))));
         }
         drop(st);
         if wanted {
