@@ -117,6 +117,74 @@ async fn killed_server_loses_leases_fails_fast_and_recovers_after_restart() {
     next.release().await.unwrap();
 }
 
+/// The server's plain command connections (`CLIENT LIST TYPE normal`), the asking
+/// `redis-cli` included.
+fn normal_clients(server: &RedisServer) -> usize {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .count()
+}
+
+/// Until the server has closed every command connection but the asking `redis-cli`'s.
+async fn until_only_the_cli_is_connected(server: &RedisServer) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while tokio::task::block_in_place(|| normal_clients(server)) > 1 {
+        assert!(
+            Instant::now() < give_up,
+            "the server never closed the idle connections"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_after_the_server_closed_idle_connections_succeeds() {
+    // `timeout 1`: the server closes a connection idle for a second, as a proxy or a
+    // cloud load balancer does with idle sockets.
+    let server = RedisServer::start_with(["--timeout", "1"]);
+    let engine = engine(&server, "idle").await;
+    // Several connections in the pool.
+    let leases = futures_util::future::join_all((0..4).map(|i| {
+        let engine = engine.clone();
+        async move { engine.lock(format!("warm-{i}")).acquire().await.unwrap() }
+    }))
+    .await;
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    for spell in 0..2 {
+        until_only_the_cli_is_connected(&server).await;
+        // Each kind of call, first after the idle spell: a script, then a plain command.
+        let lease = engine
+            .lock("k")
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("idle spell {spell}: the first call failed: {e:?}"));
+        lease.release().await.unwrap();
+        until_only_the_cli_is_connected(&server).await;
+        let record = engine.record(&tower_lock::LockKey::new("k").unwrap()).await;
+        assert!(record.is_ok(), "idle spell {spell}: {record:?}");
+    }
+    // A connection killed by someone else (`CLIENT KILL`, a proxy reset), not by the
+    // server's own timeout: the same.
+    engine
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "KILL", "TYPE", "normal"]));
+    let lease = engine
+        .lock("k")
+        .try_acquire()
+        .await
+        .expect("the first call after CLIENT KILL succeeds");
+    lease.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause_past_the_ttl_loses_the_lease_and_the_next_fence_is_higher() {
     let server = RedisServer::start();

@@ -17,6 +17,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
+    task::Poll,
     time::Duration,
 };
 
@@ -185,6 +186,7 @@ pub(crate) struct Pool {
     timeout: Duration,
 }
 
+#[derive(Clone, Copy)]
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
     /// A plain command: for reads that need no script (a script call costs the server
@@ -375,47 +377,73 @@ impl Pool {
         &self,
         what: &'static str,
         call: Call<'_, '_>,
-        pin: Option<&mut Option<Conn>>,
+        mut pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
         if let Call::ScriptThenWait(_, ack) = &call {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
         }
-        // A multiplexed connection pipelines: the pooled one goes back at once, and the
-        // call runs on a clone (same socket, same command order), so concurrent callers
-        // share sockets instead of queueing for one each. A broken socket is retired
-        // through the generation, which covers every clone.
-        let mut inner = self.conn(what, deadline).await?;
-        if let Some(pin) = pin {
-            *pin = Some(inner.clone());
-        }
-        let reply = async {
-            match call {
-                Call::Script(inv) => script(inv, None, &mut inner).await,
-                Call::Command(cmd) => cmd.query_async::<Value>(&mut inner).await,
-                Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
+        // At most twice: again only when the first connection turned out to be closed
+        // before the call was sent on it.
+        let mut fresh = false;
+        loop {
+            // A multiplexed connection pipelines: the pooled one goes back at once, and the
+            // call runs on a clone (same socket, same command order), so concurrent callers
+            // share sockets instead of queueing for one each. A broken socket is retired
+            // through the generation, which covers every clone.
+            let mut inner = self.conn(what, deadline).await?;
+            if let Some(pin) = pin.as_deref_mut() {
+                *pin = Some(inner.clone());
             }
-        };
-        match tokio::time::timeout_at(deadline, reply).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                // READONLY: the server was demoted to a replica (a Sentinel failover);
-                // reconnecting finds the new primary.
-                if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-                    || e.code() == Some("READONLY")
-                {
-                    self.invalidate();
+            let reply = async {
+                match call {
+                    Call::Script(inv) => script(inv, None, &mut inner).await,
+                    Call::Command(cmd) => cmd.query_async::<Value>(&mut inner).await,
+                    Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
                 }
-                Err(map_error(what, e))
-            }
-            Err(_) => {
-                // The connection may be wedged (a paused or partitioned server): retire it.
-                self.invalidate();
-                Err(self.timed_out(what))
-            }
+            };
+            let mut reply = std::pin::pin!(reply);
+            // The first poll hands the call to the connection's driver task. A connection
+            // whose driver has already ended (the server, a proxy or a `CLIENT KILL` closed
+            // it while it sat idle in the pool) refuses it right there, in that same poll:
+            // nothing was written, so nothing reached Redis, and the call can go again on
+            // a fresh connection without any risk of running twice. A connection that dies
+            // after the call was handed over fails later, and that failure is ambiguous:
+            // it is reported, never retried here.
+            let first = std::future::poll_fn(|cx| Poll::Ready(reply.as_mut().poll(cx))).await;
+            let outcome = match first {
+                Poll::Ready(Err(e)) if !fresh && e.is_connection_dropped() => {
+                    tracing::debug!(what, error = %e, "redis connection closed while idle; the call goes again on a fresh one");
+                    // Its siblings idled as long: retire them all.
+                    self.invalidate();
+                    fresh = true;
+                    continue;
+                }
+                Poll::Ready(reply) => Ok(reply),
+                Poll::Pending => tokio::time::timeout_at(deadline, reply).await,
+            };
+            return match outcome {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => {
+                    // READONLY: the server was demoted to a replica (a Sentinel failover);
+                    // reconnecting finds the new primary.
+                    if e.is_io_error()
+                        || e.is_connection_dropped()
+                        || e.is_timeout()
+                        || e.code() == Some("READONLY")
+                    {
+                        self.invalidate();
+                    }
+                    Err(map_error(what, e))
+                }
+                Err(_) => {
+                    // The connection may be wedged (a paused or partitioned server): retire
+                    // it.
+                    self.invalidate();
+                    Err(self.timed_out(what))
+                }
+            };
         }
     }
 
