@@ -1,5 +1,5 @@
 //! Idempotency replay on Redis under faults: a holder process killed with SIGKILL, a
-//! Redis restart, a damaged record. Each test owns its redis-server.
+//! Redis restart, a damaged record, a completion whose connection is killed. Each test owns its redis-server.
 #![cfg(feature = "redis")]
 
 use std::{
@@ -13,11 +13,14 @@ use std::{
 
 use http::StatusCode;
 use tokio::time::{Instant, sleep};
-use tower_lock::{IdempotencyLayer, LockEngine, LockKey, LockLayer, engine::redis::RedisBackend};
+use tower_lock::{
+    IdempotencyLayer, LockEngine, LockKey, LockLayer,
+    engine::{Record, redis::RedisBackend},
+};
 use tower_lock_test_support::{
     http::{TestServer, serve},
     redis::{RedisServer, engine as redis_engine},
-    scenarios::idempotency_lock_key,
+    scenarios::{Backend, Framework, ReplayApp, Stack, idempotency_lock_key, replay_app},
 };
 
 /// Set in a child process started by [`spawn_holder`].
@@ -217,4 +220,124 @@ async fn a_redis_restart_loses_records_and_a_damaged_record_is_never_served() {
         damaged.text()
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2, "not run again either");
+}
+
+/// The ids of the server's clients whose `EVALSHA` is held back by `CLIENT PAUSE`.
+fn paused_scripts(server: &RedisServer) -> Vec<String> {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .filter(|l| l.contains(" flags=b ") && l.contains(" cmd=evalsha "))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_owned))
+        .collect()
+}
+
+/// Sends `POST /slow` with key `k` and returns once its handler is inside, held at the
+/// gate.
+async fn slow_order_inside(
+    app: &mut ReplayApp,
+    k: &str,
+) -> tokio::task::JoinHandle<tower_lock_test_support::http::Reply> {
+    let server = app.server.clone();
+    let header = format!("\"{k}\"");
+    let first = tokio::spawn(async move {
+        server
+            .send_body(
+                "POST",
+                "/slow",
+                &[("idempotency-key", header.as_str())],
+                "{}",
+            )
+            .await
+    });
+    app.control.arrived().await;
+    first
+}
+
+/// Until the record of `key` is stored (`Some`), or the key is free without one (`None`),
+/// or 5 s passed (panics, naming what was seen).
+async fn until_completed(engine: &LockEngine, key: &LockKey) -> Option<Record> {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(record) = engine.record(key).await.unwrap() {
+            return Some(record);
+        }
+        if !engine.lock_key(key.clone()).locked().await.unwrap() {
+            return None;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "5 s after the handler answered, the key is still held and nothing is stored"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
+    let server = RedisServer::start();
+    // A command timeout long enough for the test to kill the connection mid-call.
+    let engine = redis_engine(&server, "complete", Some(Duration::from_secs(3))).await;
+    let layer = LockLayer::idempotency(engine.clone())
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut app = replay_app(Stack::new(Framework::Tower, Backend::Redis), layer).await;
+
+    // 1. The pooled connections are killed while the handler runs (an idle timeout, a
+    //    proxy reset): the completion meets a dead connection before anything is sent.
+    let first = slow_order_inside(&mut app, "c1").await;
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "KILL", "TYPE", "normal"]));
+    app.control.let_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let key = LockKey::new(idempotency_lock_key("c1")).unwrap();
+    assert!(
+        until_completed(&engine, &key).await.is_some(),
+        "the key was released without its record"
+    );
+    let retry = app
+        .server
+        .send_body("POST", "/slow", &[("idempotency-key", "\"c1\"")], "{}")
+        .await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+
+    // 2. The connection is killed with the completion on the wire, before the server ran
+    //    it (the server holds writes back with `CLIENT PAUSE WRITE`; the test kills the
+    //    client whose script waits, then lets the server go on).
+    let first = slow_order_inside(&mut app, "c2").await;
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "PAUSE", "10000", "WRITE"]));
+    app.control.let_one();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    let paused = loop {
+        let paused = tokio::task::block_in_place(|| paused_scripts(&server));
+        if !paused.is_empty() {
+            break paused;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the completion never reached the server"
+        );
+        sleep(Duration::from_millis(5)).await;
+    };
+    tokio::task::block_in_place(|| {
+        for id in &paused {
+            server.cli(["CLIENT", "KILL", "ID", id]);
+        }
+        server.cli(["CLIENT", "UNPAUSE"]);
+    });
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let key = LockKey::new(idempotency_lock_key("c2")).unwrap();
+    assert!(
+        until_completed(&engine, &key).await.is_some(),
+        "the key was released without its record"
+    );
+    let retry = app
+        .server
+        .send_body("POST", "/slow", &[("idempotency-key", "\"c2\"")], "{}")
+        .await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 2, "each request ran once");
 }
