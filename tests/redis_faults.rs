@@ -9,7 +9,7 @@ use std::{
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+use tower_lock::{BackendErrorKind, LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 
 /// Set in a child process started by [`spawn_child`]: which role it plays.
@@ -106,12 +106,24 @@ async fn killed_server_loses_leases_fails_fast_and_recovers_after_restart() {
 
     server.restart();
     // The same engine, not rebuilt: stale pooled connections were retired by the failures.
-    let next = engine
-        .lock("held")
-        .wait(Duration::from_secs(2))
-        .acquire()
-        .await
-        .expect("the engine recovers after a restart");
+    // Until its probe has found the server again (within half a second), calls still fail
+    // at once.
+    let back = Instant::now();
+    let next = loop {
+        match engine
+            .lock("held")
+            .wait(Duration::from_secs(2))
+            .acquire()
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(e) => assert!(
+                back.elapsed() < Duration::from_secs(2),
+                "the engine did not recover after a restart: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     // The restarted server is empty, but its clock still runs ahead of the old fence.
     assert!(next.fence() > fence);
     next.release().await.unwrap();
@@ -183,6 +195,85 @@ async fn the_first_call_after_the_server_closed_idle_connections_succeeds() {
         .await
         .expect("the first call after CLIENT KILL succeeds");
     lease.release().await.unwrap();
+}
+
+/// Asserts that `err` is an `Unavailable` error saying it cannot connect, and to which
+/// port.
+fn assert_cannot_connect(err: &dyn std::fmt::Display, kind: BackendErrorKind, port: u16) {
+    let text = err.to_string();
+    assert_eq!(kind, BackendErrorKind::Unavailable, "{text}");
+    assert!(
+        text.contains("cannot connect") && text.contains(&format!("127.0.0.1:{port}")),
+        "the error does not say it cannot connect, and where: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_calls_fail_at_once_and_work_again_once_it_is_back() {
+    let server = RedisServer::start();
+    // A long command timeout, so that "at once" cannot be "within the timeout".
+    let timeout = Duration::from_secs(2);
+    let engine = redis_engine(&server, "down", Some(timeout)).await;
+    engine
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    server.kill();
+    // The first call finds out (its connection dropped, a new one is refused).
+    let _ = engine.lock("k").try_acquire().await;
+    for i in 0..20 {
+        let started = Instant::now();
+        let err = engine.lock("k").try_acquire().await.unwrap_err();
+        let took = started.elapsed();
+        let LockError::Backend(err) = err else {
+            panic!("call {i}: {err:?}")
+        };
+        assert!(
+            took < Duration::from_millis(100),
+            "call {i} took {took:?} to fail while Redis was known to be down"
+        );
+        assert_cannot_connect(&err, err.kind(), server.port());
+    }
+
+    server.restart();
+    let back = Instant::now();
+    loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => {
+                lease.release().await.unwrap();
+                break;
+            }
+            Err(e) => assert!(
+                back.elapsed() < Duration::from_secs(3),
+                "still failing {:?} after Redis came back: {e}",
+                back.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn building_against_a_redis_that_refuses_connections_says_so() {
+    let server = RedisServer::start();
+    server.kill();
+    let started = Instant::now();
+    let err = RedisBackend::builder(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    assert_cannot_connect(&err, err.kind(), server.port());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "build took {:?} to fail",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,4 +543,59 @@ async fn child_process_entry() {
         }
         other => panic!("unknown child role {other}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_started_before_redis_fails_fast_until_redis_is_up_then_works() {
+    // A fixed free port where nothing listens yet.
+    let server = RedisServer::start();
+    server.kill();
+    let backend = RedisBackend::builder(server.url())
+        .prefix("early")
+        .command_timeout(Duration::from_secs(2))
+        .start_before_redis(true)
+        .build()
+        .await
+        .expect("built although redis is not up");
+    let engine = LockEngine::new(backend);
+    for i in 0..5 {
+        let started = Instant::now();
+        let LockError::Backend(err) = engine.lock("k").try_acquire().await.unwrap_err() else {
+            panic!("call {i}: not a backend error")
+        };
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "call {i} took {:?} to fail",
+            started.elapsed()
+        );
+        assert_cannot_connect(&err, err.kind(), server.port());
+    }
+
+    server.restart();
+    let up = Instant::now();
+    let lease = loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => break lease,
+            Err(e) => assert!(
+                up.elapsed() < Duration::from_secs(3),
+                "still failing {:?} after redis came up: {e}",
+                up.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Waiting works too: the subscriber found the server by itself.
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .lock("k")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        })
+    };
+    until_waiters(&engine, "k", 1).await;
+    lease.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
 }

@@ -18,6 +18,7 @@ pub struct RedisBackendBuilder {
     command_timeout: Duration,
     pool_size: u32,
     replica_ack: Option<(usize, Duration)>,
+    start_before_redis: bool,
 }
 
 /// Where the backend connects: what the application handed to the constructor.
@@ -68,6 +69,7 @@ impl RedisBackendBuilder {
             command_timeout: Duration::from_millis(500),
             pool_size: 16,
             replica_ack: None,
+            start_before_redis: false,
         }
     }
 
@@ -108,6 +110,20 @@ impl RedisBackendBuilder {
     /// The limit on every Redis call, connection check-out included (default 500 ms).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// Whether [`build`](Self::build) may succeed while the server cannot be reached yet
+    /// (default `false`: it fails, saying it cannot connect and to where).
+    ///
+    /// For a service whose Redis may start after it (a pod next to its Redis): the backend
+    /// is built anyway, calls fail at once with an `Unavailable` error while the server is
+    /// unreachable, one background probe looks for it, and calls work once it answers. The
+    /// scripts are loaded on first use. Configuration errors (a bad URL, prefix or
+    /// timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
+    /// discover the others: its build still fails while none answers.
+    pub fn start_before_redis(mut self, allow: bool) -> Self {
+        self.start_before_redis = allow;
         self
     }
 
@@ -157,7 +173,21 @@ impl RedisBackendBuilder {
         let (pool, subscriber) = self.connect().await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
-        pool.load(&scripts::all()).await?;
+        match pool.load(&scripts::all()).await {
+            Ok(()) => {}
+            // Unreachable for now: the pool's probe looks for the server, and calls fail at
+            // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
+            Err(e)
+                if self.start_before_redis
+                    && matches!(
+                        e.kind(),
+                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                    ) =>
+            {
+                tracing::warn!(error = %e, "redis backend started before redis is reachable");
+            }
+            Err(e) => return Err(e),
+        }
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);

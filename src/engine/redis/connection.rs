@@ -35,6 +35,22 @@ pub(crate) struct Connector {
     /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
     /// gives up because the server refuses connections.
     last_connect_error: Mutex<Option<(Instant, RedisError)>>,
+    /// Where connections go, for errors: `127.0.0.1:6379`, or the primary Sentinel names.
+    target: String,
+    /// Set while the server is known to be unreachable (a connect failed, and no probe has
+    /// connected since): calls fail at once instead of each waiting out its timeout, and
+    /// one background probe looks for the server.
+    outage: Mutex<Option<Outage>>,
+    /// Signalled when an outage begins, so check-outs waiting for a connection that will
+    /// not come fail at once.
+    went_down: tokio::sync::Notify,
+}
+
+/// The server is known to be unreachable.
+struct Outage {
+    since: Instant,
+    /// The last connect failure (the probe's, once it has tried).
+    error: RedisError,
 }
 
 /// Where the server's address comes from.
@@ -59,11 +75,71 @@ impl Connector {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
+        let target = match &client {
+            ClientSource::Fixed(client) => {
+                format!("redis at {}", client.get_connection_info().addr())
+            }
+            #[cfg(feature = "redis-sentinel")]
+            ClientSource::Sentinel(_) => "the redis primary that Sentinel names".to_owned(),
+        };
         Connector {
             client,
             config,
             generation: AtomicU64::new(0),
             last_connect_error: Mutex::new(None),
+            target,
+            outage: Mutex::new(None),
+            went_down: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// While the server is known to be unreachable: the error a call gets at once.
+    fn outage(&self, what: &'static str) -> Option<BackendError> {
+        let outage = self.outage.lock().unwrap();
+        let outage = outage.as_ref()?;
+        Some(
+            BackendError::new(
+                BackendErrorKind::Unavailable,
+                format!(
+                    "redis {what} failed: cannot connect to {} (unreachable for {:?}; a background probe is retrying)",
+                    self.target,
+                    outage.since.elapsed()
+                ),
+            )
+            .with_source(outage.error.clone()),
+        )
+    }
+
+    /// A connect failed: the server is unreachable until a connect succeeds. The first
+    /// failure of an outage starts the one probe that looks for the server.
+    fn connect_failed(self: &Arc<Self>, error: &RedisError) {
+        if !(error.is_connection_refusal()
+            || error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped())
+        {
+            // Refused for another reason (credentials, protocol): not an outage.
+            return;
+        }
+        let mut outage = self.outage.lock().unwrap();
+        if let Some(outage) = outage.as_mut() {
+            outage.error = error.clone();
+            return;
+        }
+        *outage = Some(Outage {
+            since: Instant::now(),
+            error: error.clone(),
+        });
+        drop(outage);
+        tracing::warn!(target = %self.target, %error, "redis unreachable; calls fail at once until a background probe connects");
+        self.went_down.notify_waiters();
+        background::handle().spawn(probe(Arc::downgrade(self)));
+    }
+
+    /// A connect succeeded: the outage, if any, is over.
+    fn connected(&self) {
+        if let Some(outage) = self.outage.lock().unwrap().take() {
+            tracing::info!(target = %self.target, after = ?outage.since.elapsed(), "redis reachable again");
         }
     }
 
@@ -91,14 +167,19 @@ impl Connector {
     /// keeps working whichever user runtime asked for it blocks or shuts down.
     async fn connect(self: &Arc<Self>) -> Result<PooledConn, RedisError> {
         let this = self.clone();
-        match background::handle()
+        let connected = match background::handle()
             .spawn(async move { this.connect_here().await })
             .await
         {
             Ok(connected) => connected,
             // Only if the engine's runtime itself went away (a process exiting).
             Err(e) => Err(RedisError::from(std::io::Error::other(e))),
+        };
+        match &connected {
+            Ok(_) => self.connected(),
+            Err(e) => self.connect_failed(e),
         }
+        connected
     }
 
     async fn connect_here(&self) -> Result<PooledConn, RedisError> {
@@ -122,6 +203,32 @@ impl Connector {
                 Err(e)
             }
         }
+    }
+}
+
+/// The one probe of an outage: tries to connect, less and less often (50 ms doubling to
+/// 500 ms: a server back is found within half a second), until a connection succeeds or the backend is dropped. Runs on the engine's
+/// runtime.
+async fn probe(connector: std::sync::Weak<Connector>) {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(connector) = connector.upgrade() else {
+            return;
+        };
+        match connector.connect_here().await {
+            // The connection itself is not kept: the pool makes its own on demand.
+            Ok(_) => {
+                connector.connected();
+                return;
+            }
+            Err(error) => {
+                if let Some(outage) = connector.outage.lock().unwrap().as_mut() {
+                    outage.error = error;
+                }
+            }
+        }
+        wait = (wait * 2).min(Duration::from_millis(500));
     }
 }
 
@@ -240,7 +347,10 @@ impl Pool {
     /// A connection for one call, within `deadline`.
     async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
         match &self.source {
-            Source::Pooled { .. } => {
+            Source::Pooled { connector, .. } => {
+                if let Some(down) = connector.outage(what) {
+                    return Err(down);
+                }
                 let conn = self.checkout(what, deadline).await?;
                 Ok(Conn::Single(conn.inner.clone()))
             }
@@ -291,13 +401,27 @@ impl Pool {
         what: &'static str,
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
-        let (pool, _) = self.pooled();
+        let (pool, connector) = self.pooled();
+        // A connect that fails while we wait starts an outage: then no connection is
+        // coming, and the call fails at once rather than at its deadline.
+        let went_down = connector.went_down.notified();
+        let mut went_down = std::pin::pin!(went_down);
+        went_down.as_mut().enable();
+        if let Some(down) = connector.outage(what) {
+            return Err(down);
+        }
         // bb8 makes missing connections in tasks it spawns on the current runtime: let
         // that be the engine's.
-        match background::on_engine(tokio::time::timeout_at(deadline, pool.get())).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
-            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+        let get = background::on_engine(tokio::time::timeout_at(deadline, pool.get()));
+        tokio::select! {
+            got = get => match got {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
+                Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+            },
+            () = went_down => Err(connector
+                .outage(what)
+                .unwrap_or_else(|| self.checkout_failed(what))),
         }
     }
 
