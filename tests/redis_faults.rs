@@ -599,3 +599,76 @@ async fn an_engine_started_before_redis_fails_fast_until_redis_is_up_then_works(
     lease.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
 }
+
+/// `total_connections_received` from `INFO stats`.
+fn connections_received(server: &RedisServer) -> u64 {
+    server
+        .cli(["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .expect("INFO stats has total_connections_received")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The ids of `user`'s plain command connections.
+fn command_connections(server: &RedisServer, user: &str) -> Vec<String> {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .filter(|l| l.contains(&format!(" user={user} ")))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_refused_its_channels_backs_off_and_leaves_the_command_pool_alone() {
+    let server = RedisServer::start();
+    // A user with every right, so that the backend builds; then its channel rights go
+    // (Redis 7 creates users without any, `resetchannels`).
+    server.cli([
+        "ACL", "SETUSER", "locks", "on", ">secret", "~*", "&*", "+@all",
+    ]);
+    let url = format!("redis://locks:secret@127.0.0.1:{}", server.port());
+    let backend = RedisBackend::builder(url)
+        .prefix("acl")
+        .build()
+        .await
+        .unwrap();
+    let engine = LockEngine::new(backend);
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let pool = tokio::task::block_in_place(|| command_connections(&server, "locks"));
+    assert!(!pool.is_empty());
+    server.cli(["ACL", "SETUSER", "locks", "resetchannels"]);
+
+    let before = tokio::task::block_in_place(|| connections_received(&server));
+    // A waiter: the subscriber tries to subscribe to its channel, and is refused.
+    let waited = engine
+        .lock("k")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::TimedOut { .. })),
+        "{waited:?}"
+    );
+    let (after, still) = tokio::task::block_in_place(|| {
+        (
+            connections_received(&server),
+            command_connections(&server, "locks"),
+        )
+    });
+    // Two of them are the redis-cli calls of this test.
+    let made = after - before;
+    assert!(
+        made <= 20,
+        "{made} connections in one second: the subscriber reconnects in a loop"
+    );
+    let retired: Vec<_> = pool.iter().filter(|id| !still.contains(id)).collect();
+    assert!(
+        retired.is_empty(),
+        "command connections {retired:?} were closed when the subscriber failed"
+    );
+    drop(holder);
+}
