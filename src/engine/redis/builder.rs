@@ -215,14 +215,9 @@ impl RedisBackendBuilder {
                 Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
                 #[cfg(feature = "redis-sentinel")]
                 Target::Sentinel { sentinels, service } => {
-                    let sentinel = redis::sentinel::SentinelClient::build(
-                        sentinels.clone(),
-                        service.clone(),
-                        None,
-                        redis::sentinel::SentinelServerType::Master,
-                    )
-                    .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
-                    ClientSource::Sentinel(tokio::sync::Mutex::new(sentinel))
+                    let sentinel = super::sentinel::SentinelLookup::new(sentinels, service)
+                        .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
+                    ClientSource::Sentinel(sentinel)
                 }
                 target => ClientSource::Fixed(target.clone().client().map_err(|e| {
                     config("invalid redis URL or connection settings").with_source(e)

@@ -31,6 +31,8 @@ use crate::error::{BackendError, BackendErrorKind};
 pub(crate) struct Connector {
     client: ClientSource,
     config: redis::AsyncConnectionConfig,
+    /// The budget of one connect, lookup of the primary included.
+    timeout: Duration,
     generation: AtomicU64,
     /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
     /// gives up because the server refuses connections.
@@ -60,7 +62,7 @@ pub(crate) enum ClientSource {
     /// The primary Sentinel names now, asked again for every new connection: after a
     /// failover, retired connections reconnect to the new primary.
     #[cfg(feature = "redis-sentinel")]
-    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+    Sentinel(super::sentinel::SentinelLookup),
 }
 
 /// A pooled connection and the generation it belongs to.
@@ -85,6 +87,7 @@ impl Connector {
         Connector {
             client,
             config,
+            timeout,
             generation: AtomicU64::new(0),
             last_connect_error: Mutex::new(None),
             target,
@@ -153,7 +156,8 @@ impl Connector {
         match &self.client {
             ClientSource::Fixed(client) => Ok(client.clone()),
             #[cfg(feature = "redis-sentinel")]
-            ClientSource::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+            // Half the connection's budget for the lookup, half for the connect itself.
+            ClientSource::Sentinel(sentinel) => sentinel.primary(self.timeout / 2).await,
         }
     }
 
