@@ -341,3 +341,83 @@ async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(app.runs.load(Ordering::SeqCst), 2, "each request ran once");
 }
+
+/// A TCP proxy to `upstream` on a port of its own. While `cut` is set, the next chunk of
+/// replies the server sends on any connection is dropped and that connection closed (the
+/// flag then clears): a command that ran on the server whose reply never arrives.
+async fn reply_cutting_proxy(upstream: u16, cut: Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let cut = cut.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.split();
+                let (mut from_server, mut to_server) = server.split();
+                let up = tokio::io::copy(&mut from_client, &mut to_server);
+                let down = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = from_server.read(&mut buf).await?;
+                        if n == 0 || cut.swap(false, Ordering::SeqCst) {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        to_client.write_all(&buf[..n]).await?;
+                    }
+                };
+                // Either side ending closes both.
+                tokio::select! {
+                    _ = up => {}
+                    _ = down => {}
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
+    let server = RedisServer::start();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = reply_cutting_proxy(server.port(), cut.clone()).await;
+    let engine = LockEngine::new(
+        RedisBackend::builder(format!("redis://127.0.0.1:{port}"))
+            .prefix("landed")
+            .build()
+            .await
+            .unwrap(),
+    );
+    let key = LockKey::new("k").unwrap();
+    let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
+    let record = Record::new(
+        bytes::Bytes::from_static(b"fingerprint"),
+        bytes::Bytes::from_static(b"meta"),
+        bytes::Bytes::from_static(b"body"),
+    );
+    // The completion runs on the server (record written, key released); its reply is lost
+    // with its connection.
+    cut.store(true, Ordering::SeqCst);
+    let completed = lease
+        .complete(record.clone(), Duration::from_secs(60))
+        .await;
+    assert!(
+        !cut.load(Ordering::SeqCst),
+        "the proxy never cut a reply: the test did not test"
+    );
+    assert!(
+        completed.is_ok(),
+        "a completion that landed is reported as {completed:?}"
+    );
+    let stored = engine.record(&key).await.unwrap().expect("the record");
+    assert_eq!(stored.body, record.body);
+    assert!(!engine.lock_key(key).locked().await.unwrap());
+}
