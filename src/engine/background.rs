@@ -54,6 +54,7 @@ where
 /// Connections made while a user runtime is current would have their driver tasks on that
 /// runtime: a call from another runtime would then hang while the first one blocks, and
 /// fail with `broken pipe` once it shuts down.
+#[cfg(feature = "redis")]
 pub(crate) async fn on_engine<F: Future>(op: F) -> F::Output {
     let mut op = std::pin::pin!(op);
     std::future::poll_fn(|cx| {
