@@ -15,7 +15,7 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     task::Poll,
     time::Duration,
@@ -39,11 +39,13 @@ pub(crate) struct Connector {
     last_connect_error: Mutex<Option<(Instant, RedisError)>>,
     /// Where connections go, for errors: `127.0.0.1:6379`, or the primary Sentinel names.
     target: String,
-    /// Set while the server is known to be unreachable (a connect failed, and no probe has
-    /// connected since): calls fail at once instead of each waiting out its timeout, and
+    /// Set while the server is known to be unreachable (a connect failed, and none has
+    /// succeeded since): calls fail at once instead of each waiting out its timeout, and
     /// one background probe looks for the server.
     outage: Mutex<Option<Outage>>,
-    /// Signalled when an outage begins, so check-outs waiting for a connection that will
+    /// Whether a call is trying to connect during an outage (see [`Connector::admit`]).
+    trying: AtomicBool,
+    /// Signalled at every failed connect, so check-outs waiting for a connection that will
     /// not come fail at once.
     went_down: tokio::sync::Notify,
 }
@@ -92,7 +94,27 @@ impl Connector {
             last_connect_error: Mutex::new(None),
             target,
             outage: Mutex::new(None),
+            trying: AtomicBool::new(false),
             went_down: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether a call may go ahead: always, unless the server is known to be unreachable.
+    /// Then one call at a time is let through to try a connection itself (`Some`: it is
+    /// the one trying until the guard drops), so that calls work again as soon as the
+    /// server is back rather than when the background probe next looks; every other call
+    /// fails at once. A server that refuses connections answers the one trying at once
+    /// too; one that does not answer at all keeps it for its timeout, and only it.
+    fn admit(&self, what: &'static str) -> Result<Option<Trying<'_>>, BackendError> {
+        let Some(down) = self.outage(what) else {
+            return Ok(None);
+        };
+        match self
+            .trying
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(Some(Trying(&self.trying))),
+            Err(_) => Err(down),
         }
     }
 
@@ -104,7 +126,7 @@ impl Connector {
             BackendError::new(
                 BackendErrorKind::Unavailable,
                 format!(
-                    "redis {what} failed: cannot connect to {} (unreachable for {:?}; a background probe is retrying)",
+                    "redis {what} failed: cannot connect to {} (unreachable for {:?}; retrying in the background)",
                     self.target,
                     outage.since.elapsed()
                 ),
@@ -124,25 +146,35 @@ impl Connector {
             // Refused for another reason (credentials, protocol): not an outage.
             return;
         }
-        let mut outage = self.outage.lock().unwrap();
-        if let Some(outage) = outage.as_mut() {
-            outage.error = error.clone();
+        let began = {
+            let mut outage = self.outage.lock().unwrap();
+            match outage.as_mut() {
+                Some(outage) => {
+                    outage.error = error.clone();
+                    false
+                }
+                None => {
+                    *outage = Some(Outage {
+                        since: Instant::now(),
+                        error: error.clone(),
+                    });
+                    true
+                }
+            }
+        };
+        self.went_down.notify_waiters();
+        if !began {
             return;
         }
-        *outage = Some(Outage {
-            since: Instant::now(),
-            error: error.clone(),
-        });
-        drop(outage);
-        tracing::warn!(target = %self.target, %error, "redis unreachable; calls fail at once until a background probe connects");
-        self.went_down.notify_waiters();
+        // At debug level: the layer logs an outage at its transitions, for the user.
+        tracing::debug!(target = %self.target, %error, "redis unreachable; calls fail at once until a connect succeeds");
         background::handle().spawn(probe(Arc::downgrade(self)));
     }
 
     /// A connect succeeded: the outage, if any, is over.
     fn connected(&self) {
         if let Some(outage) = self.outage.lock().unwrap().take() {
-            tracing::info!(target = %self.target, after = ?outage.since.elapsed(), "redis reachable again");
+            tracing::debug!(target = %self.target, after = ?outage.since.elapsed(), "redis reachable again");
         }
     }
 
@@ -207,6 +239,16 @@ impl Connector {
                 Err(e)
             }
         }
+    }
+}
+
+/// The call trying to connect during an outage (see [`Connector::admit`]); dropping it
+/// lets the next one try.
+struct Trying<'a>(&'a AtomicBool);
+
+impl Drop for Trying<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -351,12 +393,25 @@ impl Pool {
     /// A connection for one call, within `deadline`.
     async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
         match &self.source {
-            Source::Pooled { connector, .. } => {
-                if let Some(down) = connector.outage(what) {
-                    return Err(down);
-                }
-                let conn = self.checkout(what, deadline).await?;
-                Ok(Conn::Single(conn.inner.clone()))
+            Source::Pooled { pool, connector } => {
+                let Some(_trying) = connector.admit(what)? else {
+                    let conn = self.checkout(what, deadline).await?;
+                    return Ok(Conn::Single(conn.inner.clone()));
+                };
+                // The one call trying during an outage connects by itself: bb8 would have
+                // it wait for a connect it counts as pending although that one has failed
+                // already, and tells no waiter when a connect fails.
+                let conn = match tokio::time::timeout_at(deadline, connector.connect()).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        return Err(connector.outage(what).unwrap_or_else(|| map_error(what, e)));
+                    }
+                    Err(_) => return Err(self.timed_out(what)),
+                };
+                let inner = conn.inner.clone();
+                // Kept for the calls that follow (dropped if the pool is full).
+                let _ = pool.add(conn);
+                Ok(Conn::Single(inner))
             }
             #[cfg(feature = "redis-cluster")]
             Source::Cluster(conn) => Ok(Conn::Cluster(conn.clone())),
@@ -406,11 +461,12 @@ impl Pool {
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
         let (pool, connector) = self.pooled();
-        // A connect that fails while we wait starts an outage: then no connection is
-        // coming, and the call fails at once rather than at its deadline.
+        // A connect that fails while we wait starts (or continues) an outage: then no
+        // connection is coming, and the call fails at once rather than at its deadline.
         let went_down = connector.went_down.notified();
         let mut went_down = std::pin::pin!(went_down);
         went_down.as_mut().enable();
+        // One that failed since this call was admitted, before it listened.
         if let Some(down) = connector.outage(what) {
             return Err(down);
         }
