@@ -234,7 +234,22 @@ async fn while_redis_is_down_calls_fail_at_once_and_work_again_once_it_is_back()
     }
 
     server.restart();
+    // Without any call, the engine's background probe finds the server: a connection
+    // that is not one of this test's `redis-cli` calls (each of which counts itself).
     let back = Instant::now();
+    let mut seen = tokio::task::block_in_place(|| connections_received(&server));
+    loop {
+        let now = tokio::task::block_in_place(|| connections_received(&server));
+        if now > seen + 1 {
+            break;
+        }
+        seen = now;
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "no probe connected within 2 s of the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     loop {
         match engine.lock("k").try_acquire().await {
             Ok(lease) => {
