@@ -43,6 +43,8 @@ pub(crate) struct Connector {
     /// succeeded since): calls fail at once instead of each waiting out its timeout, and
     /// one background probe looks for the server.
     outage: Mutex<Option<Outage>>,
+    /// Whether `outage` is set: read by every call, so that the common case takes no lock.
+    down: AtomicBool,
     /// Whether a call is trying to connect during an outage (see [`Connector::admit`]).
     trying: AtomicBool,
     /// Signalled at every failed connect, so check-outs waiting for a connection that will
@@ -94,6 +96,7 @@ impl Connector {
             last_connect_error: Mutex::new(None),
             target,
             outage: Mutex::new(None),
+            down: AtomicBool::new(false),
             trying: AtomicBool::new(false),
             went_down: tokio::sync::Notify::new(),
         }
@@ -120,6 +123,9 @@ impl Connector {
 
     /// While the server is known to be unreachable: the error a call gets at once.
     fn outage(&self, what: &'static str) -> Option<BackendError> {
+        if !self.down.load(Ordering::Acquire) {
+            return None;
+        }
         let outage = self.outage.lock().unwrap();
         let outage = outage.as_ref()?;
         Some(
@@ -158,6 +164,7 @@ impl Connector {
                         since: Instant::now(),
                         error: error.clone(),
                     });
+                    self.down.store(true, Ordering::Release);
                     true
                 }
             }
@@ -173,7 +180,12 @@ impl Connector {
 
     /// A connect succeeded: the outage, if any, is over.
     fn connected(&self) {
-        if let Some(outage) = self.outage.lock().unwrap().take() {
+        if !self.down.load(Ordering::Acquire) {
+            return;
+        }
+        let mut outage = self.outage.lock().unwrap();
+        self.down.store(false, Ordering::Release);
+        if let Some(outage) = outage.take() {
             tracing::debug!(target = %self.target, after = ?outage.since.elapsed(), "redis reachable again");
         }
     }
