@@ -9,7 +9,7 @@ use std::{
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+use tower_lock::{BackendErrorKind, LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 
 /// Set in a child process started by [`spawn_child`]: which role it plays.
@@ -115,6 +115,173 @@ async fn killed_server_loses_leases_fails_fast_and_recovers_after_restart() {
     // The restarted server is empty, but its clock still runs ahead of the old fence.
     assert!(next.fence() > fence);
     next.release().await.unwrap();
+}
+
+/// The server's plain command connections (`CLIENT LIST TYPE normal`), the asking
+/// `redis-cli` included.
+fn normal_clients(server: &RedisServer) -> usize {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .count()
+}
+
+/// Until the server has closed every command connection but the asking `redis-cli`'s.
+async fn until_only_the_cli_is_connected(server: &RedisServer) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while tokio::task::block_in_place(|| normal_clients(server)) > 1 {
+        assert!(
+            Instant::now() < give_up,
+            "the server never closed the idle connections"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_after_the_server_closed_idle_connections_succeeds() {
+    // `timeout 1`: the server closes a connection idle for a second, as a proxy or a
+    // cloud load balancer does with idle sockets.
+    let server = RedisServer::start_with(["--timeout", "1"]);
+    let engine = engine(&server, "idle").await;
+    // Several connections in the pool.
+    let leases = futures_util::future::join_all((0..4).map(|i| {
+        let engine = engine.clone();
+        async move { engine.lock(format!("warm-{i}")).acquire().await.unwrap() }
+    }))
+    .await;
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    for spell in 0..2 {
+        until_only_the_cli_is_connected(&server).await;
+        // Each kind of call, first after the idle spell: a script, then a plain command.
+        let lease = engine
+            .lock("k")
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("idle spell {spell}: the first call failed: {e:?}"));
+        lease.release().await.unwrap();
+        until_only_the_cli_is_connected(&server).await;
+        let record = engine.record(&tower_lock::LockKey::new("k").unwrap()).await;
+        assert!(record.is_ok(), "idle spell {spell}: {record:?}");
+    }
+    // A connection killed by someone else (`CLIENT KILL`, a proxy reset), not by the
+    // server's own timeout: the same.
+    engine
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "KILL", "TYPE", "normal"]));
+    // The idle spell of the scenario: the connections die while idle, then a call comes.
+    // (A call that races the kill itself may be sent before the client has read the
+    // close: that failure is ambiguous, and reported, not retried.) No event says when
+    // the engine has read the close, so the spell is a fixed one.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let lease = engine
+        .lock("k")
+        .try_acquire()
+        .await
+        .expect("the first call after CLIENT KILL succeeds");
+    lease.release().await.unwrap();
+}
+
+/// Asserts that `err` is an `Unavailable` error saying it cannot connect, and to which
+/// port.
+fn assert_cannot_connect(err: &dyn std::fmt::Display, kind: BackendErrorKind, port: u16) {
+    let text = err.to_string();
+    assert_eq!(kind, BackendErrorKind::Unavailable, "{text}");
+    assert!(
+        text.contains("cannot connect") && text.contains(&format!("127.0.0.1:{port}")),
+        "the error does not say it cannot connect, and where: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_redis_is_down_calls_fail_at_once_and_work_again_once_it_is_back() {
+    let server = RedisServer::start();
+    // A long command timeout, so that "at once" cannot be "within the timeout".
+    let timeout = Duration::from_secs(2);
+    let engine = redis_engine(&server, "down", Some(timeout)).await;
+    engine
+        .lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    server.kill();
+    // The first call finds out (its connection dropped, a new one is refused).
+    let _ = engine.lock("k").try_acquire().await;
+    for i in 0..20 {
+        let started = Instant::now();
+        let err = engine.lock("k").try_acquire().await.unwrap_err();
+        let took = started.elapsed();
+        let LockError::Backend(err) = err else {
+            panic!("call {i}: {err:?}")
+        };
+        assert!(
+            took < Duration::from_millis(100),
+            "call {i} took {took:?} to fail while Redis was known to be down"
+        );
+        assert_cannot_connect(&err, err.kind(), server.port());
+    }
+
+    server.restart();
+    // Without any call, the engine's background probe finds the server: a connection
+    // that is not one of this test's `redis-cli` calls (each of which counts itself).
+    let back = Instant::now();
+    let mut seen = tokio::task::block_in_place(|| connections_received(&server));
+    loop {
+        let now = tokio::task::block_in_place(|| connections_received(&server));
+        if now > seen + 1 {
+            break;
+        }
+        seen = now;
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "no probe connected within 2 s of the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => {
+                lease.release().await.unwrap();
+                break;
+            }
+            Err(e) => assert!(
+                back.elapsed() < Duration::from_secs(3),
+                "still failing {:?} after Redis came back: {e}",
+                back.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn building_against_a_redis_that_refuses_connections_says_so() {
+    let server = RedisServer::start();
+    server.kill();
+    let started = Instant::now();
+    let err = RedisBackend::builder(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap_err();
+    assert_cannot_connect(&err, err.kind(), server.port());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "build took {:?} to fail",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,4 +684,133 @@ async fn child_process_entry() {
         }
         other => panic!("unknown child role {other}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_started_before_redis_fails_fast_until_redis_is_up_then_works() {
+    // A fixed free port where nothing listens yet.
+    let server = RedisServer::start();
+    server.kill();
+    let backend = RedisBackend::builder(server.url())
+        .prefix("early")
+        .command_timeout(Duration::from_secs(2))
+        .start_before_redis(true)
+        .build()
+        .await
+        .expect("built although redis is not up");
+    let engine = LockEngine::new(backend);
+    for i in 0..5 {
+        let started = Instant::now();
+        let LockError::Backend(err) = engine.lock("k").try_acquire().await.unwrap_err() else {
+            panic!("call {i}: not a backend error")
+        };
+        assert!(
+            started.elapsed() < Duration::from_millis(100),
+            "call {i} took {:?} to fail",
+            started.elapsed()
+        );
+        assert_cannot_connect(&err, err.kind(), server.port());
+    }
+
+    server.restart();
+    let up = Instant::now();
+    let lease = loop {
+        match engine.lock("k").try_acquire().await {
+            Ok(lease) => break lease,
+            Err(e) => assert!(
+                up.elapsed() < Duration::from_secs(3),
+                "still failing {:?} after redis came up: {e}",
+                up.elapsed()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Waiting works too: the subscriber found the server by itself.
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .lock("k")
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+        })
+    };
+    until_waiters(&engine, "k", 1).await;
+    lease.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+}
+
+/// `total_connections_received` from `INFO stats`.
+fn connections_received(server: &RedisServer) -> u64 {
+    server
+        .cli(["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_connections_received:"))
+        .expect("INFO stats has total_connections_received")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The ids of `user`'s plain command connections.
+fn command_connections(server: &RedisServer, user: &str) -> Vec<String> {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .filter(|l| l.contains(&format!(" user={user} ")))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_refused_its_channels_backs_off_and_leaves_the_command_pool_alone() {
+    let server = RedisServer::start();
+    // A user with every right, so that the backend builds; then its channel rights go
+    // (Redis 7 creates users without any, `resetchannels`).
+    server.cli([
+        "ACL", "SETUSER", "locks", "on", ">secret", "~*", "&*", "+@all",
+    ]);
+    let url = format!("redis://locks:secret@127.0.0.1:{}", server.port());
+    let backend = RedisBackend::builder(url)
+        .prefix("acl")
+        .build()
+        .await
+        .unwrap();
+    let engine = LockEngine::new(backend);
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let pool = tokio::task::block_in_place(|| command_connections(&server, "locks"));
+    assert!(!pool.is_empty());
+    server.cli(["ACL", "SETUSER", "locks", "resetchannels"]);
+
+    let before = tokio::task::block_in_place(|| connections_received(&server));
+    // A waiter: the subscriber tries to subscribe to its channel, and is refused.
+    let waited = engine
+        .lock("k")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await;
+    assert!(
+        matches!(waited, Err(LockError::TimedOut { .. })),
+        "{waited:?}"
+    );
+    let (after, still) = tokio::task::block_in_place(|| {
+        (
+            connections_received(&server),
+            command_connections(&server, "locks"),
+        )
+    });
+    // Two of them are the redis-cli calls of this test.
+    let made = after - before;
+    eprintln!("connections made during a one-second wait refused its channel: {made}");
+    assert!(
+        made <= 20,
+        "{made} connections in one second: the subscriber reconnects in a loop"
+    );
+    let retired: Vec<_> = pool.iter().filter(|id| !still.contains(id)).collect();
+    assert!(
+        retired.is_empty(),
+        "command connections {retired:?} were closed when the subscriber failed"
+    );
+    drop(holder);
 }

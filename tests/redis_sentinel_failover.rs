@@ -249,3 +249,110 @@ async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The first-listed Sentinel hangs (SIGSTOP: it accepts connections and never answers).
+/// Connections made after that (the subscriber's, after its connection is killed, and a
+/// new node's) still find the primary within their budget, so calls work and hand-offs
+/// come by message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hung_first_sentinel_does_not_stop_reconnects_or_wake_ups() {
+    let fallbacks = Fallbacks::install();
+    let set = tokio::task::spawn_blocking(Sentineled::start)
+        .await
+        .unwrap();
+    let engine = LockEngine::new(
+        RedisBackend::sentinel(set.sentinel_urls(), SERVICE)
+            .prefix("hung")
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let hand_offs = |rounds: usize| {
+        let engine = engine.clone();
+        async move {
+            for round in 0..rounds {
+                let holder = engine.lock("k").acquire().await.unwrap();
+                let waiter = {
+                    let engine = engine.clone();
+                    tokio::spawn(async move {
+                        engine
+                            .lock("k")
+                            .wait(Duration::from_secs(5))
+                            .acquire()
+                            .await
+                    })
+                };
+                let give_up = Instant::now() + Duration::from_secs(5);
+                while engine.lock("k").waiters().await.unwrap() == 0 {
+                    assert!(Instant::now() < give_up, "round {round}: never queued");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                holder.release().await.unwrap();
+                let lease = waiter.await.unwrap().expect("the waiter is handed the key");
+                lease.release().await.unwrap();
+            }
+        }
+    };
+    hand_offs(1).await;
+
+    set.sentinel(0).suspend();
+    // The subscriber's connection is lost and must be made again, with a lookup.
+    let primary = set.primary();
+    tokio::task::block_in_place(|| primary.cli(["CLIENT", "KILL", "TYPE", "pubsub"]));
+    // A node that starts now makes every connection with a lookup too.
+    let started = Instant::now();
+    let late = LockEngine::new(
+        RedisBackend::sentinel(set.sentinel_urls(), SERVICE)
+            .prefix("hung")
+            .command_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .expect("a node starting with the first Sentinel hung"),
+    );
+    late.lock("other")
+        .try_acquire()
+        .await
+        .expect("a call with the first Sentinel hung")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        started.elapsed()
+    );
+    // The subscriber is back on the primary (a waiter's channel subscribed again).
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let lease = engine
+                .lock("k")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await;
+            lease.unwrap().release().await.unwrap();
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while tokio::task::block_in_place(|| primary.cli(["PUBSUB", "CHANNELS", "hung:*"])).is_empty() {
+        assert!(
+            Instant::now() < give_up,
+            "the subscriber never came back with the first Sentinel hung"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holder.release().await.unwrap();
+    waiter.await.unwrap();
+    // Counted on this test's prefix only: the failover tests beside it provoke fallback
+    // grants of their own.
+    let before = fallbacks.count_under("hung:");
+    hand_offs(3).await;
+    assert_eq!(
+        fallbacks.count_under("hung:") - before,
+        0,
+        "hand-offs found by the fallback timer with the first Sentinel hung"
+    );
+    set.sentinel(0).resume();
+}

@@ -1,5 +1,5 @@
 //! Idempotency replay on Redis under faults: a holder process killed with SIGKILL, a
-//! Redis restart, a damaged record. Each test owns its redis-server.
+//! Redis restart, a damaged record, a completion whose connection is killed. Each test owns its redis-server.
 #![cfg(feature = "redis")]
 
 use std::{
@@ -13,11 +13,14 @@ use std::{
 
 use http::StatusCode;
 use tokio::time::{Instant, sleep};
-use tower_lock::{IdempotencyLayer, LockEngine, LockKey, LockLayer, engine::redis::RedisBackend};
+use tower_lock::{
+    IdempotencyLayer, LockEngine, LockKey, LockLayer,
+    engine::{Record, redis::RedisBackend},
+};
 use tower_lock_test_support::{
     http::{TestServer, serve},
     redis::{RedisServer, engine as redis_engine},
-    scenarios::idempotency_lock_key,
+    scenarios::{Backend, Framework, ReplayApp, Stack, idempotency_lock_key, replay_app},
 };
 
 /// Set in a child process started by [`spawn_holder`].
@@ -218,4 +221,213 @@ async fn a_redis_restart_loses_records_and_a_damaged_record_is_never_served() {
         damaged.text()
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2, "not run again either");
+}
+
+/// The ids of the server's clients whose `EVALSHA` is held back by `CLIENT PAUSE`.
+fn paused_scripts(server: &RedisServer) -> Vec<String> {
+    server
+        .cli(["CLIENT", "LIST", "TYPE", "normal"])
+        .lines()
+        .filter(|l| l.contains(" flags=b ") && l.contains(" cmd=evalsha "))
+        .filter_map(|l| l.strip_prefix("id=")?.split(' ').next().map(str::to_owned))
+        .collect()
+}
+
+/// Sends `POST /slow` with key `k` and returns once its handler is inside, held at the
+/// gate.
+async fn slow_order_inside(
+    app: &mut ReplayApp,
+    k: &str,
+) -> tokio::task::JoinHandle<tower_lock_test_support::http::Reply> {
+    let server = app.server.clone();
+    let header = format!("\"{k}\"");
+    let first = tokio::spawn(async move {
+        server
+            .send_body(
+                "POST",
+                "/slow",
+                &[("idempotency-key", header.as_str())],
+                "{}",
+            )
+            .await
+    });
+    app.control.arrived().await;
+    first
+}
+
+/// Until the record of `key` is stored (`Some`), or the key is free without one (`None`),
+/// or 5 s passed (panics, naming what was seen). A read that fails is asked again: the
+/// test's own calls share the pool whose connections it kills, and one of them may meet a
+/// killed connection before the client has read its close.
+async fn until_completed(engine: &LockEngine, key: &LockKey) -> Option<Record> {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        match engine.record(key).await {
+            Ok(Some(record)) => return Some(record),
+            Ok(None) => {
+                // Free: the record is there now, or never will be (completing writes it
+                // and frees the key in one step, maybe just after the read above).
+                if let Ok(false) = engine.lock_key(key.clone()).locked().await
+                    && let Ok(record) = engine.record(key).await
+                {
+                    return record;
+                }
+            }
+            Err(_) => {}
+        }
+        assert!(
+            Instant::now() < give_up,
+            "5 s after the handler answered, the key is still held and nothing is stored"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
+    let server = RedisServer::start();
+    // A command timeout long enough for the test to kill the connection mid-call.
+    let engine = redis_engine(&server, "complete", Some(Duration::from_secs(3))).await;
+    let layer = LockLayer::idempotency(engine.clone())
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut app = replay_app(Stack::new(Framework::Tower, Backend::Redis), layer).await;
+
+    // 1. The pooled connections are killed while the handler runs (an idle timeout, a
+    //    proxy reset): the completion meets a dead connection before anything is sent.
+    let first = slow_order_inside(&mut app, "c1").await;
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "KILL", "TYPE", "normal"]));
+    app.control.let_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let key = LockKey::new(idempotency_lock_key("c1")).unwrap();
+    assert!(
+        until_completed(&engine, &key).await.is_some(),
+        "the key was released without its record"
+    );
+    let retry = app
+        .server
+        .send_body("POST", "/slow", &[("idempotency-key", "\"c1\"")], "{}")
+        .await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+
+    // 2. The connection is killed with the completion on the wire, before the server ran
+    //    it (the server holds writes back with `CLIENT PAUSE WRITE`; the test kills the
+    //    client whose script waits, then lets the server go on).
+    let first = slow_order_inside(&mut app, "c2").await;
+    tokio::task::block_in_place(|| server.cli(["CLIENT", "PAUSE", "10000", "WRITE"]));
+    app.control.let_one();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    let paused = loop {
+        let paused = tokio::task::block_in_place(|| paused_scripts(&server));
+        if !paused.is_empty() {
+            break paused;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the completion never reached the server"
+        );
+        sleep(Duration::from_millis(5)).await;
+    };
+    tokio::task::block_in_place(|| {
+        for id in &paused {
+            server.cli(["CLIENT", "KILL", "ID", id]);
+        }
+        server.cli(["CLIENT", "UNPAUSE"]);
+    });
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let key = LockKey::new(idempotency_lock_key("c2")).unwrap();
+    assert!(
+        until_completed(&engine, &key).await.is_some(),
+        "the key was released without its record"
+    );
+    let retry = app
+        .server
+        .send_body("POST", "/slow", &[("idempotency-key", "\"c2\"")], "{}")
+        .await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(app.runs.load(Ordering::SeqCst), 2, "each request ran once");
+}
+
+/// A TCP proxy to `upstream` on a port of its own. While `cut` is set, the next chunk of
+/// replies the server sends on any connection is dropped and that connection closed (the
+/// flag then clears): a command that ran on the server whose reply never arrives.
+async fn reply_cutting_proxy(upstream: u16, cut: Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let cut = cut.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
+                else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.split();
+                let (mut from_server, mut to_server) = server.split();
+                let up = tokio::io::copy(&mut from_client, &mut to_server);
+                let down = async {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = from_server.read(&mut buf).await?;
+                        if n == 0 || cut.swap(false, Ordering::SeqCst) {
+                            return Ok::<_, std::io::Error>(());
+                        }
+                        to_client.write_all(&buf[..n]).await?;
+                    }
+                };
+                // Either side ending closes both.
+                tokio::select! {
+                    _ = up => {}
+                    _ = down => {}
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
+    let server = RedisServer::start();
+    let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = reply_cutting_proxy(server.port(), cut.clone()).await;
+    let engine = LockEngine::new(
+        RedisBackend::builder(format!("redis://127.0.0.1:{port}"))
+            .prefix("landed")
+            .build()
+            .await
+            .unwrap(),
+    );
+    let key = LockKey::new("k").unwrap();
+    let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
+    let record = Record::new(
+        bytes::Bytes::from_static(b"fingerprint"),
+        bytes::Bytes::from_static(b"meta"),
+        bytes::Bytes::from_static(b"body"),
+    );
+    // The completion runs on the server (record written, key released); its reply is lost
+    // with its connection.
+    cut.store(true, Ordering::SeqCst);
+    let completed = lease
+        .complete(record.clone(), Duration::from_secs(60))
+        .await;
+    assert!(
+        !cut.load(Ordering::SeqCst),
+        "the proxy never cut a reply: the test did not test"
+    );
+    assert!(
+        completed.is_ok(),
+        "a completion that landed is reported as {completed:?}"
+    );
+    let stored = engine.record(&key).await.unwrap().expect("the record");
+    assert_eq!(stored.body, record.body);
+    assert!(!engine.lock_key(key).locked().await.unwrap());
 }

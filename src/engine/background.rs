@@ -46,6 +46,24 @@ where
     }
 }
 
+/// Run `op` with the engine's runtime as the current one at each of its polls: whatever it
+/// spawns (a connection's driver task, a pool's connection makers) and whatever timer it
+/// sets belongs to the engine's runtime, not the caller's. The caller still polls it, so
+/// it is cancelled with the caller; only what it started outlives it.
+///
+/// Connections made while a user runtime is current would have their driver tasks on that
+/// runtime: a call from another runtime would then hang while the first one blocks, and
+/// fail with `broken pipe` once it shuts down.
+#[cfg(feature = "redis")]
+pub(crate) async fn on_engine<F: Future>(op: F) -> F::Output {
+    let mut op = std::pin::pin!(op);
+    std::future::poll_fn(|cx| {
+        let _in = handle().enter();
+        op.as_mut().poll(cx)
+    })
+    .await
+}
+
 /// A future that, once begun, finishes: polled in place while its caller waits, and handed
 /// to the engine's runtime if the caller drops it before it completes.
 ///

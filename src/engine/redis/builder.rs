@@ -19,6 +19,7 @@ pub struct RedisBackendBuilder {
     pool_size: u32,
     replica_ack: Option<(usize, Duration)>,
     allow_evicting_policy: bool,
+    start_before_redis: bool,
 }
 
 /// Where the backend connects: what the application handed to the constructor.
@@ -70,6 +71,7 @@ impl RedisBackendBuilder {
             pool_size: 16,
             replica_ack: None,
             allow_evicting_policy: false,
+            start_before_redis: false,
         }
     }
 
@@ -129,6 +131,20 @@ impl RedisBackendBuilder {
         self
     }
 
+    /// Whether [`build`](Self::build) may succeed while the server cannot be reached yet
+    /// (default `false`: it fails, saying it cannot connect and to where).
+    ///
+    /// For a service whose Redis may start after it (a pod next to its Redis): the backend
+    /// is built anyway, calls fail at once with an `Unavailable` error while the server is
+    /// unreachable, one background probe looks for it, and calls work once it answers. The
+    /// scripts are loaded on first use. Configuration errors (a bad URL, prefix or
+    /// timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
+    /// discover the others: its build still fails while none answers.
+    pub fn start_before_redis(mut self, allow: bool) -> Self {
+        self.start_before_redis = allow;
+        self
+    }
+
     /// How many multiplexed connections the pool keeps at most (default 16).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
@@ -182,13 +198,30 @@ impl RedisBackendBuilder {
         let (pool, subscriber) = self.connect().await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
-        pool.load(&scripts::all()).await?;
+        let reachable = match pool.load(&scripts::all()).await {
+            Ok(()) => true,
+            // Unreachable for now: the pool's probe looks for the server, and calls fail at
+            // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
+            Err(e)
+                if self.start_before_redis
+                    && matches!(
+                        e.kind(),
+                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                    ) =>
+            {
+                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are not checked");
+                false
+            }
+            Err(e) => return Err(e),
+        };
         // A server that would not keep what it is given, or a user that could neither hear
         // nor send grants, is refused now rather than found out under load.
-        if !self.allow_evicting_policy {
-            server_checks::eviction(&pool).await?;
+        if reachable {
+            if !self.allow_evicting_policy {
+                server_checks::eviction(&pool).await?;
+            }
+            server_checks::channels(&pool, &self.prefix, cluster).await?;
         }
-        server_checks::channels(&pool, &self.prefix, cluster).await?;
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
@@ -216,14 +249,9 @@ impl RedisBackendBuilder {
                 Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
                 #[cfg(feature = "redis-sentinel")]
                 Target::Sentinel { sentinels, service } => {
-                    let sentinel = redis::sentinel::SentinelClient::build(
-                        sentinels.clone(),
-                        service.clone(),
-                        None,
-                        redis::sentinel::SentinelServerType::Master,
-                    )
-                    .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
-                    ClientSource::Sentinel(tokio::sync::Mutex::new(sentinel))
+                    let sentinel = super::sentinel::SentinelLookup::new(sentinels, service)
+                        .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
+                    ClientSource::Sentinel(sentinel)
                 }
                 target => ClientSource::Fixed(target.clone().client().map_err(|e| {
                     config("invalid redis URL or connection settings").with_source(e)
@@ -253,7 +281,10 @@ impl RedisBackendBuilder {
             BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
                 .with_source(e)
         })?;
-        let conn = match tokio::time::timeout(timeout, client.get_async_connection()).await {
+        // Made on the engine's runtime, where its driver task then lives (see
+        // `background::on_engine`).
+        let connect = crate::engine::background::on_engine(client.get_async_connection());
+        let conn = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(super::connection::map_error("cluster connect", e)),
             Err(_) => {

@@ -15,24 +15,48 @@
 use std::{
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
+    task::Poll,
     time::Duration,
 };
 
 use redis::{FromRedisValue, RedisError, ScriptInvocation, Value, aio::MultiplexedConnection};
 use tokio::time::Instant;
 
+use crate::engine::background;
 use crate::error::{BackendError, BackendErrorKind};
 
 /// Makes and vets the pool's connections.
 pub(crate) struct Connector {
     client: ClientSource,
     config: redis::AsyncConnectionConfig,
+    /// The budget of one connect, lookup of the primary included.
+    timeout: Duration,
     generation: AtomicU64,
     /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
     /// gives up because the server refuses connections.
     last_connect_error: Mutex<Option<(Instant, RedisError)>>,
+    /// Where connections go, for errors: `127.0.0.1:6379`, or the primary Sentinel names.
+    target: String,
+    /// Set while the server is known to be unreachable (a connect failed, and none has
+    /// succeeded since): calls fail at once instead of each waiting out its timeout, and
+    /// one background probe looks for the server.
+    outage: Mutex<Option<Outage>>,
+    /// Whether `outage` is set: read by every call, so that the common case takes no lock.
+    down: AtomicBool,
+    /// Whether a call is trying to connect during an outage (see [`Connector::admit`]).
+    trying: AtomicBool,
+    /// Signalled at every failed connect, so check-outs waiting for a connection that will
+    /// not come fail at once.
+    went_down: tokio::sync::Notify,
+}
+
+/// The server is known to be unreachable.
+struct Outage {
+    since: Instant,
+    /// The last connect failure (the probe's, once it has tried).
+    error: RedisError,
 }
 
 /// Where the server's address comes from.
@@ -42,7 +66,7 @@ pub(crate) enum ClientSource {
     /// The primary Sentinel names now, asked again for every new connection: after a
     /// failover, retired connections reconnect to the new primary.
     #[cfg(feature = "redis-sentinel")]
-    Sentinel(tokio::sync::Mutex<redis::sentinel::SentinelClient>),
+    Sentinel(super::sentinel::SentinelLookup),
 }
 
 /// A pooled connection and the generation it belongs to.
@@ -57,11 +81,112 @@ impl Connector {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
+        let target = match &client {
+            ClientSource::Fixed(client) => {
+                format!("redis at {}", client.get_connection_info().addr())
+            }
+            #[cfg(feature = "redis-sentinel")]
+            ClientSource::Sentinel(_) => "the redis primary that Sentinel names".to_owned(),
+        };
         Connector {
             client,
             config,
+            timeout,
             generation: AtomicU64::new(0),
             last_connect_error: Mutex::new(None),
+            target,
+            outage: Mutex::new(None),
+            down: AtomicBool::new(false),
+            trying: AtomicBool::new(false),
+            went_down: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Whether a call may go ahead: always, unless the server is known to be unreachable.
+    /// Then one call at a time is let through to try a connection itself (`Some`: it is
+    /// the one trying until the guard drops), so that calls work again as soon as the
+    /// server is back rather than when the background probe next looks; every other call
+    /// fails at once. A server that refuses connections answers the one trying at once
+    /// too; one that does not answer at all keeps it for its timeout, and only it.
+    fn admit(&self, what: &'static str) -> Result<Option<Trying<'_>>, BackendError> {
+        let Some(down) = self.outage(what) else {
+            return Ok(None);
+        };
+        match self
+            .trying
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => Ok(Some(Trying(&self.trying))),
+            Err(_) => Err(down),
+        }
+    }
+
+    /// While the server is known to be unreachable: the error a call gets at once.
+    fn outage(&self, what: &'static str) -> Option<BackendError> {
+        if !self.down.load(Ordering::Acquire) {
+            return None;
+        }
+        let outage = self.outage.lock().unwrap();
+        let outage = outage.as_ref()?;
+        Some(
+            BackendError::new(
+                BackendErrorKind::Unavailable,
+                format!(
+                    "redis {what} failed: cannot connect to {} (unreachable for {:?}; retrying in the background)",
+                    self.target,
+                    outage.since.elapsed()
+                ),
+            )
+            .with_source(outage.error.clone()),
+        )
+    }
+
+    /// A connect failed: the server is unreachable until a connect succeeds. The first
+    /// failure of an outage starts the one probe that looks for the server.
+    fn connect_failed(self: &Arc<Self>, error: &RedisError) {
+        if !(error.is_connection_refusal()
+            || error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped())
+        {
+            // Refused for another reason (credentials, protocol): not an outage.
+            return;
+        }
+        let began = {
+            let mut outage = self.outage.lock().unwrap();
+            match outage.as_mut() {
+                Some(outage) => {
+                    outage.error = error.clone();
+                    false
+                }
+                None => {
+                    *outage = Some(Outage {
+                        since: Instant::now(),
+                        error: error.clone(),
+                    });
+                    self.down.store(true, Ordering::Release);
+                    true
+                }
+            }
+        };
+        self.went_down.notify_waiters();
+        if !began {
+            return;
+        }
+        // At debug level: the layer logs an outage at its transitions, for the user.
+        tracing::debug!(target = %self.target, %error, "redis unreachable; calls fail at once until a connect succeeds");
+        background::handle().spawn(probe(Arc::downgrade(self)));
+    }
+
+    /// A connect succeeded: the outage, if any, is over.
+    fn connected(&self) {
+        if !self.down.load(Ordering::Acquire) {
+            return;
+        }
+        let mut outage = self.outage.lock().unwrap();
+        self.down.store(false, Ordering::Release);
+        if let Some(outage) = outage.take() {
+            tracing::debug!(target = %self.target, after = ?outage.since.elapsed(), "redis reachable again");
         }
     }
 
@@ -75,7 +200,8 @@ impl Connector {
         match &self.client {
             ClientSource::Fixed(client) => Ok(client.clone()),
             #[cfg(feature = "redis-sentinel")]
-            ClientSource::Sentinel(sentinel) => sentinel.lock().await.async_get_client().await,
+            // Half the connection's budget for the lookup, half for the connect itself.
+            ClientSource::Sentinel(sentinel) => sentinel.primary(self.timeout / 2).await,
         }
     }
 
@@ -85,7 +211,26 @@ impl Connector {
 }
 
 impl Connector {
-    async fn connect(&self) -> Result<PooledConn, RedisError> {
+    /// A new connection, made on the engine's runtime: its driver task lives there, so it
+    /// keeps working whichever user runtime asked for it blocks or shuts down.
+    async fn connect(self: &Arc<Self>) -> Result<PooledConn, RedisError> {
+        let this = self.clone();
+        let connected = match background::handle()
+            .spawn(async move { this.connect_here().await })
+            .await
+        {
+            Ok(connected) => connected,
+            // Only if the engine's runtime itself went away (a process exiting).
+            Err(e) => Err(RedisError::from(std::io::Error::other(e))),
+        };
+        match &connected {
+            Ok(_) => self.connected(),
+            Err(e) => self.connect_failed(e),
+        }
+        connected
+    }
+
+    async fn connect_here(&self) -> Result<PooledConn, RedisError> {
         let generation = self.generation.load(Ordering::Relaxed);
         let connected = match self.client().await {
             Ok(client) => {
@@ -106,6 +251,42 @@ impl Connector {
                 Err(e)
             }
         }
+    }
+}
+
+/// The call trying to connect during an outage (see [`Connector::admit`]); dropping it
+/// lets the next one try.
+struct Trying<'a>(&'a AtomicBool);
+
+impl Drop for Trying<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The one probe of an outage: tries to connect, less and less often (50 ms doubling to
+/// 500 ms: a server back is found within half a second), until a connection succeeds or the backend is dropped. Runs on the engine's
+/// runtime.
+async fn probe(connector: std::sync::Weak<Connector>) {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(connector) = connector.upgrade() else {
+            return;
+        };
+        match connector.connect_here().await {
+            // The connection itself is not kept: the pool makes its own on demand.
+            Ok(_) => {
+                connector.connected();
+                return;
+            }
+            Err(error) => {
+                if let Some(outage) = connector.outage.lock().unwrap().as_mut() {
+                    outage.error = error;
+                }
+            }
+        }
+        wait = (wait * 2).min(Duration::from_millis(500));
     }
 }
 
@@ -170,6 +351,7 @@ pub(crate) struct Pool {
     timeout: Duration,
 }
 
+#[derive(Clone, Copy)]
 enum Call<'a, 'b> {
     Script(&'a ScriptInvocation<'b>),
     /// A plain command: for reads that need no script (a script call costs the server
@@ -223,9 +405,25 @@ impl Pool {
     /// A connection for one call, within `deadline`.
     async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
         match &self.source {
-            Source::Pooled { .. } => {
-                let conn = self.checkout(what, deadline).await?;
-                Ok(Conn::Single(conn.inner.clone()))
+            Source::Pooled { pool, connector } => {
+                let Some(_trying) = connector.admit(what)? else {
+                    let conn = self.checkout(what, deadline).await?;
+                    return Ok(Conn::Single(conn.inner.clone()));
+                };
+                // The one call trying during an outage connects by itself: bb8 would have
+                // it wait for a connect it counts as pending although that one has failed
+                // already, and tells no waiter when a connect fails.
+                let conn = match tokio::time::timeout_at(deadline, connector.connect()).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => {
+                        return Err(connector.outage(what).unwrap_or_else(|| map_error(what, e)));
+                    }
+                    Err(_) => return Err(self.timed_out(what)),
+                };
+                let inner = conn.inner.clone();
+                // Kept for the calls that follow (dropped if the pool is full).
+                let _ = pool.add(conn);
+                Ok(Conn::Single(inner))
             }
             #[cfg(feature = "redis-cluster")]
             Source::Cluster(conn) => Ok(Conn::Cluster(conn.clone())),
@@ -274,11 +472,28 @@ impl Pool {
         what: &'static str,
         deadline: Instant,
     ) -> Result<bb8::PooledConnection<'_, SharedConnector>, BackendError> {
-        let (pool, _) = self.pooled();
-        match tokio::time::timeout_at(deadline, pool.get()).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
-            Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+        let (pool, connector) = self.pooled();
+        // A connect that fails while we wait starts (or continues) an outage: then no
+        // connection is coming, and the call fails at once rather than at its deadline.
+        let went_down = connector.went_down.notified();
+        let mut went_down = std::pin::pin!(went_down);
+        went_down.as_mut().enable();
+        // One that failed since this call was admitted, before it listened.
+        if let Some(down) = connector.outage(what) {
+            return Err(down);
+        }
+        // bb8 makes missing connections in tasks it spawns on the current runtime: let
+        // that be the engine's.
+        let get = background::on_engine(tokio::time::timeout_at(deadline, pool.get()));
+        tokio::select! {
+            got = get => match got {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(bb8::RunError::User(e))) => Err(map_error(what, e)),
+                Ok(Err(bb8::RunError::TimedOut)) | Err(_) => Err(self.checkout_failed(what)),
+            },
+            () = went_down => Err(connector
+                .outage(what)
+                .unwrap_or_else(|| self.checkout_failed(what))),
         }
     }
 
@@ -358,47 +573,73 @@ impl Pool {
         &self,
         what: &'static str,
         call: Call<'_, '_>,
-        pin: Option<&mut Option<Conn>>,
+        mut pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
         if let Call::ScriptThenWait(_, ack) = &call {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
         }
-        // A multiplexed connection pipelines: the pooled one goes back at once, and the
-        // call runs on a clone (same socket, same command order), so concurrent callers
-        // share sockets instead of queueing for one each. A broken socket is retired
-        // through the generation, which covers every clone.
-        let mut inner = self.conn(what, deadline).await?;
-        if let Some(pin) = pin {
-            *pin = Some(inner.clone());
-        }
-        let reply = async {
-            match call {
-                Call::Script(inv) => script(inv, None, &mut inner).await,
-                Call::Command(cmd) => cmd.query_async::<Value>(&mut inner).await,
-                Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
+        // At most twice: again only when the first connection turned out to be closed
+        // before the call was sent on it.
+        let mut fresh = false;
+        loop {
+            // A multiplexed connection pipelines: the pooled one goes back at once, and the
+            // call runs on a clone (same socket, same command order), so concurrent callers
+            // share sockets instead of queueing for one each. A broken socket is retired
+            // through the generation, which covers every clone.
+            let mut inner = self.conn(what, deadline).await?;
+            if let Some(pin) = pin.as_deref_mut() {
+                *pin = Some(inner.clone());
             }
-        };
-        match tokio::time::timeout_at(deadline, reply).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                // READONLY: the server was demoted to a replica (a Sentinel failover);
-                // reconnecting finds the new primary.
-                if e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_timeout()
-                    || e.code() == Some("READONLY")
-                {
-                    self.invalidate();
+            let reply = async {
+                match call {
+                    Call::Script(inv) => script(inv, None, &mut inner).await,
+                    Call::Command(cmd) => cmd.query_async::<Value>(&mut inner).await,
+                    Call::ScriptThenWait(inv, ack) => script(inv, Some(ack), &mut inner).await,
                 }
-                Err(map_error(what, e))
-            }
-            Err(_) => {
-                // The connection may be wedged (a paused or partitioned server): retire it.
-                self.invalidate();
-                Err(self.timed_out(what))
-            }
+            };
+            let mut reply = std::pin::pin!(reply);
+            // The first poll hands the call to the connection's driver task. A connection
+            // whose driver has already ended (the server, a proxy or a `CLIENT KILL` closed
+            // it while it sat idle in the pool) refuses it right there, in that same poll:
+            // nothing was written, so nothing reached Redis, and the call can go again on
+            // a fresh connection without any risk of running twice. A connection that dies
+            // after the call was handed over fails later, and that failure is ambiguous:
+            // it is reported, never retried here.
+            let first = std::future::poll_fn(|cx| Poll::Ready(reply.as_mut().poll(cx))).await;
+            let outcome = match first {
+                Poll::Ready(Err(e)) if !fresh && e.is_connection_dropped() => {
+                    tracing::debug!(what, error = %e, "redis connection closed while idle; the call goes again on a fresh one");
+                    // Its siblings idled as long: retire them all.
+                    self.invalidate();
+                    fresh = true;
+                    continue;
+                }
+                Poll::Ready(reply) => Ok(reply),
+                Poll::Pending => tokio::time::timeout_at(deadline, reply).await,
+            };
+            return match outcome {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) => {
+                    // READONLY: the server was demoted to a replica (a Sentinel failover);
+                    // reconnecting finds the new primary.
+                    if e.is_io_error()
+                        || e.is_connection_dropped()
+                        || e.is_timeout()
+                        || e.code() == Some("READONLY")
+                    {
+                        self.invalidate();
+                    }
+                    Err(map_error(what, e))
+                }
+                Err(_) => {
+                    // The connection may be wedged (a paused or partitioned server): retire
+                    // it.
+                    self.invalidate();
+                    Err(self.timed_out(what))
+                }
+            };
         }
     }
 

@@ -8,6 +8,8 @@ mod connection;
 mod names;
 mod records;
 mod scripts;
+#[cfg(feature = "redis-sentinel")]
+mod sentinel;
 mod server_checks;
 mod wakeup;
 

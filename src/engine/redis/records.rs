@@ -9,7 +9,8 @@ use super::{
     RedisBackend, backend::release_args, millis, names::object_name, outcome, scripts::COMPLETE,
 };
 use crate::engine::{
-    BoxFuture, LockError, LockKey, Record, RecordBackend, Token, from_unix_millis, unix_millis,
+    Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, Token, from_unix_millis,
+    unix_millis,
 };
 use crate::error::{BackendError, BackendErrorKind};
 
@@ -95,9 +96,53 @@ impl RecordBackend for RedisBackend {
                 .arg(body)
                 .arg(to_at(record))
                 .arg(millis(retention));
-            outcome(self.inner.call("complete", &inv).await?)
+            let failed = match self.inner.call("complete", &inv).await {
+                Err(LockError::Backend(e)) if connection_level(&e) => e,
+                first => return outcome(first?),
+            };
+            // The connection died (or stalled) with the completion on it: it may have landed
+            // or not. Left there, the key would stay held for the rest of the lease's TTL
+            // (every retry a 409), and then the request would run again. Once more, on a
+            // fresh connection (the failure retired the old ones): safe, because the script
+            // compares the token. If the first one did land, the key is no longer ours, and
+            // the record it wrote is what tells.
+            tracing::debug!(%key, error = %failed, "completion met a connection failure; sending it again");
+            match self.inner.call::<i64>("complete", &inv).await {
+                Ok(1) => Ok(()),
+                Ok(code) => match self.record(key).await {
+                    Ok(Some(stored)) if same_record(&stored, record) => Ok(()),
+                    _ => outcome(code),
+                },
+                Err(again) => {
+                    // Still nothing: give the key back by token rather than leave retries
+                    // facing a 409 for the whole TTL. (Unless the first attempt landed
+                    // unseen, the response is not stored, and a retry runs the request.)
+                    if let Err(error) = self.release(key, token).await {
+                        tracing::debug!(%key, %error, "releasing after a failed completion failed too; the lease's TTL frees the key");
+                    }
+                    Err(again)
+                }
+            }
         })
     }
+}
+
+/// A failure that says nothing about whether the call ran: the connection broke or the
+/// reply did not come in time.
+fn connection_level(e: &BackendError) -> bool {
+    matches!(
+        e.kind(),
+        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+    )
+}
+
+/// Whether `stored` is the record this completion wrote (same request, same response, same
+/// completion time to the millisecond).
+fn same_record(stored: &Record, ours: &Record) -> bool {
+    stored.fingerprint == ours.fingerprint
+        && stored.kept == ours.kept
+        && (!ours.kept || (stored.meta == ours.meta && stored.body == ours.body))
+        && unix_millis(stored.completed_at) == unix_millis(ours.completed_at)
 }
 
 /// The `at` field of a record hash: the completion time in Unix ms, negated (minus one,

@@ -49,8 +49,8 @@ pub(crate) enum Woken {
 // One per backend, made once: its size does not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Subscriber {
-    /// One server: a RESP3 connection (`SUBSCRIBE`, messages as pushes); the connector's pooled
-    /// command connections are retired when it breaks.
+    /// One server: a RESP3 connection (`SUBSCRIBE`, messages as pushes), made through the
+    /// command pool's connector (for Sentinel: to the primary it names now).
     Single { connector: Arc<Connector> },
     /// A cluster: a RESP3 cluster connection whose pushes arrive on the sender handed to
     /// this function, subscribed with `SSUBSCRIBE`.
@@ -209,10 +209,14 @@ impl Wakeup {
             notify: notify.clone(),
         });
         let wanted = first && !st.subscribed.contains_key(channel);
-        // Start (or restart, if its runtime went away) the subscriber task.
+        // Start (or restart, should it ever end) the subscriber task, on the engine's
+        // runtime: on a user runtime, a blocked runtime would stop every wake-up of the
+        // engine's other runtimes (their waiters left to the fallback timer), and a
+        // runtime shut down would end the task.
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.subscribed.clear();
-            st.task = Some(tokio::spawn(run(Arc::downgrade(&self.shared))));
+            st.task =
+                Some(crate::engine::background::handle().spawn(run(Arc::downgrade(&self.shared))));
         }
         drop(st);
         if wanted {
@@ -389,10 +393,12 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
             reconnecting = true;
             continue;
         };
-        backoff = Duration::from_millis(50);
         if reconnecting {
             tracing::info!("lock wake-up subscriber reconnected");
         }
+        // Whether the session ended in an error of ours (a refused or timed-out
+        // subscription) rather than a connection that dropped after working.
+        let mut failed = false;
         let mut first = true;
         loop {
             if !first {
@@ -408,16 +414,26 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
             let resubscribed = first && reconnecting;
             first = false;
             if let Err(error) = reconcile(&shared, Sink::Single(&mut conn), resubscribed).await {
-                tracing::debug!(%error, "lock wake-up subscriber failed");
+                // A `NOPERM` (an ACL user without channel rights), a timeout: the server
+                // may well accept the next connection and refuse again, so the pause
+                // below is taken before it (not only after a failed connect), and grows.
+                tracing::warn!(%error, "lock wake-up subscriber failed");
+                failed = true;
                 break;
             }
+            // A subscription went through: the next failure starts backing off afresh.
+            backoff = Duration::from_millis(50);
         }
         shared.forget_subscriptions();
         tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
-        // Every pooled command connection is suspect too.
-        connector.invalidate();
+        // The command connections are left alone: they have their own failures to retire
+        // them (and a subscriber refused its channels says nothing about them).
         reconnecting = true;
         drop(shared);
+        if failed {
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
     }
 }
 

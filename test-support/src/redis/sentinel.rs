@@ -75,6 +75,12 @@ impl Sentineled {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
 
+    /// The `i`th Sentinel, in the order of [`Sentineled::sentinel_urls`] (to
+    /// [`suspend`](RedisServer::suspend) one, say).
+    pub fn sentinel(&self, i: usize) -> &RedisServer {
+        &self.sentinels[i]
+    }
+
     /// The primary at the start.
     pub fn primary(&self) -> &RedisServer {
         self.servers.primary()

@@ -43,7 +43,9 @@ pub(super) async fn run(weak: Weak<Shared>) {
             reconnecting = true;
             continue;
         };
-        backoff = Duration::from_millis(50);
+        // The backoff is reset only once a subscription went through (below): a server
+        // that accepts connections but refuses the subscriptions (an ACL without channel
+        // rights) must not be reconnected to in a loop.
         if reconnecting {
             tracing::info!("lock wake-up subscriber reconnected");
         }
@@ -68,9 +70,10 @@ pub(super) async fn run(weak: Weak<Shared>) {
             if let Err(error) = reconcile(&shared, Sink::Cluster(&mut conn), wake).await {
                 // Resubscribing failed (a slot without a primary mid-failover, a timeout):
                 // start over on a fresh connection after a pause.
-                tracing::debug!(%error, "lock wake-up subscriber failed");
+                tracing::warn!(%error, "lock wake-up subscriber failed");
                 break;
             }
+            backoff = Duration::from_millis(50);
             wake = false;
         }
         shared.forget_subscriptions();
