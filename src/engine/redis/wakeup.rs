@@ -377,6 +377,22 @@ async fn run(weak: Weak<Shared>) {
     }
 }
 
+/// Whether a subscription failed because the server refused it (`NOPERM`: an ACL user
+/// without rights on the engine's channels). It will refuse the next attempt too, so the
+/// pause before it grows (logged at `warn`); any other failure (a timeout, a slot without
+/// a primary in a failover) is retried after the shortest pause, which `backoff` is reset
+/// to.
+fn refused(error: &redis::RedisError, backoff: &mut Duration) -> bool {
+    let refused = error.code() == Some("NOPERM");
+    if refused {
+        tracing::warn!(%error, "lock wake-up subscription refused; retrying with a backoff");
+        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+    } else {
+        *backoff = Duration::from_millis(50);
+    }
+    refused
+}
+
 /// The subscriber task on one server: connect, reconcile; reconnect with backoff on
 /// failure. The connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
 async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
@@ -416,8 +432,11 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
             if let Err(error) = reconcile(&shared, Sink::Single(&mut conn), resubscribed).await {
                 // A `NOPERM` (an ACL user without channel rights), a timeout: the server
                 // may well accept the next connection and refuse again, so the pause
-                // below is taken before it (not only after a failed connect), and grows.
-                tracing::warn!(%error, "lock wake-up subscriber failed");
+                // below is taken before it (not only after a failed connect); it grows
+                // after a refusal.
+                if !refused(&error, &mut backoff) {
+                    tracing::debug!(%error, "lock wake-up subscriber failed");
+                }
                 failed = true;
                 break;
             }
@@ -432,7 +451,6 @@ async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
         drop(shared);
         if failed {
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 }

@@ -21,7 +21,7 @@ use std::{
 use redis::{PushInfo, PushKind, Value};
 use tokio::time::Instant;
 
-use super::{Event, Shared, Sink, Subscriber, connected, next_event, pushes, reconcile};
+use super::{Event, Shared, Sink, Subscriber, connected, next_event, pushes, reconcile, refused};
 
 pub(super) async fn run(weak: Weak<Shared>) {
     let mut backoff = Duration::from_millis(50);
@@ -68,9 +68,13 @@ pub(super) async fn run(weak: Weak<Shared>) {
                 break;
             }
             if let Err(error) = reconcile(&shared, Sink::Cluster(&mut conn), wake).await {
-                // Resubscribing failed (a slot without a primary mid-failover, a timeout):
-                // start over on a fresh connection after a pause.
-                tracing::warn!(%error, "lock wake-up subscriber failed");
+                // Resubscribing failed: start over on a fresh connection after a pause.
+                // A refusal (an ACL without channel rights) makes the pause grow; a slot
+                // without a primary mid-failover or a timeout does not, so the
+                // subscriptions follow the new primary as soon as it serves.
+                if !refused(&error, &mut backoff) {
+                    tracing::debug!(%error, "lock wake-up subscriber failed");
+                }
                 break;
             }
             backoff = Duration::from_millis(50);
@@ -81,7 +85,6 @@ pub(super) async fn run(weak: Weak<Shared>) {
         reconnecting = true;
         drop(shared);
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
 
