@@ -289,6 +289,7 @@ async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
     // A command timeout long enough for the test to kill the connection mid-call.
     let engine = redis_engine(&server, "complete", Some(Duration::from_secs(3))).await;
     let layer = LockLayer::idempotency(engine.clone())
+        .unscoped()
         .ttl(Duration::from_secs(30))
         .build()
         .unwrap();
