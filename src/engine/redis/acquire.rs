@@ -44,9 +44,6 @@ enum Attempt {
         acked: u64,
         wanted: u32,
     },
-    /// A refresh found its ticket gone (it lapsed while the waiter was away): the waiter
-    /// queues again.
-    Gone,
     /// Not an answer of the script: the call failed after the ticket was registered (a
     /// timeout, a busy server); the waiter retries within its wait.
     Failed,
@@ -219,7 +216,6 @@ impl Inner {
                 deadline: u64::try_from(deadline).unwrap_or(0),
             },
             2 => Attempt::Full(remaining(value)),
-            3 => Attempt::Gone,
             other => {
                 return Err(LockError::Backend(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -344,12 +340,6 @@ impl Inner {
             let retry_after = match outcome {
                 // Wait the fallback period (or a wake-up), then retry.
                 Attempt::Failed => None,
-                // Nothing of ours is queued any more: queue again, at once.
-                Attempt::Gone => {
-                    cleanup.registered = false;
-                    cleanup.known = None;
-                    continue;
-                }
                 Attempt::Granted(fence) => {
                     cleanup.armed = false;
                     if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {

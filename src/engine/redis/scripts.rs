@@ -103,11 +103,7 @@ end
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `deadline` names its member, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
-///   read); `{2, pttl, 0}` refused because the waiter limit is reached; `{3, pttl, 0}` a
-///   refresh whose ticket is gone (granted and run out, given up, dropped as dead while the
-///   waiter was away, or this is a late duplicate of a refresh whose reply was lost): it
-///   neither takes a free key nor queues again, the waiter decides (a late duplicate has
-///   nobody left to decide, so it changes nothing).
+///   read); `{2, pttl, 0}` refused because the waiter limit is reached.
 ///
 /// Atomic because "is it free / is it mine / am I the head", the fence computation and the
 /// write of the new holder must see one state: two clients doing this in separate commands
@@ -130,9 +126,9 @@ end
 ///
 /// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
 /// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
-/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: 8 (`ZSCORE`, `GET`, `PTTL`, `ZRANGE`
-/// head, `TIME`, `ZREM`, `ZADD`, `PEXPIRE`; and a `ZRANGE` of the queue when the named
-/// member is gone).
+/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: `GET`, `PTTL`, `ZRANGE` head, `TIME`,
+/// `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE` (and a `ZRANGE` of the queue when the named member
+/// is gone).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
@@ -153,9 +149,6 @@ local function mine()
   end
   return nil
 end
-local member, score = mine()
--- A refresh whose ticket is gone: see the returns.
-local gone = id ~= '' and known ~= '' and not member
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
 if held then
@@ -163,6 +156,7 @@ if held then
   if string.sub(held, sp + 1) == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl + margin)
+    local member = mine()
     if member then redis.call('ZREM', KEYS[3], member) end
     return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
@@ -171,11 +165,9 @@ if held then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
     pttl = redis.call('PTTL', KEYS[1])
-    if gone then return {3, pttl, 0} end
     live_head(id)
   end
 else
-  if gone then return {3, -2, 0} end
   local head = live_head(id)
   if not head or (id ~= '' and string.sub(head, 1, #id + 1) == id .. '|') then
     clock()
@@ -196,6 +188,7 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
+local member, score = mine()
 if member then
   redis.call('ZREM', KEYS[3], member)
 else
