@@ -114,11 +114,11 @@ impl Drop for Cleanup<'_> {
         } else {
             None
         };
-        // On the engine's runtime: the clean-up must not depend on the caller's. A clean-up
-        // the server refused (busy, loading, a broken connection) is retried every fallback
-        // period until the ticket would have lapsed anyway: left in the queue, it could be
-        // handed the key and hold it for a claim period. (Leaving twice is harmless: the
-        // second finds nothing of ours.)
+        // On the engine's runtime: the clean-up must not depend on the caller's. A failed
+        // clean-up (a timeout, a busy server) is retried every fallback period until the
+        // ticket would have lapsed anyway: left in the queue, it could be handed the key
+        // and hold it for a claim period. (Leaving twice is harmless: the second finds
+        // nothing of ours.)
         crate::engine::background::handle().spawn(async move {
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             let mut pinned = pinned;
@@ -127,12 +127,7 @@ impl Drop for Cleanup<'_> {
                     Ok(_) => return,
                     Err(error) => error,
                 };
-                // A leave that timed out was sent: it lands when the server answers again
-                // (a paused or sleeping server runs it then). Sending more of them on fresh
-                // connections meanwhile would only churn the pool, whose retired
-                // connections take their unanswered commands with them.
-                let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
-                if sent || Instant::now() + FALLBACK_CAP >= give_up {
+                if Instant::now() + FALLBACK_CAP >= give_up {
                     tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
                     return;
                 }
