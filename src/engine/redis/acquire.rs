@@ -44,9 +44,6 @@ enum Attempt {
         acked: u64,
         wanted: u32,
     },
-    /// Not an answer of the script: the call failed after the ticket was registered (a
-    /// timeout, a busy server); the waiter retries within its wait.
-    Failed,
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -290,7 +287,7 @@ impl Inner {
         // A waiter's failed refresh (a timeout, a server busy for a moment) does not end its
         // wait: it is retried on the next fallback period, for as long as the wait lasts and
         // the ticket has not lapsed (a ticket TTL after the last refresh that got through).
-        let mut failed: Option<LockError>;
+        let mut failed: Option<LockError> = None;
         let mut last_ok = Instant::now();
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
@@ -307,12 +304,7 @@ impl Inner {
                 .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
                 .await
             {
-                Ok(outcome) => {
-                    cleanup.in_flight = false;
-                    failed = None;
-                    last_ok = sent;
-                    outcome
-                }
+                Ok(outcome) => Some(outcome),
                 Err(e)
                     if cleanup.registered
                         && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
@@ -323,68 +315,75 @@ impl Inner {
                         "lock waiter's refresh failed; retrying within its wait"
                     );
                     failed = Some(e);
-                    Attempt::Failed
+                    None
                 }
                 Err(e) => return Err(e),
             };
+            if outcome.is_some() {
+                cleanup.in_flight = false;
+                failed = None;
+                last_ok = sent;
+            }
             let pinned = if cleanup.in_flight {
                 None
             } else {
                 cleanup.pinned.take()
             };
             let retry_after = match outcome {
-                // Wait the fallback period (or a wake-up), then retry.
-                Attempt::Failed => None,
-                Attempt::Granted(fence) => {
-                    cleanup.armed = false;
-                    if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
-                        // A hand-off whose message has not come (lost, or just late), or a
-                        // lease that ran out: found at the cost of up to FALLBACK_CAP.
-                        tracing::debug!(
-                            channel = %names.channel,
-                            "lock granted on the fallback timer's retry, not by a wake-up"
-                        );
-                    }
-                    return Ok(Grant::new(fence, sent));
-                }
-                Attempt::Unacknowledged { acked, wanted } => {
-                    // Give the grant back (and drop our ticket) behind the script, on its
-                    // connection; if that fails, the cleanup retries it in the background.
-                    let leaving = Leaving {
-                        ticket: ticket.to_owned(),
-                        known: None,
-                        token: req.token.clone(),
-                        ttl_ms,
-                    };
-                    cleanup.in_flight = true;
-                    if self.leave(&names, &leaving, pinned).await.is_ok() {
+                // The refresh failed: wait the fallback period (or a wake-up), then retry.
+                None => None,
+                Some(outcome) => match outcome {
+                    Attempt::Granted(fence) => {
                         cleanup.armed = false;
+                        if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
+                            // A hand-off whose message has not come (lost, or just late), or a
+                            // lease that ran out: found at the cost of up to FALLBACK_CAP.
+                            tracing::debug!(
+                                channel = %names.channel,
+                                "lock granted on the fallback timer's retry, not by a wake-up"
+                            );
+                        }
+                        return Ok(Grant::new(fence, sent));
                     }
-                    return Err(LockError::Backend(BackendError::new(
-                        BackendErrorKind::NotReplicated,
-                        format!(
-                            "{acked} of {wanted} replicas acknowledged the grant in time; released"
-                        ),
-                    )));
-                }
-                Attempt::Full(retry_after) => {
-                    // Nothing was registered by this call; an earlier registration expired.
-                    cleanup.armed = false;
-                    return Err(LockError::QueueFull { retry_after });
-                }
-                Attempt::Busy { retry_after, .. } if !waiting => {
-                    cleanup.armed = false;
-                    return Err(LockError::Busy { retry_after });
-                }
-                Attempt::Busy {
-                    retry_after,
-                    deadline,
-                } => {
-                    cleanup.registered = true;
-                    cleanup.known = Some(deadline);
-                    last_sent = sent;
-                    retry_after
-                }
+                    Attempt::Unacknowledged { acked, wanted } => {
+                        // Give the grant back (and drop our ticket) behind the script, on its
+                        // connection; if that fails, the cleanup retries it in the background.
+                        let leaving = Leaving {
+                            ticket: ticket.to_owned(),
+                            known: None,
+                            token: req.token.clone(),
+                            ttl_ms,
+                        };
+                        cleanup.in_flight = true;
+                        if self.leave(&names, &leaving, pinned).await.is_ok() {
+                            cleanup.armed = false;
+                        }
+                        return Err(LockError::Backend(BackendError::new(
+                            BackendErrorKind::NotReplicated,
+                            format!(
+                                "{acked} of {wanted} replicas acknowledged the grant in time; released"
+                            ),
+                        )));
+                    }
+                    Attempt::Full(retry_after) => {
+                        // Nothing was registered by this call; an earlier registration expired.
+                        cleanup.armed = false;
+                        return Err(LockError::QueueFull { retry_after });
+                    }
+                    Attempt::Busy { retry_after, .. } if !waiting => {
+                        cleanup.armed = false;
+                        return Err(LockError::Busy { retry_after });
+                    }
+                    Attempt::Busy {
+                        retry_after,
+                        deadline,
+                    } => {
+                        cleanup.registered = true;
+                        cleanup.known = Some(deadline);
+                        last_sent = sent;
+                        retry_after
+                    }
+                },
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
