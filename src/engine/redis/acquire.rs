@@ -9,8 +9,6 @@
 //! a grant before it went unheard), after a reconnect of the subscriber, or on the
 //! fallback timer (at most [`FALLBACK_CAP`] apart), which also refreshes the ticket and
 //! finds a grant whose message was lost (the key is already this waiter's: re-entry).
-//! A refresh that fails is retried the same way, within the wait; so is a failed clean-up,
-//! in the background.
 
 use std::{sync::Arc, time::Duration};
 
@@ -111,25 +109,10 @@ impl Drop for Cleanup<'_> {
         } else {
             None
         };
-        // On the engine's runtime: the clean-up must not depend on the caller's. A failed
-        // clean-up (a timeout, a busy server) is retried every fallback period until the
-        // ticket would have lapsed anyway: left in the queue, it could be handed the key
-        // and hold it for a claim period. (Leaving twice is harmless: the second finds
-        // nothing of ours.)
+        // On the engine's runtime: the clean-up must not depend on the caller's.
         crate::engine::background::handle().spawn(async move {
-            let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
-            let mut pinned = pinned;
-            loop {
-                let error = match inner.leave(&names, &leaving, pinned.take()).await {
-                    Ok(_) => return,
-                    Err(error) => error,
-                };
-                if Instant::now() + FALLBACK_CAP >= give_up {
-                    tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
-                    return;
-                }
-                tracing::debug!(%error, "lock waiter cleanup failed; retrying");
-                tokio::time::sleep(FALLBACK_CAP).await;
+            if let Err(error) = inner.leave(&names, &leaving, pinned).await {
+                tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
             }
         });
     }
@@ -281,14 +264,9 @@ impl Inner {
         let mut subscription: Option<Subscription> = None;
         // When the attempt that registered (or last refreshed) our ticket was sent: a
         // hand-off of that ticket happened later, so its claim runs from no earlier.
-        let mut last_sent = started;
+        let mut last_sent;
         // Whether the last wait ended on the fallback timer, not on a wake-up.
         let mut by_timer = false;
-        // A waiter's failed refresh (a timeout, a server busy for a moment) does not end its
-        // wait: it is retried on the next fallback period, for as long as the wait lasts and
-        // the ticket has not lapsed (a ticket TTL after the last refresh that got through).
-        let mut failed: Option<LockError> = None;
-        let mut last_ok = Instant::now();
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
@@ -298,121 +276,80 @@ impl Inner {
             cleanup.in_flight = true;
             // Taken before sending: the TTL cannot have started on the server any earlier.
             let sent = Instant::now();
-            // On error the cleanup stays armed with `in_flight`: the grant may have landed,
-            // or the refresh renamed our ticket (the next attempt finds it by its id).
-            let outcome = match self
+            // On error the cleanup stays armed with `in_flight`: the grant may have landed.
+            let outcome = self
                 .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
-                .await
-            {
-                Ok(outcome) => Some(outcome),
-                Err(e)
-                    if cleanup.registered
-                        && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
-                {
-                    tracing::debug!(
-                        channel = %names.channel,
-                        error = %e,
-                        "lock waiter's refresh failed; retrying within its wait"
-                    );
-                    failed = Some(e);
-                    None
-                }
-                Err(e) => return Err(e),
-            };
-            if outcome.is_some() {
-                cleanup.in_flight = false;
-                failed = None;
-                last_ok = sent;
-            }
-            let pinned = if cleanup.in_flight {
-                None
-            } else {
-                cleanup.pinned.take()
-            };
+                .await?;
+            cleanup.in_flight = false;
+            let pinned = cleanup.pinned.take();
             let retry_after = match outcome {
-                // The refresh failed: wait the fallback period (or a wake-up), then retry.
-                None => None,
-                Some(outcome) => match outcome {
-                    Attempt::Granted(fence) => {
+                Attempt::Granted(fence) => {
+                    cleanup.armed = false;
+                    if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
+                        // A hand-off whose message has not come (lost, or just late), or a
+                        // lease that ran out: found at the cost of up to FALLBACK_CAP.
+                        tracing::debug!(
+                            channel = %names.channel,
+                            "lock granted on the fallback timer's retry, not by a wake-up"
+                        );
+                    }
+                    return Ok(Grant::new(fence, sent));
+                }
+                Attempt::Unacknowledged { acked, wanted } => {
+                    // Give the grant back (and drop our ticket) behind the script, on its
+                    // connection; if that fails, the cleanup retries it in the background.
+                    let leaving = Leaving {
+                        ticket: ticket.to_owned(),
+                        known: None,
+                        token: req.token.clone(),
+                        ttl_ms,
+                    };
+                    cleanup.in_flight = true;
+                    if self.leave(&names, &leaving, pinned).await.is_ok() {
                         cleanup.armed = false;
-                        if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
-                            // A hand-off whose message has not come (lost, or just late), or a
-                            // lease that ran out: found at the cost of up to FALLBACK_CAP.
-                            tracing::debug!(
-                                channel = %names.channel,
-                                "lock granted on the fallback timer's retry, not by a wake-up"
-                            );
-                        }
-                        return Ok(Grant::new(fence, sent));
                     }
-                    Attempt::Unacknowledged { acked, wanted } => {
-                        // Give the grant back (and drop our ticket) behind the script, on its
-                        // connection; if that fails, the cleanup retries it in the background.
-                        let leaving = Leaving {
-                            ticket: ticket.to_owned(),
-                            known: None,
-                            token: req.token.clone(),
-                            ttl_ms,
-                        };
-                        cleanup.in_flight = true;
-                        if self.leave(&names, &leaving, pinned).await.is_ok() {
-                            cleanup.armed = false;
-                        }
-                        return Err(LockError::Backend(BackendError::new(
-                            BackendErrorKind::NotReplicated,
-                            format!(
-                                "{acked} of {wanted} replicas acknowledged the grant in time; released"
-                            ),
-                        )));
-                    }
-                    Attempt::Full(retry_after) => {
-                        // Nothing was registered by this call; an earlier registration expired.
-                        cleanup.armed = false;
-                        return Err(LockError::QueueFull { retry_after });
-                    }
-                    Attempt::Busy { retry_after, .. } if !waiting => {
-                        cleanup.armed = false;
-                        return Err(LockError::Busy { retry_after });
-                    }
-                    Attempt::Busy {
-                        retry_after,
-                        deadline,
-                    } => {
-                        cleanup.registered = true;
-                        cleanup.known = Some(deadline);
-                        last_sent = sent;
-                        retry_after
-                    }
-                },
+                    return Err(LockError::Backend(BackendError::new(
+                        BackendErrorKind::NotReplicated,
+                        format!(
+                            "{acked} of {wanted} replicas acknowledged the grant in time; released"
+                        ),
+                    )));
+                }
+                Attempt::Full(retry_after) => {
+                    // Nothing was registered by this call; an earlier registration expired.
+                    cleanup.armed = false;
+                    return Err(LockError::QueueFull { retry_after });
+                }
+                Attempt::Busy { retry_after, .. } if !waiting => {
+                    cleanup.armed = false;
+                    return Err(LockError::Busy { retry_after });
+                }
+                Attempt::Busy {
+                    retry_after,
+                    deadline,
+                } => {
+                    cleanup.registered = true;
+                    cleanup.known = Some(deadline);
+                    last_sent = sent;
+                    retry_after
+                }
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 let leaving = Leaving {
                     ticket: ticket.to_owned(),
-                    // After a failed refresh our ticket may have been renamed: search.
-                    known: if cleanup.in_flight {
-                        None
-                    } else {
-                        cleanup.known
-                    },
+                    known: cleanup.known,
                     token: req.token.clone(),
                     ttl_ms,
                 };
-                // Behind a failed refresh on its connection, so it cannot overtake it.
-                let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
-                let left = self.leave(&names, &leaving, behind).await;
+                let left = self.leave(&names, &leaving, None).await;
                 let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
                         left.or(retry_after)
                     }
-                    // The clean-up is retried in the background (see `Cleanup`).
                     Err(_) => retry_after,
                 };
-                // A wait that ended while the backend was failing says so.
-                if let Some(e) = failed {
-                    return Err(e);
-                }
                 return Err(LockError::TimedOut {
                     waited: started.elapsed(),
                     retry_after,

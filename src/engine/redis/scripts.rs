@@ -98,8 +98,7 @@ end
 ///   limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its ticket
 ///   carries), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the deadline of this waiter's
 ///   registered member as the last reply gave it (`''`: not registered; a registration is
-///   a new one). A member by that name that is gone is looked for by its ticket id: a
-///   refresh whose reply was lost (a timeout) may have renamed it, and it keeps its place.
+///   a new one).
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `deadline` names its member, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
@@ -126,29 +125,14 @@ end
 ///
 /// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
 /// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
-/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: `GET`, `PTTL`, `ZRANGE` head, `TIME`,
-/// `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE` (and a `ZRANGE` of the queue when the named member
-/// is gone).
+/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
 local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
 local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
--- Our registered member and its score (a refresh only): by the name the last reply gave,
--- else whichever member carries our ticket id (a refresh whose reply was lost renamed it).
-local function mine()
-  if id == '' or known == '' then return nil end
-  local named = id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token
-  local score = redis.call('ZSCORE', KEYS[3], named)
-  if score then return named, score end
-  local prefix = id .. '|'
-  local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then return all[i], all[i + 1] end
-  end
-  return nil
-end
+local mine = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
 if held then
@@ -156,12 +140,11 @@ if held then
   if string.sub(held, sp + 1) == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl + margin)
-    local member = mine()
-    if member then redis.call('ZREM', KEYS[3], member) end
+    if mine then redis.call('ZREM', KEYS[3], mine) end
     return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
-  if known ~= '' then
+  if mine then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
     pttl = redis.call('PTTL', KEYS[1])
@@ -188,9 +171,9 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
-local member, score = mine()
-if member then
-  redis.call('ZREM', KEYS[3], member)
+local score = mine and redis.call('ZSCORE', KEYS[3], mine)
+if score then
+  redis.call('ZREM', KEYS[3], mine)
 else
   local max = tonumber(ARGV[5])
   if max >= 0 and redis.call('ZCARD', KEYS[3]) >= max then
