@@ -366,8 +366,9 @@ impl IdempotencyLayerBuilder {
     }
 
     /// Fingerprint a JSON body by its meaning rather than its bytes: object keys sorted,
-    /// whitespace dropped, strings and numbers written in one form, so `{"a":1, "b":2}`
-    /// and `{"b": 2,"a":1}` are the same request. The rest of the fingerprint (method,
+    /// whitespace dropped, strings written in one form, so `{"a":1, "b":2}` and
+    /// `{"b": 2,"a":1}` are the same request (numbers stay as written: `1` and `1.0`
+    /// differ). The rest of the fingerprint (method,
     /// target, authority, content type, named headers) is unchanged. A body that is not
     /// JSON is fingerprinted by its bytes.
     ///

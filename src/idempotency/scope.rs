@@ -9,7 +9,7 @@
 
 use std::{fmt, marker::PhantomData, sync::Arc};
 
-use crate::key::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into};
+use crate::key::{KeyExtractor, MalformedKey, RequestView, encoding::scoped};
 
 /// The scope a builder was given.
 #[derive(Clone)]
@@ -45,18 +45,10 @@ impl Scope {
     pub(crate) fn value(&self, scope: Option<&str>, key: &str) -> Option<String> {
         match (self, scope) {
             (Scope::Unscoped, None) => Some(key.to_owned()),
-            (Scope::By(_), Some(scope)) => Some(join(scope, key)),
+            (Scope::By(_), Some(scope)) => Some(scoped(scope, key)),
             _ => None,
         }
     }
-}
-
-fn join(scope: &str, key: &str) -> String {
-    let mut value = String::with_capacity(scope.len() + 1 + key.len());
-    escape_into(&mut value, scope);
-    value.push('/');
-    value.push_str(key);
-    value
 }
 
 /// The idempotency key within a scope: `<scope>/<key>`, the scope escaped as in the lock
@@ -83,7 +75,7 @@ impl KeyExtractor for Scoped {
         let Some(key) = self.key.extract_ref(req)? else {
             return Ok(None);
         };
-        Ok(Some(join(&scope, &key)))
+        Ok(Some(scoped(&scope, &key)))
     }
 
     fn kind(&self) -> &str {

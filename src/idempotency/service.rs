@@ -345,9 +345,7 @@ where
                 return;
             };
             let (parts, body) = res.into_parts();
-            let capture = capture(completion, &parts);
-            let deadline = Instant::now() + capture.max_drain_time();
-            drain_into(Box::pin(body), capture, deadline).await;
+            drain_into(Box::pin(body), capture(completion, &parts)).await;
         });
     }
 }
@@ -359,7 +357,6 @@ fn drain<B>(mut body: Pin<Box<B>>, mut capture: Capture)
 where
     B: Body<Data = Bytes> + Send + 'static,
 {
-    let started = Instant::now();
     let mut cx = Context::from_waker(std::task::Waker::noop());
     while capture.wants_data() {
         // User code, polled from a `Drop`: a panic here must not leave the drop (the
@@ -370,8 +367,7 @@ where
         };
         match frame {
             Poll::Pending => {
-                let deadline = started + capture.max_drain_time();
-                spawn(drain_into(body, capture, deadline));
+                spawn(drain_into(body, capture));
                 return;
             }
             Poll::Ready(None) => break,
@@ -383,10 +379,11 @@ where
     background::detach(capture.finish());
 }
 
-async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture, deadline: Instant)
+async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture)
 where
     B: Body<Data = Bytes>,
 {
+    let deadline = Instant::now() + capture.max_drain_time();
     // Read up to the limit: past it the response is known not to be kept.
     while capture.wants_data() {
         match tokio::time::timeout_at(deadline, body.frame()).await {

@@ -44,6 +44,16 @@ pub(crate) fn escape_into(out: &mut String, part: &str) {
     }
 }
 
+/// `<scope>/<value>`, the scope escaped (see [`escape_into`]), so that a scope holding a
+/// `/` cannot pose as another scope's values: the value of a scoped extractor.
+pub(crate) fn scoped(scope: &str, value: &str) -> String {
+    let mut out = String::with_capacity(scope.len() + 1 + value.len());
+    escape_into(&mut out, scope);
+    out.push('/');
+    out.push_str(value);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

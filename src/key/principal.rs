@@ -3,7 +3,7 @@
 
 use std::{any::type_name, fmt, marker::PhantomData};
 
-use super::{KeyExtractor, MalformedKey, RequestView, encoding::escape_into};
+use super::{KeyExtractor, MalformedKey, RequestView, encoding::scoped};
 
 /// Another extractor's key, scoped by the principal of type `P` found in the request
 /// extensions (put there by an authentication middleware that runs before the lock
@@ -57,11 +57,7 @@ where
         let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
         };
-        let mut value = String::with_capacity(principal.len() + 1 + inner.len());
-        escape_into(&mut value, &principal);
-        value.push('/');
-        value.push_str(&inner);
-        Ok(Some(value))
+        Ok(Some(scoped(&principal, &inner)))
     }
 
     fn kind(&self) -> &str {

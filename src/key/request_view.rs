@@ -55,70 +55,94 @@ pub trait RequestView {
     }
 }
 
-/// The view of an `http` request head, written once for [`http::Request`] and
-/// [`http::request::Parts`].
-macro_rules! http_view {
-    ($req:ident, $uri:expr, $headers:expr, $extensions:expr, $method:expr) => {
-        fn method(&self) -> &str {
-            let $req = self;
-            $method.as_str()
-        }
-
-        fn path(&self) -> &str {
-            let $req = self;
-            $uri.path()
-        }
-
-        fn header(&self, name: &str) -> Option<&[u8]> {
-            let $req = self;
-            $headers.get(name).map(|v| v.as_bytes())
-        }
-
-        fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-            let $req = self;
-            for value in $headers.get_all(name) {
-                each(value.as_bytes());
-            }
-        }
-
-        fn authority(&self) -> Option<&[u8]> {
-            let $req = self;
-            match $uri.authority() {
-                Some(authority) => Some(authority.as_str().as_bytes()),
-                None => $headers.get(http::header::HOST).map(|v| v.as_bytes()),
-            }
-        }
-
-        fn original_target(&self) -> (&str, Option<&str>) {
-            let $req = self;
-            let uri = original_uri($extensions).unwrap_or($uri);
-            (uri.path(), uri.query())
-        }
-
-        fn extensions(&self) -> Option<&http::Extensions> {
-            let $req = self;
-            Some($extensions)
-        }
-
-        fn query(&self) -> Option<&str> {
-            let $req = self;
-            $uri.query()
-        }
-    };
-}
-
 impl<B> RequestView for http::Request<B> {
-    http_view!(
-        req,
-        req.uri(),
-        req.headers(),
-        req.extensions(),
-        req.method()
-    );
+    fn method(&self) -> &str {
+        self.method().as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri().path()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers().get(name).map(|v| v.as_bytes())
+    }
+
+    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        header_values(self.headers(), name, each);
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        authority(self.uri(), self.headers())
+    }
+
+    fn original_target(&self) -> (&str, Option<&str>) {
+        original_target(self.uri(), self.extensions())
+    }
+
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(self.extensions())
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.uri().query()
+    }
 }
 
 impl RequestView for http::request::Parts {
-    http_view!(req, &req.uri, &req.headers, &req.extensions, &req.method);
+    fn method(&self) -> &str {
+        self.method.as_str()
+    }
+
+    fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+
+    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
+        header_values(&self.headers, name, each);
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        authority(&self.uri, &self.headers)
+    }
+
+    fn original_target(&self) -> (&str, Option<&str>) {
+        original_target(&self.uri, &self.extensions)
+    }
+
+    fn extensions(&self) -> Option<&http::Extensions> {
+        Some(&self.extensions)
+    }
+
+    fn query(&self) -> Option<&str> {
+        self.uri.query()
+    }
+}
+
+fn header_values(headers: &http::HeaderMap, name: &str, each: &mut dyn FnMut(&[u8])) {
+    for value in headers.get_all(name) {
+        each(value.as_bytes());
+    }
+}
+
+/// The URI's authority (HTTP/2, absolute form), else the `Host` header.
+fn authority<'a>(uri: &'a http::Uri, headers: &'a http::HeaderMap) -> Option<&'a [u8]> {
+    match uri.authority() {
+        Some(authority) => Some(authority.as_str().as_bytes()),
+        None => headers.get(http::header::HOST).map(|v| v.as_bytes()),
+    }
+}
+
+fn original_target<'a>(
+    uri: &'a http::Uri,
+    extensions: &'a http::Extensions,
+) -> (&'a str, Option<&'a str>) {
+    let uri = original_uri(extensions).unwrap_or(uri);
+    (uri.path(), uri.query())
 }
 
 /// The URI before any router stripped a prefix: axum's `OriginalUri`, which its outermost

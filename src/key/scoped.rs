@@ -4,7 +4,7 @@ use http::HeaderName;
 
 use super::{
     KeyExtractor, MalformedKey, RequestView,
-    encoding::escape_into,
+    encoding::scoped,
     header::{header_str, parse_name},
 };
 
@@ -56,11 +56,7 @@ impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
         let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
         };
-        let mut value = String::with_capacity(scope.len() + 1 + inner.len());
-        escape_into(&mut value, scope);
-        value.push('/');
-        value.push_str(&inner);
-        Ok(Some(value))
+        Ok(Some(scoped(scope, &inner)))
     }
 
     fn kind(&self) -> &str {

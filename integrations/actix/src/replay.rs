@@ -230,8 +230,7 @@ impl<B: MessageBody + 'static> Drop for KeepRunning<B> {
                 return;
             };
             let capture = capture(completion, &res);
-            let deadline = Instant::now() + capture.max_drain_time();
-            drain(Box::pin(res.into_body()), capture, deadline).await;
+            drain(Box::pin(res.into_body()), capture).await;
         });
     }
 }
@@ -250,7 +249,8 @@ fn capture<B>(completion: Completion, res: &ServiceResponse<B>) -> Capture {
 
 /// Read a body no client reads any more into its capture (up to just past the limit, for
 /// at most the drain time), then store it.
-async fn drain<B: MessageBody>(mut body: Pin<Box<B>>, mut capture: Capture, deadline: Instant) {
+async fn drain<B: MessageBody>(mut body: Pin<Box<B>>, mut capture: Capture) {
+    let deadline = Instant::now() + capture.max_drain_time();
     while capture.wants_data() {
         let next = std::future::poll_fn(|cx| body.as_mut().poll_next(cx));
         match actix_web::rt::time::timeout(deadline.saturating_duration_since(Instant::now()), next)
@@ -326,8 +326,7 @@ impl<B: MessageBody + 'static> Drop for ReplayBody<B> {
                 // store nothing.
                 return;
             }
-            let deadline = Instant::now() + capture.max_drain_time();
-            actix_web::rt::spawn(drain(body, capture, deadline));
+            actix_web::rt::spawn(drain(body, capture));
         }
     }
 }

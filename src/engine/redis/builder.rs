@@ -249,7 +249,9 @@ impl RedisBackendBuilder {
                 Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
                 #[cfg(feature = "redis-sentinel")]
                 Target::Sentinel { sentinels, service } => {
-                    let sentinel = super::sentinel::SentinelLookup::new(sentinels, service)
+                    // Half a connect's budget for the lookup, half for the connect itself.
+                    let budget = self.command_timeout / 2;
+                    let sentinel = super::sentinel::SentinelLookup::new(sentinels, service, budget)
                         .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
                     ClientSource::Sentinel(sentinel)
                 }

@@ -31,8 +31,6 @@ use crate::error::{BackendError, BackendErrorKind};
 pub(crate) struct Connector {
     client: ClientSource,
     config: redis::AsyncConnectionConfig,
-    /// The budget of one connect, lookup of the primary included.
-    timeout: Duration,
     generation: AtomicU64,
     /// The last connect failure, to say "unavailable" rather than "timeout" when the pool
     /// gives up because the server refuses connections.
@@ -91,7 +89,6 @@ impl Connector {
         Connector {
             client,
             config,
-            timeout,
             generation: AtomicU64::new(0),
             last_connect_error: Mutex::new(None),
             target,
@@ -200,8 +197,7 @@ impl Connector {
         match &self.client {
             ClientSource::Fixed(client) => Ok(client.clone()),
             #[cfg(feature = "redis-sentinel")]
-            // Half the connection's budget for the lookup, half for the connect itself.
-            ClientSource::Sentinel(sentinel) => sentinel.primary(self.timeout / 2).await,
+            ClientSource::Sentinel(sentinel) => sentinel.primary().await,
         }
     }
 

@@ -20,13 +20,21 @@ use redis::{Client, RedisError};
 pub(crate) struct SentinelLookup {
     sentinels: Vec<Client>,
     service: String,
+    /// How long one lookup may take: half a connect's budget (the command timeout), the
+    /// other half being the connect to the primary itself.
+    budget: Duration,
     /// The last primary found.
     last: Mutex<Option<Client>>,
 }
 
 impl SentinelLookup {
-    /// Clients for `sentinels` (their URLs); fails on a malformed one, or none.
-    pub(crate) fn new(sentinels: &[String], service: &str) -> Result<Self, RedisError> {
+    /// Clients for `sentinels` (their URLs), each lookup within `budget`; fails on a
+    /// malformed URL, or none.
+    pub(crate) fn new(
+        sentinels: &[String],
+        service: &str,
+        budget: Duration,
+    ) -> Result<Self, RedisError> {
         if sentinels.is_empty() {
             return Err(RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
@@ -39,13 +47,15 @@ impl SentinelLookup {
                 .map(|url| Client::open(url.as_str()))
                 .collect::<Result<_, _>>()?,
             service: service.to_owned(),
+            budget,
             last: Mutex::new(None),
         })
     }
 
-    /// A client for the primary the Sentinels name now, asked within `budget`; the last
-    /// one found if none answers in time.
-    pub(crate) async fn primary(&self, budget: Duration) -> Result<Client, RedisError> {
+    /// A client for the primary the Sentinels name now, asked within the lookup's budget;
+    /// the last one found if none answers in time.
+    pub(crate) async fn primary(&self) -> Result<Client, RedisError> {
+        let budget = self.budget;
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(budget))
             .set_response_timeout(Some(budget));
