@@ -421,6 +421,105 @@ async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
     waiter.await.unwrap().unwrap().release().await.unwrap();
 }
 
+/// A server that stops for longer than the command timeout (`DEBUG SLEEP`) while two FIFO
+/// waiters wait: the one with time left keeps waiting (its failed refreshes are retried
+/// within its wait) and is served as soon as the key is released after the thaw; the one
+/// whose wait ran out during the freeze leaves, and its failed clean-up is retried, so its
+/// ticket is not handed the key ahead of the live waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_refresh_does_not_end_a_wait() {
+    let server = RedisServer::start();
+    let engine = engine(&server, "refresh").await;
+    let holder = engine.lock("k").fifo(true).acquire().await.unwrap();
+    let spawn_waiter = |wait: Duration| {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let lease = engine.lock("k").fifo(true).wait(wait).acquire().await?;
+            Ok::<_, LockError>((Instant::now(), lease))
+        })
+    };
+    // First in line, but its wait runs out during the freeze.
+    let short = spawn_waiter(Duration::from_millis(600));
+    until_waiters(&engine, "k", 1).await;
+    let long = spawn_waiter(Duration::from_secs(10));
+    until_waiters(&engine, "k", 2).await;
+
+    // Three command timeouts: every refresh sent meanwhile fails.
+    let frozen = tokio::task::block_in_place(|| server.freeze(Duration::from_millis(1500)));
+    tokio::task::block_in_place(|| frozen.join().unwrap());
+    let short = short.await.unwrap();
+    assert!(short.is_err(), "the short wait ran out: {short:?}");
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, lease) = long
+        .await
+        .unwrap()
+        .expect("a failed refresh ended a wait with 8 s left");
+    assert!(
+        granted - released < Duration::from_secs(1),
+        "served {:?} after the release (the gone waiter's ticket held the key?)",
+        granted - released
+    );
+    assert!(lease.owned().await.unwrap());
+    lease.release().await.unwrap();
+    let left = tokio::task::block_in_place(|| residue(&server, "refresh"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
+/// A script that keeps the server busy past `busy-reply-threshold` makes it refuse every
+/// other command with `BUSY` (refused, never run later, unlike a `DEBUG SLEEP`): a waiter
+/// whose wait ends meanwhile cannot remove its ticket. Its clean-up is retried until it
+/// lands, so the next release hands the key to the live waiter behind it, not to the gone
+/// one's ticket for a claim period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_failed_clean_up_is_retried() {
+    let server = RedisServer::start_with(["--busy-reply-threshold", "50"]);
+    let engine = engine(&server, "busy").await;
+    let holder = engine.lock("k").fifo(true).acquire().await.unwrap();
+    let spawn_waiter = |wait: Duration| {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            let lease = engine.lock("k").fifo(true).wait(wait).acquire().await?;
+            Ok::<_, LockError>((Instant::now(), lease))
+        })
+    };
+    let short = spawn_waiter(Duration::from_millis(500));
+    until_waiters(&engine, "k", 1).await;
+    let long = spawn_waiter(Duration::from_secs(10));
+    until_waiters(&engine, "k", 2).await;
+
+    // Busy for 1.5 s: the short wait ends meanwhile, and its clean-up is refused.
+    let busy = {
+        let port = server.port().to_string();
+        std::thread::spawn(move || {
+            let script = "local function now() local t = redis.call('TIME') \
+                return t[1] * 1000 + math.floor(t[2] / 1000) end \
+                local start = now() while now() - start < 1500 do end return 1";
+            let out = Command::new("redis-cli")
+                .args(["-p", &port, "EVAL", script, "0"])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "{out:?}");
+        })
+    };
+    let short = short.await.unwrap();
+    assert!(short.is_err(), "the short wait ran out: {short:?}");
+    tokio::task::block_in_place(|| busy.join().unwrap());
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, lease) = long.await.unwrap().expect("the long wait is served");
+    assert!(
+        granted - released < Duration::from_secs(1),
+        "served {:?} after the release: the gone waiter's ticket was handed the key",
+        granted - released
+    );
+    lease.release().await.unwrap();
+    let left = tokio::task::block_in_place(|| residue(&server, "busy"));
+    assert!(left.is_empty(), "residue: {left:?}");
+}
+
 /// Publishing refused after the engine was built (the user's channel rights revoked): a
 /// release that hands the key over says so, since the hand-off was applied, and the
 /// waiter finds its grant on its fallback retry. No script applies a hand-off and then

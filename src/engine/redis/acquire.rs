@@ -109,10 +109,28 @@ impl Drop for Cleanup<'_> {
         } else {
             None
         };
-        // On the engine's runtime: the clean-up must not depend on the caller's.
+        // On the engine's runtime: the clean-up must not depend on the caller's. A clean-up
+        // the server refused (busy, loading, no connection) is retried every fallback
+        // period until the ticket would have lapsed anyway: left in the queue, it could be
+        // handed the key and hold it for a claim period. (Leaving twice is harmless: the
+        // second finds nothing of ours.) One that timed out is not: it was sent and lands
+        // when the server answers again, and sending more meanwhile would only churn the
+        // pool, whose retired connections take their unanswered commands with them.
         crate::engine::background::handle().spawn(async move {
-            if let Err(error) = inner.leave(&names, &leaving, pinned).await {
-                tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
+            let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
+            let mut pinned = pinned;
+            loop {
+                let error = match inner.leave(&names, &leaving, pinned.take()).await {
+                    Ok(_) => return,
+                    Err(error) => error,
+                };
+                let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+                if sent || Instant::now() + FALLBACK_CAP >= give_up {
+                    tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
+                    return;
+                }
+                tracing::debug!(%error, "lock waiter cleanup refused; retrying");
+                tokio::time::sleep(FALLBACK_CAP).await;
             }
         });
     }
@@ -144,6 +162,7 @@ impl Inner {
         req: &AcquireRequest,
         ticket: &str,
         known: Option<u64>,
+        renamed: bool,
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
@@ -164,6 +183,7 @@ impl Inner {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
+        inv.arg(if renamed { "1" } else { "0" });
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
                 None => {
@@ -264,9 +284,16 @@ impl Inner {
         let mut subscription: Option<Subscription> = None;
         // When the attempt that registered (or last refreshed) our ticket was sent: a
         // hand-off of that ticket happened later, so its claim runs from no earlier.
-        let mut last_sent;
+        let mut last_sent = started;
         // Whether the last wait ended on the fallback timer, not on a wake-up.
         let mut by_timer = false;
+        // A registered waiter's failed refresh (a timeout, a server busy or failing over for
+        // a moment) does not end its wait: it is retried on the next fallback period while
+        // the ticket lives (a ticket TTL after the last refresh that got through; after
+        // that its place is gone anyway). The error is kept to answer a wait that ends
+        // while the backend is still failing.
+        let mut failed: Option<LockError> = None;
+        let mut last_ok = started;
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
@@ -276,14 +303,49 @@ impl Inner {
             cleanup.in_flight = true;
             // Taken before sending: the TTL cannot have started on the server any earlier.
             let sent = Instant::now();
-            // On error the cleanup stays armed with `in_flight`: the grant may have landed.
-            let outcome = self
-                .attempt(&names, &req, ticket, cleanup.known, &mut cleanup.pinned)
-                .await?;
-            cleanup.in_flight = false;
-            let pinned = cleanup.pinned.take();
+            // On error the cleanup stays armed with `in_flight`: the grant may have landed,
+            // or a refresh renamed our ticket (the script finds it again by its id).
+            let outcome = match self
+                .attempt(
+                    &names,
+                    &req,
+                    ticket,
+                    cleanup.known,
+                    failed.is_some(),
+                    &mut cleanup.pinned,
+                )
+                .await
+            {
+                Ok(outcome) => Some(outcome),
+                Err(e)
+                    if cleanup.registered
+                        && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
+                {
+                    tracing::debug!(
+                        channel = %names.channel,
+                        error = %e,
+                        "lock waiter's refresh failed; retrying within its wait"
+                    );
+                    failed = Some(e);
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            if outcome.is_some() {
+                cleanup.in_flight = false;
+                failed = None;
+                last_ok = sent;
+            }
+            // Kept for the clean-up while the call it went out with is unresolved.
+            let pinned = if cleanup.in_flight {
+                None
+            } else {
+                cleanup.pinned.take()
+            };
             let retry_after = match outcome {
-                Attempt::Granted(fence) => {
+                // The refresh failed: wait for a wake-up or the fallback period, then retry.
+                None => None,
+                Some(Attempt::Granted(fence)) => {
                     cleanup.armed = false;
                     if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
                         // A hand-off whose message has not come (lost, or just late), or a
@@ -295,7 +357,7 @@ impl Inner {
                     }
                     return Ok(Grant::new(fence, sent));
                 }
-                Attempt::Unacknowledged { acked, wanted } => {
+                Some(Attempt::Unacknowledged { acked, wanted }) => {
                     // Give the grant back (and drop our ticket) behind the script, on its
                     // connection; if that fails, the cleanup retries it in the background.
                     let leaving = Leaving {
@@ -315,19 +377,19 @@ impl Inner {
                         ),
                     )));
                 }
-                Attempt::Full(retry_after) => {
+                Some(Attempt::Full(retry_after)) => {
                     // Nothing was registered by this call; an earlier registration expired.
                     cleanup.armed = false;
                     return Err(LockError::QueueFull { retry_after });
                 }
-                Attempt::Busy { retry_after, .. } if !waiting => {
+                Some(Attempt::Busy { retry_after, .. }) if !waiting => {
                     cleanup.armed = false;
                     return Err(LockError::Busy { retry_after });
                 }
-                Attempt::Busy {
+                Some(Attempt::Busy {
                     retry_after,
                     deadline,
-                } => {
+                }) => {
                     cleanup.registered = true;
                     cleanup.known = Some(deadline);
                     last_sent = sent;
@@ -338,18 +400,30 @@ impl Inner {
             if deadline.is_some_and(|d| now >= d) {
                 let leaving = Leaving {
                     ticket: ticket.to_owned(),
-                    known: cleanup.known,
+                    // After a failed refresh our ticket may have been renamed: search.
+                    known: if cleanup.in_flight {
+                        None
+                    } else {
+                        cleanup.known
+                    },
                     token: req.token.clone(),
                     ttl_ms,
                 };
-                let left = self.leave(&names, &leaving, None).await;
+                // Behind a failed refresh on its connection, so it cannot overtake it.
+                let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
+                let left = self.leave(&names, &leaving, behind).await;
                 let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
                         left.or(retry_after)
                     }
+                    // The clean-up retries it in the background (see `Cleanup`).
                     Err(_) => retry_after,
                 };
+                // A wait that ended while the backend was failing says so.
+                if let Some(e) = failed {
+                    return Err(e);
+                }
                 return Err(LockError::TimedOut {
                     waited: started.elapsed(),
                     retry_after,
@@ -380,14 +454,16 @@ impl Inner {
                 }
             };
             by_timer = woken.is_none() && Instant::now() >= wake_at;
-            // A grant of the ticket as we registered it last: it was made after that
-            // attempt. (One naming an older registration is stale: its claim may be over.)
+            // A grant of the ticket as we registered it last, or as a later refresh whose
+            // reply we never saw renamed it (its deadline is later still): either way the
+            // hand-off came after the attempt sent at `last_sent`. (One naming an older
+            // registration is stale: its claim may be over.)
             if let Some(Woken::Granted {
                 deadline,
                 fence,
                 px,
             }) = woken
-                && cleanup.known == Some(deadline)
+                && cleanup.known.is_some_and(|known| deadline >= known)
             {
                 if self.replica_ack.is_some() {
                     // Handed over by a release, which waited for no replica: confirm it

@@ -274,9 +274,21 @@ impl RedisBackendBuilder {
         let builder = {
             let nodes = nodes.to_vec();
             move || {
+                // redis-rs waits 1.28 s at least before it retries a command that met a
+                // moved slot or a dead node (defaults made for no command timeout): longer
+                // than a command timeout of a second, so after a failover every command
+                // routed by a stale slot map would time out instead of following the
+                // refreshed map. Retries start at 10 ms, back off exponentially and stay
+                // well inside the command timeout.
+                let retry_cap = u64::try_from(timeout.as_millis() / 4)
+                    .unwrap_or(u64::MAX)
+                    .max(20);
                 ClusterClientBuilder::new(nodes.clone())
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
+                    .min_retry_wait(10)
+                    .max_retry_wait(retry_cap)
+                    .retry_wait_formula(10, 2)
             }
         };
         let client = builder().build().map_err(|e| {

@@ -98,7 +98,9 @@ end
 ///   limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its ticket
 ///   carries), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the deadline of this waiter's
 ///   registered member as the last reply gave it (`''`: not registered; a registration is
-///   a new one).
+///   a new one), `ARGV[9]` `'1'` when the waiter's last refresh failed: it may have landed
+///   unseen and renamed the member, so a member by that name that is gone is looked for by
+///   its ticket id (and keeps its place).
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `deadline` names its member, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
@@ -125,14 +127,28 @@ end
 ///
 /// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
 /// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
-/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`).
+/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: 8 (`GET`, `PTTL`, `ZRANGE` head, `TIME`,
+/// `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a `ZRANGE` of the queue after a failed one
+/// when the named member is gone.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
 local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
 local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
-local mine = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
+local named = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
+-- Our registered member when the one the last reply named is gone and a refresh whose
+-- reply was lost may have renamed it: whichever member carries our ticket id, with its
+-- score.
+local function search()
+  if ARGV[9] ~= '1' then return nil end
+  local prefix = id .. '|'
+  local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #prefix) == prefix then return all[i], all[i + 1] end
+  end
+  return nil
+end
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
 if held then
@@ -140,11 +156,14 @@ if held then
   if string.sub(held, sp + 1) == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
     redis.call('PEXPIRE', KEYS[2], ttl + margin)
-    if mine then redis.call('ZREM', KEYS[3], mine) end
+    if named and redis.call('ZREM', KEYS[3], named) == 0 then
+      local renamed = search()
+      if renamed then redis.call('ZREM', KEYS[3], renamed) end
+    end
     return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
-  if mine then
+  if named then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
     pttl = redis.call('PTTL', KEYS[1])
@@ -171,7 +190,8 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
-local score = mine and redis.call('ZSCORE', KEYS[3], mine)
+local mine, score = named, named and redis.call('ZSCORE', KEYS[3], named)
+if named and not score then mine, score = search() end
 if score then
   redis.call('ZREM', KEYS[3], mine)
 else
