@@ -208,8 +208,11 @@ impl LockLayerBuilder {
         self
     }
 
-    /// The `Retry-After` sent when the backend gives no hint (a `503`, or contention with
-    /// an unknown holder TTL). Rounded up to whole seconds, at least 1. Default: 1 s.
+    /// The `Retry-After` sent when nothing better is known: a `503`, or contention before
+    /// the layer has observed a hold (after that, the 95th percentile of its recent hold
+    /// times). Set it to how long your handler usually takes if that is much more than a
+    /// second. Never more than the holder's remaining lease; rounded up to whole seconds,
+    /// at least 1. Default: 1 s.
     pub fn retry_after_fallback(mut self, d: Duration) -> Self {
         self.retry_after_fallback = d;
         self

@@ -3,7 +3,9 @@
 //!
 //! The holder's remaining lease alone (30 s by default) is an upper bound that a renewed
 //! holder almost never reaches: a client told to wait it out waits far too long. The hold
-//! times the layer has just seen say how long a holder usually keeps a key.
+//! times the layer has just seen say how long a holder usually keeps a key; before it has
+//! seen any (after every deploy), the layer's short fallback stands in for them, never the
+//! lease, or every client that honours `Retry-After` would wait half a minute.
 
 use std::{
     sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
@@ -64,19 +66,16 @@ impl RecentHolds {
 }
 
 /// The `Retry-After` of a contended request (before rounding up to whole seconds, at
-/// least 1): the layer's recent hold-time percentile, but never more than the holder's
-/// remaining lease (the key is free by then at the latest). Without observed holds, the
-/// remaining lease; without either, `fallback`.
+/// least 1): the layer's recent hold-time percentile, or `fallback` before it has observed
+/// a hold, but never more than the holder's remaining lease (the key is free by then at
+/// the latest).
 pub(crate) fn contended(
     observed: Option<Duration>,
     holder_remaining: Option<Duration>,
     fallback: Duration,
 ) -> Duration {
-    match (observed, holder_remaining) {
-        (Some(observed), Some(remaining)) => observed.min(remaining),
-        (Some(only), None) | (None, Some(only)) => only,
-        (None, None) => fallback,
-    }
+    let expected = observed.unwrap_or(fallback);
+    holder_remaining.map_or(expected, |remaining| expected.min(remaining))
 }
 
 #[cfg(test)]
@@ -119,11 +118,12 @@ mod tests {
     }
 
     #[test]
-    fn contended_retry_is_the_observed_percentile_bounded_by_the_remaining_lease() {
+    fn contended_retry_is_the_observed_percentile_or_the_fallback_bounded_by_the_remaining_lease() {
         let s = Duration::from_secs;
         assert_eq!(contended(Some(s(2)), Some(s(29)), s(1)), s(2));
         assert_eq!(contended(Some(s(8)), Some(s(3)), s(1)), s(3));
-        assert_eq!(contended(None, Some(s(29)), s(1)), s(29));
+        assert_eq!(contended(None, Some(s(29)), s(1)), s(1));
+        assert_eq!(contended(None, Some(s(3)), s(5)), s(3));
         assert_eq!(contended(Some(s(2)), None, s(1)), s(2));
         assert_eq!(contended(None, None, s(1)), s(1));
     }

@@ -1,5 +1,6 @@
 //! `Retry-After` of a contended request: the 95th percentile of the layer's recent hold
-//! times, bounded by the holder's remaining lease, in whole seconds rounded up, never 0.
+//! times (before any, the fallback: 1 s unless set), bounded by the holder's remaining
+//! lease, in whole seconds rounded up, never 0.
 //!
 //! Hold times are measured on tokio's clock, paused here and advanced by hand; each holder
 //! is taken after the holds, so its remaining lease is its TTL.
@@ -50,12 +51,25 @@ async fn retry_after(locker: &RequestLocker, value: &str) -> u64 {
     }
 }
 
+/// Before the layer has seen a hold (after every deploy), the remaining lease (30 s by
+/// default) would tell every client that honours `Retry-After` to wait half a minute for
+/// a handler that takes a second: the answer is the short fallback instead.
 #[tokio::test(start_paused = true)]
-async fn without_observed_holds_the_holders_remaining_lease_is_the_answer() {
+async fn without_observed_holds_the_fallback_is_the_answer_never_the_lease() {
     let engine = LockEngine::in_memory();
     let locker = locker(&engine);
     let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
-    assert_eq!(retry_after(&locker, "a").await, 30);
+    assert_eq!(retry_after(&locker, "a").await, 1);
+    // A layer that declares a longer fallback gets it, still bounded by the lease.
+    let slow = LockLayer::builder(engine.clone())
+        .key(HeaderKey::named("x-k"))
+        .retry_after_fallback(Duration::from_secs(5))
+        .build_locker()
+        .unwrap();
+    let _held = holder(&engine, &slow, "b", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&slow, "b").await, 5);
+    let _short = holder(&engine, &slow, "c", Duration::from_secs(2)).await;
+    assert_eq!(retry_after(&slow, "c").await, 2);
 }
 
 #[tokio::test(start_paused = true)]
