@@ -71,6 +71,7 @@ impl LockSettings {
 
     /// The idempotency preset, after the IETF Idempotency-Key draft: the key is required,
     /// a duplicate in flight is answered `409`, and only `POST` and `PATCH` are covered.
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn idempotency() -> Self {
         LockSettings {
             missing: MissingKeyPolicy::Reject,

@@ -4,6 +4,7 @@
 
 use std::{
     borrow::Cow,
+    fmt,
     future::Future,
     pin::Pin,
     task::{Context, Poll},
@@ -21,20 +22,29 @@ use crate::{
 };
 
 pin_project! {
-    /// An `http_body` body read frame by frame.
-    pub(crate) struct HttpChunks<B> {
+    /// An `http_body` body, read frame by frame by the replay core: the
+    /// [`ChunkSource`] of a tower response.
+    pub struct HttpChunks<B> {
         #[pin]
         body: B,
     }
 }
 
 impl<B> HttpChunks<B> {
-    pub(crate) fn new(body: B) -> Self {
+    /// `body`, read frame by frame.
+    pub fn new(body: B) -> Self {
         HttpChunks { body }
     }
 
-    pub(crate) fn get_ref(&self) -> &B {
+    /// The body.
+    pub fn get_ref(&self) -> &B {
         &self.body
+    }
+}
+
+impl<B> fmt::Debug for HttpChunks<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpChunks").finish_non_exhaustive()
     }
 }
 

@@ -68,6 +68,7 @@ mod service;
 pub use crate::{integration::replay::fingerprint::FingerprintFn, not_stored::NotStored};
 pub use builder::IdempotencyLayerBuilder;
 pub use future::IdempotencyFuture;
+pub use http_chunks::HttpChunks;
 pub use layer::IdempotencyLayer;
 pub use replay_body::ReplayBody;
 pub use request_body::RequestBody;

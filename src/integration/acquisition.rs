@@ -287,3 +287,4 @@ impl RequestLocker {
         };
         Outcome::Rejected(self.reject(kind, detail, Some(retry)))
     }
+}

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::{config::Config, outage::OutageLog};
 use crate::{
     engine::{LockEngine, LockKey},
-    error::{KeyError, LockError},
+    error::KeyError,
     key::RequestView,
     metrics::LockMetrics,
     not_stored::NotStored,
@@ -57,7 +57,6 @@ impl fmt::Debug for RequestLocker {
     }
 }
 
-impl RequestLocker {
 impl RequestLocker {
     pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
         let local =
@@ -149,20 +148,6 @@ impl RequestLocker {
             .is_none_or(|methods| methods.iter().any(|m| &**m == method))
     }
 
-    /// The backend failed outside an acquisition (idempotency replay's record read): the
-    /// same outage log as a failed acquisition.
-    pub(crate) fn backend_failed(&self, error: &LockError) {
-        if let LockError::Backend(error) = error {
-            let c = &self.shared.config;
-            self.shared.outage.failed(&c.name, error, c.backend_failure);
-        }
-    }
-
-    /// The backend answered outside an acquisition: ends a logged outage.
-    pub(crate) fn backend_ok(&self) {
-        self.shared.outage.answered(&self.shared.config.name);
-    }
-
     pub(crate) fn reject(
         &self,
         kind: RejectionKind,
@@ -192,10 +177,6 @@ impl RequestLocker {
         // one must not store it for replay.
         res.extensions_mut().insert(NotStored);
         res
-    }
-
-    pub(crate) fn retry_after_fallback(&self) -> Duration {
-        self.shared.config.retry_after_fallback
     }
 
     /// When leases are released.

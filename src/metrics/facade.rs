@@ -128,14 +128,6 @@ impl Facade {
         self.count(&self.lost);
     }
 
-    pub(super) fn replayed(&self) {
-        self.count(&self.replayed);
-    }
-
-    pub(super) fn discarded(&self) {
-        self.count(&self.discarded);
-    }
-
     pub(super) fn acquired(&self, waited: Duration, contended: bool) {
         self.describe();
         metrics::with_recorder(|r| {
@@ -172,5 +164,17 @@ impl Facade {
     pub(super) fn waiting(&self, delta: f64) {
         self.describe();
         metrics::with_recorder(|r| r.register_gauge(&self.waiting, &METADATA).increment(delta));
+    }
+}
+
+/// Idempotency replay's events.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+impl Facade {
+    pub(super) fn replayed(&self) {
+        self.count(&self.replayed);
+    }
+
+    pub(super) fn discarded(&self) {
+        self.count(&self.discarded);
     }
 }

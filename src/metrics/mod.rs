@@ -204,18 +204,6 @@ impl LockMetrics {
         self.inner.facade.lost();
     }
 
-    /// An idempotent request was answered with a stored response (idempotency replay).
-    pub(crate) fn replayed(&self) {
-        self.inner.replayed.fetch_add(1, Relaxed);
-        self.inner.facade.replayed();
-    }
-
-    /// Idempotency replay: a response was not stored, its holder's lease having run out.
-    pub(crate) fn discarded(&self) {
-        self.inner.discarded.fetch_add(1, Relaxed);
-        self.inner.facade.discarded();
-    }
-
     /// A request's acquisition is under way until the returned guard is dropped.
     pub(crate) fn waiting(&self) -> Waiting {
         self.inner.waiting.fetch_add(1, Relaxed);
@@ -228,6 +216,22 @@ impl LockMetrics {
     /// The layer's recent hold-time percentile, for `Retry-After`.
     pub(crate) fn recent_hold(&self) -> Option<Duration> {
         self.inner.recent_holds.percentile()
+    }
+}
+
+/// Idempotency replay's events.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+impl LockMetrics {
+    /// An idempotent request was answered with a stored response (idempotency replay).
+    pub(crate) fn replayed(&self) {
+        self.inner.replayed.fetch_add(1, Relaxed);
+        self.inner.facade.replayed();
+    }
+
+    /// Idempotency replay: a response was not stored, its holder's lease having run out.
+    pub(crate) fn discarded(&self) {
+        self.inner.discarded.fetch_add(1, Relaxed);
+        self.inner.facade.discarded();
     }
 }
 

@@ -20,10 +20,6 @@ impl Facade {
 
     pub(super) fn lost(&self) {}
 
-    pub(super) fn replayed(&self) {}
-
-    pub(super) fn discarded(&self) {}
-
     pub(super) fn acquired(&self, _waited: Duration, _contended: bool) {}
 
     pub(super) fn held(&self, _held: Duration) {}
@@ -31,4 +27,12 @@ impl Facade {
     pub(super) fn rejected(&self, _kind: RejectionKind, _contended: bool) {}
 
     pub(super) fn waiting(&self, _delta: f64) {}
+}
+
+/// Idempotency replay's events.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+impl Facade {
+    pub(super) fn replayed(&self) {}
+
+    pub(super) fn discarded(&self) {}
 }

@@ -1,7 +1,7 @@
 //! [`Capture`]: a response being captured for replay, up to the atomic step that stores it
 //! and releases its key.
 
-use std::{fmt, future::Future, pin::Pin};
+use std::{fmt, future::Future, pin::Pin, time::Duration};
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;

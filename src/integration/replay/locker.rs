@@ -264,3 +264,24 @@ impl ReplayLocker {
         }
     }
 }
+
+/// What only replay asks of the lock core.
+impl RequestLocker {
+    /// The backend failed outside an acquisition (idempotency replay's record read): the
+    /// same outage log as a failed acquisition.
+    pub(super) fn backend_failed(&self, error: &LockError) {
+        if let LockError::Backend(error) = error {
+            let c = &self.shared.config;
+            self.shared.outage.failed(&c.name, error, c.backend_failure);
+        }
+    }
+
+    /// The backend answered outside an acquisition: ends a logged outage.
+    pub(super) fn backend_ok(&self) {
+        self.shared.outage.answered(&self.shared.config.name);
+    }
+
+    pub(super) fn retry_after_fallback(&self) -> Duration {
+        self.shared.config.retry_after_fallback
+    }
+}
