@@ -54,7 +54,8 @@ async fn post(
 #[tokio::test]
 async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
     let engine = LockEngine::in_memory();
-    let layer = IdempotencyLayer::builder(engine.clone()).per_principal::<UserId>()
+    let layer = IdempotencyLayer::builder(engine.clone())
+        .per_principal::<UserId>()
         .without_replay()
         .build()
         .unwrap();

@@ -147,7 +147,10 @@ where
                 capture.finish().await;
                 return Ok(Response::from_parts(parts, ReplayBody::plain(body)));
             }
-            Ok(Response::from_parts(parts, ReplayBody::capturing(body, capture)))
+            Ok(Response::from_parts(
+                parts,
+                ReplayBody::capturing(body, capture),
+            ))
         }
     }
 }

@@ -32,7 +32,6 @@ pub(crate) enum Acquisition {
 }
 
 impl RequestLocker {
-
     /// Decide for `req`: extract its key, then acquire the key as configured. Waiting, if
     /// any, happens in the returned future, which borrows nothing from `req`; dropping it
     /// gives up the wait and leaves nothing behind.

@@ -192,4 +192,5 @@ impl RequestLocker {
     /// The engine the locker locks on.
     pub fn engine(&self) -> &LockEngine {
         &self.shared.engine
-    }}
+    }
+}

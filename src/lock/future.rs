@@ -153,7 +153,8 @@ where
                         return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
                     };
                     let body = response.body();
-                    let no_body = *head || body.is_end_stream() || body.size_hint().exact() == Some(0);
+                    let no_body =
+                        *head || body.is_end_stream() || body.size_hint().exact() == Some(0);
                     let held = match held.after_head(response.status().as_u16(), no_body) {
                         AfterHead::Released => None,
                         AfterHead::ReleaseFirst(release) => {

@@ -37,9 +37,8 @@ impl Default for Facade {
 
 impl Facade {
     pub(super) fn new(layer: &str) -> Self {
-        let key = |name: &'static str| {
-            Key::from_parts(name, vec![Label::new("layer", layer.to_owned())])
-        };
+        let key =
+            |name: &'static str| Key::from_parts(name, vec![Label::new("layer", layer.to_owned())]);
         Facade {
             acquired: key("tower_lock_acquired_total"),
             contended: key("tower_lock_contended_total"),

@@ -95,7 +95,10 @@ impl RouteKey {
 /// `%25` and `%2B` encoded and decodes the rest lossily; `web::Path` decodes these three
 /// the same way).
 fn push_param(key: &mut RouteValue, name: &str, raw: &str) {
-    key.param(name, &percent_encoding::percent_decode_str(raw).decode_utf8_lossy());
+    key.param(
+        name,
+        &percent_encoding::percent_decode_str(raw).decode_utf8_lossy(),
+    );
 }
 
 impl KeyExtractor for RouteKey {

@@ -51,10 +51,7 @@ impl<S: ChunkSource> CapturingBody<S> {
     }
 
     /// The next item of the body, captured on its way.
-    pub fn poll_next(
-        &mut self,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<S::Item, S::Error>>> {
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<S::Item, S::Error>>> {
         let Some(source) = self.source.as_mut() else {
             return Poll::Ready(None);
         };

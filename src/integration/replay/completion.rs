@@ -6,12 +6,7 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{
-    Capture, ReplayResponse,
-    capture::State,
-    locker::Shared,
-    record_codec,
-};
+use super::{Capture, ReplayResponse, capture::State, locker::Shared, record_codec};
 use crate::{
     engine::{LockError, Record},
     integration::LockGuard,

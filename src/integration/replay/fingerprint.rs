@@ -149,7 +149,11 @@ pub(crate) enum Fingerprinter {
 
 impl Fingerprinter {
     /// The fingerprint `kind` of `req`, whose named `headers` count besides the content type.
-    pub(crate) fn new(kind: &FingerprintKind, headers: &[HeaderName], req: &dyn RequestView) -> Self {
+    pub(crate) fn new(
+        kind: &FingerprintKind,
+        headers: &[HeaderName],
+        req: &dyn RequestView,
+    ) -> Self {
         match kind {
             FingerprintKind::Custom(f) => Fingerprinter::Custom(f.clone()),
             FingerprintKind::Sha256 => Fingerprinter::Sha256(Hasher::new(req, headers)),

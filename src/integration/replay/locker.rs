@@ -182,7 +182,9 @@ impl ReplayLocker {
             Outcome::Rejected(rejection) => return ReplayDecision::Rejected(rejection),
         };
         match engine.record(&key).await {
-            Ok(None) => ReplayDecision::Run(Completion::new(guard, fingerprint, self.shared.clone())),
+            Ok(None) => {
+                ReplayDecision::Run(Completion::new(guard, fingerprint, self.shared.clone()))
+            }
             Ok(Some(record)) => {
                 guard.release_now();
                 self.answer(record, &fingerprint)
