@@ -24,9 +24,10 @@ pub struct CapturingBody<S> {
     source: Option<Pin<Box<S>>>,
     capture: Option<Capture>,
     spawn: fn(Drain<S>),
-    /// What a drop does with an unfinished body: set where `S: ChunkSource` is known, so
-    /// that the type (and the framework body around it) needs no bound.
-    abandon: fn(Pin<Box<S>>, Capture, fn(Drain<S>)),
+    /// How a drop reads what an unfinished body has ready ([`Drain::read_ready`]): set
+    /// where `S: ChunkSource` is known, so that the type (and the framework body around
+    /// it) needs no bound.
+    read_ready: fn(&mut Drain<S>) -> Poll<()>,
 }
 
 impl<S> fmt::Debug for CapturingBody<S> {
@@ -46,7 +47,7 @@ impl<S: ChunkSource> CapturingBody<S> {
             source: Some(Box::pin(source)),
             capture: Some(capture),
             spawn,
-            abandon: abandon::<S>,
+            read_ready: Drain::<S>::read_ready,
         }
     }
 
@@ -111,16 +112,12 @@ impl<S> Drop for CapturingBody<S> {
                 // inside the panic (an abort). Release, store nothing.
                 return;
             }
-            (self.abandon)(source, capture, self.spawn);
+            // What is there already is read on the spot; only a body still being produced
+            // goes to a task.
+            let mut drain = Drain::new(source, capture);
+            if (self.read_ready)(&mut drain).is_pending() {
+                (self.spawn)(drain);
+            }
         }
-    }
-}
-
-/// What is there already is read on the spot; only a body still being produced goes to a
-/// task.
-fn abandon<S: ChunkSource>(source: Pin<Box<S>>, capture: Capture, spawn: fn(Drain<S>)) {
-    let mut drain = Drain::new(source, capture);
-    if drain.read_ready().is_pending() {
-        spawn(drain);
     }
 }

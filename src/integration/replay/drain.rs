@@ -38,7 +38,7 @@ impl<S> fmt::Debug for Drain<S> {
     }
 }
 
-impl<S: ChunkSource> Drain<S> {
+impl<S> Drain<S> {
     pub(super) fn new(source: Pin<Box<S>>, capture: Capture) -> Self {
         Drain {
             source,
@@ -47,7 +47,9 @@ impl<S: ChunkSource> Drain<S> {
             finishing: None,
         }
     }
+}
 
+impl<S: ChunkSource> Drain<S> {
     /// Read what the body has ready now, without waiting and without a timer (this runs in
     /// a `Drop`, maybe outside any runtime): `Ready` when the drain is over (the response
     /// stored or given up, the key's release begun), `Pending` when the rest is still being

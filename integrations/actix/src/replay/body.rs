@@ -34,7 +34,8 @@ pub struct ReplayBody<B: MessageBody + 'static> {
 
 enum Kind<B> {
     Plain(Pin<Box<B>>),
-    Capturing(CapturingBody<ActixChunks<B>>),
+    // Boxed: a capture is a few hundred bytes, a plain body a pointer.
+    Capturing(Box<CapturingBody<ActixChunks<B>>>),
 }
 
 impl<B: MessageBody + 'static> ReplayBody<B> {
@@ -46,7 +47,11 @@ impl<B: MessageBody + 'static> ReplayBody<B> {
 
     pub(super) fn capturing(body: B, capture: Capture) -> Self {
         ReplayBody {
-            kind: Kind::Capturing(CapturingBody::new(ActixChunks { body }, capture, spawn)),
+            kind: Kind::Capturing(Box::new(CapturingBody::new(
+                ActixChunks { body },
+                capture,
+                spawn,
+            ))),
         }
     }
 }
