@@ -10,7 +10,7 @@ use std::{
 };
 
 use tower_lock::{
-    BackendFailurePolicy, IdempotencyLayer, LockEngine, LockLayer, RejectionKind,
+    BackendFailurePolicy, LockEngine, LockLayer, RejectionKind,
     integration::{Outcome, RequestLocker},
     key::HeaderKey,
 };
@@ -176,7 +176,7 @@ async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
 #[tokio::test]
 async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     use bytes::Bytes;
-    use tower_lock::{LockKey, integration::ReplayDecision};
+    use tower_lock::{IdempotencyLayer, LockKey, integration::ReplayDecision};
     use tower_lock_test_support::redis::{RedisServer, engine};
 
     let capture = Capture::default();
