@@ -85,7 +85,7 @@ impl RejectedCounts {
 }
 
 /// A histogram in Prometheus form: cumulative counts per bound of
-/// [`BUCKET_BOUNDS_SECONDS`] (`buckets[i]` counts the samples of at most the `i`th bound;
+/// [`BUCKET_BOUNDS_SECONDS`](super::BUCKET_BOUNDS_SECONDS) (`buckets[i]` counts the samples of at most the `i`th bound;
 /// the last entry, `+Inf`, counts them all), the number of samples, and their sum.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

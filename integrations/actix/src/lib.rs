@@ -112,6 +112,11 @@
 //! client leaves keeps the key until it produces something or finishes
 //! ([actix-web#1313](https://github.com/actix/actix-web/issues/1313)). The lease's TTL and
 //! the handler's own timeouts bound that.
+//!
+//! [`LockLayer`]: tower_lock::LockLayer
+//! [`Transform`]: actix_web::dev::Transform
+//! [`RequestLocker`]: tower_lock::integration::RequestLocker
+//! [`RequestView`]: tower_lock::key::RequestView
 
 mod body;
 mod extractors;

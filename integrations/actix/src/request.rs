@@ -7,11 +7,11 @@ use actix_web::{HttpRequest, dev::ServiceRequest, http::header::HeaderValue};
 use tower_lock::key::RequestView;
 
 /// An actix request seen as a [`RequestView`], so that tower-lock's key extractors and
-/// [`RequestLocker`] work on actix requests.
+/// [`RequestLocker`](tower_lock::integration::RequestLocker) work on actix requests.
 ///
 /// Extractors written for actix reach the whole [`HttpRequest`] through it (see
 /// [`http_request`]): its extensions, the matched route and its parameters (as
-/// [`RouteKey`] does). Extractors that need `http` 1 extensions (axum's route keys,
+/// [`RouteKey`](crate::RouteKey) does). Extractors that need `http` 1 extensions (axum's route keys,
 /// [`PrincipalScopedKey`](tower_lock::key::PrincipalScopedKey)) find none here.
 ///
 /// ```
@@ -83,7 +83,7 @@ impl RequestView for ActixRequest<'_> {
 }
 
 /// The actix-web request behind `req`, when `req` is an [`ActixRequest`] (the view
-/// [`LockMiddleware`] shows extractors): for extractors written for actix, to read the
+/// [`LockMiddleware`](crate::LockMiddleware) shows extractors): for extractors written for actix, to read the
 /// request's extensions, its matched route, its app data.
 ///
 /// ```
