@@ -63,13 +63,15 @@
 //! ```
 //! use std::time::Duration;
 //! use actix_web::{App, http::StatusCode, test, web};
-//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock::{IdempotencyLayer, LockEngine};
 //! use tower_lock_actix::{LockMiddleware, Locked};
 //!
 //! # #[actix_web::main]
 //! # async fn main() {
 //! let engine = LockEngine::in_memory();
-//! let lock = LockMiddleware::from(IdempotencyLayer::builder(engine.clone()).without_replay().build().unwrap());
+//! let lock = LockMiddleware::from(
+//!     IdempotencyLayer::builder(engine.clone()).without_replay().build().unwrap(),
+//! );
 //! let app = test::init_service(
 //!     App::new().service(
 //!         web::resource("/orders")
