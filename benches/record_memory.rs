@@ -26,12 +26,12 @@ use axum::{
 use http_body_util::BodyExt;
 use serde_json::json;
 use tower::ServiceExt;
-use tower_lock::{LockEngine, LockLayer, MemoryBackend};
+use tower_lock::{IdempotencyLayer, LockEngine, MemoryBackend};
 
 const WARM_UP: usize = 5_000;
 
 fn app(engine: LockEngine) -> axum::Router {
-    let layer = LockLayer::idempotency(engine)
+    let layer = IdempotencyLayer::builder(engine)
         .unscoped()
         .build()
         .expect("a valid preset");

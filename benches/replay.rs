@@ -32,7 +32,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use support::{Args, round};
 use tokio::{net::TcpStream, runtime::Runtime};
-use tower_lock::{LockEngine, LockLayer};
+use tower_lock::{IdempotencyLayer, LockEngine};
 
 const CONNECTIONS: usize = 50;
 
@@ -49,7 +49,7 @@ fn bare() -> Router {
 }
 
 fn replaying(engine: LockEngine) -> Router {
-    let layer = LockLayer::idempotency(engine)
+    let layer = IdempotencyLayer::builder(engine)
         .unscoped()
         .max_request_body(2 << 20)
         .build()

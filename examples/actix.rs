@@ -19,7 +19,7 @@ use std::{env, error::Error, time::Duration};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
-use tower_lock::{ConfigError, LockEngine, LockLayer, key::RequestView};
+use tower_lock::{ConfigError, IdempotencyLayer, LockEngine, LockLayer, key::RequestView};
 use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
 
 /// The middlewares of the app, built once (outside `HttpServer::new`) so that every
@@ -40,7 +40,7 @@ impl Guards {
             // is read by a closure; a real service would verify a signed token there, or
             // read what its auth middleware put in the actix extensions through
             // `tower_lock_actix::http_request`).
-            orders: LockLayer::idempotency(engine.clone())
+            orders: IdempotencyLayer::builder(engine.clone())
                 .scope_by(|req: &dyn RequestView| {
                     Some(common::authenticate(req.header("authorization"))?.0)
                 })

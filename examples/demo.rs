@@ -34,7 +34,7 @@ use axum::{
 use common::Account;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tower_lock::{ConfigError, LeaseInfo, LockEngine, LockLayer};
+use tower_lock::{ConfigError, IdempotencyLayer, LeaseInfo, LockEngine, LockLayer};
 use tower_lock_axum::{Locked, RouteKey};
 
 /// How long each handler works, unless `WORK_MS` says otherwise: long enough to race it
@@ -59,7 +59,7 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
         )
         // Scoped per account: the records of one account are never replayed to another.
         .route_layer(
-            LockLayer::idempotency(engine.clone())
+            IdempotencyLayer::builder(engine.clone())
                 .per_principal::<Account>()
                 .build()?,
         )

@@ -25,7 +25,8 @@ use axum::{
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tower_lock::{
-    ConfigError, LockEngine, LockLayer, key::HeaderKey, metrics::BUCKET_BOUNDS_SECONDS,
+    ConfigError, IdempotencyLayer, LockEngine, LockLayer, key::HeaderKey,
+    metrics::BUCKET_BOUNDS_SECONDS,
 };
 
 /// Installs the Prometheus recorder as the process's `metrics` recorder (once per
@@ -46,7 +47,7 @@ pub(crate) fn app(
     metrics: PrometheusHandle,
     work: Duration,
 ) -> Result<Router, ConfigError> {
-    let orders = LockLayer::idempotency(engine.clone())
+    let orders = IdempotencyLayer::builder(engine.clone())
         // Anonymous here, to keep the example about metrics; scope a real endpoint per
         // principal (see the demo).
         .unscoped()

@@ -45,16 +45,19 @@
 //!
 //! # With any tower service
 //!
+//! Idempotency with response replay ([`IdempotencyLayer`], feature `idempotency`, on by
+//! default), on a plain tower service:
+//!
 //! ```
 //! use std::convert::Infallible;
 //! use http::{Request, Response, StatusCode};
 //! use http_body_util::BodyExt;
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
-//! use tower_lock::{LockEngine, LockLayer, idempotency::RequestBody};
+//! use tower_lock::{IdempotencyLayer, LockEngine, idempotency::RequestBody};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = LockLayer::idempotency(LockEngine::in_memory()).unscoped().build()?;
+//! let layer = IdempotencyLayer::builder(LockEngine::in_memory()).unscoped().build()?;
 //! let service = ServiceBuilder::new()
 //!     .layer(layer.clone())
 //!     // The inner service gets the request body the layer read to fingerprint it.
@@ -99,8 +102,20 @@
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
 //!   reject, release and lost leases; counters, histograms and gauges recorded through the
 //!   `metrics` facade (feature `metrics`, see [`metrics`]), and a [`LockMetrics`] snapshot.
-//! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] through
-//!   [`key::RequestView`]; the tower service is a thin shell over it.
+//! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] (and, for
+//!   idempotency, [`integration::ReplayLocker`]) through [`key::RequestView`]; the tower
+//!   services are thin shells over them.
+//!
+//! # The crate's parts
+//!
+//! Two middlewares, each in its own module, and what they share:
+//!
+//! - [`LockLayer`] ([`lock`]'s layer, builder, service, future and body) and
+//!   [`IdempotencyLayer`] ([`idempotency`]);
+//! - shared by both: [`key`] (key extractors), [`reject`] (rejections), [`metrics`], the
+//!   option enums ([`MissingKeyPolicy`], [`BackendFailurePolicy`], [`ReleasePoint`]),
+//!   [`ConfigError`], [`LeaseInfo`], [`NotStored`], and [`integration`], the
+//!   framework-neutral core both frameworks (tower and actix-web) run on.
 //!
 //! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
 //!
@@ -119,38 +134,41 @@
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod body;
-mod builder;
-mod config_error;
-pub mod engine;
-mod error;
-mod future;
+// The two middlewares.
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub mod idempotency;
+pub mod lock;
+
+// What they share.
+mod config_error;
 pub mod integration;
 pub mod key;
-mod layer;
 mod lease_info;
 pub mod metrics;
+mod not_stored;
 mod options;
 pub mod reject;
 mod retry_after;
-mod service;
+mod settings;
 
-pub use body::LockedBody;
-pub use builder::LockLayerBuilder;
+// The lock engine.
+pub mod engine;
+mod error;
+
 pub use config_error::ConfigError;
 pub use engine::{
     Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
-pub use future::ResponseFuture;
+#[cfg(feature = "idempotency")]
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
-pub use layer::LockLayer;
 pub use lease_info::LeaseInfo;
+pub use lock::{LockLayer, LockLayerBuilder, LockService, LockedBody, ResponseFuture};
 pub use metrics::LockMetrics;
+pub use not_stored::NotStored;
 pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
-pub use service::LockService;
 
 // The README's code blocks compile as doctests, so it cannot drift from the API.
 #[cfg(doctest)]

@@ -233,6 +233,7 @@ impl Rejection {
         }
     }
 
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn with_original_status(mut self, status: u16) -> Self {
         self.original_status = Some(status);
         self

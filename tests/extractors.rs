@@ -7,7 +7,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{ServiceExt, service_fn};
 use tower_lock::{
-    LockEngine, LockLayer,
+    IdempotencyLayer, LockEngine, LockLayer,
     key::{self, MalformedKey, RequestView},
 };
 
@@ -54,7 +54,8 @@ async fn post(
 #[tokio::test]
 async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
     let engine = LockEngine::in_memory();
-    let layer = LockLayer::idempotency_per_principal::<UserId>(engine.clone())
+    let layer = IdempotencyLayer::builder(engine.clone())
+        .per_principal::<UserId>()
         .without_replay()
         .build()
         .unwrap();
@@ -82,7 +83,7 @@ async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
 
 #[tokio::test]
 async fn a_closure_that_refuses_a_key_is_answered_400_with_its_reason() {
-    let layer = LockLayer::idempotency(LockEngine::in_memory())
+    let layer = IdempotencyLayer::builder(LockEngine::in_memory())
         .without_replay()
         .key(key::from_fn("user-key", |req: &dyn RequestView| {
             let user = req.extensions().and_then(|e| e.get::<UserId>());

@@ -7,7 +7,8 @@ use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
 use tower_lock::{
-    ConfigError, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy, ReleasePoint,
+    ConfigError, IdempotencyLayer, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy,
+    ReleasePoint,
     integration::Outcome,
     key::{GlobalKey, HeaderKey, KeyExtractor},
 };
@@ -396,7 +397,7 @@ fn misconfiguration_fails_at_build_time() {
         ConfigError::ZeroTtl
     );
     assert_eq!(
-        LockLayer::idempotency(engine.clone())
+        IdempotencyLayer::builder(engine.clone())
             .without_replay()
             .wait(Duration::from_secs(1))
             .build()
@@ -577,7 +578,7 @@ impl tower_lock::key::RequestView for ForeignRequest {
 
 #[tokio::test(start_paused = true)]
 async fn the_neutral_locker_serves_requests_of_other_frameworks() {
-    let locker = LockLayer::idempotency(LockEngine::in_memory())
+    let locker = IdempotencyLayer::builder(LockEngine::in_memory())
         .without_replay()
         .build_locker()
         .unwrap();

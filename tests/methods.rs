@@ -6,7 +6,9 @@ use std::convert::Infallible;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{ServiceExt, service_fn};
-use tower_lock::{ConfigError, LockEngine, LockLayer, LockLayerBuilder, key::PathKey};
+use tower_lock::{
+    ConfigError, IdempotencyLayer, LockEngine, LockLayer, LockLayerBuilder, key::PathKey,
+};
 
 /// Sends one request; the handler answers whether it ran holding a lease.
 async fn status_of(
@@ -37,7 +39,7 @@ async fn status_of(
 
 #[tokio::test]
 async fn the_idempotency_preset_locks_post_and_patch_and_lets_other_methods_pass() {
-    let layer = LockLayer::idempotency(LockEngine::in_memory())
+    let layer = IdempotencyLayer::builder(LockEngine::in_memory())
         .without_replay()
         .build()
         .unwrap();

@@ -176,7 +176,7 @@ async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
 #[tokio::test]
 async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     use bytes::Bytes;
-    use tower_lock::{LockKey, idempotency::Begin};
+    use tower_lock::{IdempotencyLayer, LockKey, integration::ReplayDecision};
     use tower_lock_test_support::redis::{RedisServer, engine};
 
     let capture = Capture::default();
@@ -184,7 +184,7 @@ async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let server = RedisServer::start();
     let engine = engine(&server, "outage", Some(Duration::from_millis(200))).await;
-    let replay = LockLayer::idempotency(engine)
+    let replay = IdempotencyLayer::builder(engine)
         .unscoped()
         .metrics_name("orders")
         .build_replay_locker()
@@ -193,7 +193,7 @@ async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     server.kill();
     for _ in 0..5 {
         match replay.begin(key(), Bytes::from_static(b"fp")).await {
-            Begin::Rejected(r) => assert_eq!(r.kind(), RejectionKind::BackendUnavailable),
+            ReplayDecision::Rejected(r) => assert_eq!(r.kind(), RejectionKind::BackendUnavailable),
             other => panic!("expected a 503, got {other:?}"),
         }
     }
@@ -206,7 +206,7 @@ async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     server.restart();
     let give_up = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        if let Begin::Run(_) = replay.begin(key(), Bytes::from_static(b"fp")).await {
+        if let ReplayDecision::Run(_) = replay.begin(key(), Bytes::from_static(b"fp")).await {
             break;
         }
         assert!(

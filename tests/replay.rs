@@ -25,7 +25,7 @@ mod record_budget {
     use std::{sync::Arc, sync::atomic::Ordering};
 
     use http::StatusCode;
-    use tower_lock::{LockEngine, LockLayer, MemoryBackend};
+    use tower_lock::{IdempotencyLayer, LockEngine, MemoryBackend};
     use tower_lock_test_support::{
         http::{Reply, TestServer},
         scenarios::{
@@ -50,7 +50,7 @@ mod record_budget {
     async fn app_with_budget(budget: usize) -> (ReplayApp, Arc<MemoryBackend>, LockEngine) {
         let backend = Arc::new(MemoryBackend::with_record_budget(budget));
         let engine = LockEngine::from_arc(backend.clone());
-        let layer = LockLayer::idempotency(engine.clone())
+        let layer = IdempotencyLayer::builder(engine.clone())
             .unscoped()
             .build()
             .unwrap();

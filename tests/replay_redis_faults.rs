@@ -14,7 +14,7 @@ use std::{
 use http::StatusCode;
 use tokio::time::{Instant, sleep};
 use tower_lock::{
-    IdempotencyLayer, LockEngine, LockKey, LockLayer,
+    IdempotencyLayer, LockEngine, LockKey,
     engine::{Record, redis::RedisBackend},
 };
 use tower_lock_test_support::{
@@ -27,7 +27,7 @@ use tower_lock_test_support::{
 const CHILD: &str = "TOWER_LOCK_REPLAY_CHILD";
 
 fn layer(engine: LockEngine) -> IdempotencyLayer {
-    LockLayer::idempotency(engine)
+    IdempotencyLayer::builder(engine)
         .unscoped()
         .ttl(Duration::from_secs(1))
         .build()
@@ -288,7 +288,7 @@ async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
     let server = RedisServer::start();
     // A command timeout long enough for the test to kill the connection mid-call.
     let engine = redis_engine(&server, "complete", Some(Duration::from_secs(3))).await;
-    let layer = LockLayer::idempotency(engine.clone())
+    let layer = IdempotencyLayer::builder(engine.clone())
         .unscoped()
         .ttl(Duration::from_secs(30))
         .build()

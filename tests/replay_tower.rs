@@ -48,7 +48,7 @@ fn full(status: StatusCode, text: &'static str) -> Response<Body> {
 }
 
 fn layer(engine: &LockEngine) -> IdempotencyLayer {
-    LockLayer::idempotency(engine.clone())
+    IdempotencyLayer::builder(engine.clone())
         .unscoped()
         .build()
         .unwrap()
@@ -324,14 +324,14 @@ async fn a_holder_whose_lease_was_taken_stores_nothing_and_it_is_counted() {
 fn replay_needs_a_backend_that_keeps_records() {
     let engine = LockEngine::new(Scripted::core_only());
     assert_eq!(
-        LockLayer::idempotency(engine.clone())
+        IdempotencyLayer::builder(engine.clone())
             .unscoped()
             .build()
             .unwrap_err(),
         ConfigError::RecordsUnsupported
     );
     // Without replay, the preset needs nothing but the core.
-    LockLayer::idempotency(engine)
+    IdempotencyLayer::builder(engine)
         .without_replay()
         .build()
         .unwrap();
@@ -342,7 +342,7 @@ fn limits_and_retention_are_checked() {
     let engine = LockEngine::in_memory();
     let build =
         |f: fn(tower_lock::IdempotencyLayerBuilder) -> tower_lock::IdempotencyLayerBuilder| {
-            f(LockLayer::idempotency(engine.clone()).unscoped())
+            f(IdempotencyLayer::builder(engine.clone()).unscoped())
                 .build()
                 .unwrap_err()
         };
@@ -438,18 +438,18 @@ fn the_preset_refuses_to_run_without_its_record() {
         BackendFailurePolicy::FailOpen,
         BackendFailurePolicy::Degrade,
     ] {
-        let built = LockLayer::idempotency(LockEngine::in_memory())
+        let built = IdempotencyLayer::builder(LockEngine::in_memory())
             .unscoped()
-            .lock(|l| l.on_backend_failure(policy))
+            .on_backend_failure(policy)
             .build();
         let err = built.map(|_| ()).expect_err("refused");
         assert_eq!(err, ConfigError::IdempotencyFailurePolicy(policy));
         assert!(err.to_string().contains("twice"), "{policy:?}: {err}");
     }
     // Fail-closed (the default) builds.
-    LockLayer::idempotency(LockEngine::in_memory())
+    IdempotencyLayer::builder(LockEngine::in_memory())
         .unscoped()
-        .lock(|l| l.on_backend_failure(BackendFailurePolicy::FailClosed))
+        .on_backend_failure(BackendFailurePolicy::FailClosed)
         .build()
         .unwrap();
 }

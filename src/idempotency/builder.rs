@@ -6,25 +6,49 @@ use std::{fmt, sync::Arc, time::Duration};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 
-use super::{
-    fingerprint::{FingerprintFn, FingerprintKind},
-    layer::IdempotencyLayer,
-    replay_locker::{ReplayHook, ReplayLocker, ReplayOptions, StoreFn},
-    scope::{Principal, Scope},
-};
+use super::layer::IdempotencyLayer;
 use crate::{
     BackendFailurePolicy, ConfigError, LockLayerBuilder,
-    engine::MAX_TTL,
+    engine::{LockEngine, MAX_TTL},
+    integration::{
+        ReplayLocker,
+        replay::{
+            fingerprint::{FingerprintFn, FingerprintKind},
+            options::{ReplayHook, ReplayOptions, StoreFn},
+            scope::{Principal, Scope},
+        },
+    },
     key::{IdempotencyKey, KeyExtractor, RequestView},
-    reject::Rejection,
+    settings::{LockSettings, lock_setters},
 };
 
-/// An [`IdempotencyLayer`] under construction, from
-/// [`LockLayer::idempotency`](crate::LockLayer::idempotency): the lock settings of a
-/// [`LockLayerBuilder`] plus what is stored and replayed.
+/// An [`IdempotencyLayer`] under construction, from [`IdempotencyLayer::builder`]: the
+/// lock settings plus what is stored and replayed.
+///
+/// **Which lock settings it has:** every one a [`LockLayerBuilder`] has, by the same name
+/// and with the same meaning (`namespace`, `methods`, `on_missing_key`, `ttl`, `wait`,
+/// `fifo`, `max_waiters`, `on_backend_failure`, `retry_after_fallback`, `on_reject`,
+/// `problem_type_base`, `metrics_name`), except two that are its own: the key (here the
+/// idempotency key within a scope, [`key`](Self::key)) and the release point (a request
+/// that runs under its key is released when its response is stored).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock::{IdempotencyLayer, LockEngine};
+///
+/// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+///     .unscoped()
+///     .ttl(Duration::from_secs(10))
+///     .wait(Duration::from_secs(5)) // duplicates wait for the first, then get its replay
+///     .max_waiters(8)
+///     .build()
+///     .unwrap();
+/// # let _ = layer;
+/// ```
 #[must_use]
 pub struct IdempotencyLayerBuilder {
-    lock: LockLayerBuilder,
+    engine: LockEngine,
+    settings: LockSettings,
     options: ReplayOptions,
     /// The idempotency key within the scope.
     key: Arc<dyn KeyExtractor>,
@@ -35,8 +59,13 @@ pub struct IdempotencyLayerBuilder {
 impl fmt::Debug for IdempotencyLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = &self.options;
+        let s = &self.settings;
         f.debug_struct("IdempotencyLayerBuilder")
-            .field("lock", &self.lock)
+            .field("namespace", &s.namespace)
+            .field("ttl", &s.ttl_as_set())
+            .field("wait", &s.wait_limit())
+            .field("fifo", &s.options.fifo)
+            .field("max_waiters", &s.options.max_waiters)
             .field("key", &self.key.kind())
             .field("scope", &self.scope)
             .field("retention", &o.retention)
@@ -57,9 +86,10 @@ const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 const DEFAULT_MAX_DRAIN_TIME: Duration = Duration::from_secs(60);
 
 impl IdempotencyLayerBuilder {
-    pub(crate) fn new(lock: LockLayerBuilder) -> Self {
+    pub(crate) fn new(engine: LockEngine) -> Self {
         IdempotencyLayerBuilder {
-            lock,
+            engine,
+            settings: LockSettings::idempotency(),
             options: ReplayOptions {
                 replayed_header: HeaderName::from_static("idempotent-replayed"),
                 store_server_errors: false,
@@ -88,7 +118,7 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use std::fmt;
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
     /// #[derive(Clone)]
     /// struct UserId(u64);
@@ -99,7 +129,7 @@ impl IdempotencyLayerBuilder {
     ///     }
     /// }
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .per_principal::<UserId>()
     ///     .build()
     ///     .unwrap();
@@ -119,13 +149,13 @@ impl IdempotencyLayerBuilder {
     /// request without a scope has no key (`400`).
     ///
     /// ```
-    /// use tower_lock::{LockEngine, LockLayer, key::RequestView};
+    /// use tower_lock::{IdempotencyLayer, LockEngine, key::RequestView};
     ///
     /// /// Set by the API gateway after it checked the caller's token (and stripped from
     /// /// what clients send).
     /// const VERIFIED_TENANT: &str = "x-verified-tenant";
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .scope_by(|req: &dyn RequestView| {
     ///         let tenant = req.header(VERIFIED_TENANT)?;
     ///         Some(String::from_utf8_lossy(tenant).into_owned())
@@ -154,27 +184,7 @@ impl IdempotencyLayerBuilder {
     /// without records there is nothing to hand to another caller).
     pub fn without_replay(self) -> LockLayerBuilder {
         let key = self.scope.unwrap_or(Scope::Unscoped).key(self.key);
-        self.lock.key_shared(key)
-    }
-
-    /// Change the lock settings (anything a [`LockLayerBuilder`] sets: TTL, FIFO, waiter
-    /// limit, failure policy, rejection hook, ...).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tower_lock::{LockEngine, LockLayer};
-    ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
-    ///     .unscoped()
-    ///     .lock(|l| l.ttl(Duration::from_secs(10)).max_waiters(8))
-    ///     .wait(Duration::from_secs(5))
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
-    pub fn lock(mut self, f: impl FnOnce(LockLayerBuilder) -> LockLayerBuilder) -> Self {
-        self.lock = f(self.lock);
-        self
+        LockLayerBuilder::with_settings(self.engine, self.settings, Some(key))
     }
 
     /// The idempotency key within the scope (default: the `Idempotency-Key` header, see
@@ -190,9 +200,9 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use http::HeaderName;
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .key_header(HeaderName::from_static("x-idempotency-key"))
     ///     .unscoped()
     ///     .build()
@@ -203,51 +213,7 @@ impl IdempotencyLayerBuilder {
         self.key(IdempotencyKey::header(name))
     }
 
-    /// The namespace of the layer's keys and records; see [`LockLayerBuilder::namespace`].
-    pub fn namespace(self, namespace: impl Into<String>) -> Self {
-        self.lock(|l| l.namespace(namespace))
-    }
-
-    /// The methods the layer covers (default `POST` and `PATCH`); others pass through.
-    pub fn methods(self, methods: impl IntoIterator<Item = http::Method>) -> Self {
-        self.lock(|l| l.methods(methods))
-    }
-
-    /// How long a duplicate waits for the request in flight, then receives its replay
-    /// (default zero: answered `409` at once).
-    pub fn wait(self, wait: Duration) -> Self {
-        self.lock(|l| l.wait(wait))
-    }
-
-    /// Serve waiting duplicates in arrival order.
-    pub fn fifo(self, fifo: bool) -> Self {
-        self.lock(|l| l.fifo(fifo))
-    }
-
-    /// The lock's lease TTL: how soon a retry runs again after the process running the
-    /// first request died (default 30 s).
-    pub fn ttl(self, ttl: Duration) -> Self {
-        self.lock(|l| l.ttl(ttl))
-    }
-
-    /// The base URI of problem types; see [`LockLayerBuilder::problem_type_base`].
-    pub fn problem_type_base(self, base: impl Into<String>) -> Self {
-        self.lock(|l| l.problem_type_base(base))
-    }
-
-    /// The layer's name in its metrics and outage logs; see
-    /// [`LockLayerBuilder::metrics_name`].
-    pub fn metrics_name(self, name: impl Into<String>) -> Self {
-        self.lock(|l| l.metrics_name(name))
-    }
-
-    /// Build rejection responses with `hook`; see [`LockLayerBuilder::on_reject`].
-    pub fn on_reject<F>(self, hook: F) -> Self
-    where
-        F: Fn(Rejection) -> http::Response<Bytes> + Send + Sync + 'static,
-    {
-        self.lock(|l| l.on_reject(hook))
-    }
+    lock_setters!();
 
     /// The header added to replayed responses, with the value `true` (default
     /// `Idempotent-Replayed`).
@@ -267,7 +233,7 @@ impl IdempotencyLayerBuilder {
     /// not happen, try again" are never stored, whatever `f` says: `408`, `409`, `423`,
     /// `425`, `429`, `503`, any other `5xx` (unless
     /// [`store_server_errors`](Self::store_server_errors)), anything with `Retry-After`, and
-    /// any response carrying the [`NotStored`](super::NotStored) mark. For the rest `f`
+    /// any response carrying the [`NotStored`](crate::NotStored) mark. For the rest `f`
     /// decides; the default stores everything but a request that could not be processed as
     /// sent (`400`, `413`, `415`, `422`: an extractor's rejection, a validation error;
     /// nothing happened, and Stripe keeps nothing then either) and an answer about
@@ -275,10 +241,10 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use http::StatusCode;
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
     /// // Store only successes: a validation error (422) runs again on the next try.
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
     ///     .store_if(|status: StatusCode, _headers: &http::HeaderMap| status.is_success())
     ///     .build()
@@ -300,9 +266,9 @@ impl IdempotencyLayerBuilder {
     /// ```
     /// use bytes::Bytes;
     /// use http::HeaderValue;
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
     ///     .on_replay(|res: &mut http::Response<Bytes>| {
     ///         res.headers_mut().insert("cache-control", HeaderValue::from_static("no-store"));
@@ -373,9 +339,9 @@ impl IdempotencyLayerBuilder {
     /// JSON is fingerprinted by its bytes.
     ///
     /// ```
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
     ///     .canonical_json()
     ///     .build()
@@ -393,9 +359,9 @@ impl IdempotencyLayerBuilder {
     ///
     /// ```
     /// use bytes::Bytes;
-    /// use tower_lock::{LockEngine, LockLayer, key::RequestView};
+    /// use tower_lock::{IdempotencyLayer, LockEngine, key::RequestView};
     ///
-    /// let layer = LockLayer::idempotency(LockEngine::in_memory())
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
     ///     // Whitespace in a JSON body does not make it a different request.
     ///     .fingerprint_with(|req: &dyn RequestView, body: &[u8]| {
@@ -430,7 +396,7 @@ impl IdempotencyLayerBuilder {
         let scope = self.scope.take().ok_or(ConfigError::IdempotencyScope)?;
         // Running without the record (open, or on a node-local lock that cannot read it)
         // would run a completed request a second time.
-        let policy = self.lock.backend_failure_policy();
+        let policy = self.settings.backend_failure;
         if policy != BackendFailurePolicy::FailClosed {
             return Err(ConfigError::IdempotencyFailurePolicy(policy));
         }
@@ -453,11 +419,14 @@ impl IdempotencyLayerBuilder {
         if o.retention > MAX_TTL {
             return Err(ConfigError::TooLong("retention"));
         }
-        if !self.lock.engine().has_records() {
+        if !self.engine.has_records() {
             return Err(ConfigError::RecordsUnsupported);
         }
         let key = scope.key(self.key);
-        let locker = self.lock.key_shared(key).replaying().build_locker()?;
+        let locker = self
+            .settings
+            .replaying()
+            .build_locker(self.engine, Some(key))?;
         self.options.scope = scope;
         Ok(ReplayLocker::new(locker, self.options))
     }

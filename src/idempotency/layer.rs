@@ -3,20 +3,61 @@
 
 use tower_layer::Layer;
 
-use super::{replay_locker::ReplayLocker, service::IdempotencyService};
-use crate::metrics::LockMetrics;
+use super::{builder::IdempotencyLayerBuilder, service::IdempotencyService};
+use crate::{engine::LockEngine, integration::ReplayLocker, metrics::LockMetrics};
 
 /// Idempotency with response replay: runs the wrapped service at most once per
 /// idempotency key (while its response is retained), answers concurrent duplicates with
 /// `409` (or lets them wait), and replays the stored response to retries. Built with
-/// [`LockLayer::idempotency`](crate::LockLayer::idempotency); see the
-/// [module docs](super).
+/// [`IdempotencyLayer::builder`]; see the [module docs](super).
 #[derive(Clone, Debug)]
 pub struct IdempotencyLayer {
     replay: ReplayLocker,
 }
 
 impl IdempotencyLayer {
+    /// A builder of idempotency with replay on `engine`, after the IETF Idempotency-Key
+    /// draft: the key is the `Idempotency-Key` header (required: `400` when missing or
+    /// malformed); a duplicate in flight is answered `409 Conflict` at once (or waits, with
+    /// [`wait`](IdempotencyLayerBuilder::wait)), and a retry after completion gets the
+    /// stored response replayed (`422` if its request differs). It applies to `POST` and
+    /// `PATCH` (the methods that are not idempotent by definition); other methods pass
+    /// through untouched (change with [`methods`](IdempotencyLayerBuilder::methods)).
+    ///
+    /// **Say whose requests share records** before building: per principal
+    /// ([`per_principal`](IdempotencyLayerBuilder::per_principal), an identity your
+    /// authentication layer put in the request extensions), by a scope the server derives
+    /// ([`scope_by`](IdempotencyLayerBuilder::scope_by)), or explicitly
+    /// [`unscoped`](IdempotencyLayerBuilder::unscoped) for anonymous public endpoints.
+    /// Without a decision, [`build`](IdempotencyLayerBuilder::build) refuses
+    /// ([`ConfigError::IdempotencyScope`](crate::ConfigError::IdempotencyScope)): two
+    /// callers sending the same key (`order-1` is common) would otherwise be handed each
+    /// other's stored responses.
+    ///
+    /// ```
+    /// use std::fmt;
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
+    ///
+    /// /// What the application's authentication layer puts in the request extensions.
+    /// #[derive(Clone)]
+    /// struct AccountId(u64);
+    ///
+    /// impl fmt::Display for AccountId {
+    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    ///         write!(f, "{}", self.0)
+    ///     }
+    /// }
+    ///
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+    ///     .per_principal::<AccountId>()
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn builder(engine: LockEngine) -> IdempotencyLayerBuilder {
+        IdempotencyLayerBuilder::new(engine)
+    }
+
     pub(crate) fn new(replay: ReplayLocker) -> Self {
         IdempotencyLayer { replay }
     }
@@ -35,7 +76,7 @@ impl IdempotencyLayer {
     ///
     /// ```
     /// use std::fmt;
-    /// use tower_lock::{LockEngine, LockLayer};
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
     /// #[derive(Clone)]
     /// struct AccountId(u64);
@@ -49,7 +90,7 @@ impl IdempotencyLayer {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let engine = LockEngine::in_memory();
-    /// let layer = LockLayer::idempotency(engine.clone()).per_principal::<AccountId>().build()?;
+    /// let layer = IdempotencyLayer::builder(engine.clone()).per_principal::<AccountId>().build()?;
     /// // Account 42 asks support to forget its `order-7`: the next request with it runs.
     /// let key = layer.record_key(Some("42"), "order-7").expect("a scoped key");
     /// if let Some(record) = engine.record(&key).await? {

@@ -1,9 +1,10 @@
 //! Idempotency with response replay: the [`IdempotencyLayer`], after the IETF
 //! Idempotency-Key draft and Stripe's behaviour.
 //!
-//! [`LockLayer::idempotency`](crate::LockLayer::idempotency) builds it, once told whose
-//! requests share records: per principal, by a scope the server derives, or explicitly
-//! unscoped (see [`IdempotencyLayerBuilder::per_principal`]). For each `POST` and `PATCH`
+//! [`IdempotencyLayer::builder`] builds it (behind the default `idempotency` feature), once
+//! told whose requests share records: per principal, by a scope the server derives, or
+//! explicitly unscoped (see [`IdempotencyLayerBuilder::per_principal`]). It locks as a
+//! [`LockLayer`](crate::LockLayer) does, with the same lock settings by the same names. For each `POST` and `PATCH`
 //! (by default) with an `Idempotency-Key` header, the layer:
 //!
 //! 1. reads the request body (at most 1 MiB by default, else `413`) and fingerprints the
@@ -31,7 +32,7 @@
 //!
 //! ```
 //! use std::{fmt, time::Duration};
-//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock::{IdempotencyLayer, LockEngine};
 //!
 //! /// Put in the request extensions by the application's authentication layer.
 //! #[derive(Clone)]
@@ -43,7 +44,7 @@
 //!     }
 //! }
 //!
-//! let layer = LockLayer::idempotency(LockEngine::in_memory())
+//! let layer = IdempotencyLayer::builder(LockEngine::in_memory())
 //!     .per_principal::<AccountId>()
 //!     .wait(Duration::from_secs(10)) // duplicates wait for the first, then get its replay
 //!     .retention(Duration::from_secs(6 * 60 * 60))
@@ -55,20 +56,20 @@
 //! # let _ = app;
 //! ```
 
-mod body;
 mod builder;
-mod fingerprint;
+mod collected;
+mod future;
+mod http_chunks;
 mod layer;
-mod not_stored;
-mod replay_locker;
-mod scope;
+mod replay_body;
+mod request_body;
 mod service;
-mod stored;
 
-pub use body::{ReplayBody, RequestBody};
+pub use crate::{integration::replay::fingerprint::FingerprintFn, not_stored::NotStored};
 pub use builder::IdempotencyLayerBuilder;
-pub use fingerprint::FingerprintFn;
+pub use future::IdempotencyFuture;
+pub use http_chunks::HttpChunks;
 pub use layer::IdempotencyLayer;
-pub use not_stored::NotStored;
-pub use replay_locker::{Begin, Capture, Completion, ReplayLocker};
-pub use service::{IdempotencyFuture, IdempotencyService};
+pub use replay_body::ReplayBody;
+pub use request_body::RequestBody;
+pub use service::IdempotencyService;

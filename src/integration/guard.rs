@@ -4,26 +4,24 @@ use std::fmt;
 
 use tokio::time::Instant;
 
-use std::time::Duration;
-
-use crate::{
-    engine::{Lease, LockError, Record},
-    lease_info::LeaseInfo,
-    metrics::LockMetrics,
-};
+use crate::{engine::Lease, lease_info::LeaseInfo, metrics::LockMetrics, options::ReleasePoint};
 
 /// The lease a [`RequestLocker`](super::RequestLocker) took for one request (under the
 /// degrade policy, both of its leases). [`LockGuard::release`] releases the key and
 /// resolves when that is done; [`LockGuard::release_now`] and dropping it release in the
-/// background. Each records the hold time.
+/// background. Each records the hold time. [`LockGuard::after_head`] decides which of them
+/// a response calls for.
 pub struct LockGuard {
-    lease: Option<Lease>,
+    // Reached by idempotency replay too, which stores its record with the release.
+    pub(super) lease: Option<Lease>,
     /// Under the degrade policy, the node-local lease taken before the backend's; released
     /// after it.
-    node: Option<Lease>,
+    pub(super) node: Option<Lease>,
     info: LeaseInfo,
     granted: Instant,
     metrics: LockMetrics,
+    /// The layer's release point, which [`LockGuard::after_head`] follows.
+    release: ReleasePoint,
 }
 
 impl fmt::Debug for LockGuard {
@@ -41,6 +39,7 @@ impl LockGuard {
         info: LeaseInfo,
         granted: Instant,
         metrics: LockMetrics,
+        release: ReleasePoint,
     ) -> Self {
         LockGuard {
             lease: Some(lease),
@@ -48,7 +47,12 @@ impl LockGuard {
             info,
             granted,
             metrics,
+            release,
         }
+    }
+
+    pub(crate) fn release_point(&self) -> ReleasePoint {
+        self.release
     }
 
     /// What the handler may know about the lease.
@@ -88,30 +92,6 @@ impl LockGuard {
                     tracing::debug!(%key, %error, "release did not apply");
                 }
             }
-        }
-    }
-}
-
-impl LockGuard {
-    /// Store `record` and release the key in one atomic step ([`Lease::complete`]); under
-    /// the degrade policy the node-local lease is released after it. Begins in this call
-    /// and finishes even if the returned future is dropped (as [`LockGuard::release`]).
-    pub(crate) fn complete(
-        mut self,
-        record: Record,
-        retention: Duration,
-    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        let complete = self.lease.take().map(|l| l.complete(record, retention));
-        let node = self.node.take();
-        async move {
-            let result = match complete {
-                Some(complete) => complete.await,
-                None => Ok(()),
-            };
-            if let Some(node) = node {
-                let _ = node.release().await;
-            }
-            result
         }
     }
 }

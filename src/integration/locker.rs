@@ -1,69 +1,31 @@
-//! [`RequestLocker`]: the layer's configuration and shared state, and the steps from a
-//! request to an [`Outcome`].
+//! [`RequestLocker`]: a layer's configuration and shared state, and what it answers about a
+//! request (its lock key, whether its method is locked, the response for a rejection). The
+//! acquisition itself is in `acquisition.rs`.
 
-use std::{
-    fmt,
-    sync::Arc,
-    task::{Context, Poll, Waker},
-    time::Duration,
-};
+use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
-use tokio::time::Instant;
-use tracing::Instrument;
 
-use super::{LockGuard, Outcome, outage::OutageLog};
+use super::{config::Config, outage::OutageLog};
 use crate::{
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, LockOptions},
-    error::{KeyError, LockError},
-    key::{KeyExtractor, RequestView},
-    lease_info::LeaseInfo,
+    engine::{LockEngine, LockKey},
+    error::KeyError,
+    key::RequestView,
     metrics::LockMetrics,
+    not_stored::NotStored,
     options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
-    retry_after,
 };
 
-/// Builds a custom response for a rejection. Receives the typed rejection, with its
-/// headers already filled in; [`Rejection::into_response`] is the default.
-pub(crate) type RejectHook = Arc<dyn Fn(Rejection) -> http::Response<Bytes> + Send + Sync>;
-
-pub(crate) struct Config {
-    pub(crate) extractor: Arc<dyn KeyExtractor>,
-    /// The layer's namespace, possibly empty.
-    pub(crate) namespace: String,
-    /// `<namespace>/<kind>/`, escaped ([`crate::key::encode`]): every lock key of the
-    /// layer is this followed by an extracted value.
-    pub(crate) key_head: String,
-    pub(crate) missing: MissingKeyPolicy,
-    /// The lease TTL, FIFO mode and waiter limit each lock is taken with (and the wait,
-    /// also in `wait`).
-    pub(crate) options: LockOptions,
-    /// How long a request waits for a held key: zero answers at once.
-    pub(crate) wait: Duration,
-    /// The answer to a held key when not waiting: `Locked` (423) or, for the idempotency
-    /// preset, `Conflict` (409).
-    pub(crate) busy: RejectionKind,
-    pub(crate) backend_failure: BackendFailurePolicy,
-    pub(crate) release: ReleasePoint,
-    pub(crate) retry_after_fallback: Duration,
-    pub(crate) on_reject: Option<RejectHook>,
-    /// The methods that take a lock (`None`: every method).
-    pub(crate) methods: Option<Box<[Box<str>]>>,
-    /// The base of problem `type` URIs (`None`: the `urn:tower-lock:problem:` URNs).
-    pub(crate) problem_type_base: Option<Arc<str>>,
-    /// The layer's name: the `layer` label of its metrics and a field of its outage logs.
-    pub(crate) name: String,
-}
-
-struct Shared {
-    config: Config,
-    engine: LockEngine,
+/// What every clone of a [`RequestLocker`] shares.
+pub(super) struct Shared {
+    pub(super) config: Config,
+    pub(super) engine: LockEngine,
     /// The in-process engine of the degrade policy, created with the locker so that every
     /// service built from one layer shares it.
-    local: Option<LockEngine>,
-    metrics: LockMetrics,
-    outage: OutageLog,
+    pub(super) local: Option<LockEngine>,
+    pub(super) metrics: LockMetrics,
+    pub(super) outage: OutageLog,
 }
 
 /// The runtime core of a layer, shared by the tower [`LockLayer`](crate::LockLayer) and
@@ -75,7 +37,7 @@ struct Shared {
 /// taken from a layer with [`LockLayer::locker`](crate::LockLayer::locker).
 #[derive(Clone)]
 pub struct RequestLocker {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl fmt::Debug for RequestLocker {
@@ -95,12 +57,6 @@ impl fmt::Debug for RequestLocker {
     }
 }
 
-/// The first step of an acquisition: decided at once, or a future to wait for.
-pub(crate) enum Start {
-    Now(Outcome),
-    Pending(BoxFuture<'static, Outcome>),
-}
-
 impl RequestLocker {
     pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
         let local =
@@ -114,16 +70,6 @@ impl RequestLocker {
                 metrics,
                 outage: OutageLog::default(),
             }),
-        }
-    }
-
-    /// Decide for `req`: extract its key, then acquire the key as configured. Waiting, if
-    /// any, happens in the returned future, which borrows nothing from `req`; dropping it
-    /// gives up the wait and leaves nothing behind.
-    pub fn acquire(&self, req: &dyn RequestView) -> BoxFuture<'static, Outcome> {
-        match self.start(req) {
-            Start::Now(outcome) => Box::pin(std::future::ready(outcome)),
-            Start::Pending(fut) => fut,
         }
     }
 
@@ -202,264 +148,6 @@ impl RequestLocker {
             .is_none_or(|methods| methods.iter().any(|m| &**m == method))
     }
 
-    pub(crate) fn start(&self, req: &dyn RequestView) -> Start {
-        if !self.locks_method(req.method()) {
-            return Start::Now(Outcome::Unlocked);
-        }
-        match self.key(req) {
-            Err(rejection) => Start::Now(Outcome::Rejected(rejection)),
-            Ok(None) => {
-                tracing::debug!("no lock key; running unlocked");
-                self.shared.metrics.unlocked();
-                Start::Now(Outcome::Unlocked)
-            }
-            Ok(Some(key)) => {
-                // A free key on the in-process engine is granted right here, with no future
-                // (boxed or not): the request goes straight to the inner service. Not under
-                // the degrade policy, which takes two locks in turn.
-                if self.shared.local.is_none() {
-                    let started = Instant::now();
-                    let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
-                    if let Some(result) = lock.acquire_now() {
-                        let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        return Start::Now(self.settle(result, started));
-                    }
-                }
-                // It must wait (or the backend answers over the network): one boxed future,
-                // polled once here, so that a waiter takes its place in the queue (and a
-                // network request is sent) when the request is called, not when its future
-                // is first polled: FIFO order is the order of calls.
-                let span = tracing::debug_span!("tower_lock.acquire", %key);
-                let metrics = self.shared.metrics.clone();
-                let lock = self.clone().lock(key);
-                let mut acquire: BoxFuture<'static, Outcome> = Box::pin(
-                    async move {
-                        let mut lock = std::pin::pin!(lock);
-                        // Counted as waiting from a first poll that did not decide, until
-                        // the acquisition ends or is given up (this future is dropped).
-                        let mut waiting = None;
-                        std::future::poll_fn(|cx| {
-                            let poll = lock.as_mut().poll(cx);
-                            if poll.is_pending() && waiting.is_none() {
-                                waiting = Some(metrics.waiting());
-                            }
-                            poll
-                        })
-                        .await
-                    }
-                    .instrument(span),
-                );
-                let mut cx = Context::from_waker(Waker::noop());
-                match acquire.as_mut().poll(&mut cx) {
-                    Poll::Ready(outcome) => Start::Now(outcome),
-                    Poll::Pending => Start::Pending(acquire),
-                }
-            }
-        }
-    }
-
-    pub(crate) async fn lock(self, key: LockKey) -> Outcome {
-        let started = Instant::now();
-        if let Some(local) = &self.shared.local {
-            return self.lock_degradable(local, key, started).await;
-        }
-        let result = self
-            .lock_on(&self.shared.engine, &key, self.shared.config.wait)
-            .await;
-        self.settle(result, started)
-    }
-
-    /// The outcome of an acquisition on the engine (not under the degrade policy).
-    fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
-        let c = &self.shared.config;
-        self.backend_answered(&result);
-        match result {
-            Ok(lease) => self.held(lease, None, started, false),
-            Err(LockError::Backend(error)) => match c.backend_failure {
-                // (A degrading locker locks in `lock_degradable`.)
-                BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
-                    self.shared
-                        .outage
-                        .failed(&c.name, &error, BackendFailurePolicy::FailClosed);
-                    Outcome::Rejected(self.reject(
-                        RejectionKind::BackendUnavailable,
-                        "the lock service is unavailable".to_owned(),
-                        Some(c.retry_after_fallback),
-                    ))
-                }
-                BackendFailurePolicy::FailOpen => {
-                    self.shared
-                        .outage
-                        .failed(&c.name, &error, BackendFailurePolicy::FailOpen);
-                    self.shared.metrics.unlocked();
-                    Outcome::Unlocked
-                }
-            },
-            Err(e) => self.refuse(e),
-        }
-    }
-
-    /// The degrade policy: the node-local lock first, then the backend's. The node-local
-    /// lease is kept for the whole request, so the node stays serialized per key even
-    /// when the backend stalls while some requests hold its lock and others fall back.
-    async fn lock_degradable(&self, local: &LockEngine, key: LockKey, started: Instant) -> Outcome {
-        let c = &self.shared.config;
-        let node = match self.lock_on(local, &key, c.wait).await {
-            Ok(lease) => lease,
-            Err(e) => return self.refuse(e),
-        };
-        // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
-        // 423, when nothing is left).
-        let wait = if c.wait.is_zero() {
-            Duration::ZERO
-        } else {
-            c.wait
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_millis(1))
-        };
-        let result = self.lock_on(&self.shared.engine, &key, wait).await;
-        self.backend_answered(&result);
-        match result {
-            Ok(lease) => self.held(lease, Some(node), started, false),
-            Err(LockError::Backend(error)) => {
-                self.shared
-                    .outage
-                    .failed(&c.name, &error, BackendFailurePolicy::Degrade);
-                self.shared.metrics.degraded();
-                self.held(node, None, started, true)
-            }
-            Err(e) => self.refuse(e),
-        }
-    }
-
-    /// The backend failed outside an acquisition (idempotency replay's record read): the
-    /// same outage log as a failed acquisition.
-    pub(crate) fn backend_failed(&self, error: &LockError) {
-        if let LockError::Backend(error) = error {
-            let c = &self.shared.config;
-            self.shared.outage.failed(&c.name, error, c.backend_failure);
-        }
-    }
-
-    /// The backend answered outside an acquisition: ends a logged outage.
-    pub(crate) fn backend_ok(&self) {
-        self.shared.outage.answered(&self.shared.config.name);
-    }
-
-    /// Ends an outage, if one was logged, when the backend answered (anything but a
-    /// backend failure is an answer: a grant, a refusal, a wait that ran out).
-    fn backend_answered(&self, result: &Result<Lease, LockError>) {
-        if !matches!(result, Err(LockError::Backend(_))) {
-            self.shared.outage.answered(&self.shared.config.name);
-        }
-    }
-
-    async fn lock_on(
-        &self,
-        engine: &LockEngine,
-        key: &LockKey,
-        wait: Duration,
-    ) -> Result<Lease, LockError> {
-        self.lock_handle(engine, key, wait).acquire().await
-    }
-
-    /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
-    fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
-        // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
-        // a waiter limit when it has none) stays the engine's default.
-        let options = &self.shared.config.options;
-        let lock = engine
-            .lock_key(key.clone())
-            .ttl(options.ttl)
-            .fifo(options.fifo)
-            .wait(wait);
-        match options.max_waiters {
-            Some(max) => lock.max_waiters(max),
-            None => lock,
-        }
-    }
-
-    fn held(&self, lease: Lease, node: Option<Lease>, started: Instant, degraded: bool) -> Outcome {
-        let now = Instant::now();
-        let waited = now.saturating_duration_since(started);
-        // A non-waiting acquire that succeeded found the key free. A waiting one: the
-        // engine cannot say whether it queued, so a grant that took a millisecond or more
-        // is counted as contended.
-        let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
-        self.shared.metrics.acquired(waited, contended);
-        if contended {
-            tracing::debug!(
-                fence = lease.fence().get(),
-                ?waited,
-                degraded,
-                "lock acquired after waiting"
-            );
-        } else {
-            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
-        }
-        let info = LeaseInfo::new(
-            lease.key().clone(),
-            lease.fence(),
-            waited,
-            lease.lost_signal(),
-            degraded,
-        );
-        Outcome::Locked(LockGuard::new(
-            lease,
-            node,
-            info,
-            now,
-            self.shared.metrics.clone(),
-        ))
-    }
-
-    fn refuse(&self, error: LockError) -> Outcome {
-        let c = &self.shared.config;
-        // What this layer has seen of hold times, bounded by the holder's remaining lease.
-        let retry = retry_after::contended(
-            self.shared.metrics.recent_hold(),
-            error.retry_after(),
-            c.retry_after_fallback,
-        );
-        let (kind, detail) = match &error {
-            LockError::Busy { .. } if c.busy == RejectionKind::Conflict => (
-                RejectionKind::Conflict,
-                "a request with the same idempotency key is still being processed".to_owned(),
-            ),
-            LockError::Busy { .. } => (
-                RejectionKind::Locked,
-                "another request holds the lock for this resource".to_owned(),
-            ),
-            LockError::TimedOut { waited, .. } => (
-                RejectionKind::TimedOut,
-                format!(
-                    "waited {} ms for the lock without getting it",
-                    waited.as_millis()
-                ),
-            ),
-            LockError::QueueFull { .. } => (
-                RejectionKind::QueueFull,
-                "too many requests are already waiting for this lock".to_owned(),
-            ),
-            LockError::InvalidKey(e) => {
-                return Outcome::Rejected(self.reject(
-                    RejectionKind::MalformedKey,
-                    format!("the lock key is unusable: {e}"),
-                    None,
-                ));
-            }
-            other => {
-                tracing::error!(error = %other, "lock acquisition failed");
-                return Outcome::Rejected(self.reject(
-                    RejectionKind::BackendUnavailable,
-                    "the lock service is unavailable".to_owned(),
-                    Some(c.retry_after_fallback),
-                ));
-            }
-        };
-        Outcome::Rejected(self.reject(kind, detail, Some(retry)))
-    }
-
     pub(crate) fn reject(
         &self,
         kind: RejectionKind,
@@ -487,12 +175,8 @@ impl RequestLocker {
         };
         // A rejection means the request did not run: an idempotency layer outside this
         // one must not store it for replay.
-        res.extensions_mut().insert(crate::idempotency::NotStored);
+        res.extensions_mut().insert(NotStored);
         res
-    }
-
-    pub(crate) fn retry_after_fallback(&self) -> Duration {
-        self.shared.config.retry_after_fallback
     }
 
     /// When leases are released.

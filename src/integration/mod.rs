@@ -7,7 +7,13 @@
 //! a thin shell over it; an integration for another framework (`tower-lock-actix`) shows
 //! it each request through its own [`RequestView`](crate::key::RequestView), calls
 //! [`RequestLocker::acquire`] and maps the [`Outcome`] onto its own types, keeping the
-//! [`LockGuard`] until the response is done.
+//! [`LockGuard`] until the response head is known. There [`LockGuard::after_head`] decides,
+//! for every framework alike, whether the lease is released, released before the response
+//! is handed over, or held until the body ends ([`AfterHead`]).
+//!
+//! With the `idempotency` feature, [`ReplayLocker`] is the same for idempotency replay:
+//! what to replay, and the lifecycle of a request that runs under its key (see
+//! [`ReplayDecision`], [`KeepRunning`], [`CapturingBody`]).
 //!
 //! Applications do not need this module: they configure a
 //! [`LockLayerBuilder`](crate::LockLayerBuilder) and install the layer (or the
@@ -28,12 +34,26 @@
 //! # }
 //! ```
 
+mod acquisition;
+mod after_head;
+mod config;
 mod guard;
 mod locker;
 mod outage;
 mod outcome;
+// Gated once here; its public items are re-exported below.
+#[cfg(feature = "idempotency")]
+pub(crate) mod replay;
 
+pub(crate) use acquisition::Acquisition;
+pub use after_head::{AfterHead, Release};
+pub(crate) use config::{Config, RejectHook};
 pub use guard::LockGuard;
 pub use locker::RequestLocker;
-pub(crate) use locker::{Config, RejectHook, Start};
 pub use outcome::Outcome;
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
+pub use replay::{
+    Abandoned, Capture, CapturingBody, Chunk, ChunkSource, Completion, Drain, KeepRunning,
+    ReplayDecision, ReplayLocker, ReplayResponse,
+};

@@ -45,6 +45,7 @@ mod malformed_key;
 mod path;
 mod principal;
 mod request_view;
+mod route;
 mod scoped;
 
 pub use encoding::encode;
@@ -58,6 +59,7 @@ pub use malformed_key::MalformedKey;
 pub use path::{MethodPathKey, PathKey};
 pub use principal::PrincipalScopedKey;
 pub use request_view::RequestView;
+pub use route::RouteValue;
 pub use scoped::ScopedKey;
 
 /// A `POST /a/b?q=1` with `headers`, for the extractors' unit tests.

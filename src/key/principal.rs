@@ -9,7 +9,7 @@ use super::{KeyExtractor, MalformedKey, RequestView, encoding::scoped};
 /// extensions (put there by an authentication middleware that runs before the lock
 /// layer): two principals sending the same inner key lock different keys. A request
 /// without a `P` has no key (`400` under the idempotency preset; see
-/// [`LockLayer::idempotency_per_principal`](crate::LockLayer::idempotency_per_principal)).
+/// [`IdempotencyLayerBuilder::per_principal`](crate::IdempotencyLayerBuilder::per_principal)).
 ///
 /// The value is `<principal>/<inner value>`, the principal (its `Display`) escaped as in
 /// the [lock key](crate::key#the-lock-key); the kind is `principal(<type of P>,<inner

@@ -1,6 +1,6 @@
 //! [`RouteKey`]: the lock key from the route actix-web matched and its path parameters.
 
-use tower_lock::key::{KeyExtractor, MalformedKey, RequestView};
+use tower_lock::key::{KeyExtractor, MalformedKey, RequestView, RouteValue};
 
 use crate::http_request;
 
@@ -91,19 +91,14 @@ impl RouteKey {
     }
 }
 
-fn escape(value: &str) -> String {
-    value.replace('%', "%25").replace('|', "%7C")
-}
-
-/// `|name=value`, the value fully percent-decoded (actix's router leaves `%2F`, `%25` and
-/// `%2B` encoded and decodes the rest lossily; `web::Path` decodes these three the same
-/// way) and escaped.
-fn push_param(key: &mut String, name: &str, raw: &str) {
-    let decoded = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
-    key.push('|');
-    key.push_str(name);
-    key.push('=');
-    key.push_str(&escape(&decoded));
+/// Add the parameter `name`, its value fully percent-decoded (actix's router leaves `%2F`,
+/// `%25` and `%2B` encoded and decodes the rest lossily; `web::Path` decodes these three
+/// the same way).
+fn push_param(key: &mut RouteValue, name: &str, raw: &str) {
+    key.param(
+        name,
+        &percent_encoding::percent_decode_str(raw).decode_utf8_lossy(),
+    );
 }
 
 impl KeyExtractor for RouteKey {
@@ -130,7 +125,7 @@ impl KeyExtractor for RouteKey {
                 "the parameters of {pattern} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
             )));
         }
-        let mut key = escape(&pattern);
+        let mut key = RouteValue::new(&pattern);
         match &self.params {
             Params::None => {}
             Params::All => {
@@ -149,7 +144,7 @@ impl KeyExtractor for RouteKey {
                 }
             }
         }
-        Ok(Some(key))
+        Ok(Some(key.into_string()))
     }
 
     fn kind(&self) -> &str {
@@ -163,9 +158,9 @@ mod tests {
 
     #[test]
     fn values_are_decoded_then_escaped() {
-        let mut key = String::new();
+        let mut key = RouteValue::new("");
         push_param(&mut key, "id", "a%2Fb%7Cc");
-        assert_eq!(key, "|id=a/b%7Cc");
+        assert_eq!(key.into_string(), "|id=a/b%7Cc");
     }
 
     #[test]

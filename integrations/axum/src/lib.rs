@@ -45,7 +45,7 @@ use axum::{
 };
 use tower_lock::{
     Fence, LeaseInfo,
-    key::{KeyExtractor, MalformedKey, RequestView},
+    key::{KeyExtractor, MalformedKey, RequestView, RouteValue},
 };
 
 /// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
@@ -218,20 +218,15 @@ fn match_params<'a>(template: &'a str, path: &'a str) -> Vec<(&'a str, &'a str)>
     out
 }
 
-fn escape(value: &str) -> String {
-    value.replace('%', "%25").replace('|', "%7C")
-}
-
-/// The decoded, escaped form of a raw path parameter.
-fn key_value(name: &str, raw: &str) -> Result<String, MalformedKey> {
-    let decoded = percent_encoding::percent_decode_str(raw)
+/// The decoded form of a raw path parameter.
+fn decoded<'a>(name: &str, raw: &'a str) -> Result<std::borrow::Cow<'a, str>, MalformedKey> {
+    percent_encoding::percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| {
             MalformedKey::new(format!(
                 "path parameter {name} is not valid UTF-8 once decoded"
             ))
-        })?;
-    Ok(escape(&decoded))
+        })
 }
 
 impl KeyExtractor for RouteKey {
@@ -243,9 +238,9 @@ impl KeyExtractor for RouteKey {
             ));
         };
         let template = matched.as_str();
-        let mut key = escape(template);
+        let mut key = RouteValue::new(template);
         if matches!(self.params, Params::None) {
-            return Ok(Some(key));
+            return Ok(Some(key.into_string()));
         }
         // Inside a nested router the URI has lost its prefix; the matched path has not.
         let path = extensions
@@ -256,7 +251,7 @@ impl KeyExtractor for RouteKey {
             Params::None => {}
             Params::All => {
                 for (name, value) in params {
-                    key.push_str(&format!("|{name}={}", key_value(name, value)?));
+                    key.param(name, &decoded(name, value)?);
                 }
             }
             Params::Named(names) => {
@@ -266,11 +261,11 @@ impl KeyExtractor for RouteKey {
                             "the route {template} has no parameter {name}"
                         )));
                     };
-                    key.push_str(&format!("|{name}={}", key_value(name, value)?));
+                    key.param(name, &decoded(name, value)?);
                 }
             }
         }
-        Ok(Some(key))
+        Ok(Some(key.into_string()))
     }
 
     fn kind(&self) -> &str {
@@ -297,16 +292,10 @@ mod tests {
 
     #[test]
     fn values_are_percent_decoded_like_axum_path() {
-        assert_eq!(key_value("id", "acm%65").unwrap(), "acme");
-        assert_eq!(key_value("id", "a%7Cb").unwrap(), "a%7Cb");
-        assert_eq!(key_value("id", "caf%C3%A9").unwrap(), "caf\u{e9}");
-        assert!(key_value("id", "%FF").is_err());
-    }
-
-    #[test]
-    fn escaped_values_cannot_pose_as_another_parameter() {
-        assert_eq!(escape("a|b=c"), "a%7Cb=c");
-        assert_eq!(escape("%7C"), "%257C");
+        assert_eq!(decoded("id", "acm%65").unwrap(), "acme");
+        assert_eq!(decoded("id", "a%7Cb").unwrap(), "a|b");
+        assert_eq!(decoded("id", "caf%C3%A9").unwrap(), "caf\u{e9}");
+        assert!(decoded("id", "%FF").is_err());
     }
 
     #[test]

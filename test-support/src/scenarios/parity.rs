@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::StatusCode;
-use tower_lock::{LockLayer, LockLayerBuilder};
+use tower_lock::{IdempotencyLayer, LockLayerBuilder};
 
 use super::{Backend, FOR_K, Framework, Handler, Routes, hold, lock_key, wait_for_waiters};
 use crate::{
@@ -125,7 +125,7 @@ pub async fn full_wait_queue_is_answered_429_like_the_tower_layer(backend: Backe
 /// alike on both.
 pub async fn idempotency_preset_answers_400_and_409_like_the_tower_layer(backend: Backend) {
     let table = backend.table("parity-idempotency").await;
-    let both = Both::serve(|| LockLayer::idempotency(table.engine()).without_replay()).await;
+    let both = Both::serve(|| IdempotencyLayer::builder(table.engine()).without_replay()).await;
 
     let (t, a) = both.post(&[]).await;
     assert_same_rejection(&t, &a, StatusCode::BAD_REQUEST);

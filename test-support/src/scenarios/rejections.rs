@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::{HeaderName, StatusCode};
 use tokio::{io::AsyncReadExt, time::Instant};
 use tower_lock::{
-    LockLayer, MissingKeyPolicy,
+    IdempotencyLayer, LockLayer, MissingKeyPolicy,
     key::{GlobalKey, IdempotencyKey, ScopedKey},
 };
 
@@ -111,7 +111,7 @@ pub async fn missing_key_is_400_or_passes_through_as_configured(on: Stack) {
 pub async fn idempotency_preset_requires_a_wellformed_key_and_answers_duplicates_409(on: Stack) {
     let table = on.table("idempotency-scoped").await;
     let tenant = HeaderName::from_static("x-tenant");
-    let layer = LockLayer::idempotency(table.engine())
+    let layer = IdempotencyLayer::builder(table.engine())
         .without_replay()
         .key(ScopedKey::new(tenant, IdempotencyKey::new()))
         .build()
@@ -148,7 +148,7 @@ pub async fn idempotency_preset_requires_a_wellformed_key_and_answers_duplicates
 /// same key runs again.
 pub async fn idempotency_duplicate_in_flight_is_answered_409(on: Stack) {
     let table = on.table("idempotency").await;
-    let layer = LockLayer::idempotency(table.engine())
+    let layer = IdempotencyLayer::builder(table.engine())
         .without_replay()
         .build()
         .unwrap();
@@ -259,7 +259,7 @@ pub async fn a_client_of_one_namespace_cannot_spell_a_key_of_another(on: Stack) 
 pub async fn a_plain_header_key_cannot_block_the_idempotency_preset(on: Stack) {
     let table = on.table("plain-vs-idempotency").await;
     let plain = table.layer().build().unwrap();
-    let idempotent = LockLayer::idempotency(table.engine())
+    let idempotent = IdempotencyLayer::builder(table.engine())
         .without_replay()
         .build()
         .unwrap();

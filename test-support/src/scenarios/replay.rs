@@ -22,7 +22,7 @@ use tokio::{
     sync::mpsc,
     time::{Instant, sleep},
 };
-use tower_lock::{IdempotencyLayer, IdempotencyLayerBuilder, LockLayer};
+use tower_lock::{IdempotencyLayer, IdempotencyLayerBuilder};
 
 use tower_lock_actix::ReplayMiddleware;
 
@@ -409,7 +409,7 @@ async fn raw_post(server: &TestServer, path: &str, k: &str) -> tokio::net::TcpSt
 }
 
 fn preset(table: &super::LockTable) -> IdempotencyLayerBuilder {
-    LockLayer::idempotency(table.engine()).unscoped()
+    IdempotencyLayer::builder(table.engine()).unscoped()
 }
 
 /// The preset with the drain of a body nobody reads bounded to a short time.
@@ -781,7 +781,7 @@ pub async fn bad_keys_are_400_and_oversized_requests_413(on: Stack) {
 /// without a scope decision and names the choices.
 pub async fn the_quick_start_preset_never_replays_a_response_to_another_caller(on: Stack) {
     let table = on.table("replay-callers").await;
-    let built = LockLayer::idempotency(table.engine()).build();
+    let built = IdempotencyLayer::builder(table.engine()).build();
     let layer = match built {
         Err(error) => {
             let text = error.to_string();
@@ -1101,7 +1101,7 @@ pub async fn nested_routers_bind_records_to_the_full_target(backend: super::Back
 pub async fn a_scoped_preset_replays_only_to_the_caller_who_made_it(on: Stack) {
     let table = on.table("replay-scoped").await;
     // The scope a server derives: here the bearer token stands for a verified identity.
-    let layer = LockLayer::idempotency(table.engine())
+    let layer = IdempotencyLayer::builder(table.engine())
         .scope_by(|req: &dyn tower_lock::key::RequestView| {
             let token = req.header("authorization")?.strip_prefix(b"Bearer ")?;
             Some(String::from_utf8_lossy(token).into_owned())

@@ -1,4 +1,5 @@
-//! The request fingerprint: what makes a retry "the same request" as the one that ran.
+//! The request fingerprint: what makes a retry "the same request" as the one that ran,
+//! fed chunk by chunk as the request body streams in ([`Fingerprinter`]).
 
 use std::sync::Arc;
 
@@ -134,6 +135,49 @@ fn optional(sha: &mut Sha256, bytes: Option<&[u8]>) {
         Some(b) => {
             sha.update([1]);
             field(sha, b);
+        }
+    }
+}
+
+/// The default or the user's fingerprint, fed while the body streams in.
+pub(crate) enum Fingerprinter {
+    Sha256(Hasher),
+    /// Fed the whole body at the end, as canonical JSON.
+    Json(Hasher),
+    Custom(FingerprintFn),
+}
+
+impl Fingerprinter {
+    /// The fingerprint `kind` of `req`, whose named `headers` count besides the content type.
+    pub(crate) fn new(
+        kind: &FingerprintKind,
+        headers: &[HeaderName],
+        req: &dyn RequestView,
+    ) -> Self {
+        match kind {
+            FingerprintKind::Custom(f) => Fingerprinter::Custom(f.clone()),
+            FingerprintKind::Sha256 => Fingerprinter::Sha256(Hasher::new(req, headers)),
+            FingerprintKind::CanonicalJson => Fingerprinter::Json(Hasher::new(req, headers)),
+        }
+    }
+
+    pub(crate) fn update(&mut self, chunk: &[u8]) {
+        if let Fingerprinter::Sha256(h) = self {
+            h.update(chunk);
+        }
+    }
+
+    pub(crate) fn finish(self, req: &dyn RequestView, body: &[u8]) -> Bytes {
+        match self {
+            Fingerprinter::Sha256(h) => h.finish(),
+            Fingerprinter::Json(mut h) => {
+                match canonical_json(body) {
+                    Some(canonical) => h.update(&canonical),
+                    None => h.update(body),
+                }
+                h.finish()
+            }
+            Fingerprinter::Custom(f) => f(req, body),
         }
     }
 }

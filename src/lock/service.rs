@@ -5,11 +5,8 @@ use std::task::{Context, Poll};
 use http::{Method, Request, Response};
 use tower_service::Service;
 
-use crate::{
-    body::LockedBody,
-    future::ResponseFuture,
-    integration::{Outcome, RequestLocker, Start},
-};
+use super::{body::LockedBody, future::ResponseFuture};
+use crate::integration::{Acquisition, Outcome, RequestLocker};
 
 /// Runs the inner service while holding the request's lock; see the [crate docs](crate).
 ///
@@ -68,20 +65,20 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // A response to HEAD has no body to send, whatever the inner service answers.
         let head = req.method() == Method::HEAD;
-        match self.locker.start(&req) {
-            Start::Now(Outcome::Rejected(rejection)) => {
+        match self.locker.start_acquisition(&req) {
+            Acquisition::Decided(Outcome::Rejected(rejection)) => {
                 ResponseFuture::rejected(self.locker.respond(rejection, &req))
             }
             // No key to wait for: call the ready inner service right away.
-            Start::Now(Outcome::Unlocked) => {
-                ResponseFuture::calling(self.inner.call(req), head, None, &self.locker)
+            Acquisition::Decided(Outcome::Unlocked) => {
+                ResponseFuture::calling(self.inner.call(req), head, None)
             }
-            Start::Now(Outcome::Locked(held)) => {
+            Acquisition::Decided(Outcome::Locked(held)) => {
                 let mut req = req;
                 req.extensions_mut().insert(held.info().clone());
-                ResponseFuture::calling(self.inner.call(req), head, Some(held), &self.locker)
+                ResponseFuture::calling(self.inner.call(req), head, Some(held))
             }
-            Start::Pending(acquire) => {
+            Acquisition::Pending(acquire) => {
                 // The ready service is the one to call once the lock is ours; leave a
                 // fresh clone behind, which must be driven to readiness on its own.
                 let clone = self.inner.clone();

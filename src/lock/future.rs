@@ -12,11 +12,10 @@ use http::{Method, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use super::body::LockedBody;
 use crate::{
-    body::LockedBody,
     engine::BoxFuture,
-    integration::{LockGuard, Outcome, RequestLocker},
-    options::ReleasePoint,
+    integration::{AfterHead, LockGuard, Outcome, Release, RequestLocker},
 };
 
 pin_project! {
@@ -50,14 +49,13 @@ pin_project! {
             #[pin]
             future: S::Future,
             held: Option<LockGuard>,
-            release: ReleasePoint,
             // The request was a HEAD: its response has no body to send.
             head: bool,
         },
-        // A response with no body to send waits here until its key is released: the
-        // server never polls that body, so releasing at its end would come too late.
+        // A response with no body to send waits here until its key is released
+        // (`AfterHead::ReleaseFirst`).
         Releasing {
-            release: BoxFuture<'static, ()>,
+            release: Release,
             response: Option<S::Response>,
         },
         Rejected {
@@ -96,19 +94,9 @@ where
     }
 
     /// The inner service's `future`; `head` if the request was a `HEAD`.
-    pub(crate) fn calling(
-        future: S::Future,
-        head: bool,
-        held: Option<LockGuard>,
-        locker: &RequestLocker,
-    ) -> Self {
+    pub(crate) fn calling(future: S::Future, head: bool, held: Option<LockGuard>) -> Self {
         ResponseFuture {
-            state: State::Calling {
-                future,
-                held,
-                release: locker.release_point(),
-                head,
-            },
+            state: State::Calling { future, held, head },
         }
     }
 
@@ -152,43 +140,36 @@ where
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));
                         }
                     };
-                    let release = locker.release_point();
                     let head = request.method() == Method::HEAD;
                     this.state.set(State::Calling {
                         future: service.call(request),
                         held,
-                        release,
                         head,
                     });
                 }
-                StateProj::Calling {
-                    future,
-                    held,
-                    release,
-                    head,
-                } => {
+                StateProj::Calling { future, held, head } => {
                     let response = ready!(future.poll(cx))?;
                     let Some(held) = held.take() else {
                         return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
                     };
-                    let status = response.status().as_u16();
-                    if release.releases_with_response(status) {
-                        held.release_now();
-                        return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
-                    }
                     let body = response.body();
-                    let empty = body.is_end_stream() || body.size_hint().exact() == Some(0);
-                    if release.releases_before_response(status, *head || empty) {
-                        this.state.set(State::Releasing {
-                            release: Box::pin(held.release()),
-                            response: Some(response),
-                        });
-                        continue;
-                    }
-                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, Some(held)))));
+                    let no_body =
+                        *head || body.is_end_stream() || body.size_hint().exact() == Some(0);
+                    let held = match held.after_head(response.status().as_u16(), no_body) {
+                        AfterHead::Released => None,
+                        AfterHead::ReleaseFirst(release) => {
+                            this.state.set(State::Releasing {
+                                release,
+                                response: Some(response),
+                            });
+                            continue;
+                        }
+                        AfterHead::HoldUntilBodyEnd(held) => Some(held),
+                    };
+                    return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, held))));
                 }
                 StateProj::Releasing { release, response } => {
-                    ready!(release.as_mut().poll(cx));
+                    ready!(Pin::new(release).poll(cx));
                     let response = response.take().expect("polled after completion");
                     return Poll::Ready(Ok(response.map(|body| LockedBody::new(body, None))));
                 }

@@ -1,0 +1,289 @@
+//! The acquisition: from a request to an [`Outcome`], decided at once when the key is free
+//! on the in-process engine, else in one boxed future (waiting, the network, the degrade
+//! policy's two locks), with contention and backend failures turned into rejections.
+
+use std::{
+    task::{Context, Poll, Waker},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{LockGuard, Outcome, RequestLocker};
+use crate::{
+    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey},
+    error::LockError,
+    key::RequestView,
+    lease_info::LeaseInfo,
+    options::BackendFailurePolicy,
+    reject::RejectionKind,
+    retry_after,
+};
+
+/// The first step of an acquisition: decided at once (no future at all), or a future to
+/// wait for.
+pub(crate) enum Acquisition {
+    /// Decided while the request was called: a free key on the in-process engine, a
+    /// method the layer does not lock, no key, a rejection.
+    Decided(Outcome),
+    /// To be waited for: a held key, or a backend across the network.
+    Pending(BoxFuture<'static, Outcome>),
+}
+
+impl RequestLocker {
+    /// Decide for `req`: extract its key, then acquire the key as configured. Waiting, if
+    /// any, happens in the returned future, which borrows nothing from `req`; dropping it
+    /// gives up the wait and leaves nothing behind.
+    pub fn acquire(&self, req: &dyn RequestView) -> BoxFuture<'static, Outcome> {
+        match self.start_acquisition(req) {
+            Acquisition::Decided(outcome) => Box::pin(std::future::ready(outcome)),
+            Acquisition::Pending(fut) => fut,
+        }
+    }
+
+    pub(crate) fn start_acquisition(&self, req: &dyn RequestView) -> Acquisition {
+        if !self.locks_method(req.method()) {
+            return Acquisition::Decided(Outcome::Unlocked);
+        }
+        match self.key(req) {
+            Err(rejection) => Acquisition::Decided(Outcome::Rejected(rejection)),
+            Ok(None) => {
+                tracing::debug!("no lock key; running unlocked");
+                self.shared.metrics.unlocked();
+                Acquisition::Decided(Outcome::Unlocked)
+            }
+            Ok(Some(key)) => {
+                // A free key on the in-process engine is granted right here, with no future
+                // (boxed or not): the request goes straight to the inner service. Not under
+                // the degrade policy, which takes two locks in turn.
+                if self.shared.local.is_none() {
+                    let started = Instant::now();
+                    let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+                    if let Some(result) = lock.acquire_now() {
+                        let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
+                        return Acquisition::Decided(self.settle(result, started));
+                    }
+                }
+                // It must wait (or the backend answers over the network): one boxed future,
+                // polled once here, so that a waiter takes its place in the queue (and a
+                // network request is sent) when the request is called, not when its future
+                // is first polled: FIFO order is the order of calls.
+                let span = tracing::debug_span!("tower_lock.acquire", %key);
+                let metrics = self.shared.metrics.clone();
+                let lock = self.clone().lock(key);
+                let mut acquire: BoxFuture<'static, Outcome> = Box::pin(
+                    async move {
+                        let mut lock = std::pin::pin!(lock);
+                        // Counted as waiting from a first poll that did not decide, until
+                        // the acquisition ends or is given up (this future is dropped).
+                        let mut waiting = None;
+                        std::future::poll_fn(|cx| {
+                            let poll = lock.as_mut().poll(cx);
+                            if poll.is_pending() && waiting.is_none() {
+                                waiting = Some(metrics.waiting());
+                            }
+                            poll
+                        })
+                        .await
+                    }
+                    .instrument(span),
+                );
+                let mut cx = Context::from_waker(Waker::noop());
+                match acquire.as_mut().poll(&mut cx) {
+                    Poll::Ready(outcome) => Acquisition::Decided(outcome),
+                    Poll::Pending => Acquisition::Pending(acquire),
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn lock(self, key: LockKey) -> Outcome {
+        let started = Instant::now();
+        if let Some(local) = &self.shared.local {
+            return self.lock_degradable(local, key, started).await;
+        }
+        let result = self
+            .lock_on(&self.shared.engine, &key, self.shared.config.wait)
+            .await;
+        self.settle(result, started)
+    }
+
+    /// The outcome of an acquisition on the engine (not under the degrade policy).
+    fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
+        let c = &self.shared.config;
+        self.backend_answered(&result);
+        match result {
+            Ok(lease) => self.held(lease, None, started, false),
+            Err(LockError::Backend(error)) => match c.backend_failure {
+                // (A degrading locker locks in `lock_degradable`.)
+                BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
+                    self.shared
+                        .outage
+                        .failed(&c.name, &error, BackendFailurePolicy::FailClosed);
+                    Outcome::Rejected(self.reject(
+                        RejectionKind::BackendUnavailable,
+                        "the lock service is unavailable".to_owned(),
+                        Some(c.retry_after_fallback),
+                    ))
+                }
+                BackendFailurePolicy::FailOpen => {
+                    self.shared
+                        .outage
+                        .failed(&c.name, &error, BackendFailurePolicy::FailOpen);
+                    self.shared.metrics.unlocked();
+                    Outcome::Unlocked
+                }
+            },
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    /// The degrade policy: the node-local lock first, then the backend's. The node-local
+    /// lease is kept for the whole request, so the node stays serialized per key even
+    /// when the backend stalls while some requests hold its lock and others fall back.
+    async fn lock_degradable(&self, local: &LockEngine, key: LockKey, started: Instant) -> Outcome {
+        let c = &self.shared.config;
+        let node = match self.lock_on(local, &key, c.wait).await {
+            Ok(lease) => lease,
+            Err(e) => return self.refuse(e),
+        };
+        // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
+        // 423, when nothing is left).
+        let wait = if c.wait.is_zero() {
+            Duration::ZERO
+        } else {
+            c.wait
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_millis(1))
+        };
+        let result = self.lock_on(&self.shared.engine, &key, wait).await;
+        self.backend_answered(&result);
+        match result {
+            Ok(lease) => self.held(lease, Some(node), started, false),
+            Err(LockError::Backend(error)) => {
+                self.shared
+                    .outage
+                    .failed(&c.name, &error, BackendFailurePolicy::Degrade);
+                self.shared.metrics.degraded();
+                self.held(node, None, started, true)
+            }
+            Err(e) => self.refuse(e),
+        }
+    }
+
+    /// Ends an outage, if one was logged, when the backend answered (anything but a
+    /// backend failure is an answer: a grant, a refusal, a wait that ran out).
+    fn backend_answered(&self, result: &Result<Lease, LockError>) {
+        if !matches!(result, Err(LockError::Backend(_))) {
+            self.shared.outage.answered(&self.shared.config.name);
+        }
+    }
+
+    async fn lock_on(
+        &self,
+        engine: &LockEngine,
+        key: &LockKey,
+        wait: Duration,
+    ) -> Result<Lease, LockError> {
+        self.lock_handle(engine, key, wait).acquire().await
+    }
+
+    /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
+    fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
+        // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
+        // a waiter limit when it has none) stays the engine's default.
+        let options = &self.shared.config.options;
+        let lock = engine
+            .lock_key(key.clone())
+            .ttl(options.ttl)
+            .fifo(options.fifo)
+            .wait(wait);
+        match options.max_waiters {
+            Some(max) => lock.max_waiters(max),
+            None => lock,
+        }
+    }
+
+    fn held(&self, lease: Lease, node: Option<Lease>, started: Instant, degraded: bool) -> Outcome {
+        let now = Instant::now();
+        let waited = now.saturating_duration_since(started);
+        // A non-waiting acquire that succeeded found the key free. A waiting one: the
+        // engine cannot say whether it queued, so a grant that took a millisecond or more
+        // is counted as contended.
+        let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
+        self.shared.metrics.acquired(waited, contended);
+        if contended {
+            tracing::debug!(
+                fence = lease.fence().get(),
+                ?waited,
+                degraded,
+                "lock acquired after waiting"
+            );
+        } else {
+            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
+        }
+        let info = LeaseInfo::new(
+            lease.key().clone(),
+            lease.fence(),
+            waited,
+            lease.lost_signal(),
+            degraded,
+        );
+        Outcome::Locked(LockGuard::new(
+            lease,
+            node,
+            info,
+            now,
+            self.shared.metrics.clone(),
+            self.shared.config.release,
+        ))
+    }
+
+    fn refuse(&self, error: LockError) -> Outcome {
+        let c = &self.shared.config;
+        // What this layer has seen of hold times, bounded by the holder's remaining lease.
+        let retry = retry_after::contended(
+            self.shared.metrics.recent_hold(),
+            error.retry_after(),
+            c.retry_after_fallback,
+        );
+        let (kind, detail) = match &error {
+            LockError::Busy { .. } if c.busy == RejectionKind::Conflict => (
+                RejectionKind::Conflict,
+                "a request with the same idempotency key is still being processed".to_owned(),
+            ),
+            LockError::Busy { .. } => (
+                RejectionKind::Locked,
+                "another request holds the lock for this resource".to_owned(),
+            ),
+            LockError::TimedOut { waited, .. } => (
+                RejectionKind::TimedOut,
+                format!(
+                    "waited {} ms for the lock without getting it",
+                    waited.as_millis()
+                ),
+            ),
+            LockError::QueueFull { .. } => (
+                RejectionKind::QueueFull,
+                "too many requests are already waiting for this lock".to_owned(),
+            ),
+            LockError::InvalidKey(e) => {
+                return Outcome::Rejected(self.reject(
+                    RejectionKind::MalformedKey,
+                    format!("the lock key is unusable: {e}"),
+                    None,
+                ));
+            }
+            other => {
+                tracing::error!(error = %other, "lock acquisition failed");
+                return Outcome::Rejected(self.reject(
+                    RejectionKind::BackendUnavailable,
+                    "the lock service is unavailable".to_owned(),
+                    Some(c.retry_after_fallback),
+                ));
+            }
+        };
+        Outcome::Rejected(self.reject(kind, detail, Some(retry)))
+    }
+}

@@ -1,0 +1,148 @@
+//! [`Capture`]: a response being captured for replay, up to the atomic step that stores it
+//! and releases its key.
+
+use std::{fmt, future::Future, pin::Pin, time::Duration};
+
+use bytes::{Bytes, BytesMut};
+use http::StatusCode;
+
+use super::{Chunk, Completion, record_codec};
+use crate::engine::{LockError, Record, background::Finish};
+
+/// A response being captured for replay: feed it the body's data with
+/// [`data`](Self::data), then [`finish`](Self::finish) at the end of the body. Dropping it
+/// unfinished (the body failed) releases the key and stores nothing.
+pub struct Capture {
+    completion: Completion,
+    state: State,
+}
+
+/// What a [`Capture`] keeps of the response.
+pub(super) enum State {
+    /// Nothing to keep: release at the end.
+    Release,
+    Keep {
+        status: StatusCode,
+        meta: Bytes,
+        body: BytesMut,
+    },
+    /// Completed, but over a limit: keep only that it completed, and its status.
+    NotKept { status: StatusCode },
+}
+
+impl fmt::Debug for Capture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Release => "release",
+            State::Keep { .. } => "keep",
+            State::NotKept { .. } => "not kept",
+        };
+        f.debug_struct("Capture")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Capture {
+    pub(super) fn new(completion: Completion, state: State) -> Self {
+        Capture { completion, state }
+    }
+
+    /// Feed one chunk of the response body, as a [`ChunkSource`](super::ChunkSource) yields it.
+    pub(super) fn feed(&mut self, chunk: Chunk<'_>) {
+        match chunk {
+            Chunk::Data(data) => self.data(data),
+            Chunk::Trailers => self.trailers(),
+            Chunk::Other => {}
+        }
+    }
+
+    /// Whether more body is still worth reading for the record (`false` once nothing is
+    /// kept, or the body passed the limit).
+    pub fn wants_data(&self) -> bool {
+        matches!(self.state, State::Keep { .. })
+    }
+
+    /// A chunk of the response body.
+    pub fn data(&mut self, chunk: &[u8]) {
+        if let State::Keep { status, body, .. } = &mut self.state {
+            if body.len() + chunk.len() > self.completion.shared.options.max_response_body {
+                self.state = State::NotKept { status: *status };
+            } else {
+                body.extend_from_slice(chunk);
+            }
+        }
+    }
+
+    /// The response has trailers: it is not kept (a replay could not reproduce them).
+    pub fn trailers(&mut self) {
+        if let State::Keep { status, .. } = self.state {
+            self.state = State::NotKept { status };
+        }
+    }
+
+    /// The rest of the body will not be read (its client left and the
+    /// [drain time](super::ReplayLocker::max_drain_time) ran out): what was to be kept is recorded
+    /// as completed but not stored, so a retry is answered `409` `response-not-stored`
+    /// rather than run a second time.
+    pub fn cut_off(&mut self) {
+        self.trailers();
+    }
+
+    /// How long the rest of the body is read once its client left.
+    pub fn max_drain_time(&self) -> Duration {
+        self.completion.shared.options.max_drain_time
+    }
+
+    /// The body is complete: store the record and release the key, in one atomic step.
+    /// Begins in this call; finishes even if the returned future is dropped. A holder
+    /// whose lease ran out before this writes nothing (logged, and counted as
+    /// `discarded` in the metrics).
+    pub fn finish(self) -> impl Future<Output = ()> + Send + 'static {
+        let Capture { completion, state } = self;
+        let Completion {
+            guard,
+            fingerprint,
+            shared,
+            ..
+        } = completion;
+        let record = match state {
+            State::Release => None,
+            State::Keep { meta, body, .. } => Some(Record::new(fingerprint, meta, body.freeze())),
+            State::NotKept { status } => Some(Record::new(
+                fingerprint,
+                record_codec::encode_not_kept(status),
+                Bytes::new(),
+            )),
+        };
+        let op: Pin<Box<dyn Future<Output = ()> + Send>> = match record {
+            None => Box::pin(guard.release()),
+            Some(record) => {
+                let key = guard.info().key().clone();
+                let metrics = shared.locker.metrics();
+                let complete = guard.complete(record, shared.options.retention);
+                Box::pin(async move {
+                    match complete.await {
+                        Ok(()) => {}
+                        Err(LockError::NotOwned | LockError::Expired) => {
+                            metrics.discarded();
+                            tracing::warn!(%key, "the lease ran out before the response was stored; not stored");
+                        }
+                        Err(error) => {
+                            tracing::warn!(%key, %error, "storing the response failed (sent twice); the key is released without a record, so a retry runs the request again");
+                        }
+                    }
+                })
+            }
+        };
+        let mut finish = Finish::new(op);
+        // Begin now: an in-process store completes on this first poll.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let done = Pin::new(&mut finish).poll(&mut cx).is_ready();
+        async move {
+            if !done {
+                finish.await;
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Counters, histograms and gauges of a lock layer: exported through the
+//! [`metrics`](https://docs.rs/metrics) facade (feature `metrics`) and readable in process
+//! with [`LockMetrics::snapshot`].
+//!
+//! # Through the `metrics` facade
+//!
+//! With the `metrics` feature, every layer records each event as it happens through the
+//! `metrics` crate's facade, to whatever recorder the application installed (Prometheus,
+//! StatsD, OpenTelemetry…); without a recorder the calls cost next to nothing. The names
+//! follow Prometheus conventions (durations in seconds, counters ending in `_total`), and
+//! every series has a `layer` label: the name set with
+//! [`LockLayerBuilder::metrics_name`](crate::LockLayerBuilder::metrics_name), by default the
+//! layer's namespace or, without one, its extractor's kind (`idempotency-key`).
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `tower_lock_acquired_total` | counter | `layer` | requests that ran holding their key |
+//! | `tower_lock_contended_total` | counter | `layer` | requests that found their key held (rejected, or granted after waiting) |
+//! | `tower_lock_rejected_total` | counter | `layer`, `reason` | rejections, by [`RejectionKind::as_str`] |
+//! | `tower_lock_unlocked_total` | counter | `layer` | requests that ran without a lock (no key under pass-through, fail-open) |
+//! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
+//! | `tower_lock_lost_leases_total` | counter | `layer` | leases lost while their request held them (counted when the request ends) |
+//! | `tower_lock_replayed_total` | counter | `layer` | idempotent requests answered with a stored response |
+//! | `tower_lock_replay_discarded_total` | counter | `layer` | idempotent responses not stored because the holder's lease had run out |
+//! | `tower_lock_wait_seconds` | histogram | `layer` | from the start of the acquisition to the grant |
+//! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
+//! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
+//! | `tower_lock_requests_waiting` | gauge | `layer` | requests whose acquisition is under way now (waiting for a held key, or for the backend's answer) |
+//!
+//! Install the recorder before serving: gauges are moved up and down by events, so a
+//! recorder installed while requests hold or wait starts from their later decrements. For
+//! histograms as Prometheus histograms rather than summaries, give the exporter bucket
+//! bounds, for example [`BUCKET_BOUNDS_SECONDS`] (`examples/prometheus.rs` serves
+//! `/metrics` with `metrics-exporter-prometheus`).
+//!
+//! # In process
+//!
+//! [`LockMetrics`] is a cheap handle on the same numbers kept in atomics, with or without
+//! the feature; [`LockMetrics::snapshot`] reads them all (for tests and health pages).
+//!
+//! ```
+//! # fn demo(layer: tower_lock::LockLayer) {
+//! use tower_lock::metrics::BUCKET_BOUNDS_SECONDS;
+//!
+//! let snap = layer.metrics().snapshot();
+//! println!("acquired {} / rejected {}", snap.acquired, snap.rejected.total());
+//! // Cumulative, as in Prometheus: waits of at most 10 ms (the third bound).
+//! assert_eq!(BUCKET_BOUNDS_SECONDS[2], 0.010);
+//! println!("waits <= 10 ms: {} of {}", snap.wait.buckets[2], snap.wait.count);
+//! # }
+//! ```
+
+use std::{
+    fmt,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, AtomicU64, Ordering::Relaxed},
+    },
+    time::Duration,
+};
+
+use crate::{reject::RejectionKind, retry_after::RecentHolds};
+
+mod histogram;
+mod snapshot;
+// The `metrics` facade, or its empty twin: chosen once, here.
+#[cfg_attr(feature = "metrics", path = "facade.rs")]
+#[cfg_attr(not(feature = "metrics"), path = "silent.rs")]
+mod recorder;
+
+use histogram::Histogram;
+use recorder::Facade;
+
+pub use histogram::BUCKET_BOUNDS_SECONDS;
+pub use snapshot::{HistogramSnapshot, MetricsSnapshot, RejectedCounts};
+
+/// The numbers of one layer, and its series on the `metrics` facade.
+#[derive(Default)]
+struct Inner {
+    acquired: AtomicU64,
+    contended: AtomicU64,
+    unlocked: AtomicU64,
+    degraded: AtomicU64,
+    lost: AtomicU64,
+    replayed: AtomicU64,
+    discarded: AtomicU64,
+    rejected: [AtomicU64; RejectionKind::COUNT],
+    wait: Histogram,
+    hold: Histogram,
+    holding: AtomicI64,
+    waiting: AtomicI64,
+    /// The hold times `Retry-After` is derived from.
+    recent_holds: RecentHolds,
+    facade: Facade,
+}
+
+/// A handle on one layer's counters, histograms and gauges. Cheap to clone; every clone
+/// reads the same numbers.
+#[derive(Clone)]
+pub struct LockMetrics {
+    inner: Arc<Inner>,
+}
+
+impl Default for LockMetrics {
+    fn default() -> Self {
+        LockMetrics::new("")
+    }
+}
+
+impl fmt::Debug for LockMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.snapshot(), f)
+    }
+}
+
+impl LockMetrics {
+    /// The metrics of a layer whose series carry `layer = name`.
+    pub(crate) fn new(name: &str) -> Self {
+        LockMetrics {
+            inner: Arc::new(Inner {
+                facade: Facade::new(name),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Read every counter, histogram and gauge (each is read atomically, not all together).
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let i = &self.inner;
+        let r = |k: RejectionKind| i.rejected[k.index()].load(Relaxed);
+        let gauge = |g: &AtomicI64| u64::try_from(g.load(Relaxed)).unwrap_or(0);
+        MetricsSnapshot {
+            acquired: i.acquired.load(Relaxed),
+            contended: i.contended.load(Relaxed),
+            unlocked: i.unlocked.load(Relaxed),
+            degraded: i.degraded.load(Relaxed),
+            lost: i.lost.load(Relaxed),
+            replayed: i.replayed.load(Relaxed),
+            discarded: i.discarded.load(Relaxed),
+            rejected: RejectedCounts {
+                missing_key: r(RejectionKind::MissingKey),
+                malformed_key: r(RejectionKind::MalformedKey),
+                locked: r(RejectionKind::Locked),
+                conflict: r(RejectionKind::Conflict),
+                timed_out: r(RejectionKind::TimedOut),
+                queue_full: r(RejectionKind::QueueFull),
+                unavailable: r(RejectionKind::BackendUnavailable),
+                fingerprint_mismatch: r(RejectionKind::FingerprintMismatch),
+                not_replayable: r(RejectionKind::NotReplayable),
+                request_too_large: r(RejectionKind::RequestTooLarge),
+                unreadable_body: r(RejectionKind::UnreadableBody),
+            },
+            wait: i.wait.snapshot(),
+            hold: i.hold.snapshot(),
+            holding: gauge(&i.holding),
+            waiting: gauge(&i.waiting),
+        }
+    }
+
+    /// A request was granted its key after `waited`; it holds it until [`held`](Self::held).
+    pub(crate) fn acquired(&self, waited: Duration, contended: bool) {
+        let i = &self.inner;
+        i.acquired.fetch_add(1, Relaxed);
+        if contended {
+            i.contended.fetch_add(1, Relaxed);
+        }
+        i.wait.record(waited);
+        i.holding.fetch_add(1, Relaxed);
+        i.facade.acquired(waited, contended);
+    }
+
+    /// A request that held its key for `d` released it.
+    pub(crate) fn held(&self, d: Duration) {
+        let i = &self.inner;
+        i.hold.record(d);
+        i.recent_holds.record(d);
+        i.holding.fetch_sub(1, Relaxed);
+        i.facade.held(d);
+    }
+
+    pub(crate) fn rejected(&self, kind: RejectionKind) {
+        let i = &self.inner;
+        i.rejected[kind.index()].fetch_add(1, Relaxed);
+        let contended = kind.is_contention();
+        if contended {
+            i.contended.fetch_add(1, Relaxed);
+        }
+        i.facade.rejected(kind, contended);
+    }
+
+    pub(crate) fn unlocked(&self) {
+        self.inner.unlocked.fetch_add(1, Relaxed);
+        self.inner.facade.unlocked();
+    }
+
+    pub(crate) fn degraded(&self) {
+        self.inner.degraded.fetch_add(1, Relaxed);
+        self.inner.facade.degraded();
+    }
+
+    /// A request's lease was lost while it held it.
+    pub(crate) fn lost(&self) {
+        self.inner.lost.fetch_add(1, Relaxed);
+        self.inner.facade.lost();
+    }
+
+    /// A request's acquisition is under way until the returned guard is dropped.
+    pub(crate) fn waiting(&self) -> Waiting {
+        self.inner.waiting.fetch_add(1, Relaxed);
+        self.inner.facade.waiting(1.0);
+        Waiting {
+            metrics: self.clone(),
+        }
+    }
+
+    /// The layer's recent hold-time percentile, for `Retry-After`.
+    pub(crate) fn recent_hold(&self) -> Option<Duration> {
+        self.inner.recent_holds.percentile()
+    }
+}
+
+/// Idempotency replay's events.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+impl LockMetrics {
+    /// An idempotent request was answered with a stored response (idempotency replay).
+    pub(crate) fn replayed(&self) {
+        self.inner.replayed.fetch_add(1, Relaxed);
+        self.inner.facade.replayed();
+    }
+
+    /// Idempotency replay: a response was not stored, its holder's lease having run out.
+    pub(crate) fn discarded(&self) {
+        self.inner.discarded.fetch_add(1, Relaxed);
+        self.inner.facade.discarded();
+    }
+}
+
+/// Counts one request in the `waiting` gauge while it lives.
+pub(crate) struct Waiting {
+    metrics: LockMetrics,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.metrics.inner.waiting.fetch_sub(1, Relaxed);
+        self.metrics.inner.facade.waiting(-1.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn gauges_follow_grants_releases_and_waits() {
+        let m = LockMetrics::default();
+        m.acquired(MS, false);
+        m.acquired(MS, false);
+        let waiting = m.waiting();
+        assert_eq!((m.snapshot().holding, m.snapshot().waiting), (2, 1));
+        m.held(MS);
+        drop(waiting);
+        assert_eq!((m.snapshot().holding, m.snapshot().waiting), (1, 0));
+    }
+
+    #[test]
+    fn lost_and_replayed_are_counted() {
+        let m = LockMetrics::default();
+        m.lost();
+        m.replayed();
+        m.replayed();
+        assert_eq!((m.snapshot().lost, m.snapshot().replayed), (1, 2));
+    }
+}
