@@ -48,10 +48,10 @@ impl fmt::Debug for LockLayerBuilder {
         f.debug_struct("LockLayerBuilder")
             .field("namespace", &self.namespace)
             .field("missing", &self.missing)
-            .field("ttl", &self.short_ttl.unwrap_or(self.options.ttl))
+            .field("ttl", &self.short_ttl.unwrap_or(self.options.lease_ttl()))
             .field("wait", &self.wait_limit())
-            .field("fifo", &self.options.fifo)
-            .field("max_waiters", &self.options.max_waiters)
+            .field("fifo", &self.options.is_fifo())
+            .field("max_waiters", &self.options.waiter_limit())
             .field("backend_failure", &self.backend_failure)
             .field("release", &self.release)
             .finish_non_exhaustive()
@@ -246,7 +246,7 @@ impl LockLayerBuilder {
     /// The wait limit. Never unset: the builder starts from a zero wait and has no setter
     /// for an unlimited one.
     fn wait_limit(&self) -> Duration {
-        self.options.wait.unwrap_or(Duration::MAX)
+        self.options.wait_limit().unwrap_or(Duration::MAX)
     }
 
     /// Check the configuration and build the layer.
@@ -266,16 +266,16 @@ impl LockLayerBuilder {
             Some(ttl) => return Err(ConfigError::TtlTooShort(ttl)),
             None => {}
         }
-        if options.ttl > MAX_DURATION {
+        if options.lease_ttl() > MAX_DURATION {
             return Err(ConfigError::TooLong("ttl"));
         }
         if wait > MAX_DURATION {
             return Err(ConfigError::TooLong("wait"));
         }
-        if wait.is_zero() && options.fifo {
+        if wait.is_zero() && options.is_fifo() {
             return Err(ConfigError::NeedsWait("fifo"));
         }
-        if options.max_waiters == Some(0) {
+        if options.waiter_limit() == Some(0) {
             return Err(ConfigError::ZeroMaxWaiters);
         }
         let problem_type_base = match self.problem_type_base {
@@ -289,7 +289,7 @@ impl LockLayerBuilder {
             Some(methods) => Some(methods.iter().map(|m| m.as_str().into()).collect()),
             None => None,
         };
-        if wait.is_zero() && options.max_waiters.is_some() {
+        if wait.is_zero() && options.waiter_limit().is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
         if !wait.is_zero() && self.busy == RejectionKind::Conflict && !self.replaying {

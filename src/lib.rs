@@ -102,7 +102,8 @@
 //! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] through
 //!   [`key::RequestView`]; the tower service is a thin shell over it.
 //!
-//! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
+//! The [`engine`] module is the lock engine (Redis or in-process), the `tower-lock-engine`
+//! crate re-exported; it knows nothing of HTTP.
 //!
 //! ```
 //! use tower_lock::LockEngine;
@@ -122,8 +123,6 @@
 mod body;
 mod builder;
 mod config_error;
-pub mod engine;
-mod error;
 mod future;
 pub mod idempotency;
 pub mod integration;
@@ -139,10 +138,13 @@ mod service;
 pub use body::LockedBody;
 pub use builder::LockLayerBuilder;
 pub use config_error::ConfigError;
-pub use engine::{
-    Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
+/// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
+/// in-process; it knows nothing of HTTP.
+pub use tower_lock_engine as engine;
+pub use tower_lock_engine::{
+    BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
+    LockOptions, LostSignal, MemoryBackend, Token,
 };
-pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use future::ResponseFuture;
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use layer::LockLayer;

@@ -13,7 +13,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::replay_locker::Capture;
-use crate::engine::background;
+use crate::engine::runtime;
 
 pin_project! {
     /// The request body the inner service of an
@@ -210,7 +210,7 @@ where
                 // Started before the last frame is handed over, so that a client that
                 // has the whole response finds the record when it retries (on an
                 // in-process store it is written on the spot).
-                background::detach(capture.finish());
+                runtime::detach(capture.finish());
             }
         }
         Poll::Ready(frame)

@@ -12,7 +12,7 @@ use super::{
     stored::{self, Stored},
 };
 use crate::{
-    engine::{LockError, LockKey, Record, background::Finish},
+    engine::{LockError, LockKey, Record, runtime::Detachable},
     integration::{LockGuard, Outcome, RequestLocker},
     key::RequestView,
     lease_info::LeaseInfo,
@@ -538,7 +538,7 @@ impl Capture {
                 })
             }
         };
-        let mut finish = Finish::new(op);
+        let mut finish = Detachable::new(op);
         // Begin now: an in-process store completes on this first poll.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let done = Pin::new(&mut finish).poll(&mut cx).is_ready();

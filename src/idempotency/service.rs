@@ -22,7 +22,7 @@ use super::{
     body::{ReplayBody, RequestBody},
     replay_locker::{Begin, Capture, Completion, ReplayLocker},
 };
-use crate::engine::{BoxFuture, LockKey, background};
+use crate::engine::{BoxFuture, LockKey, runtime};
 
 /// Runs the inner service at most once per idempotency key, and replays its stored
 /// response to retries; see [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -376,7 +376,7 @@ where
             Poll::Ready(Some(Err(_))) => return,
         }
     }
-    background::detach(capture.finish());
+    runtime::detach(capture.finish());
 }
 
 async fn drain_into<B>(mut body: Pin<Box<B>>, mut capture: Capture)
@@ -418,6 +418,6 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => drop(handle.spawn(future)),
-        Err(_) => drop(background::handle().spawn(future)),
+        Err(_) => drop(runtime::handle().spawn(future)),
     }
 }

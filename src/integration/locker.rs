@@ -85,10 +85,10 @@ impl fmt::Debug for RequestLocker {
             .field("namespace", &c.namespace)
             .field("kind", &c.extractor.kind())
             .field("missing", &c.missing)
-            .field("ttl", &c.options.ttl)
+            .field("ttl", &c.options.lease_ttl())
             .field("wait", &c.wait)
-            .field("fifo", &c.options.fifo)
-            .field("max_waiters", &c.options.max_waiters)
+            .field("fifo", &c.options.is_fifo())
+            .field("max_waiters", &c.options.waiter_limit())
             .field("backend_failure", &c.backend_failure)
             .field("release", &c.release)
             .finish_non_exhaustive()
@@ -370,10 +370,10 @@ impl RequestLocker {
         let options = &self.shared.config.options;
         let lock = engine
             .lock_key(key.clone())
-            .ttl(options.ttl)
-            .fifo(options.fifo)
+            .ttl(options.lease_ttl())
+            .fifo(options.is_fifo())
             .wait(wait);
-        match options.max_waiters {
+        match options.waiter_limit() {
             Some(max) => lock.max_waiters(max),
             None => lock,
         }
