@@ -173,7 +173,7 @@ pub struct Capabilities<'a> {
 /// wraps one (to count, delay or fail its calls) is always called through [`Backend`].
 ///
 /// [`LockEngine::new`]: super::LockEngine::new
-pub(crate) trait Immediate: Send + Sync {
+pub(crate) trait SynchronousBackend: Send + Sync {
     /// Acquire `req.key` now if that can be decided now: granted (free, or already held
     /// by `req.token`), or refused without waiting (busy with a zero wait, waiter limit
     /// reached). `None`: the caller must wait, through [`Backend::acquire`]; nothing was

@@ -247,12 +247,12 @@ impl Lease {
     /// Release on the spot if the backend can (the in-process one): no future to make,
     /// box or poll. `None`: it cannot, and nothing was done.
     fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
-        let immediate = self.engine.immediate.as_deref()?;
-        // `stop`, field by field: `immediate` borrows the engine.
+        let synchronous = self.engine.synchronous.as_deref()?;
+        // `stop`, field by field: `synchronous` borrows the engine.
         self.handed_off = true;
         self.state.released.store(true, Ordering::Release);
         self.engine.watchdog.unregister(self.id);
-        let result = immediate.release_now(&self.state.key, &self.state.token);
+        let result = synchronous.release_now(&self.state.key, &self.state.token);
         tracing::trace!(key = %self.state.key, ok = result.is_ok(), "lock released");
         Some(result)
     }

@@ -72,7 +72,7 @@ mod status;
 mod watchdog;
 
 pub use admin::LockAdmin;
-pub(crate) use backend::Immediate;
+pub(crate) use backend::SynchronousBackend;
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,

@@ -129,12 +129,12 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
-        let immediate = self.engine.shared.immediate.as_deref()?;
+        let synchronous = self.engine.shared.synchronous.as_deref()?;
         let (req, started) = match self.request(self.options.wait) {
             Ok(prepared) => prepared,
             Err(e) => return Some(Err(e)),
         };
-        let grant = immediate.acquire_now(&req, started)?;
+        let grant = synchronous.acquire_now(&req, started)?;
         // Decided without waiting: it waited for nothing (and reads no clock to say so).
         Some(grant.map(|grant| self.lease(req, grant, Duration::ZERO)))
     }
@@ -175,8 +175,8 @@ impl Lock {
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
-        if let Some(immediate) = self.engine.shared.immediate.as_deref()
-            && let Some(grant) = immediate.acquire_now(&req, started)
+        if let Some(synchronous) = self.engine.shared.synchronous.as_deref()
+            && let Some(grant) = synchronous.acquire_now(&req, started)
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }

@@ -3,7 +3,7 @@
 use std::{any::Any, fmt, sync::Arc};
 
 use super::{
-    AdminBackend, Backend, Immediate, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
+    AdminBackend, Backend, SynchronousBackend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
     LockPool, MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
     lock::Lock, watchdog::Watchdog,
 };
@@ -11,7 +11,7 @@ use super::{
 pub(crate) struct EngineShared {
     pub(crate) backend: Arc<dyn Backend>,
     /// The same backend's synchronous path, when it is the in-process one.
-    pub(crate) immediate: Option<Arc<dyn Immediate>>,
+    pub(crate) synchronous: Option<Arc<dyn SynchronousBackend>>,
     pub(crate) watchdog: Watchdog,
     defaults: LockOptions,
 }
@@ -58,13 +58,13 @@ impl LockEngine {
     pub fn new(backend: impl Backend) -> Self {
         let backend = Arc::new(backend);
         // The in-process backend itself (not a wrapper around one, whose own `acquire` and
-        // `release` must run) also answers on the spot: see `Immediate`.
+        // `release` must run) also answers on the spot: see `SynchronousBackend`.
         let any: Arc<dyn Any + Send + Sync> = backend.clone();
-        let immediate = any
+        let synchronous = any
             .downcast::<MemoryBackend>()
             .ok()
-            .map(|memory| memory as Arc<dyn Immediate>);
-        Self::build(backend, immediate, LockOptions::default())
+            .map(|memory| memory as Arc<dyn SynchronousBackend>);
+        Self::build(backend, synchronous, LockOptions::default())
     }
 
     /// An engine over a shared backend.
@@ -74,13 +74,13 @@ impl LockEngine {
 
     fn build(
         backend: Arc<dyn Backend>,
-        immediate: Option<Arc<dyn Immediate>>,
+        synchronous: Option<Arc<dyn SynchronousBackend>>,
         defaults: LockOptions,
     ) -> Self {
         LockEngine {
             shared: Arc::new(EngineShared {
                 backend,
-                immediate,
+                synchronous,
                 watchdog: Watchdog::new(),
                 defaults,
             }),
@@ -91,7 +91,7 @@ impl LockEngine {
     pub fn with_defaults(self, defaults: LockOptions) -> Self {
         Self::build(
             self.shared.backend.clone(),
-            self.shared.immediate.clone(),
+            self.shared.synchronous.clone(),
             defaults,
         )
     }

@@ -17,7 +17,7 @@ use tokio::{
 
 use super::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder, LockError,
-    LockKey, Renewal, Token, backend::Immediate, options::after,
+    LockKey, Renewal, Token, backend::SynchronousBackend, options::after,
 };
 
 mod capabilities;
@@ -356,7 +356,7 @@ impl MemoryBackend {
 
     /// Decide `req` on `entry` (its shard locked) without waiting: granted, or refused
     /// at once; `None` when it has to queue. Shared by the synchronous path
-    /// ([`Immediate::acquire_now`]) and [`Backend::acquire`], so both decide alike.
+    /// ([`SynchronousBackend::acquire_now`]) and [`Backend::acquire`], so both decide alike.
     fn decide(
         &self,
         entry: &mut Entry,
@@ -568,7 +568,7 @@ impl Backend for MemoryBackend {
     }
 }
 
-impl Immediate for MemoryBackend {
+impl SynchronousBackend for MemoryBackend {
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
         let mut shard = self.shard(&req.key);
         shard.sweep(now);
