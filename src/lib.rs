@@ -138,13 +138,6 @@ mod service;
 pub use body::LockedBody;
 pub use builder::LockLayerBuilder;
 pub use config_error::ConfigError;
-/// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
-/// in-process; it knows nothing of HTTP.
-pub use tower_lock_engine as engine;
-pub use tower_lock_engine::{
-    BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
-    LockOptions, LostSignal, MemoryBackend, Token,
-};
 pub use future::ResponseFuture;
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use layer::LockLayer;
@@ -153,6 +146,13 @@ pub use metrics::LockMetrics;
 pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
 pub use service::LockService;
+/// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
+/// in-process; it knows nothing of HTTP.
+pub use tower_lock_engine as engine;
+pub use tower_lock_engine::{
+    BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
+    LockOptions, LostSignal, MemoryBackend, Token,
+};
 
 // The README's code blocks compile as doctests, so it cannot drift from the API.
 #[cfg(doctest)]

@@ -12,10 +12,11 @@ use std::{
 use tokio::time::Instant;
 
 use super::{
-    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token, runtime,
+    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token,
     lock_engine::EngineShared,
     lost::{Lost, LostSignal},
     options::{after, check_ttl},
+    runtime,
 };
 
 pub(super) fn renew_interval(ttl: Duration) -> Duration {

@@ -73,11 +73,11 @@ mod watchdog;
 
 pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
-pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
     PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
+pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
 pub use lease::Lease;
 pub use lock::Lock;

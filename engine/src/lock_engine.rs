@@ -3,9 +3,9 @@
 use std::{any::Any, fmt, sync::Arc};
 
 use super::{
-    AdminBackend, Backend, SynchronousBackend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
-    LockPool, MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
-    lock::Lock, watchdog::Watchdog,
+    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
+    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
+    SynchronousBackend, lock::Lock, watchdog::Watchdog,
 };
 
 pub(crate) struct EngineShared {

@@ -148,7 +148,10 @@ impl<T: Send + 'static> Future for Detachable<T> {
         if let Some(output) = self.done.take() {
             return Poll::Ready(output);
         }
-        let op = self.op.as_mut().expect("Detachable polled after completion");
+        let op = self
+            .op
+            .as_mut()
+            .expect("Detachable polled after completion");
         let _in = handle().enter();
         let out = std::task::ready!(op.as_mut().poll(cx));
         self.op = None;

@@ -10,10 +10,11 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    Renewal, runtime,
+    Renewal,
     lease::{LeaseState, renew_interval},
     lock_engine::EngineShared,
     options::after,
+    runtime,
 };
 
 /// How much earlier than due a renewal may be sent, to join a batch going out anyway.

@@ -14,8 +14,7 @@ use tracing::Instrument;
 
 use super::{LockGuard, Outcome, outage::OutageLog};
 use crate::{
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, LockOptions},
-    error::{KeyError, LockError},
+    engine::{BoxFuture, KeyError, Lease, Lock, LockEngine, LockError, LockKey, LockOptions},
     key::{KeyExtractor, RequestView},
     lease_info::LeaseInfo,
     metrics::LockMetrics,

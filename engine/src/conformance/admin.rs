@@ -1,17 +1,7 @@
 //! The admin capability: a key's status, and a forced release that hands the key on.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
-
-use tokio::time::{Instant, sleep, timeout};
-
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue, until_waiters};
+use crate::{LockError, LockStatus, Token};
 
 pub async fn status_tells_free_locked_reserved_and_no_expiry(h: &impl Harness) {
     let engine = h.engine();

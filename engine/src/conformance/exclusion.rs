@@ -3,16 +3,13 @@
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
 
-use tokio::time::{Instant, sleep, timeout};
-
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
 
 async fn exclusion_rounds(h: &impl Harness, fifo: bool) {
     const TASKS: usize = 8;

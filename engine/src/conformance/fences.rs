@@ -1,17 +1,10 @@
 //! Fencing tokens: strictly increasing per key, across releases, expiries and re-entry.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::sync::{Arc, Mutex};
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::sleep;
 
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
 
 pub async fn fences_strictly_increase_per_key(h: &impl Harness) {
     let engine = h.engine();

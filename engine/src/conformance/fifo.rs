@@ -1,17 +1,8 @@
 //! FIFO mode: grants follow arrival order, with no waiter overtaken.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::sync::{Arc, Mutex};
 
-use tokio::time::{Instant, sleep, timeout};
-
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue, until_waiters};
 
 pub async fn fifo_grants_in_arrival_order_with_zero_overtakes(h: &impl Harness) {
     const WAITERS: usize = 8;

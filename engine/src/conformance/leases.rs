@@ -1,18 +1,10 @@
 //! Leases over time: the watchdog renews a live lease, `lost()` fires when it is gone or
 //! its deadline passes unconfirmed, and dropping a lease releases it at once.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
-
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
+use crate::LockError;
 
 pub async fn watchdog_keeps_lease_past_its_ttl(h: &impl Harness) {
     let engine = h.engine();

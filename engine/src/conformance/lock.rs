@@ -1,18 +1,12 @@
 //! The core lock operations: try, acquire with a wait limit, release, extend, re-entry by
 //! token, expiry, key validation, inspection, and durations out of range.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::{Instant, sleep};
 
 use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use crate::{LockError, LockKey, Token};
 
 pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harness) {
     let engine = h.engine();

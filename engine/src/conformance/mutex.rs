@@ -1,17 +1,9 @@
 //! `KeyMutex`: released on every exit path, with typed "held" / "not held" errors.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use tokio::time::sleep;
 
-use tokio::time::{Instant, sleep, timeout};
-
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
+use crate::MutexError;
 
 pub async fn key_mutex_releases_on_every_exit_path(h: &impl Harness) {
     let engine = h.engine();

@@ -1,18 +1,12 @@
 //! The numeric capability: compare-and-set for every comparison, expiry and deletion, TTLs
 //! out of range.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::sleep;
 
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
+use crate::{Compare, LockError, MAX_TTL};
 
 pub async fn numeric_compare_and_set_follows_each_comparison(h: &impl Harness) {
     let engine = h.engine();

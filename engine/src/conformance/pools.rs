@@ -1,17 +1,7 @@
 //! The pool capability: membership, and the health of every member read at one instant.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
-
-use tokio::time::{Instant, sleep, timeout};
-
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue};
+use crate::{LockStatus, Token};
 
 pub async fn pool_membership_and_health(h: &impl Harness) {
     let engine = h.engine();

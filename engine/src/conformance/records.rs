@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::{Lease, LockEngine, LockError, LockKey, Record};
 use bytes::Bytes;
 use tokio::time::{sleep, timeout};
-use crate::{Lease, LockEngine, LockError, LockKey, Record};
 
 use super::{Harness, assert_no_residue, until_waiters};
 

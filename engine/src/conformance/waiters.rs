@@ -2,18 +2,12 @@
 //! stale waiter cannot harm the next holder, and a waiter follows a shorter successor
 //! lease.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    },
-    time::Duration,
-};
+use std::time::Duration;
 
-use tokio::time::{Instant, sleep, timeout};
+use tokio::time::sleep;
 
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{Backend, Compare, LockEngine, LockError, LockKey, LockStatus, MAX_TTL, MutexError, Token};
+use super::{Harness, assert_no_residue, until_waiters};
+use crate::LockError;
 
 pub async fn cancelled_waiters_leave_no_residue(h: &impl Harness) {
     for fifo in [false, true] {

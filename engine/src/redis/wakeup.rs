@@ -215,8 +215,7 @@ impl Wakeup {
         // runtime shut down would end the task.
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.subscribed.clear();
-            st.task =
-                Some(crate::runtime::handle().spawn(run(Arc::downgrade(&self.shared))));
+            st.task = Some(crate::runtime::handle().spawn(run(Arc::downgrade(&self.shared))));
         }
         drop(st);
         if wanted {
