@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::{
     FALLBACK_CAP, FENCE_MARGIN, Inner,
-    connection::Conn,
+    commands::Conn,
     millis,
     names::Names,
     remaining,
@@ -122,7 +122,7 @@ impl Inner {
         what: &'static str,
         inv: &ScriptInvocation<'_>,
     ) -> Result<T, LockError> {
-        self.pool
+        self.commands
             .invoke(what, inv)
             .await
             .map_err(LockError::Backend)
@@ -157,11 +157,11 @@ impl Inner {
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
                 None => {
-                    let reply = self.pool.invoke_pinned("acquire", &inv, pin).await;
+                    let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;
                     (reply.map_err(LockError::Backend)?, None)
                 }
                 Some(ack) => {
-                    let reply = self.pool.invoke_acked("acquire", &inv, ack, pin).await;
+                    let reply = self.commands.invoke_acked("acquire", &inv, ack, pin).await;
                     let (reply, acked) = reply.map_err(LockError::Backend)?;
                     (reply, Some(acked))
                 }
@@ -218,7 +218,11 @@ impl Inner {
                 .arg(keys.len())
                 .arg(&keys)
                 .arg(&args);
-            match self.pool.query_on::<i64>("leave", &eval, &mut conn).await {
+            match self
+                .commands
+                .query_on::<i64>("leave", &eval, &mut conn)
+                .await
+            {
                 Ok(pttl) => return Ok(remaining(pttl)),
                 // That connection is gone, and with it anything still unsent on it.
                 Err(e) if e.kind() == BackendErrorKind::Unavailable => {}

@@ -1,19 +1,22 @@
 //! [`RedisBackendBuilder`]: validates the configuration, connects, loads the scripts.
 
-use std::{sync::Arc, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_COMMAND_TIMEOUT, MAX_PREFIX_LEN, RedisBackend,
-    connection::{ClientSource, Connector, Pool, ReplicaAck},
-    millis, scripts, server_checks,
-    wakeup::{Subscriber, Wakeup},
+    commands::{Commands, ReplicaAck},
+    connector::{ClientSource, Connector},
+    millis,
+    pool::ServerPool,
+    scripts, server_checks,
+    wakeup::{self, Subscriber, Wakeup},
 };
-use crate::{BackendError, BackendErrorKind};
+use crate::{BackendError, BackendErrorKind, BoxFuture};
 
 /// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Clone, Debug)]
 pub struct RedisBackendBuilder {
-    target: Target,
+    target: Arc<dyn Target>,
     prefix: String,
     command_timeout: Duration,
     pool_size: u32,
@@ -22,48 +25,72 @@ pub struct RedisBackendBuilder {
     start_before_redis: bool,
 }
 
-/// Where the backend connects: what the application handed to the constructor.
-#[derive(Clone, Debug)]
-pub(super) enum Target {
-    Url(String),
-    /// Boxed, as is the next: each is ten times the size of a URL.
-    Client(Box<redis::Client>),
-    Info(Box<redis::ConnectionInfo>),
-    /// Some of a cluster's nodes (redis-rs discovers the others).
-    #[cfg(feature = "redis-cluster")]
-    Cluster(Vec<String>),
-    /// Sentinels and the name of the primary they watch.
-    #[cfg(feature = "redis-sentinel")]
-    Sentinel {
-        sentinels: Vec<String>,
-        service: String,
-    },
-}
+/// Where the backend connects: what the application handed to the constructor. Each kind
+/// makes its own command connections and wake-up subscriber: one server (here), the
+/// primary Sentinel names (`sentinel`), a Redis Cluster (`cluster`).
+pub(super) trait Target: fmt::Debug + Send + Sync {
+    /// The command connections, each call within `timeout`, and the subscriber; at most
+    /// `pool_size` connections where they are pooled.
+    fn connect(
+        &self,
+        timeout: Duration,
+        pool_size: u32,
+    ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>>;
 
-impl Target {
-    fn client(self) -> Result<redis::Client, redis::RedisError> {
-        match self {
-            Target::Url(url) => redis::Client::open(url.as_str()),
-            Target::Client(client) => Ok(*client),
-            Target::Info(info) => redis::Client::open(*info),
-            #[cfg(feature = "redis-cluster")]
-            Target::Cluster(_) => unreachable!("a cluster has no single client"),
-            #[cfg(feature = "redis-sentinel")]
-            Target::Sentinel { .. } => unreachable!("Sentinel names the client per connection"),
-        }
-    }
-
+    /// Whether it is a Redis Cluster: sharded wake-up channels, one script call per slot.
     fn is_cluster(&self) -> bool {
-        #[cfg(feature = "redis-cluster")]
-        if let Target::Cluster(_) = self {
-            return true;
-        }
         false
     }
 }
 
+/// One server: a URL, or a client or connection settings the application configured.
+#[derive(Clone, Debug)]
+pub(super) enum Server {
+    Url(String),
+    /// Boxed, as is the next: each is ten times the size of a URL.
+    Client(Box<redis::Client>),
+    Info(Box<redis::ConnectionInfo>),
+}
+
+impl Target for Server {
+    fn connect(
+        &self,
+        timeout: Duration,
+        pool_size: u32,
+    ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>> {
+        let client = match self.clone() {
+            Server::Url(url) => redis::Client::open(url.as_str()),
+            Server::Client(client) => Ok(*client),
+            Server::Info(info) => redis::Client::open(*info),
+        };
+        Box::pin(async move {
+            let client = client.map_err(|e| {
+                BackendError::new(
+                    BackendErrorKind::Config,
+                    "invalid redis URL or connection settings",
+                )
+                .with_source(e)
+            })?;
+            Ok(one_server(Box::new(client), timeout, pool_size))
+        })
+    }
+}
+
+/// The command pool and the subscriber of one server whose address comes from `client`
+/// (fixed, or the primary Sentinel names now): both connect through one [`Connector`], so
+/// a failure either sees retires the other's connections too.
+pub(super) fn one_server(
+    client: Box<dyn ClientSource>,
+    timeout: Duration,
+    pool_size: u32,
+) -> (Commands, Subscriber) {
+    let connector = Arc::new(Connector::new(client, timeout));
+    let pool = ServerPool::new(connector.clone(), pool_size, timeout);
+    (Commands::new(pool, timeout), wakeup::single(connector))
+}
+
 impl RedisBackendBuilder {
-    pub(super) fn new(target: Target) -> Self {
+    pub(super) fn new(target: Arc<dyn Target>) -> Self {
         RedisBackendBuilder {
             target,
             prefix: DEFAULT_PREFIX.to_owned(),
@@ -195,10 +222,13 @@ impl RedisBackendBuilder {
             }
         };
         let cluster = self.target.is_cluster();
-        let (pool, subscriber) = self.connect().await?;
+        let (commands, subscriber) = self
+            .target
+            .connect(self.command_timeout, self.pool_size)
+            .await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
-        let reachable = match pool.load(&scripts::all()).await {
+        let reachable = match commands.load(&scripts::all()).await {
             Ok(()) => true,
             // Unreachable for now: the pool's probe looks for the server, and calls fail at
             // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
@@ -218,9 +248,9 @@ impl RedisBackendBuilder {
         // nor send grants, is refused now rather than found out under load.
         if reachable {
             if !self.allow_evicting_policy {
-                server_checks::eviction(&pool).await?;
+                server_checks::eviction(&commands).await?;
             }
-            server_checks::channels(&pool, &self.prefix, cluster).await?;
+            server_checks::channels(&commands, &self.prefix, cluster).await?;
         }
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
@@ -229,80 +259,13 @@ impl RedisBackendBuilder {
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 wakeup: Wakeup::new(subscriber, self.command_timeout),
-                pool,
+                commands,
                 prefix: self.prefix,
                 ticket_ttl_ms: millis(ticket_ttl),
                 replica_ack,
                 cluster,
             }),
         })
-    }
-}
-
-impl RedisBackendBuilder {
-    /// The command connections and the subscriber, for the target.
-    async fn connect(&self) -> Result<(Pool, Subscriber), BackendError> {
-        let config = |msg: &str| BackendError::new(BackendErrorKind::Config, msg);
-        let client =
-            match &self.target {
-                #[cfg(feature = "redis-cluster")]
-                Target::Cluster(nodes) => return self.connect_cluster(nodes).await,
-                #[cfg(feature = "redis-sentinel")]
-                Target::Sentinel { sentinels, service } => {
-                    // Half a connect's budget for the lookup, half for the connect itself.
-                    let budget = self.command_timeout / 2;
-                    let sentinel = super::sentinel::SentinelLookup::new(sentinels, service, budget)
-                        .map_err(|e| config("invalid redis sentinel URLs").with_source(e))?;
-                    ClientSource::Sentinel(sentinel)
-                }
-                target => ClientSource::Fixed(target.clone().client().map_err(|e| {
-                    config("invalid redis URL or connection settings").with_source(e)
-                })?),
-            };
-        let connector = Arc::new(Connector::new(client, self.command_timeout));
-        let pool = Pool::new(connector.clone(), self.pool_size, self.command_timeout);
-        Ok((pool, Subscriber::Single { connector }))
-    }
-
-    /// One cluster connection for commands (redis-rs keeps one multiplexed connection per
-    /// node behind it, so there is no pool); the subscriber makes its own RESP3 one.
-    #[cfg(feature = "redis-cluster")]
-    async fn connect_cluster(&self, nodes: &[String]) -> Result<(Pool, Subscriber), BackendError> {
-        use redis::cluster::ClusterClientBuilder;
-
-        let timeout = self.command_timeout;
-        let builder = {
-            let nodes = nodes.to_vec();
-            move || {
-                ClusterClientBuilder::new(nodes.clone())
-                    .connection_timeout(timeout)
-                    .response_timeout(timeout)
-            }
-        };
-        let client = builder().build().map_err(|e| {
-            BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
-                .with_source(e)
-        })?;
-        // Made on the engine's runtime, where its driver task then lives (see
-        // `runtime::on_engine`).
-        let connect = crate::runtime::on_engine(client.get_async_connection());
-        let conn = match tokio::time::timeout(timeout, connect).await {
-            Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return Err(super::connection::map_error("cluster connect", e)),
-            Err(_) => {
-                return Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("no redis cluster connection within {timeout:?}"),
-                ));
-            }
-        };
-        let subscriber = Subscriber::Cluster(Box::new(move |push| {
-            builder()
-                .use_protocol(redis::ProtocolVersion::RESP3)
-                .push_sender(push)
-                .build()
-        }));
-        Ok((Pool::cluster(conn, timeout), subscriber))
     }
 }
 

@@ -4,8 +4,14 @@ mod acquire;
 mod backend;
 mod builder;
 mod capabilities;
-mod connection;
+// Each optional backend is gated once, here: its module holds its constructor, its
+// connections and (for a cluster) its subscriber task.
+#[cfg(feature = "redis-cluster")]
+mod cluster;
+mod commands;
+mod connector;
 mod names;
+mod pool;
 mod records;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]
@@ -20,9 +26,9 @@ use std::{fmt, sync::Arc, time::Duration};
 /// [`RedisBackend::from_connection_info`], and no version mismatch can arise.
 pub use ::redis;
 pub use builder::RedisBackendBuilder;
-use builder::Target;
+use builder::Server;
 
-use self::{connection::Pool, wakeup::Wakeup};
+use self::{commands::Commands, wakeup::Wakeup};
 use super::{KeyError, LockError, LockKey};
 use crate::{BackendError, BackendErrorKind};
 
@@ -49,7 +55,7 @@ pub struct RedisBackend {
 }
 
 struct Inner {
-    pool: Pool,
+    commands: Commands,
     wakeup: Wakeup,
     prefix: String,
     /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
@@ -57,7 +63,7 @@ struct Inner {
     /// was handed), which their tickets carry to whichever node releases.
     ticket_ttl_ms: u64,
     /// `WAIT` behind every acquire script, if configured.
-    replica_ack: Option<connection::ReplicaAck>,
+    replica_ack: Option<commands::ReplicaAck>,
     /// On a Redis Cluster: sharded wake-up channels, one script call per slot.
     cluster: bool,
 }
@@ -81,7 +87,7 @@ impl RedisBackend {
     /// A builder for `url` (`redis://host:port/db`; `rediss://…` with the `redis-tls`
     /// feature).
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
-        RedisBackendBuilder::new(Target::Url(url.into()))
+        RedisBackendBuilder::new(Arc::new(Server::Url(url.into())))
     }
 
     /// A builder over a [`redis::Client`] the application already configured: its address,
@@ -90,49 +96,18 @@ impl RedisBackend {
     /// the `redis-tls` feature) are used as they are. The backend opens its own connections
     /// from it (a pool, and one subscriber connection).
     pub fn from_client(client: redis::Client) -> RedisBackendBuilder {
-        RedisBackendBuilder::new(Target::Client(Box::new(client)))
+        RedisBackendBuilder::new(Arc::new(Server::Client(Box::new(client))))
     }
 
     /// A builder over connection settings the application already has (host, port,
     /// database, username, password, TLS): [`redis::ConnectionInfo`].
     pub fn from_connection_info(info: redis::ConnectionInfo) -> RedisBackendBuilder {
-        RedisBackendBuilder::new(Target::Info(Box::new(info)))
+        RedisBackendBuilder::new(Arc::new(Server::Info(Box::new(info))))
     }
 
     /// Connect with the defaults: prefix `"tower-lock"`, 500 ms timeout, 16 connections.
     pub async fn connect(url: impl Into<String>) -> Result<RedisBackend, BackendError> {
         Self::builder(url).build().await
-    }
-
-    /// A builder for a Redis Cluster, given the URLs of some of its nodes
-    /// (`redis://host:port`; the others are discovered). Commands go to each lock's slot
-    /// through redis-rs's cluster client, wake-ups use sharded pub/sub; see the
-    /// [module docs](self#redis-cluster) for what differs from one server. The pool size
-    /// does not apply: the cluster client keeps one multiplexed connection per node.
-    #[cfg(feature = "redis-cluster")]
-    pub fn cluster<I, S>(nodes: I) -> RedisBackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisBackendBuilder::new(Target::Cluster(nodes.into_iter().map(Into::into).collect()))
-    }
-
-    /// A builder for the primary that Redis Sentinel names `service` (`mymaster` in
-    /// Sentinel's examples), given the URLs of some Sentinels (`redis://host:26379`).
-    /// Every new connection asks Sentinel for the current primary, so after a failover the
-    /// backend follows it: connections that fail (or find their server demoted:
-    /// `READONLY`) are retired, and their replacements go to the new primary.
-    #[cfg(feature = "redis-sentinel")]
-    pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> RedisBackendBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        RedisBackendBuilder::new(Target::Sentinel {
-            sentinels: sentinels.into_iter().map(Into::into).collect(),
-            service: service.into(),
-        })
     }
 
     /// The key prefix.

@@ -32,7 +32,7 @@ impl RecordBackend for RedisBackend {
             );
             let (fp, meta, body, at): Fields = self
                 .inner
-                .pool
+                .commands
                 .query("record", &cmd)
                 .await
                 .map_err(LockError::Backend)?;
@@ -66,7 +66,7 @@ impl RecordBackend for RedisBackend {
             cmd.arg(object_name(&self.inner.prefix, "rec", key));
             let deleted: u64 = self
                 .inner
-                .pool
+                .commands
                 .query("forget record", &cmd)
                 .await
                 .map_err(LockError::Backend)?;

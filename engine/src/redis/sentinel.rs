@@ -1,4 +1,5 @@
-//! Finding the primary that Redis Sentinel names, within a budget.
+//! Redis Sentinel (feature `redis-sentinel`, gated once, where this module is declared):
+//! [`RedisBackend::sentinel`], and finding the primary Sentinel names, within a budget.
 //!
 //! Every Sentinel is asked at once (`SENTINEL GET-MASTER-ADDR-BY-NAME`), each on a
 //! connection of its own made for the question, and the first answer wins: one Sentinel
@@ -11,10 +12,65 @@
 //! without a timeout, behind a lock that every new connection needed: one hung Sentinel
 //! stopped every reconnect of the engine, the wake-up subscriber's included.)
 
-use std::{sync::Mutex, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures_util::future::select_ok;
 use redis::{Client, RedisError};
+
+use super::{
+    RedisBackend, RedisBackendBuilder,
+    builder::{Target, one_server},
+    commands::Commands,
+    connector::ClientSource,
+    wakeup::Subscriber,
+};
+use crate::{BackendError, BackendErrorKind, BoxFuture};
+
+impl RedisBackend {
+    /// A builder for the primary that Redis Sentinel names `service` (`mymaster` in
+    /// Sentinel's examples), given the URLs of some Sentinels (`redis://host:26379`).
+    /// Every new connection asks Sentinel for the current primary, so after a failover the
+    /// backend follows it: connections that fail (or find their server demoted:
+    /// `READONLY`) are retired, and their replacements go to the new primary.
+    pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> RedisBackendBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedisBackendBuilder::new(Arc::new(Sentinels {
+            urls: sentinels.into_iter().map(Into::into).collect(),
+            service: service.into(),
+        }))
+    }
+}
+
+/// Sentinels and the name of the primary they watch.
+#[derive(Debug)]
+struct Sentinels {
+    urls: Vec<String>,
+    service: String,
+}
+
+impl Target for Sentinels {
+    fn connect(
+        &self,
+        timeout: Duration,
+        pool_size: u32,
+    ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>> {
+        // Half a connect's budget for the lookup, half for the connect itself.
+        let lookup = SentinelLookup::new(&self.urls, &self.service, timeout / 2);
+        Box::pin(async move {
+            let lookup = lookup.map_err(|e| {
+                BackendError::new(BackendErrorKind::Config, "invalid redis sentinel URLs")
+                    .with_source(e)
+            })?;
+            Ok(one_server(Box::new(lookup), timeout, pool_size))
+        })
+    }
+}
 
 /// The Sentinels and the service they watch.
 pub(crate) struct SentinelLookup {
@@ -105,5 +161,15 @@ impl SentinelLookup {
                 None => Err(e),
             },
         }
+    }
+}
+
+impl ClientSource for SentinelLookup {
+    fn client(&self) -> BoxFuture<'_, Result<Client, RedisError>> {
+        Box::pin(self.primary())
+    }
+
+    fn describe(&self) -> String {
+        "the redis primary that Sentinel names".to_owned()
     }
 }

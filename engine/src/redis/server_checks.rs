@@ -8,14 +8,14 @@
 
 use redis::Value;
 
-use super::connection::Pool;
+use super::commands::Commands;
 use crate::{BackendError, BackendErrorKind};
 
 /// Refuse a server whose `maxmemory-policy` may evict keys (every engine key has a TTL, so
 /// `volatile-*` policies evict them as readily as `allkeys-*` ones). The policy is read
 /// with `CONFIG GET`, or from `INFO memory` where `CONFIG` is renamed or refused; a server
 /// that answers neither is refused too (the policy cannot be vouched for).
-pub(super) async fn eviction(pool: &Pool) -> Result<(), BackendError> {
+pub(super) async fn eviction(pool: &Commands) -> Result<(), BackendError> {
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("maxmemory-policy");
     let from_config = match pool.query::<Value>("CONFIG GET", &config).await {
@@ -86,7 +86,11 @@ pub(super) async fn eviction(pool: &Pool) -> Result<(), BackendError> {
 /// the user `ACL WHOAMI` names; where the user may not run `ACL` (or the server is older),
 /// the publish right is tried for real, on a channel no lock uses (nobody listens: it
 /// changes nothing). A server without ACLs (Redis < 6) is not checked.
-pub(super) async fn channels(pool: &Pool, prefix: &str, cluster: bool) -> Result<(), BackendError> {
+pub(super) async fn channels(
+    pool: &Commands,
+    prefix: &str,
+    cluster: bool,
+) -> Result<(), BackendError> {
     let (kind, publish, subscribe) = if cluster {
         ("swake", "SPUBLISH", "SSUBSCRIBE")
     } else {

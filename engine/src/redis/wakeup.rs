@@ -4,12 +4,12 @@
 //! Channels are reference counted: the first local waiter of a key subscribes; after the
 //! last one leaves, the channel stays subscribed for [`LINGER`] (a key contended once is
 //! likely contended again soon, and a subscription already in place spares the next waiter
-//! a round trip: see [`Wakeup::mark`]). One background task owns the subscriber connection.
-//! It reconciles the wanted channels with the subscribed ones (batched SUBSCRIBE /
-//! UNSUBSCRIBE); messages are dispatched as the connection reads them (RESP3 pushes, see
-//! `run_single`); and when the connection breaks the task reconnects,
-//! resubscribes every wanted channel, and wakes every local waiter once to retry (a grant
-//! may have been published while it was away).
+//! a round trip: see [`Wakeup::mark`]). One background task owns the subscriber connection
+//! (`task`; on a Redis Cluster, the cluster module's): it reconciles the wanted channels
+//! with the subscribed ones (batched SUBSCRIBE / UNSUBSCRIBE, `reconcile`); messages are
+//! dispatched as the connection reads them (RESP3 pushes, `pushes`); and when the
+//! connection breaks the task reconnects, resubscribes every wanted channel, and wakes every
+//! local waiter once to retry (a grant may have been published while it was away).
 //!
 //! A message is a grant, `"<ticket id>|<ticket deadline> <fence> <px>"`: it wakes exactly the
 //! waiter holding that ticket, if it waits here. A grant that arrives before its waiter has
@@ -25,9 +25,15 @@ use std::{
 
 use tokio::{sync::Notify, task::JoinHandle, time::Instant};
 
-#[cfg(test)]
-use super::connection::ClientSource;
-use super::connection::Connector;
+use crate::BoxFuture;
+
+mod pushes;
+mod reconcile;
+pub(crate) mod task;
+
+pub(crate) use pushes::{Pushes, pushes};
+pub(crate) use reconcile::{Event, Sink, next_event, reconcile, timeout};
+pub(crate) use task::single;
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(1);
@@ -45,78 +51,20 @@ pub(crate) enum Woken {
     Retry,
 }
 
-/// How the subscriber connection is made.
-// One per backend, made once: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Subscriber {
-    /// One server: a RESP3 connection (`SUBSCRIBE`, messages as pushes), made through the
-    /// command pool's connector (for Sentinel: to the primary it names now).
-    Single { connector: Arc<Connector> },
-    /// A cluster: a RESP3 cluster connection whose pushes arrive on the sender handed to
-    /// this function, subscribed with `SSUBSCRIBE`.
-    #[cfg(feature = "redis-cluster")]
-    Cluster(Box<ClusterSubscriber>),
-}
-
-/// Makes a cluster client that sends its pushes to the given sender.
-#[cfg(feature = "redis-cluster")]
-pub(crate) type ClusterSubscriber =
-    dyn Fn(Pushes) -> redis::RedisResult<redis::cluster::ClusterClient> + Send + Sync;
-
-/// The push sender of a subscriber connection.
-///
-/// A published message is dispatched right where redis-rs reads it, in the connection's
-/// own driver task: the woken waiter is one task hop from the socket, not two (through a
-/// channel, another task would have to be scheduled first). Every other push (a dropped
-/// connection, a subscription the server ended, confirmations) goes to the subscriber
-/// task on `control`.
-pub(crate) struct Pushes {
-    shared: Weak<Shared>,
-    control: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
-}
-
-impl redis::aio::AsyncPushSender for Pushes {
-    fn send(&self, push: redis::PushInfo) -> Result<(), redis::aio::SendError> {
-        if matches!(
-            push.kind,
-            redis::PushKind::Message | redis::PushKind::SMessage
-        ) {
-            if let [
-                redis::Value::BulkString(channel),
-                redis::Value::BulkString(payload),
-                ..,
-            ] = &push.data[..]
-                && let Ok(channel) = std::str::from_utf8(channel)
-                && let Some(shared) = self.shared.upgrade()
-            {
-                dispatch(&shared, channel, payload);
-            }
-            return Ok(());
-        }
-        self.control.send(push).map_err(|_| redis::aio::SendError)
-    }
-}
-
-/// A push sender for a new subscriber connection, and where its other pushes arrive.
-fn pushes(
-    shared: &Weak<Shared>,
-) -> (
-    Pushes,
-    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
-) {
-    let (control, rx) = tokio::sync::mpsc::unbounded_channel();
-    let shared = shared.clone();
-    (Pushes { shared, control }, rx)
-}
+/// Starts a hub's subscriber task, the one that owns the subscriber connection: on one
+/// server ([`single`]), or on a Redis Cluster. Called again should the task ever end.
+pub(crate) type Subscriber = Box<dyn Fn(Weak<Shared>) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {
     shared: Arc<Shared>,
 }
 
-struct Shared {
+/// The hub's state, shared with its subscriber task.
+pub(crate) struct Shared {
     subscriber: Subscriber,
-    connect_timeout: Duration,
+    /// The limit on connecting and on each subscription command.
+    pub(crate) connect_timeout: Duration,
     state: Mutex<State>,
     /// Signalled when the wanted set of channels changes.
     changed: Notify,
@@ -133,12 +81,21 @@ struct State {
     subscribed: HashMap<String, u64>,
     /// Subscribed channels nobody here waits on any more, since when.
     idle: HashMap<String, Instant>,
-    /// Grants that arrived for no local waiter: `(channel, ticket id, grant)`.
-    unclaimed: VecDeque<(String, String, Woken)>,
+    /// Grants that arrived for no local waiter (yet), oldest first.
+    unclaimed: VecDeque<UnclaimedGrant>,
     /// The last event number handed out.
     events: u64,
     next_id: u64,
     task: Option<JoinHandle<()>>,
+}
+
+/// A grant that arrived before (or without) the waiter holding its ticket here.
+struct UnclaimedGrant {
+    /// The wake-up channel it was published on.
+    channel: String,
+    /// The ticket id it was granted to.
+    ticket: String,
+    grant: Woken,
 }
 
 #[derive(Default)]
@@ -193,9 +150,9 @@ impl Wakeup {
         let woken = st
             .unclaimed
             .iter()
-            .position(|(c, t, _)| c == channel && t == ticket)
+            .position(|u| u.channel == channel && u.ticket == ticket)
             .and_then(|i| st.unclaimed.remove(i))
-            .map(|(_, _, grant)| grant);
+            .map(|u| u.grant);
         if woken.is_some() {
             notify.notify_one();
         }
@@ -215,7 +172,8 @@ impl Wakeup {
         // runtime shut down would end the task.
         if st.task.as_ref().is_none_or(JoinHandle::is_finished) {
             st.subscribed.clear();
-            st.task = Some(crate::runtime::handle().spawn(run(Arc::downgrade(&self.shared))));
+            let task = (self.shared.subscriber)(Arc::downgrade(&self.shared));
+            st.task = Some(crate::runtime::handle().spawn(task));
         }
         drop(st);
         if wanted {
@@ -341,8 +299,11 @@ fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
     if st.unclaimed.len() == UNCLAIMED {
         st.unclaimed.pop_front();
     }
-    st.unclaimed
-        .push_back((channel.to_owned(), ticket.to_owned(), grant));
+    st.unclaimed.push_back(UnclaimedGrant {
+        channel: channel.to_owned(),
+        ticket: ticket.to_owned(),
+        grant,
+    });
 }
 
 /// `"<ticket>|<deadline> <fence> <px>"`.
@@ -359,294 +320,40 @@ fn parse_grant(payload: &[u8]) -> Option<(&str, Woken)> {
     Some((ticket, grant))
 }
 
-/// The subscriber task, on one server or on a cluster.
-async fn run(weak: Weak<Shared>) {
-    let Some(shared) = weak.upgrade() else { return };
-    match &shared.subscriber {
-        Subscriber::Single { connector } => {
-            let connector = connector.clone();
-            drop(shared);
-            run_single(weak, connector).await;
-        }
-        #[cfg(feature = "redis-cluster")]
-        Subscriber::Cluster(_) => {
-            drop(shared);
-            cluster::run(weak).await;
-        }
-    }
-}
-
-/// Whether a subscription failed because the server refused it (`NOPERM`: an ACL user
-/// without rights on the engine's channels). It will refuse the next attempt too, so the
-/// pause before it grows (logged at `warn`); any other failure (a timeout, a slot without
-/// a primary in a failover) is retried after the shortest pause, which `backoff` is reset
-/// to.
-fn refused(error: &redis::RedisError, backoff: &mut Duration) -> bool {
-    let refused = error.code() == Some("NOPERM");
-    if refused {
-        tracing::warn!(%error, "lock wake-up subscription refused; retrying with a backoff");
-        *backoff = (*backoff * 2).min(Duration::from_secs(1));
-    } else {
-        *backoff = Duration::from_millis(50);
-    }
-    refused
-}
-
-/// The subscriber task on one server: connect, reconcile; reconnect with backoff on
-/// failure. The connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
-async fn run_single(weak: Weak<Shared>, connector: Arc<Connector>) {
-    let mut backoff = Duration::from_millis(50);
-    let mut reconnecting = false;
-    loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let (push, mut rx) = pushes(&weak);
-        let connect = connect_single(&connector, push, shared.connect_timeout);
-        let Some(mut conn) = connected(&shared, connect).await else {
-            drop(shared);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            reconnecting = true;
-            continue;
-        };
-        if reconnecting {
-            tracing::info!("lock wake-up subscriber reconnected");
-        }
-        // Whether the session ended in an error of ours (a refused or timed-out
-        // subscription) rather than a connection that dropped after working.
-        let mut failed = false;
-        let mut first = true;
-        loop {
-            if !first {
-                match next_event(&shared, &mut rx).await {
-                    Event::Reconcile => {}
-                    // The connection dropped (the only push that comes here but
-                    // subscription confirmations, which need nothing).
-                    Event::Push(push) if push.kind == redis::PushKind::Disconnection => break,
-                    Event::Push(_) => continue,
-                    Event::Closed => break,
-                }
-            }
-            let resubscribed = first && reconnecting;
-            first = false;
-            if let Err(error) = reconcile(&shared, Sink::Single(&mut conn), resubscribed).await {
-                // A `NOPERM` (an ACL user without channel rights), a timeout: the server
-                // may well accept the next connection and refuse again, so the pause
-                // below is taken before it (not only after a failed connect); it grows
-                // after a refusal.
-                if !refused(&error, &mut backoff) {
-                    tracing::debug!(%error, "lock wake-up subscriber failed");
-                }
-                failed = true;
-                break;
-            }
-            // A subscription went through: the next failure starts backing off afresh.
-            backoff = Duration::from_millis(50);
-        }
-        shared.forget_subscriptions();
-        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
-        // The command connections are left alone: they have their own failures to retire
-        // them (and a subscriber refused its channels says nothing about them).
-        reconnecting = true;
-        drop(shared);
-        if failed {
-            tokio::time::sleep(backoff).await;
-        }
-    }
-}
-
-/// The subscriber connection `connect` makes, within the connect timeout; `None` (logged)
-/// when it fails, and the caller backs off.
-async fn connected<T>(
-    shared: &Shared,
-    connect: impl Future<Output = Result<T, redis::RedisError>>,
-) -> Option<T> {
-    match tokio::time::timeout(shared.connect_timeout, connect).await {
-        Ok(Ok(conn)) => Some(conn),
-        Ok(Err(error)) => {
-            tracing::debug!(%error, "lock wake-up subscriber could not connect");
-            None
-        }
-        Err(_) => {
-            tracing::debug!("lock wake-up subscriber connect timed out");
-            None
-        }
-    }
-}
-
-/// What the subscriber task waits for between reconciliations.
-enum Event {
-    /// A push other than a message (messages are dispatched by [`Pushes`]).
-    Push(redis::PushInfo),
-    /// The connection's push sender is gone: so is the connection.
-    Closed,
-    /// The wanted channels changed, or an idle channel has lingered long enough to be
-    /// unsubscribed: reconcile.
-    Reconcile,
-}
-
-async fn next_event(
-    shared: &Shared,
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
-) -> Event {
-    let changed = shared.changed.notified();
-    let linger_ends = {
-        let st = shared.state.lock().unwrap();
-        st.idle.values().min().map(|since| *since + LINGER)
-    };
-    let far = Instant::now() + Duration::from_secs(3600);
-    tokio::select! {
-        push = rx.recv() => push.map_or(Event::Closed, Event::Push),
-        _ = changed => Event::Reconcile,
-        _ = tokio::time::sleep_until(linger_ends.unwrap_or(far)) => Event::Reconcile,
-    }
-}
-
 impl Shared {
-    /// The connection is gone, and with it every subscription.
-    fn forget_subscriptions(&self) {
+    /// Subscriptions the connection no longer has: every one (`None`: the connection is
+    /// gone), or `Some` channel's (the server ended it: its node no longer serves the
+    /// channel's slot). They are subscribed again at the next reconciliation. Returns
+    /// whether any was ours (ours are forgotten before we send an unsubscribe, so one we
+    /// ended is not found here).
+    pub(crate) fn forget_subscriptions(&self, only: Option<&str>) -> bool {
         let mut st = self.state.lock().unwrap();
-        st.subscribed.clear();
-        st.idle.clear();
-    }
-}
-
-/// A RESP3 connection to the server the connector names now (for Sentinel: the current
-/// primary), sending its pushes to `push`.
-async fn connect_single(
-    connector: &Connector,
-    push: Pushes,
-    timeout: Duration,
-) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
-    let client = connector.client().await?;
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_push_sender(push);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
-/// Where subscriptions are sent.
-enum Sink<'a> {
-    Single(&'a mut redis::aio::MultiplexedConnection),
-    #[cfg(feature = "redis-cluster")]
-    Cluster(&'a mut redis::cluster_async::ClusterConnection),
-}
-
-/// Bring the connection's subscriptions in line with the wanted channels. With
-/// `wake_all`, the waiters of every channel (re)subscribed here retry once it is
-/// confirmed (grants published while it was not subscribed were lost).
-async fn reconcile(
-    shared: &Shared,
-    mut sink: Sink<'_>,
-    wake_all: bool,
-) -> Result<(), redis::RedisError> {
-    loop {
-        let (to_sub, to_unsub): (Vec<String>, Vec<String>) = {
-            let mut st = shared.state.lock().unwrap();
-            let now = Instant::now();
-            let to_sub = st
-                .channels
-                .keys()
-                .filter(|c| !st.subscribed.contains_key(*c))
-                .cloned()
-                .collect();
-            let to_unsub: Vec<String> = st
-                .subscribed
-                .keys()
-                .filter(|c| {
-                    !st.channels.contains_key(*c)
-                        && st.idle.get(*c).is_none_or(|since| *since + LINGER <= now)
-                })
-                .cloned()
-                .collect();
-            // Forget them before the UNSUBSCRIBE goes out: a waiter arriving meanwhile
-            // must wait for the SUBSCRIBE that follows, not trust a dying subscription.
-            for c in &to_unsub {
-                st.subscribed.remove(c);
-                st.idle.remove(c);
+        match only {
+            None => {
+                st.idle.clear();
+                let any = !st.subscribed.is_empty();
+                st.subscribed.clear();
+                any
             }
-            (to_sub, to_unsub)
-        };
-        if to_sub.is_empty() && to_unsub.is_empty() {
-            return Ok(());
-        }
-        let limit = shared.connect_timeout;
-        if !to_sub.is_empty() {
-            match &mut sink {
-                Sink::Single(sink) => timeout(limit, sink.subscribe(&to_sub)).await?,
-                // One channel per command: each is routed to its own slot's node, and a
-                // multi-slot SSUBSCRIBE is refused (CROSSSLOT).
-                #[cfg(feature = "redis-cluster")]
-                Sink::Cluster(conn) => {
-                    for c in &to_sub {
-                        timeout(limit, conn.ssubscribe(c)).await?;
-                    }
-                }
-            }
-            let mut st = shared.state.lock().unwrap();
-            for c in &to_sub {
-                st.events += 1;
-                let event = st.events;
-                st.subscribed.insert(c.clone(), event);
-                if wake_all && let Some(channel) = st.channels.get_mut(c) {
-                    // Grants published while we were away were lost: everyone retries.
-                    for slot in &mut channel.waiters {
-                        slot.woken.get_or_insert(Woken::Retry);
-                        slot.notify.notify_one();
-                    }
-                }
-            }
-            drop(st);
-            shared.confirmations.notify_waiters();
-        }
-        if !to_unsub.is_empty() {
-            match &mut sink {
-                Sink::Single(sink) => timeout(limit, sink.unsubscribe(&to_unsub)).await?,
-                #[cfg(feature = "redis-cluster")]
-                Sink::Cluster(conn) => {
-                    for c in &to_unsub {
-                        timeout(limit, conn.sunsubscribe(c)).await?;
-                    }
-                }
+            Some(channel) => {
+                st.idle.remove(channel);
+                st.subscribed.remove(channel).is_some()
             }
         }
     }
 }
-
-async fn timeout<T>(
-    limit: Duration,
-    fut: impl Future<Output = Result<T, redis::RedisError>>,
-) -> Result<T, redis::RedisError> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            "subscriber command timed out",
-        ))),
-    }
-}
-
-#[cfg(feature = "redis-cluster")]
-mod cluster;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::connector::Connector;
 
     fn hub() -> Wakeup {
         // Nothing listens on port 1: the subscriber task just keeps retrying.
         let client = redis::Client::open("redis://127.0.0.1:1").unwrap();
         let timeout = Duration::from_millis(100);
-        let connector = Arc::new(Connector::new(ClientSource::Fixed(client), timeout));
-        Wakeup::new(Subscriber::Single { connector }, timeout)
+        let connector = Arc::new(Connector::new(Box::new(client), timeout));
+        Wakeup::new(single(connector), timeout)
     }
 
     fn woken(subs: &[Subscription]) -> Vec<Option<Woken>> {

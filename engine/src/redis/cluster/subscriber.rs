@@ -18,19 +18,34 @@ use std::{
     time::Duration,
 };
 
-use redis::{PushInfo, PushKind, Value};
+use redis::{PushInfo, PushKind, Value, cluster::ClusterClient, cluster_async::ClusterConnection};
 use tokio::time::Instant;
 
-use super::{Event, Shared, Sink, Subscriber, connected, next_event, pushes, reconcile, refused};
+use crate::{
+    BoxFuture,
+    redis::wakeup::{
+        Event, Pushes, Shared, Sink, Subscriber, next_event, pushes, reconcile,
+        task::{connected, refused},
+        timeout,
+    },
+};
 
-pub(super) async fn run(weak: Weak<Shared>) {
+/// Makes a RESP3 cluster client that sends its pushes to the given sender.
+type MakeClient = dyn Fn(Pushes) -> redis::RedisResult<ClusterClient> + Send + Sync;
+
+/// The subscriber of a hub on a cluster, whose connections `make` makes.
+pub(super) fn new(
+    make: impl Fn(Pushes) -> redis::RedisResult<ClusterClient> + Send + Sync + 'static,
+) -> Subscriber {
+    let make: Arc<MakeClient> = Arc::new(make);
+    Box::new(move |hub| Box::pin(run(hub, make.clone())))
+}
+
+async fn run(weak: Weak<Shared>, make: Arc<MakeClient>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        let Subscriber::Cluster(make) = &shared.subscriber else {
-            unreachable!("the cluster task runs on a cluster subscriber")
-        };
         let (push, mut rx) = pushes(&weak);
         let connect = async {
             let client = make(push)?;
@@ -67,7 +82,7 @@ pub(super) async fn run(weak: Weak<Shared>) {
                 tracing::debug!(%error, "lock wake-up subscriber could not locate a slot");
                 break;
             }
-            if let Err(error) = reconcile(&shared, Sink::Cluster(&mut conn), wake).await {
+            if let Err(error) = reconcile(&shared, &mut conn, wake).await {
                 // Resubscribing failed: start over on a fresh connection after a pause.
                 // A refusal (an ACL without channel rights) makes the pause grow; a slot
                 // without a primary mid-failover or a timeout does not, so the
@@ -80,7 +95,7 @@ pub(super) async fn run(weak: Weak<Shared>) {
             backoff = Duration::from_millis(50);
             wake = false;
         }
-        shared.forget_subscriptions();
+        shared.forget_subscriptions(None);
         tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
         reconnecting = true;
         drop(shared);
@@ -95,11 +110,10 @@ fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> boo
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.
         PushKind::Disconnection => {
-            shared.forget_subscriptions();
+            shared.forget_subscriptions(None);
             true
         }
         // The server ended a subscription: the node no longer serves the channel's slot.
-        // (Ours are forgotten before we send SUNSUBSCRIBE, so they are not found here.)
         PushKind::SUnsubscribe => {
             let Some(Value::BulkString(channel)) = push.data.first() else {
                 return false;
@@ -107,9 +121,7 @@ fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> boo
             let Ok(channel) = std::str::from_utf8(channel) else {
                 return false;
             };
-            let mut st = shared.state.lock().unwrap();
-            st.idle.remove(channel);
-            let lost = st.subscribed.remove(channel).is_some();
+            let lost = shared.forget_subscriptions(Some(channel));
             if lost && !ended.iter().any(|c| c == channel) {
                 ended.push(channel.to_owned());
             }
@@ -149,11 +161,11 @@ async fn follow_slots(
         loop {
             let mut probe = redis::cmd("EXISTS");
             probe.arg(&channel);
-            super::timeout(limit, probe.query_async::<i64>(conn)).await?;
+            timeout(limit, probe.query_async::<i64>(conn)).await?;
             let primary = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                 Route::with_key(&channel, SlotAddr::Master),
             ));
-            let role = super::timeout(limit, conn.route_command(redis::cmd("ROLE"), primary));
+            let role = timeout(limit, conn.route_command(redis::cmd("ROLE"), primary));
             let role = role.await?;
             if is_primary(&role) {
                 break;
@@ -179,5 +191,35 @@ fn is_primary(role: &Value) -> bool {
             _ => false,
         },
         _ => false,
+    }
+}
+
+/// Sharded subscriptions, one channel per command: each is routed to its own slot's node,
+/// and a multi-slot `SSUBSCRIBE` is refused (`CROSSSLOT`).
+impl Sink for ClusterConnection {
+    fn subscribe<'a>(
+        &'a mut self,
+        channels: &'a [String],
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
+        Box::pin(async move {
+            for channel in channels {
+                timeout(limit, self.ssubscribe(channel)).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn unsubscribe<'a>(
+        &'a mut self,
+        channels: &'a [String],
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
+        Box::pin(async move {
+            for channel in channels {
+                timeout(limit, self.sunsubscribe(channel)).await?;
+            }
+            Ok(())
+        })
     }
 }
