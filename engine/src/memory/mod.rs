@@ -1,7 +1,7 @@
 //! The in-process backend: a sharded table of keys with direct hand-off to waiters.
 
 use std::{
-    collections::{BTreeSet, HashMap, VecDeque, hash_map::RandomState},
+    collections::{BTreeSet, HashMap, hash_map::RandomState},
     hash::BuildHasher,
     sync::{
         Arc, Mutex, MutexGuard,
@@ -10,10 +10,7 @@ use std::{
     time::Duration,
 };
 
-use tokio::{
-    sync::{Notify, oneshot},
-    time::Instant,
-};
+use tokio::{sync::oneshot, time::Instant};
 
 use super::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder, LockError,
@@ -22,8 +19,10 @@ use super::{
 
 mod capabilities;
 mod records;
+mod table;
 
 use records::RecordStore;
+use table::{Entry, HeldBy, Shard, Waiter};
 
 const SHARDS: usize = 64;
 
@@ -41,46 +40,6 @@ pub struct MemoryBackend {
     numbers: Mutex<HashMap<LockKey, (f64, Option<Instant>)>>,
     pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
     records: Mutex<RecordStore>,
-}
-
-#[derive(Default)]
-struct Shard {
-    map: HashMap<LockKey, Entry>,
-    /// Sweep expired, abandoned entries when the map grows past this size.
-    sweep_at: usize,
-}
-
-#[derive(Default)]
-struct Entry {
-    holder: Option<HeldBy>,
-    waiters: VecDeque<Waiter>,
-    /// Wakes the waiters when the holder's expiry moves earlier than they may have seen
-    /// (a hand-off to a shorter lease, a shortening extend, an admin set), so that each
-    /// re-reads it: a waiter must never sleep past the moment the key frees up.
-    changed: Option<Arc<Notify>>,
-    /// The holder expiry waiters were last told of (`None`: no expiry); every waiter
-    /// sleeps until no later than this.
-    told: Option<Instant>,
-}
-
-struct HeldBy {
-    token: Token,
-    /// `None`: no expiry (only an admin can set that).
-    expires: Option<Instant>,
-    fence: u64,
-}
-
-impl HeldBy {
-    fn expired(&self, now: Instant) -> bool {
-        self.expires.is_some_and(|e| e <= now)
-    }
-}
-
-struct Waiter {
-    id: u64,
-    token: Token,
-    ttl: Duration,
-    grant: oneshot::Sender<Grant>,
 }
 
 impl Default for MemoryBackend {
@@ -205,85 +164,6 @@ impl MemoryBackend {
 
     fn next_fence(&self) -> Fence {
         Fence::new(self.fence.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-}
-
-impl Entry {
-    /// Install `holder`, waking the waiters if it expires earlier than they were told.
-    fn set_holder(&mut self, holder: HeldBy) {
-        let expires = holder.expires;
-        self.holder = Some(holder);
-        self.expiry_changed(expires);
-    }
-
-    /// The holder's expiry is now `expires`.
-    fn expiry_changed(&mut self, expires: Option<Instant>) {
-        let earlier = match (expires, self.told) {
-            (Some(new), Some(told)) => new < told,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        self.told = expires;
-        if earlier && let Some(changed) = &self.changed {
-            changed.notify_waiters();
-        }
-    }
-
-    /// Drop an expired holder and hand the key to the next waiter.
-    fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
-        if self.holder.as_ref().is_some_and(|h| h.expired(now)) {
-            self.holder = None;
-            self.grant_next(now, backend);
-        }
-    }
-
-    /// Hand the free key to the first waiter still listening.
-    fn grant_next(&mut self, now: Instant, backend: &MemoryBackend) {
-        debug_assert!(self.holder.is_none());
-        while let Some(w) = self.waiters.pop_front() {
-            let fence = backend.next_fence();
-            if w.grant.send(Grant::new(fence, now)).is_ok() {
-                self.set_holder(HeldBy {
-                    token: w.token,
-                    expires: Some(after(now, w.ttl)),
-                    fence: fence.get(),
-                });
-                return;
-            }
-        }
-    }
-
-    fn remaining(&self, now: Instant) -> Option<Duration> {
-        self.holder
-            .as_ref()
-            .and_then(|h| h.expires)
-            .map(|e| e.saturating_duration_since(now))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.holder.is_none() && self.waiters.is_empty()
-    }
-}
-
-impl Shard {
-    fn remove_if_empty(&mut self, key: &LockKey) {
-        if self.map.get(key).is_some_and(Entry::is_empty) {
-            self.map.remove(key);
-            // Give memory back after a burst of distinct keys.
-            if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 8 {
-                self.map.shrink_to(self.map.len() * 2);
-            }
-        }
-    }
-
-    fn sweep(&mut self, now: Instant) {
-        if self.map.len() < self.sweep_at {
-            return;
-        }
-        self.map.retain(|_, e| {
-            !(e.waiters.is_empty() && e.holder.as_ref().is_none_or(|h| h.expired(now)))
-        });
-        self.sweep_at = (self.map.len() * 2).max(64);
     }
 }
 
