@@ -91,3 +91,9 @@ pub use options::{ExtendMode, LockOptions, MAX_TTL};
 pub use record::Record;
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;
+
+// The README's code block compiles as a doctest (it names the Redis backend), so it cannot
+// drift from the API.
+#[cfg(all(doctest, feature = "redis"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -26,9 +26,9 @@
 //! # fn main() {}
 //! ```
 //!
-//! The cases, by capability: [`lock`](self#functions) operations, FIFO order, fences,
-//! leases over time, waiters, mutual exclusion under load and `KeyMutex` (the core);
-//! admin, numeric, pools and records (the capabilities). Each case's name is its
+//! The cases are written once per capability: the core lock operations, FIFO order,
+//! fences, leases over time, waiters, mutual exclusion under load and `KeyMutex` (the
+//! core); admin, numeric, pools and records (the capabilities). Each case's name is its
 //! specification.
 
 // The cases are public for the macros' sake; each one's name is its specification.
@@ -181,4 +181,15 @@ async fn remaining(engine: &LockEngine, key: &str) -> Duration {
         .expect("key is held")
         .ttl
         .expect("key has a TTL")
+}
+
+// The suite on the in-process backend, from this crate alone: what a backend author's
+// test file does (the workspace also runs it from `tests/`, with the other backends).
+#[cfg(test)]
+mod memory_backend {
+    crate::conformance_tests!(
+        timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+        concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
+        harness = crate::conformance::memory(),
+    );
 }
