@@ -1,9 +1,9 @@
 //! The conformance suite: the cases every backend must pass unchanged, written once.
 //!
 //! A backend plugs in with a [`Harness`] (a fresh engine per case, a time unit, and a way
-//! to list what the backend still keeps; [`BackendHarness`] is one for any [`Backend`])
-//! and one macro call in its own test file: [`core_conformance_tests!`] for the core cases
-//! every backend must pass, [`conformance_tests!`] for those and the capability cases
+//! to list what the backend still keeps; [`BackendHarness`] is one for any [`Backend`](crate::Backend))
+//! and one macro call in its own test file: [`core_conformance_tests!`](crate::core_conformance_tests) for the core cases
+//! every backend must pass, [`conformance_tests!`](crate::conformance_tests) for those and the capability cases
 //! (admin operations, numeric compare-and-set, lock pools, records). A backend that lacks
 //! a capability instantiates the core cases and the capability cases it has, by name.
 //!
