@@ -53,15 +53,15 @@ pub(crate) enum Woken {
 
 /// Starts a hub's subscriber task, the one that owns the subscriber connection: on one
 /// server ([`single`]), or on a Redis Cluster. Called again should the task ever end.
-pub(crate) type Subscriber = Box<dyn Fn(Weak<Shared>) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type Subscriber = Box<dyn Fn(Weak<HubState>) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// The per-backend wake-up hub.
 pub(crate) struct Wakeup {
-    shared: Arc<Shared>,
+    shared: Arc<HubState>,
 }
 
 /// The hub's state, shared with its subscriber task.
-pub(crate) struct Shared {
+pub(crate) struct HubState {
     subscriber: Subscriber,
     /// The limit on connecting and on each subscription command.
     pub(crate) connect_timeout: Duration,
@@ -113,7 +113,7 @@ struct Slot {
 impl Wakeup {
     pub(crate) fn new(subscriber: Subscriber, connect_timeout: Duration) -> Self {
         Wakeup {
-            shared: Arc::new(Shared {
+            shared: Arc::new(HubState {
                 subscriber,
                 connect_timeout,
                 state: Mutex::new(State::default()),
@@ -199,7 +199,7 @@ impl Drop for Wakeup {
 
 /// One local waiter's registration. Dropping it deregisters.
 pub(crate) struct Subscription {
-    shared: Arc<Shared>,
+    shared: Arc<HubState>,
     channel: String,
     id: u64,
     notify: Arc<Notify>,
@@ -281,7 +281,7 @@ impl Drop for Subscription {
 }
 
 /// Route one grant to the waiter holding its ticket, or keep it for a moment.
-fn dispatch(shared: &Shared, channel: &str, payload: &[u8]) {
+fn dispatch(shared: &HubState, channel: &str, payload: &[u8]) {
     let Some((ticket, grant)) = parse_grant(payload) else {
         tracing::debug!(channel, "malformed lock wake-up message ignored");
         return;
@@ -320,7 +320,7 @@ fn parse_grant(payload: &[u8]) -> Option<(&str, Woken)> {
     Some((ticket, grant))
 }
 
-impl Shared {
+impl HubState {
     /// Subscriptions the connection no longer has: every one (`None`: the connection is
     /// gone), or `Some` channel's (the server ended it: its node no longer serves the
     /// channel's slot). They are subscribed again at the next reconciliation. Returns

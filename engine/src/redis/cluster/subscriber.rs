@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use crate::{
     BoxFuture,
     redis::wakeup::{
-        Event, Pushes, Shared, Sink, Subscriber, next_event, pushes, reconcile,
+        Event, HubState, Pushes, Sink, Subscriber, next_event, pushes, reconcile,
         task::{connected, refused},
         timeout,
     },
@@ -41,7 +41,7 @@ pub(super) fn new(
     Box::new(move |hub| Box::pin(run(hub, make.clone())))
 }
 
-async fn run(weak: Weak<Shared>, make: Arc<MakeClient>) {
+async fn run(weak: Weak<HubState>, make: Arc<MakeClient>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
@@ -105,7 +105,7 @@ async fn run(weak: Weak<Shared>, make: Arc<MakeClient>) {
 
 /// Handle one push. Returns whether subscriptions were lost (they are then resubscribed,
 /// and their waiters retry).
-fn on_push(shared: &Arc<Shared>, push: PushInfo, ended: &mut Vec<String>) -> bool {
+fn on_push(shared: &Arc<HubState>, push: PushInfo, ended: &mut Vec<String>) -> bool {
     match push.kind {
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.

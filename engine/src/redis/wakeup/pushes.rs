@@ -3,7 +3,7 @@
 
 use std::sync::Weak;
 
-use super::{Shared, dispatch};
+use super::{HubState, dispatch};
 
 /// The push sender of a subscriber connection.
 ///
@@ -13,7 +13,7 @@ use super::{Shared, dispatch};
 /// connection, a subscription the server ended, confirmations) goes to the subscriber
 /// task on `control`.
 pub(crate) struct Pushes {
-    shared: Weak<Shared>,
+    shared: Weak<HubState>,
     control: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
 }
 
@@ -41,7 +41,7 @@ impl redis::aio::AsyncPushSender for Pushes {
 
 /// A push sender for a new subscriber connection, and where its other pushes arrive.
 pub(crate) fn pushes(
-    shared: &Weak<Shared>,
+    shared: &Weak<HubState>,
 ) -> (
     Pushes,
     tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{LINGER, Shared, Woken};
+use super::{HubState, LINGER, Woken};
 use crate::BoxFuture;
 
 /// Where a subscriber task sends its subscriptions: one server's connection, or a cluster
@@ -40,7 +40,7 @@ pub(crate) enum Event {
 }
 
 pub(crate) async fn next_event(
-    shared: &Shared,
+    shared: &HubState,
     rx: &mut tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
 ) -> Event {
     let changed = shared.changed.notified();
@@ -60,7 +60,7 @@ pub(crate) async fn next_event(
 /// `wake_all`, the waiters of every channel (re)subscribed here retry once it is
 /// confirmed (grants published while it was not subscribed were lost).
 pub(crate) async fn reconcile(
-    shared: &Shared,
+    shared: &HubState,
     sink: &mut dyn Sink,
     wake_all: bool,
 ) -> Result<(), redis::RedisError> {

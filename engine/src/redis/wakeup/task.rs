@@ -9,7 +9,7 @@ use std::{
 
 use redis::aio::MultiplexedConnection;
 
-use super::{Event, Pushes, Shared, Sink, Subscriber, next_event, pushes, reconcile, timeout};
+use super::{Event, HubState, Pushes, Sink, Subscriber, next_event, pushes, reconcile, timeout};
 use crate::{BoxFuture, redis::connector::Connector};
 
 /// The subscriber of a hub on one server: a RESP3 connection (`SUBSCRIBE`, messages as
@@ -37,7 +37,7 @@ pub(crate) fn refused(error: &redis::RedisError, backoff: &mut Duration) -> bool
 
 /// The subscriber task on one server: connect, reconcile; reconnect with backoff on
 /// failure. The connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
-async fn run(weak: Weak<Shared>, connector: Arc<Connector>) {
+async fn run(weak: Weak<HubState>, connector: Arc<Connector>) {
     let mut backoff = Duration::from_millis(50);
     let mut reconnecting = false;
     loop {
@@ -100,7 +100,7 @@ async fn run(weak: Weak<Shared>, connector: Arc<Connector>) {
 /// The subscriber connection `connect` makes, within the connect timeout; `None` (logged)
 /// when it fails, and the caller backs off.
 pub(crate) async fn connected<T>(
-    shared: &Shared,
+    shared: &HubState,
     connect: impl Future<Output = Result<T, redis::RedisError>>,
 ) -> Option<T> {
     match tokio::time::timeout(shared.connect_timeout, connect).await {
