@@ -2,7 +2,7 @@
 
 use std::{error::Error as StdError, fmt, time::Duration};
 
-use crate::{error::KeyError, options::BackendFailurePolicy};
+use crate::{KeyError, options::BackendFailurePolicy};
 
 /// A [`LockLayerBuilder`](crate::LockLayerBuilder) configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -117,7 +117,8 @@
 //!   [`ConfigError`], [`LeaseInfo`], [`NotStored`], and [`integration`], the
 //!   framework-neutral core both frameworks (tower and actix-web) run on.
 //!
-//! The [`engine`] module is the lock engine (Redis or in-process); it knows nothing of HTTP.
+//! The [`engine`] module is the lock engine (Redis or in-process), the `tower-lock-engine`
+//! crate re-exported; it knows nothing of HTTP.
 //!
 //! ```
 //! use tower_lock::LockEngine;
@@ -152,15 +153,7 @@ pub mod reject;
 mod retry_after;
 mod settings;
 
-// The lock engine.
-pub mod engine;
-mod error;
-
 pub use config_error::ConfigError;
-pub use engine::{
-    Fence, Lease, Lock, LockEngine, LockKey, LockOptions, LostSignal, MemoryBackend, Token,
-};
-pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 #[cfg(feature = "idempotency")]
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use lease_info::LeaseInfo;
@@ -169,6 +162,13 @@ pub use metrics::LockMetrics;
 pub use not_stored::NotStored;
 pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
+/// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
+/// in-process; it knows nothing of HTTP.
+pub use tower_lock_engine as engine;
+pub use tower_lock_engine::{
+    BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
+    LockOptions, LostSignal, MemoryBackend, Token,
+};
 
 // The README's code blocks compile as doctests, so it cannot drift from the API.
 #[cfg(doctest)]

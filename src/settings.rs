@@ -130,13 +130,13 @@ impl LockSettings {
 
     /// The TTL as set (one under the engine's resolution included), for `Debug`.
     pub(crate) fn ttl_as_set(&self) -> Duration {
-        self.short_ttl.unwrap_or(self.options.ttl)
+        self.short_ttl.unwrap_or(self.options.lease_ttl())
     }
 
     /// The wait limit. Never unset: the settings start from a zero wait and have no setter
     /// for an unlimited one.
     pub(crate) fn wait_limit(&self) -> Duration {
-        self.options.wait.unwrap_or(Duration::MAX)
+        self.options.wait_limit().unwrap_or(Duration::MAX)
     }
 
     /// Check the settings and build the framework-neutral runtime core that locks with
@@ -155,16 +155,16 @@ impl LockSettings {
             Some(ttl) => return Err(ConfigError::TtlTooShort(ttl)),
             None => {}
         }
-        if options.ttl > MAX_DURATION {
+        if options.lease_ttl() > MAX_DURATION {
             return Err(ConfigError::TooLong("ttl"));
         }
         if wait > MAX_DURATION {
             return Err(ConfigError::TooLong("wait"));
         }
-        if wait.is_zero() && options.fifo {
+        if wait.is_zero() && options.is_fifo() {
             return Err(ConfigError::NeedsWait("fifo"));
         }
-        if options.max_waiters == Some(0) {
+        if options.waiter_limit() == Some(0) {
             return Err(ConfigError::ZeroMaxWaiters);
         }
         let problem_type_base = match self.problem_type_base {
@@ -178,7 +178,7 @@ impl LockSettings {
             Some(methods) => Some(methods.iter().map(|m| m.as_str().into()).collect()),
             None => None,
         };
-        if wait.is_zero() && options.max_waiters.is_some() {
+        if wait.is_zero() && options.waiter_limit().is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
         if !wait.is_zero() && self.busy == RejectionKind::Conflict && !self.replaying {
@@ -314,8 +314,11 @@ macro_rules! lock_setters {
             self
         }
 
-        /// The `Retry-After` sent when the backend gives no hint (a `503`, or contention
-        /// with an unknown holder TTL). Rounded up to whole seconds, at least 1. Default: 1 s.
+        /// The `Retry-After` sent when nothing better is known: a `503`, or contention
+        /// before the layer has observed a hold (after that, the 95th percentile of its
+        /// recent hold times). Set it to how long your handler usually takes if that is
+        /// much more than a second. Never more than the holder's remaining lease; rounded
+        /// up to whole seconds, at least 1. Default: 1 s.
         pub fn retry_after_fallback(mut self, d: std::time::Duration) -> Self {
             self.settings.retry_after_fallback(d);
             self

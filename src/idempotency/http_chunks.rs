@@ -17,7 +17,7 @@ use pin_project_lite::pin_project;
 
 use crate::{
     NotStored,
-    engine::background,
+    engine::runtime,
     integration::{Chunk, ChunkSource, ReplayResponse},
 };
 
@@ -102,6 +102,6 @@ where
 {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) => drop(handle.spawn(future)),
-        Err(_) => drop(background::handle().spawn(future)),
+        Err(_) => drop(runtime::handle().spawn(future)),
     }
 }

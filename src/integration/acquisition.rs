@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::{LockGuard, Outcome, RequestLocker};
 use crate::{
     engine::{BoxFuture, Lease, Lock, LockEngine, LockKey},
-    error::LockError,
+    LockError,
     key::RequestView,
     lease_info::LeaseInfo,
     options::BackendFailurePolicy,
@@ -196,10 +196,10 @@ impl RequestLocker {
         let options = &self.shared.config.options;
         let lock = engine
             .lock_key(key.clone())
-            .ttl(options.ttl)
-            .fifo(options.fifo)
+            .ttl(options.lease_ttl())
+            .fifo(options.is_fifo())
             .wait(wait);
-        match options.max_waiters {
+        match options.waiter_limit() {
             Some(max) => lock.max_waiters(max),
             None => lock,
         }

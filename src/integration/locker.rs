@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::{config::Config, outage::OutageLog};
 use crate::{
     engine::{LockEngine, LockKey},
-    error::KeyError,
+    KeyError,
     key::RequestView,
     metrics::LockMetrics,
     not_stored::NotStored,
@@ -47,10 +47,10 @@ impl fmt::Debug for RequestLocker {
             .field("namespace", &c.namespace)
             .field("kind", &c.extractor.kind())
             .field("missing", &c.missing)
-            .field("ttl", &c.options.ttl)
+            .field("ttl", &c.options.lease_ttl())
             .field("wait", &c.wait)
-            .field("fifo", &c.options.fifo)
-            .field("max_waiters", &c.options.max_waiters)
+            .field("fifo", &c.options.is_fifo())
+            .field("max_waiters", &c.options.waiter_limit())
             .field("backend_failure", &c.backend_failure)
             .field("release", &c.release)
             .finish_non_exhaustive()

@@ -7,7 +7,7 @@
 //! | [`gate`] | a gate handlers wait at until the test lets them through, counting who is inside | the scenarios, the Redis fault tests |
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
 //! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/lease_lifecycle.rs`, the core-only conformance run |
-//! | [`conformance`] | the engine conformance suite, `conformance_tests!` / `core_conformance_tests!`, a harness per backend | `tests/conformance_*.rs` |
+//! | [`conformance`] | the engine's conformance suite (`tower_lock_engine::conformance`, with `conformance_tests!` / `core_conformance_tests!`) re-exported, and the harnesses of the core-only and Redis backends | `tests/conformance_*.rs` |
 //! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!` | `tests/layer_http.rs`, `tests/layer_redis.rs`, the actix tests |
 //!
 //! # One tower-lock
@@ -52,3 +52,6 @@ pub mod redis;
 pub mod scenarios;
 pub mod scripted;
 pub mod unavailable;
+
+// The suite's macros, where the test files have always found them.
+pub use tower_lock_engine::{conformance_tests, core_conformance_tests};

@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use http::StatusCode;
 
 use super::{Chunk, Completion, record_codec};
-use crate::engine::{LockError, Record, background::Finish};
+use crate::engine::{LockError, Record, runtime::Detachable};
 
 /// A response being captured for replay: feed it the body's data with
 /// [`data`](Self::data), then [`finish`](Self::finish) at the end of the body. Dropping it
@@ -135,7 +135,7 @@ impl Capture {
                 })
             }
         };
-        let mut finish = Finish::new(op);
+        let mut finish = Detachable::new(op);
         // Begin now: an in-process store completes on this first poll.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let done = Pin::new(&mut finish).poll(&mut cx).is_ready();

@@ -1,0 +1,60 @@
+//! [`LockAdmin`]: administrative operations that ignore ownership.
+
+use std::time::Duration;
+
+use super::{LockEngine, LockError, LockKey, Token, options::check_ttl};
+
+/// Operations that ignore ownership. Every call is logged at `warn`. Backends without the
+/// admin capability answer [`LockError::Unsupported`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_lock_engine::{LockEngine, LockStatus, Token};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+/// let engine = LockEngine::in_memory();
+/// // Take the printer out of service for an hour.
+/// let maintenance = Token::new("maintenance").unwrap();
+/// engine.admin().set("printer", &maintenance, Some(Duration::from_secs(3600))).await?;
+/// let status = engine.lock("printer").ttl(Duration::from_secs(30)).status().await?;
+/// assert!(matches!(status, LockStatus::Reserved { .. }));
+/// assert!(engine.admin().force_release("printer").await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct LockAdmin {
+    engine: LockEngine,
+}
+
+impl LockAdmin {
+    pub(crate) fn new(engine: LockEngine) -> Self {
+        LockAdmin { engine }
+    }
+
+    /// Make `value` the holder of `key` for `ttl` (`None`: no expiry), whoever holds it.
+    pub async fn set(
+        &self,
+        key: impl AsRef<str>,
+        value: &Token,
+        ttl: Option<Duration>,
+    ) -> Result<(), LockError> {
+        let key = LockKey::new(key)?;
+        tracing::warn!(%key, ?ttl, "admin: setting lock holder");
+        if let Some(ttl) = ttl {
+            check_ttl(ttl)?;
+        }
+        self.engine
+            .admin_backend()?
+            .admin_set(&key, value, ttl)
+            .await
+    }
+
+    /// Release `key` whoever holds it; the next waiter gets it. Returns whether it was held.
+    pub async fn force_release(&self, key: impl AsRef<str>) -> Result<bool, LockError> {
+        let key = LockKey::new(key)?;
+        tracing::warn!(%key, "admin: force-releasing lock");
+        self.engine.admin_backend()?.force_release(&key).await
+    }
+}

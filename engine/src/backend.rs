@@ -1,0 +1,314 @@
+//! The backend seam: the core [`Backend`] trait every lock store implements, the optional
+//! capability traits, and the values that cross the seam.
+
+use std::{future::Future, pin::Pin, time::Duration};
+
+use tokio::time::Instant;
+
+use super::{ExtendMode, Fence, LockError, LockKey, NumericOp, PoolOp, Record, Token};
+
+/// Every member of a pool with its holder, as returned by [`PoolBackend::pool_holders`].
+pub type PoolHolders = Vec<(LockKey, Option<Holder>)>;
+
+/// A boxed, sendable future: what [`Backend`] methods return.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a backend is asked to do by an acquire. Built by the engine.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The key to lock.
+    pub key: LockKey,
+    /// The owner token to store.
+    pub token: Token,
+    /// The lease length.
+    pub ttl: Duration,
+    /// `Some(ZERO)`: try once and answer [`LockError::Busy`]; `Some(d)`: wait up to `d`,
+    /// then answer [`LockError::TimedOut`]; `None`: wait without limit.
+    pub wait: Option<Duration>,
+    /// Grant in arrival order.
+    pub fifo: bool,
+    /// Refuse with [`LockError::QueueFull`] when this many already wait.
+    pub max_waiters: Option<usize>,
+}
+
+/// A successful acquisition, as reported by a backend.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Grant {
+    /// The fencing token of this acquisition.
+    pub fence: Fence,
+    /// No later than the moment the lease's TTL started counting on the backend: the
+    /// engine's local validity deadline is `granted_at + ttl`.
+    pub granted_at: Instant,
+    /// How long the backend granted the lease for, if shorter than the TTL asked for: a
+    /// backend that hands the key to a waiter itself may grant a short claim first, so a
+    /// waiter that has gone holds the key only that long. The engine then renews the lease
+    /// to its full TTL in the background before the claim runs out. `None`: the full TTL.
+    pub valid_for: Option<Duration>,
+}
+
+impl Grant {
+    /// A grant with `fence` whose TTL started no later than `granted_at`.
+    pub fn new(fence: Fence, granted_at: Instant) -> Self {
+        Grant {
+            fence,
+            granted_at,
+            valid_for: None,
+        }
+    }
+
+    /// This grant, valid for only `valid_for` from `granted_at` until renewed (see
+    /// [`Grant::valid_for`](Grant#structfield.valid_for)).
+    pub fn valid_for(mut self, valid_for: Duration) -> Self {
+        self.valid_for = Some(valid_for);
+        self
+    }
+}
+
+/// One lease to renew in a batch.
+#[derive(Clone, Debug)]
+pub struct Renewal {
+    /// The key.
+    pub key: LockKey,
+    /// The lease's token.
+    pub token: Token,
+    /// The TTL to set.
+    pub ttl: Duration,
+}
+
+/// Who holds a key, as seen by [`Backend::holder`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's token.
+    pub token: Token,
+    /// Remaining TTL; `None` when the key has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+impl Holder {
+    /// A holder record.
+    pub fn new(token: Token, ttl: Option<Duration>) -> Self {
+        Holder { token, ttl }
+    }
+}
+
+/// A place where leases are kept: the lock itself, and nothing else. Implement it to add
+/// a backend; every backend must pass the conformance suite's core cases.
+///
+/// Six methods are required; the optional capabilities are separate traits a backend opts
+/// into through [`Backend::capabilities`].
+///
+/// Every method is atomic with respect to the others on the same key. Failures of the
+/// backend itself are [`LockError::Backend`], returned within the backend's timeout.
+pub trait Backend: Send + Sync + 'static {
+    /// Acquire `req.key` for `req.token`, waiting as `req.wait` says.
+    ///
+    /// Acquiring with the token that already holds the key succeeds, refreshes the TTL and
+    /// keeps the fence (reentrancy by owner). If the returned future is dropped before it
+    /// completes, the backend must leave nothing behind: no waiter entry, and no lease that
+    /// landed unseen.
+    fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>>;
+
+    /// Release the key if `token` holds it: [`LockError::NotOwned`] if another token
+    /// holds it, [`LockError::Expired`] if nobody does. Hands the key to the next waiter.
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Change the remaining TTL if `token` holds the key; returns the new remaining TTL.
+    fn extend<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        ttl: Duration,
+        mode: ExtendMode,
+    ) -> BoxFuture<'a, Result<Duration, LockError>>;
+
+    /// Reset the TTL of many leases at once (the watchdog's batch). Returns, per lease,
+    /// whether it was still held by its token and is renewed.
+    fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
+
+    /// Who holds `key` now, if anyone.
+    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>>;
+
+    /// How many callers wait for `key` now, on every node sharing the backend.
+    fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
+
+    /// The optional capabilities this backend has (admin operations, numeric
+    /// compare-and-set, lock pools, records). Default: none; the engine answers
+    /// [`LockError::Unsupported`] for what a backend lacks.
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+    }
+}
+
+/// The optional capabilities of a backend, as [`Backend::capabilities`] reports them.
+///
+/// ```
+/// use tower_lock_engine::{AdminBackend, Capabilities};
+///
+/// fn report(admin: &dyn AdminBackend) -> Capabilities<'_> {
+///     Capabilities::none().with_admin(admin)
+/// }
+/// ```
+#[derive(Clone, Copy, Default)]
+pub struct Capabilities<'a> {
+    pub(crate) admin: Option<&'a dyn AdminBackend>,
+    pub(crate) numeric: Option<&'a dyn NumericBackend>,
+    pub(crate) pools: Option<&'a dyn PoolBackend>,
+    pub(crate) records: Option<&'a dyn RecordBackend>,
+}
+
+/// A backend that can answer an acquisition or a release on the spot, without a future:
+/// the in-process one. A layer's request on a free key is then granted in its `call`
+/// with no boxed future (the [`Backend`] methods box theirs), and its release on drop
+/// needs none either.
+///
+/// Crate-private, so the backend seam stays the public traits. The engine uses it only
+/// when it was handed the in-process backend itself ([`LockEngine::new`]): a backend that
+/// wraps one (to count, delay or fail its calls) is always called through [`Backend`].
+///
+/// [`LockEngine::new`]: super::LockEngine::new
+pub(crate) trait SynchronousBackend: Send + Sync {
+    /// Acquire `req.key` now if that can be decided now: granted (free, or already held
+    /// by `req.token`), or refused without waiting (busy with a zero wait, waiter limit
+    /// reached). `None`: the caller must wait, through [`Backend::acquire`]; nothing was
+    /// changed. `now` is the caller's clock reading, taken just before: a lease that
+    /// starts a moment early only ends early, and the clock is read once per acquisition.
+    fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
+
+    /// [`Backend::release`], done on the spot.
+    fn release_now(&self, key: &LockKey, token: &Token) -> Result<(), LockError>;
+}
+
+impl std::fmt::Debug for Capabilities<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capabilities")
+            .field("admin", &self.admin.is_some())
+            .field("numeric", &self.numeric.is_some())
+            .field("pools", &self.pools.is_some())
+            .field("records", &self.records.is_some())
+            .finish()
+    }
+}
+
+impl<'a> Capabilities<'a> {
+    /// No optional capability.
+    pub fn none() -> Self {
+        Capabilities::default()
+    }
+
+    /// With admin operations ([`LockAdmin`](super::LockAdmin)).
+    pub fn with_admin(mut self, admin: &'a dyn AdminBackend) -> Self {
+        self.admin = Some(admin);
+        self
+    }
+
+    /// With numeric compare-and-set ([`NumericKey`](super::NumericKey)).
+    pub fn with_numeric(mut self, numeric: &'a dyn NumericBackend) -> Self {
+        self.numeric = Some(numeric);
+        self
+    }
+
+    /// With lock pools ([`LockPool`](super::LockPool)).
+    pub fn with_pools(mut self, pools: &'a dyn PoolBackend) -> Self {
+        self.pools = Some(pools);
+        self
+    }
+
+    /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
+    pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
+        self.records = Some(records);
+        self
+    }
+}
+
+/// Administrative operations that ignore ownership (see [`LockAdmin`](super::LockAdmin)).
+pub trait AdminBackend: Send + Sync {
+    /// Admin: make `value` the holder of `key` for `ttl` (`None`: no expiry), whoever holds
+    /// it now. Waiters keep waiting. The new holding gets a fresh fence.
+    fn admin_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        value: &'a Token,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Admin: release `key` whoever holds it, handing it to the next waiter. Returns
+    /// whether it was held.
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+}
+
+/// Numeric values with atomic compare-and-set (see [`NumericKey`](super::NumericKey)).
+pub trait NumericBackend: Send + Sync {
+    /// Atomically apply `op` to the numeric value stored under `key` (a namespace apart
+    /// from locks). Returns whether the comparison held and the action was applied.
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        op: &'a NumericOp,
+    ) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The numeric value stored under `key`, if any.
+    fn numeric_get<'a>(&'a self, key: &'a LockKey)
+    -> BoxFuture<'a, Result<Option<f64>, LockError>>;
+}
+
+/// Named sets of lock keys (see [`LockPool`](super::LockPool)).
+pub trait PoolBackend: Send + Sync {
+    /// Change the members of pool `pool` atomically; returns the new size.
+    fn pool_modify<'a>(
+        &'a self,
+        pool: &'a LockKey,
+        op: &'a PoolOp,
+    ) -> BoxFuture<'a, Result<usize, LockError>>;
+
+    /// The members of pool `pool`, sorted.
+    fn pool_members<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>>;
+
+    /// Every member of pool `pool` with its holder, read at one instant (one round trip).
+    fn pool_holders<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<PoolHolders, LockError>>;
+}
+
+/// Records of completed operations, written in the same atomic step as the release of the
+/// lock that guarded them (see [`Lease::complete`](super::Lease::complete)): idempotency
+/// replay keeps its responses here.
+///
+/// A record lives under its lock's key, apart from the lock itself, until its retention
+/// runs out. A store with a byte budget may drop a record's output earlier (oldest first),
+/// but then keeps its tombstone (see [`Record`]) for the rest of the retention: a record
+/// that appeared never vanishes before its retention unless it is deleted with
+/// [`forget`](Self::forget) (or, documented by the store, the budget cannot hold even the
+/// tombstones). Writing one is compare-token checked: a holder whose lease ran out writes
+/// nothing.
+pub trait RecordBackend: Send + Sync {
+    /// The record stored under `key`, if any (and not past its retention).
+    fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>>;
+
+    /// If `token` holds `key`: store `record` under `key` for `retention` (replacing any
+    /// earlier one; a tombstone, `kept: false`, is stored as a tombstone) and release the
+    /// key, handing it to the next waiter, in one atomic step. Otherwise
+    /// [`LockError::NotOwned`] or [`LockError::Expired`], and nothing is written.
+    fn complete<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        record: &'a Record,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Delete the record or tombstone stored under `key`, whoever wrote it; returns
+    /// whether there was one (within its retention). The lock on `key` is left as it is:
+    /// a holder keeps it, and may still complete and write a new record.
+    fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+}

@@ -1,0 +1,62 @@
+//! The admin capability: a key's status, and a forced release that hands the key on.
+
+use super::{Harness, assert_no_residue, until_waiters};
+use crate::{LockError, LockStatus, Token};
+
+pub async fn status_tells_free_locked_reserved_and_no_expiry(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lock = engine.lock("status").ttl(u * 10);
+    assert_eq!(lock.status().await.unwrap(), LockStatus::Free);
+    let lease = lock.acquire().await.unwrap();
+    match lock.status().await.unwrap() {
+        LockStatus::Locked { owner, ttl } => {
+            assert_eq!(&owner, lease.token());
+            assert!(ttl <= u * 10 && ttl > u * 5, "{ttl:?}");
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    lease.release().await.unwrap();
+    let admin = engine.admin();
+    let down = Token::new("maintenance").unwrap();
+    admin.set("status", &down, Some(u * 100)).await.unwrap();
+    assert!(
+        matches!(lock.status().await.unwrap(), LockStatus::Reserved { owner, .. } if owner == down)
+    );
+    assert!(matches!(
+        lock.try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    admin.set("status", &down, None).await.unwrap();
+    assert_eq!(
+        lock.status().await.unwrap(),
+        LockStatus::NoExpiry {
+            owner: down.clone()
+        }
+    );
+    let holder = lock.holder().await.unwrap().unwrap();
+    assert_eq!((holder.token, holder.ttl), (down, None));
+    assert!(admin.force_release("status").await.unwrap());
+    assert!(!admin.force_release("status").await.unwrap());
+    assert_eq!(lock.status().await.unwrap(), LockStatus::Free);
+    assert_no_residue(h).await;
+}
+
+pub async fn admin_force_release_hands_the_key_to_the_next_waiter(h: &impl Harness) {
+    let engine = h.engine();
+    let stuck = engine.lock("forced").acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.lock("forced").acquire().await })
+    };
+    until_waiters(&engine, "forced", 1).await;
+    assert!(engine.admin().force_release("forced").await.unwrap());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("waiter gets the key after a forced release");
+    assert!(next.fence() > stuck.fence());
+    assert!(matches!(stuck.release().await, Err(LockError::NotOwned)));
+    next.release().await.unwrap();
+    assert_no_residue(h).await;
+}

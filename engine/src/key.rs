@@ -1,0 +1,238 @@
+//! The values that name and guard a lock: [`LockKey`], [`Token`] and [`Fence`].
+
+use std::{fmt, sync::Arc};
+
+use super::KeyError;
+
+/// The longest key accepted, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+/// The longest caller-supplied token accepted, in bytes.
+pub const MAX_TOKEN_LEN: usize = 128;
+/// A validated lock key: 1 to [`MAX_KEY_LEN`] bytes of UTF-8 with no control characters.
+///
+/// Keys are data, never syntax: backends must store any valid key without letting its
+/// content change where or how it is stored. Cloning is cheap.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockKey(Arc<str>);
+
+impl LockKey {
+    /// Validate `key`.
+    pub fn new(key: impl AsRef<str>) -> Result<Self, KeyError> {
+        let key = key.as_ref();
+        validate(key, MAX_KEY_LEN)?;
+        Ok(LockKey(Arc::from(key)))
+    }
+
+    /// `head` followed by `value`, validated as one key, and built in place: one
+    /// allocation where `LockKey::new(format!(...))` makes two (a layer builds one key
+    /// per request this way).
+    ///
+    /// ```
+    /// use tower_lock_engine::LockKey;
+    ///
+    /// let key = LockKey::joined("invoices/", "42")?;
+    /// assert_eq!(key, LockKey::new("invoices/42")?);
+    /// # Ok::<(), tower_lock_engine::KeyError>(())
+    /// ```
+    pub fn joined(head: &str, value: &str) -> Result<Self, KeyError> {
+        validate_parts(&[head, value], MAX_KEY_LEN)?;
+        // Joined on the stack (a key is at most MAX_KEY_LEN bytes), then copied into the
+        // key's one allocation.
+        let mut buf = [0u8; MAX_KEY_LEN];
+        let (h, v) = buf.split_at_mut(head.len());
+        h.copy_from_slice(head.as_bytes());
+        v[..value.len()].copy_from_slice(value.as_bytes());
+        let text = std::str::from_utf8(&buf[..head.len() + value.len()])
+            .expect("two strs one after the other are UTF-8");
+        Ok(LockKey(Arc::from(text)))
+    }
+
+    /// The key as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn validate(s: &str, max: usize) -> Result<(), KeyError> {
+    validate_parts(&[s], max)
+}
+
+/// Validate the concatenation of `parts` (without building it).
+fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len == 0 {
+        return Err(KeyError::Empty);
+    }
+    if len > max {
+        return Err(KeyError::TooLong { len, max });
+    }
+    if parts.iter().any(|p| p.chars().any(char::is_control)) {
+        return Err(KeyError::ControlCharacter);
+    }
+    Ok(())
+}
+
+impl fmt::Display for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for LockKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl AsRef<str> for LockKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The owner token of one acquisition. Release, extend and renew compare it atomically,
+/// so nobody can release a lease that is not theirs.
+///
+/// [`Token::random`] makes 128 random bits (the default for every acquisition); a caller
+/// may supply its own with [`Lock::token`](super::Lock::token), for example to make acquisition reentrant
+/// per owner.
+///
+/// Two tokens are equal when their text is equal, however they were made.
+#[derive(Clone)]
+pub struct Token(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// A random token's hex digits, kept in place: every acquisition makes one, and a
+    /// fixed-size value costs no allocation (the text is there for backends that store
+    /// it, such as Redis).
+    Random([u8; 32]),
+    /// A caller-supplied token.
+    Given(Arc<str>),
+}
+
+impl Token {
+    /// A fresh token of 128 random bits, hex encoded.
+    pub fn random() -> Self {
+        Token(Repr::Random(random_hex()))
+    }
+
+    /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.
+    pub fn new(token: impl AsRef<str>) -> Result<Self, KeyError> {
+        let token = token.as_ref();
+        validate(token, MAX_TOKEN_LEN)?;
+        Ok(Token(Repr::Given(Arc::from(token))))
+    }
+
+    /// The token as a string.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            Repr::Random(text) => std::str::from_utf8(text).expect("hex digits are ASCII"),
+            Repr::Given(text) => text,
+        }
+    }
+}
+
+/// 128 random bits from the operating system, as 32 hex digits: owner tokens and the
+/// Redis backend's waiter tickets. The OS generator (`getrandom`) is what every
+/// cryptographic generator seeds from; a token costs one system call and no allocation.
+pub(crate) fn random_hex() -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut bits = [0u8; 16];
+    // Fails only where the OS has no generator at all, which no lock can do without.
+    getrandom::fill(&mut bits).expect("the operating system's random number generator failed");
+    let mut text = [0u8; 32];
+    for (pair, byte) in text.chunks_exact_mut(2).zip(bits) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0xf)];
+    }
+    text
+}
+
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Random(a), Repr::Random(b)) => a == b,
+            _ => self.as_str() == other.as_str(),
+        }
+    }
+}
+
+impl Eq for Token {}
+
+impl std::hash::Hash for Token {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // By text, as equality is.
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Tokens are capabilities: show only a prefix in logs.
+        let shown: String = self.as_str().chars().take(8).collect();
+        write!(f, "Token({shown}…)")
+    }
+}
+
+/// A fencing token: strictly increases with every acquisition of the same key.
+///
+/// Pass it to the storage the lock protects and have the storage refuse writes carrying a
+/// fence lower than the highest it has seen. That is what keeps storage safe when a lease
+/// expires while its holder still runs (a paused process, a network partition): leases
+/// alone are not consensus.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Fence(u64);
+
+impl Fence {
+    /// Wrap a raw fence value (for backends).
+    pub const fn new(value: u64) -> Self {
+        Fence(value)
+    }
+
+    /// The raw value.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+
+    #[test]
+    fn a_joined_key_is_the_concatenation_validated_as_one() {
+        let key = LockKey::joined("ns/header=x/", "acme").unwrap();
+        assert_eq!(key, LockKey::new("ns/header=x/acme").unwrap());
+        assert_eq!(key.as_str(), "ns/header=x/acme");
+        assert!(matches!(LockKey::joined("", ""), Err(KeyError::Empty)));
+        assert!(matches!(
+            LockKey::joined("h/", "a\nb"),
+            Err(KeyError::ControlCharacter)
+        ));
+        let long = "x".repeat(MAX_KEY_LEN);
+        assert!(matches!(
+            LockKey::joined("h/", &long),
+            Err(KeyError::TooLong { len, .. }) if len == MAX_KEY_LEN + 2
+        ));
+    }
+
+    #[test]
+    fn tokens_are_equal_by_text_however_made() {
+        let random = Token::random();
+        assert_eq!(random.as_str().len(), 32);
+        let given = Token::new(random.as_str()).unwrap();
+        assert_eq!(random, given);
+        let state = std::collections::hash_map::RandomState::new();
+        assert_eq!(state.hash_one(&random), state.hash_one(&given));
+        assert_ne!(random, Token::random());
+    }
+}

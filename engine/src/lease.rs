@@ -1,0 +1,392 @@
+//! [`Lease`], the RAII guard of an acquisition, and the state it shares with the watchdog.
+
+use std::{
+    fmt,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+use super::{
+    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token,
+    lock_engine::EngineShared,
+    lost::{Lost, LostSignal},
+    options::{after, check_ttl},
+    runtime,
+};
+
+pub(super) fn renew_interval(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// What the watchdog and the [`Lease`] share about one live lease.
+pub(crate) struct LeaseState {
+    pub(super) key: LockKey,
+    pub(super) token: Token,
+    /// Lease length used by renewals, in nanoseconds (extend may change it).
+    pub(super) ttl_nanos: AtomicU64,
+    /// The lease length it was acquired with; `reacquire` resets to it.
+    pub(super) configured_ttl: Duration,
+    pub(super) auto_renew: bool,
+    pub(super) lost: Lost,
+    /// Set when a release begins: from then on a renewal that finds the key gone is that
+    /// release, not a lost lease.
+    pub(super) released: AtomicBool,
+    /// Bumped when an extend begins. A renewal sent under an older epoch may have landed
+    /// before or after the extend; it renews the lease but does not move its deadline.
+    pub(super) epoch: AtomicU64,
+    pub(super) times: Mutex<LeaseTimes>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct LeaseTimes {
+    /// Past this instant the backend may have expired the lease. Only ever an instant the
+    /// backend confirmed: a send time plus a TTL the backend acknowledged.
+    pub(super) deadline: Instant,
+    /// When the next renewal is due (`None` while one is in flight, or without auto-renew).
+    pub(super) renew_at: Option<Instant>,
+}
+
+impl LeaseTimes {
+    /// When the watchdog must next look at the lease: its renewal, or its deadline.
+    pub(super) fn due(&self) -> Instant {
+        self.renew_at
+            .map_or(self.deadline, |r| r.min(self.deadline))
+    }
+}
+
+impl LeaseState {
+    pub(super) fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.ttl_nanos.load(Ordering::Relaxed))
+    }
+
+    pub(super) fn set_ttl(&self, ttl: Duration) {
+        let nanos = u64::try_from(ttl.min(MAX_TTL).as_nanos()).unwrap_or(u64::MAX);
+        self.ttl_nanos.store(nanos, Ordering::Relaxed);
+    }
+
+    pub(super) fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    pub(super) fn mark_lost(&self, why: &'static str) {
+        if self.is_released() {
+            return;
+        }
+        if !self.lost.set.load(Ordering::Acquire) {
+            tracing::warn!(key = %self.key, reason = why, "lease lost");
+            self.lost.set();
+        }
+    }
+
+    /// Move the validity deadline (an instant the backend confirmed). Once a deadline has
+    /// passed, the lease stays lost: a confirmation arriving after it changes nothing.
+    pub(super) fn set_deadline(&self, t: &mut LeaseTimes, deadline: Instant) {
+        if self.lost.is_set() {
+            return;
+        }
+        t.deadline = deadline;
+        self.lost.valid_until(deadline);
+    }
+}
+
+/// An acquired lock: the RAII guard of one acquisition.
+///
+/// While it lives, the engine's watchdog renews it (unless auto-renew is off). Dropping it
+/// releases the key in the background without blocking the dropping thread; call
+/// [`Lease::release`] to release and learn the outcome.
+pub struct Lease {
+    engine: Arc<EngineShared>,
+    state: Arc<LeaseState>,
+    id: u64,
+    fence: Fence,
+    waited: Duration,
+    /// The release has been handed on (to `release`, or done): drop does nothing more.
+    handed_off: bool,
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("key", &self.state.key)
+            .field("fence", &self.fence)
+            .field("waited", &self.waited)
+            .field("lost", &self.state.lost.is_set())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lease {
+    pub(crate) fn new(
+        engine: Arc<EngineShared>,
+        key: LockKey,
+        token: Token,
+        grant: Grant,
+        waited: Duration,
+        ttl: Duration,
+        auto_renew: bool,
+    ) -> Self {
+        // A short claim (a hand-off) is renewed to the full TTL at a third of the claim,
+        // whether or not the lease renews itself later.
+        let first = grant.valid_for.map_or(ttl, |v| v.min(ttl));
+        let renew_at = if first < ttl {
+            Some(after(grant.granted_at, renew_interval(first)))
+        } else {
+            auto_renew.then(|| after(grant.granted_at, renew_interval(ttl)))
+        };
+        let state = Arc::new(LeaseState {
+            key,
+            token,
+            ttl_nanos: AtomicU64::new(0),
+            configured_ttl: ttl,
+            auto_renew,
+            lost: Lost::default(),
+            released: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            times: Mutex::new(LeaseTimes {
+                deadline: after(grant.granted_at, first),
+                renew_at,
+            }),
+        });
+        state.set_ttl(ttl);
+        state.lost.valid_until(after(grant.granted_at, first));
+        let id = engine.watchdog.register(&engine, state.clone());
+        Lease {
+            engine,
+            state,
+            id,
+            fence: grant.fence,
+            waited,
+            handed_off: false,
+        }
+    }
+
+    /// The locked key.
+    pub fn key(&self) -> &LockKey {
+        &self.state.key
+    }
+
+    /// The owner token of this acquisition.
+    pub fn token(&self) -> &Token {
+        &self.state.token
+    }
+
+    /// The fencing token: strictly greater than any earlier acquisition's of this key.
+    pub fn fence(&self) -> Fence {
+        self.fence
+    }
+
+    /// How long the acquisition waited.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// The local validity deadline: the backend confirmed the lease until at least this
+    /// instant (a send time plus a TTL the backend set), so it is never later than the
+    /// backend's own expiry. Renewals move it on; once it passes unrenewed, the lease is
+    /// lost.
+    pub fn valid_until(&self) -> Instant {
+        self.state.times.lock().unwrap().deadline
+    }
+
+    /// The lease length the watchdog renews to.
+    pub fn ttl(&self) -> Duration {
+        self.state.ttl()
+    }
+
+    /// Resolves when the lease is lost (see [`LostSignal`]).
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let state = self.state.clone();
+        async move { state.lost.wait().await }
+    }
+
+    /// A cloneable handle on the lost signal, for handing to other tasks.
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal(self.state.clone())
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.state.lost.is_set()
+    }
+
+    /// Stop renewing: from here on the lease is being released.
+    fn stop(&mut self) {
+        self.handed_off = true;
+        self.state.released.store(true, Ordering::Release);
+        self.engine.watchdog.unregister(self.id);
+    }
+
+    /// Stop renewing, and return the backend release to run.
+    fn begin_release(&mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        self.stop();
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        async move {
+            let result = engine.backend.release(&state.key, &state.token).await;
+            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released");
+            result
+        }
+    }
+
+    /// Release the key. [`LockError::NotOwned`] or [`LockError::Expired`] mean the lease
+    /// had already run out (another owner may hold the key): nothing was changed.
+    ///
+    /// Cancellation-safe: once this future has been created, the release happens. If it
+    /// is dropped before the backend answered, the release finishes in the background.
+    pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        match self.release_in_place() {
+            Some(result) => runtime::Detachable::ready(result),
+            None => runtime::Detachable::new(self.begin_release()),
+        }
+    }
+
+    /// Release on the spot if the backend can (the in-process one): no future to make,
+    /// box or poll. `None`: it cannot, and nothing was done.
+    fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
+        let synchronous = self.engine.synchronous.as_deref()?;
+        // `stop`, field by field: `synchronous` borrows the engine.
+        self.handed_off = true;
+        self.state.released.store(true, Ordering::Release);
+        self.engine.watchdog.unregister(self.id);
+        let result = synchronous.release_now(&self.state.key, &self.state.token);
+        tracing::trace!(key = %self.state.key, ok = result.is_ok(), "lock released");
+        Some(result)
+    }
+
+    /// Store `record` under the key for `retention` and release the key, in one atomic
+    /// step on the backend (see [`RecordBackend`](super::RecordBackend)): whoever acquires
+    /// the key next finds the record. [`LockError::NotOwned`] or [`LockError::Expired`]
+    /// mean the lease had already run out: nothing was written, and another holder's
+    /// record is never overwritten. A backend without records answers
+    /// [`LockError::Unsupported`] and the key is released without one.
+    ///
+    /// Cancellation-safe like [`release`](Self::release).
+    pub fn complete(
+        mut self,
+        record: Record,
+        retention: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        self.stop();
+        let engine = self.engine.clone();
+        let state = self.state.clone();
+        runtime::Detachable::new(async move {
+            let result = match engine.backend.capabilities().records {
+                Some(records) => {
+                    records
+                        .complete(&state.key, &state.token, &record, retention)
+                        .await
+                }
+                None => {
+                    let _ = engine.backend.release(&state.key, &state.token).await;
+                    Err(LockError::Unsupported("records"))
+                }
+            };
+            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released with a record");
+            result
+        })
+    }
+
+    /// Add `by` to the remaining TTL. The new remaining TTL also becomes the length the
+    /// watchdog renews to. More than [`MAX_TTL`] in all is [`LockError::InvalidValue`].
+    pub async fn extend(&self, by: Duration) -> Result<Duration, LockError> {
+        self.change_ttl(by, ExtendMode::Add).await
+    }
+
+    /// Replace the remaining TTL with `ttl` (also used for later renewals). More than
+    /// [`MAX_TTL`] is [`LockError::InvalidValue`].
+    pub async fn extend_to(&self, ttl: Duration) -> Result<Duration, LockError> {
+        self.change_ttl(ttl, ExtendMode::Replace).await
+    }
+
+    /// Reset the remaining TTL (and the renewal length) to the TTL the lease was acquired
+    /// with.
+    pub async fn reacquire(&self) -> Result<Duration, LockError> {
+        self.change_ttl(self.state.configured_ttl, ExtendMode::Replace)
+            .await
+    }
+
+    async fn change_ttl(&self, d: Duration, mode: ExtendMode) -> Result<Duration, LockError> {
+        check_ttl(d)?;
+        if mode == ExtendMode::Add {
+            let remaining = self.state.times.lock().unwrap().deadline;
+            let total = remaining
+                .saturating_duration_since(Instant::now())
+                .checked_add(d);
+            if total.is_none_or(|t| t > MAX_TTL) {
+                return Err(LockError::InvalidValue(
+                    "the lease would be longer than MAX_TTL",
+                ));
+            }
+        }
+        // Renewals sent before this point may land before or after the extend: none of
+        // them may move the deadline this extend sets.
+        self.state.epoch.fetch_add(1, Ordering::AcqRel);
+        let sent = Instant::now();
+        let result = self
+            .engine
+            .backend
+            .extend(&self.state.key, &self.state.token, d, mode)
+            .await;
+        match &result {
+            Ok(remaining) => {
+                let remaining = (*remaining).min(MAX_TTL);
+                self.state.set_ttl(remaining);
+                {
+                    let mut t = self.state.times.lock().unwrap();
+                    self.state.set_deadline(&mut t, after(sent, remaining));
+                    t.renew_at = self
+                        .state
+                        .auto_renew
+                        .then(|| after(sent, renew_interval(remaining)));
+                }
+                self.engine.watchdog.reschedule(self.id, &self.state);
+            }
+            Err(LockError::NotOwned | LockError::Expired) => {
+                self.state.mark_lost("extend found the lease gone");
+            }
+            Err(_) if mode == ExtendMode::Replace => {
+                // It may still land: a shorter TTL would then hold from about now on.
+                let mut t = self.state.times.lock().unwrap();
+                let deadline = t.deadline.min(after(sent, d));
+                self.state.set_deadline(&mut t, deadline);
+                drop(t);
+                self.engine.watchdog.reschedule(self.id, &self.state);
+            }
+            Err(_) => {}
+        }
+        result
+    }
+
+    /// `true` if this lease's token still holds the key on the backend.
+    pub async fn owned(&self) -> Result<bool, LockError> {
+        let holder = self.engine.backend.holder(&self.state.key).await?;
+        Ok(holder.is_some_and(|h| h.token == self.state.token))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.handed_off {
+            return;
+        }
+        if let Some(result) = self.release_in_place() {
+            if let Err(error) = result {
+                tracing::debug!(%error, "release on drop did not apply");
+            }
+            return;
+        }
+        // Never block the dropping thread, and never depend on its runtime: the release
+        // starts here and, if it needs a round trip, finishes on the engine's runtime.
+        let release = self.begin_release();
+        runtime::detach(async move {
+            if let Err(error) = release.await {
+                tracing::debug!(%error, "release on drop did not apply");
+            }
+        });
+    }
+}

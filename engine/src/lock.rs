@@ -1,0 +1,249 @@
+//! [`Lock`]: a handle on one key with its acquisition options; acquiring it yields a
+//! [`Lease`].
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{
+    AcquireRequest, Grant, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
+    LockStatus, Token, options,
+};
+
+/// A handle on one key of a [`LockEngine`], with its acquisition options.
+///
+/// Setters consume and return the handle; [`Lock::acquire`] and [`Lock::try_acquire`]
+/// yield a [`Lease`], on which release, extend, reacquire and owned live.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    engine: LockEngine,
+    key: Result<LockKey, KeyError>,
+    options: LockOptions,
+    token: Option<Token>,
+}
+
+impl Lock {
+    pub(super) fn new(
+        engine: LockEngine,
+        key: Result<LockKey, KeyError>,
+        options: LockOptions,
+    ) -> Self {
+        Lock {
+            engine,
+            key,
+            options,
+            token: None,
+        }
+    }
+
+    /// Replace all options.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// See [`LockOptions::ttl`].
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options = self.options.ttl(ttl);
+        self
+    }
+
+    /// See [`LockOptions::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options = self.options.wait(wait);
+        self
+    }
+
+    /// See [`LockOptions::fifo`].
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.options = self.options.fifo(fifo);
+        self
+    }
+
+    /// See [`LockOptions::max_waiters`].
+    pub fn max_waiters(mut self, max: usize) -> Self {
+        self.options = self.options.max_waiters(max);
+        self
+    }
+
+    /// See [`LockOptions::auto_renew`].
+    pub fn auto_renew(mut self, on: bool) -> Self {
+        self.options = self.options.auto_renew(on);
+        self
+    }
+
+    /// Acquire with this owner token instead of a fresh random one. Acquiring a key that
+    /// this token already holds succeeds and refreshes its TTL (reentrancy by owner).
+    pub fn token(mut self, token: Token) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The key, if valid.
+    pub fn key(&self) -> Result<&LockKey, LockError> {
+        self.key
+            .as_ref()
+            .map_err(|e| LockError::InvalidKey(e.clone()))
+    }
+
+    /// Acquire the key, waiting up to the configured wait limit.
+    ///
+    /// Errors: [`LockError::TimedOut`] after the wait limit ([`LockError::Busy`] when the
+    /// limit is zero), [`LockError::QueueFull`], [`LockError::InvalidKey`],
+    /// [`LockError::Backend`]. Dropping the future while it waits leaves nothing behind.
+    ///
+    /// Never returns a lease that is already lost: a grant whose validity ran out before it
+    /// reached the caller (its runtime stalled past a hand-off's claim) is asked for again
+    /// with the same token, which confirms it if the key is still ours, and otherwise goes
+    /// on waiting within the limit (then [`LockError::TimedOut`]).
+    pub async fn acquire(&self) -> Result<Lease, LockError> {
+        self.acquire_with(self.options.wait).await
+    }
+
+    /// Acquire the key only if it is free now; otherwise [`LockError::Busy`] with the
+    /// holder's remaining TTL.
+    pub async fn try_acquire(&self) -> Result<Lease, LockError> {
+        self.acquire_with(Some(Duration::ZERO)).await
+    }
+
+    /// [`acquire`](Self::acquire), decided synchronously when the backend can (the
+    /// in-process [`MemoryBackend`](crate::MemoryBackend) handed to [`LockEngine::new`]: a
+    /// free key, or a refusal that needs no wait); `None` when the backend cannot, or the
+    /// caller must wait: then `acquire` it. No future is made or boxed, so a middleware's
+    /// uncontended request allocates none for its lock.
+    ///
+    /// ```
+    /// use tower_lock_engine::LockEngine;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let lock = engine.lock("k");
+    /// let lease = match lock.acquire_now() {
+    ///     Some(decided) => decided?,
+    ///     None => lock.acquire().await?,
+    /// };
+    /// lease.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
+        let synchronous = self.engine.shared.synchronous.as_deref()?;
+        let (req, started) = match self.request(self.options.wait) {
+            Ok(prepared) => prepared,
+            Err(e) => return Some(Err(e)),
+        };
+        let grant = synchronous.acquire_now(&req, started)?;
+        // Decided without waiting: it waited for nothing (and reads no clock to say so).
+        Some(grant.map(|grant| self.lease(req, grant, Duration::ZERO)))
+    }
+
+    /// The backend's request for an acquisition waiting up to `wait`, and when it started.
+    fn request(&self, wait: Option<Duration>) -> Result<(AcquireRequest, Instant), LockError> {
+        let key = self.key()?.clone();
+        options::check_ttl(self.options.ttl)?;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let started = Instant::now();
+        // A wait the clock cannot represent is a wait without limit.
+        let wait = wait.filter(|w| started.checked_add(*w).is_some());
+        let req = AcquireRequest {
+            key,
+            token,
+            ttl: self.options.ttl,
+            wait,
+            fifo: self.options.fifo,
+            max_waiters: self.options.max_waiters,
+        };
+        Ok((req, started))
+    }
+
+    /// The lease of a granted `req`.
+    fn lease(&self, req: AcquireRequest, grant: Grant, waited: Duration) -> Lease {
+        tracing::trace!(key = %req.key, fence = grant.fence.get(), ?waited, "lock acquired");
+        Lease::new(
+            self.engine.shared.clone(),
+            req.key,
+            req.token,
+            grant,
+            waited,
+            self.options.ttl,
+            self.options.auto_renew,
+        )
+    }
+
+    async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
+        let (mut req, started) = self.request(wait)?;
+        // Decided on the spot if the backend can: no boxed backend future.
+        if let Some(synchronous) = self.engine.shared.synchronous.as_deref()
+            && let Some(grant) = synchronous.acquire_now(&req, started)
+        {
+            return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
+        }
+        let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
+        let mut retried = false;
+        loop {
+            // The backend takes its request by value; the lease needs the key and token back.
+            let grant = self
+                .engine
+                .shared
+                .backend
+                .acquire(req.clone())
+                .instrument(span.clone())
+                .await;
+            let grant = match grant {
+                Ok(grant) => grant,
+                // A retry (below) of a wait with a limit, which ran out: the whole wait
+                // timed out, as far as the caller is concerned.
+                Err(LockError::Busy { retry_after } | LockError::TimedOut { retry_after, .. })
+                    if retried && wait.is_some_and(|w| !w.is_zero()) =>
+                {
+                    return Err(LockError::TimedOut {
+                        waited: started.elapsed(),
+                        retry_after,
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            // A grant whose validity ran out before it got here (this task's runtime
+            // stalled past a hand-off's claim, say) may be someone else's key by now: a
+            // lease already lost is never handed out. Ask again with the same token: if the
+            // key is still ours, that is re-entry and confirms a full lease; if not, the
+            // wait goes on within what is left of its limit.
+            let ttl = self.options.ttl;
+            let valid = grant.valid_for.map_or(ttl, |v| v.min(ttl));
+            if Instant::now() < options::after(grant.granted_at, valid) {
+                return Ok(self.lease(req, grant, started.elapsed()));
+            }
+            tracing::debug!(key = %req.key, "grant ran out before acquire returned; asking again");
+            req.wait = wait.map(|w| w.saturating_sub(started.elapsed()));
+            retried = true;
+        }
+    }
+
+    /// `true` if anyone holds the key now.
+    pub async fn locked(&self) -> Result<bool, LockError> {
+        let key = self.key()?;
+        Ok(self.engine.shared.backend.holder(key).await?.is_some())
+    }
+
+    /// Who holds the key now (token and remaining TTL), if anyone.
+    pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
+        let key = self.key()?;
+        self.engine.shared.backend.holder(key).await
+    }
+
+    /// The key's status, judged against this handle's TTL as the expected bound.
+    pub async fn status(&self) -> Result<LockStatus, LockError> {
+        Ok(LockStatus::from_holder(
+            self.holder().await?,
+            self.options.ttl,
+        ))
+    }
+
+    /// How many callers wait for the key now.
+    pub async fn waiters(&self) -> Result<usize, LockError> {
+        let key = self.key()?;
+        self.engine.shared.backend.waiters(key).await
+    }
+}

@@ -1,0 +1,230 @@
+//! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
+
+use std::{any::Any, fmt, sync::Arc};
+
+use super::{
+    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
+    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
+    SynchronousBackend, lock::Lock, watchdog::Watchdog,
+};
+
+pub(crate) struct EngineShared {
+    pub(crate) backend: Arc<dyn Backend>,
+    /// The same backend's synchronous path, when it is the in-process one.
+    pub(crate) synchronous: Option<Arc<dyn SynchronousBackend>>,
+    pub(crate) watchdog: Watchdog,
+    defaults: LockOptions,
+}
+
+/// A handle on a lock engine: cheap to clone, shared by every clone.
+///
+/// Create it once (at startup) and clone it wherever locks are needed; all clones share
+/// one backend and one renewal task.
+#[derive(Clone)]
+pub struct LockEngine {
+    pub(super) shared: Arc<EngineShared>,
+}
+
+impl fmt::Debug for LockEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockEngine")
+            .field("defaults", &self.shared.defaults)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockEngine {
+    /// An engine over the in-process backend: serializes within this process only.
+    pub fn in_memory() -> Self {
+        Self::new(MemoryBackend::new())
+    }
+
+    /// An engine over one Redis at `url`, with the Redis backend's defaults (see
+    /// [`RedisBackend::connect`](super::redis::RedisBackend::connect)); for anything else,
+    /// build a [`RedisBackend`](super::redis::RedisBackend) and hand it to
+    /// [`LockEngine::new`].
+    ///
+    /// ```rust,no_run
+    /// # async fn f() -> Result<(), tower_lock_engine::BackendError> {
+    /// let engine = tower_lock_engine::LockEngine::redis("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "redis")]
+    pub async fn redis(url: impl Into<String>) -> Result<Self, crate::BackendError> {
+        Ok(Self::new(super::redis::RedisBackend::connect(url).await?))
+    }
+
+    /// An engine over any backend.
+    pub fn new(backend: impl Backend) -> Self {
+        let backend = Arc::new(backend);
+        // The in-process backend itself (not a wrapper around one, whose own `acquire` and
+        // `release` must run) also answers on the spot: see `SynchronousBackend`.
+        let any: Arc<dyn Any + Send + Sync> = backend.clone();
+        let synchronous = any
+            .downcast::<MemoryBackend>()
+            .ok()
+            .map(|memory| memory as Arc<dyn SynchronousBackend>);
+        Self::build(backend, synchronous, LockOptions::default())
+    }
+
+    /// An engine over a shared backend.
+    pub fn from_arc(backend: Arc<dyn Backend>) -> Self {
+        Self::build(backend, None, LockOptions::default())
+    }
+
+    fn build(
+        backend: Arc<dyn Backend>,
+        synchronous: Option<Arc<dyn SynchronousBackend>>,
+        defaults: LockOptions,
+    ) -> Self {
+        LockEngine {
+            shared: Arc::new(EngineShared {
+                backend,
+                synchronous,
+                watchdog: Watchdog::new(),
+                defaults,
+            }),
+        }
+    }
+
+    /// Set the options every [`Lock`] from this engine starts with.
+    pub fn with_defaults(self, defaults: LockOptions) -> Self {
+        Self::build(
+            self.shared.backend.clone(),
+            self.shared.synchronous.clone(),
+            defaults,
+        )
+    }
+
+    /// A handle on `key`, with the engine's default options. The key is validated when
+    /// the lock is used; an invalid key makes every operation return
+    /// [`LockError::InvalidKey`].
+    pub fn lock(&self, key: impl AsRef<str>) -> Lock {
+        Lock::new(
+            self.clone(),
+            LockKey::new(key),
+            self.shared.defaults.clone(),
+        )
+    }
+
+    /// A handle on an already validated key.
+    pub fn lock_key(&self, key: LockKey) -> Lock {
+        Lock::new(self.clone(), Ok(key), self.shared.defaults.clone())
+    }
+
+    /// A [`KeyMutex`] on `key`: run a closure while holding it, or acquire and release by
+    /// hand with "already held" / "not held" errors.
+    pub fn mutex(&self, key: impl AsRef<str>) -> KeyMutex {
+        KeyMutex::new(self.lock(key))
+    }
+
+    /// The numeric value under `key`, for compare-and-set.
+    pub fn numeric(&self, key: impl AsRef<str>) -> NumericKey {
+        NumericKey::new(self.clone(), LockKey::new(key))
+    }
+
+    /// The pool named `name`: a set of lock keys with membership and health operations.
+    pub fn pool(&self, name: impl AsRef<str>) -> LockPool {
+        LockPool::new(self.clone(), LockKey::new(name))
+    }
+
+    /// Administrative operations that ignore ownership: reserve a key, force a
+    /// release. Meant for operators and tooling, not request paths.
+    pub fn admin(&self) -> LockAdmin {
+        LockAdmin::new(self.clone())
+    }
+
+    /// The record stored under `key` by [`Lease::complete`](super::Lease::complete), if
+    /// any and within its retention (a tombstone, [`Record::kept`](Record#structfield.kept)
+    /// `false`, when the store kept only that the operation completed).
+    /// [`LockError::Unsupported`] on a backend without records.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_lock_engine::{LockEngine, LockKey, Record};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let key = LockKey::new("order-7")?;
+    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
+    /// lease.complete(record, Duration::from_secs(3600)).await?;
+    /// let stored = engine.record(&key).await?.expect("completed");
+    /// assert_eq!(stored.body, "done");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn record(&self, key: &LockKey) -> Result<Option<Record>, LockError> {
+        self.record_backend()?.record(key).await
+    }
+
+    /// Delete the record (or tombstone) stored under `key`, so that the next operation
+    /// under `key` runs as if none had completed: an operator purging one record after an
+    /// incident. Returns whether there was one within its retention. The lock on `key` is
+    /// not touched: a holder keeps it, and its completion writes a new record. Logged at
+    /// `warn`, as the [admin operations](super::LockAdmin) are. [`LockError::Unsupported`]
+    /// on a backend without records.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_lock_engine::{LockEngine, LockKey, Record};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let key = LockKey::new("order-7")?;
+    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
+    /// lease.complete(record, Duration::from_secs(3600)).await?;
+    /// assert!(engine.forget_record(&key).await?);
+    /// assert_eq!(engine.record(&key).await?, None);
+    /// assert!(!engine.forget_record(&key).await?, "nothing left to delete");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn forget_record(&self, key: &LockKey) -> Result<bool, LockError> {
+        let records = self.record_backend()?;
+        tracing::warn!(%key, "deleting the stored record");
+        records.forget(key).await
+    }
+
+    /// Whether the backend keeps records ([`RecordBackend`]).
+    pub fn has_records(&self) -> bool {
+        self.record_backend().is_ok()
+    }
+
+    pub(crate) fn record_backend(&self) -> Result<&dyn RecordBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .records
+            .ok_or(LockError::Unsupported("records"))
+    }
+
+    pub(crate) fn admin_backend(&self) -> Result<&dyn AdminBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .admin
+            .ok_or(LockError::Unsupported("admin operations"))
+    }
+
+    pub(crate) fn numeric_backend(&self) -> Result<&dyn NumericBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .numeric
+            .ok_or(LockError::Unsupported("numeric compare-and-set"))
+    }
+
+    pub(crate) fn pool_backend(&self) -> Result<&dyn PoolBackend, LockError> {
+        self.shared
+            .backend
+            .capabilities()
+            .pools
+            .ok_or(LockError::Unsupported("lock pools"))
+    }
+}

@@ -1,0 +1,147 @@
+//! The in-process backend's optional capabilities: admin operations, numeric
+//! compare-and-set and lock pools.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{HeldBy, MemoryBackend};
+use crate::{
+    AdminBackend, BoxFuture, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
+    PoolBackend, PoolHolders, PoolOp, Token, options::after,
+};
+
+impl AdminBackend for MemoryBackend {
+    fn admin_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        value: &'a Token,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let entry = shard.map.entry(key.clone()).or_default();
+            entry.set_holder(HeldBy {
+                token: value.clone(),
+                expires: ttl.map(|t| after(now, t)),
+                fence: self.next_fence().get(),
+            });
+            Ok(())
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let mut shard = self.shard(key);
+            let now = Instant::now();
+            let Some(entry) = shard.map.get_mut(key) else {
+                return Ok(false);
+            };
+            entry.expire(now, self);
+            let was_held = entry.holder.take().is_some();
+            if was_held {
+                entry.grant_next(now, self);
+            }
+            shard.remove_if_empty(key);
+            Ok(was_held)
+        })
+    }
+}
+
+impl NumericBackend for MemoryBackend {
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        op: &'a NumericOp,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let mut numbers = self.numbers.lock().unwrap();
+            let now = Instant::now();
+            let stored = numbers
+                .get(key)
+                .filter(|(_, exp)| exp.is_none_or(|e| e > now))
+                .map(|(v, _)| *v);
+            let holds = stored.is_none_or(|s| op.compare.holds(op.value, s, op.epsilon));
+            if holds {
+                match op.action {
+                    NumericAction::Set { ttl } => {
+                        numbers.insert(key.clone(), (op.value, ttl.map(|t| after(now, t))));
+                    }
+                    NumericAction::Delete => {
+                        numbers.remove(key);
+                    }
+                }
+            }
+            Ok(holds)
+        })
+    }
+
+    fn numeric_get<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
+        Box::pin(async move {
+            let mut numbers = self.numbers.lock().unwrap();
+            let now = Instant::now();
+            if numbers
+                .get(key)
+                .is_some_and(|(_, exp)| exp.is_some_and(|e| e <= now))
+            {
+                numbers.remove(key);
+            }
+            Ok(numbers.get(key).map(|(v, _)| *v))
+        })
+    }
+}
+
+impl PoolBackend for MemoryBackend {
+    fn pool_modify<'a>(
+        &'a self,
+        pool: &'a LockKey,
+        op: &'a PoolOp,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let mut pools = self.pools.lock().unwrap();
+            let members = pools.entry(pool.clone()).or_default();
+            match op {
+                PoolOp::Add(keys) => members.extend(keys.iter().cloned()),
+                PoolOp::Remove(keys) => {
+                    for k in keys {
+                        members.remove(k);
+                    }
+                }
+                PoolOp::Replace(keys) => *members = keys.iter().cloned().collect(),
+                PoolOp::Clear => members.clear(),
+            }
+            let len = members.len();
+            if len == 0 {
+                pools.remove(pool);
+            }
+            Ok(len)
+        })
+    }
+
+    fn pool_members<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
+        Box::pin(async move { Ok(self.members(pool)) })
+    }
+
+    fn pool_holders<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
+        Box::pin(async move {
+            Ok(self
+                .members(pool)
+                .into_iter()
+                .map(|k| {
+                    let h = self.holder_now(&k);
+                    (k, h)
+                })
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,484 @@
+//! The acquire wait loop: one script call per attempt, grants delivered by pub/sub between
+//! attempts, and the clean-up of an acquire that ends without handing its outcome to the
+//! caller.
+//!
+//! A waiter registers a ticket with its first failed attempt, then waits for its grant:
+//! the release script makes it the holder itself and publishes who and which fence, so the
+//! message alone completes the acquire. Retries happen only when the wake-up channel was
+//! not yet subscribed when the ticket was registered (once the subscription is confirmed:
+//! a grant before it went unheard), after a reconnect of the subscriber, or on the
+//! fallback timer (at most [`FALLBACK_CAP`] apart), which also refreshes the ticket and
+//! finds a grant whose message was lost (the key is already this waiter's: re-entry).
+
+use std::{sync::Arc, time::Duration};
+
+use redis::ScriptInvocation;
+use tokio::time::Instant;
+
+use super::{
+    FALLBACK_CAP, FENCE_MARGIN, Inner,
+    commands::Conn,
+    millis,
+    names::Names,
+    remaining,
+    scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
+    wakeup::{Subscription, Woken},
+};
+use crate::{AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, Token};
+
+enum Attempt {
+    Granted(Fence),
+    /// Not granted; `deadline` names the waiter's registered ticket (0: none registered).
+    Busy {
+        retry_after: Option<Duration>,
+        deadline: u64,
+    },
+    Full(Option<Duration>),
+    /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
+    Unacknowledged {
+        acked: u64,
+        wanted: u32,
+    },
+}
+
+/// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
+struct TicketId([u8; 32]);
+
+impl TicketId {
+    fn random() -> Self {
+        TicketId(crate::key::random_hex())
+    }
+
+    fn as_str(&self) -> &str {
+        // Hex digits only.
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
+/// Cleans up after an acquire that ends without handing its outcome to the caller: removes
+/// its ticket and gives back a grant it may have received unseen (one that landed while a
+/// call was in flight, or a hand-off nobody waited for any more). Runs as a spawned task,
+/// so dropping the acquire future never blocks.
+struct Cleanup<'a> {
+    inner: &'a Arc<Inner>,
+    names: &'a Names,
+    ticket: &'a str,
+    token: &'a Token,
+    ttl_ms: u64,
+    armed: bool,
+    /// Whether a ticket may be registered (then a hand-off may have made us the holder).
+    registered: bool,
+    /// Our ticket's deadline as last reported (`None`: unknown, search for it).
+    known: Option<u64>,
+    in_flight: bool,
+    /// The connection the last attempt went out on: the release must follow it there.
+    pinned: Option<Conn>,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if !self.armed || !(self.registered || self.in_flight) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let names = Names {
+            lock: self.names.lock.clone(),
+            fence: self.names.fence.clone(),
+            queue: self.names.queue.clone(),
+            channel: self.names.channel.clone(),
+        };
+        let leaving = Leaving {
+            ticket: self.ticket.to_owned(),
+            // A refresh in flight may have renamed the ticket.
+            known: if self.in_flight { None } else { self.known },
+            token: self.token.clone(),
+            ttl_ms: self.ttl_ms,
+        };
+        let pinned = if self.in_flight {
+            self.pinned.take()
+        } else {
+            None
+        };
+        // On the engine's runtime: the clean-up must not depend on the caller's. A clean-up
+        // the server refused (busy, loading, no connection) is retried every fallback
+        // period until the ticket would have lapsed anyway: left in the queue, it could be
+        // handed the key and hold it for a claim period. (Leaving twice is harmless: the
+        // second finds nothing of ours.) One that timed out is not: it was sent and lands
+        // when the server answers again, and sending more meanwhile would only churn the
+        // pool, whose retired connections take their unanswered commands with them.
+        crate::runtime::handle().spawn(async move {
+            let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
+            let mut pinned = pinned;
+            loop {
+                let error = match inner.leave(&names, &leaving, pinned.take()).await {
+                    Ok(_) => return,
+                    Err(error) => error,
+                };
+                let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+                if sent || Instant::now() + FALLBACK_CAP >= give_up {
+                    tracing::debug!(%error, "lock waiter cleanup failed; its ticket will expire");
+                    return;
+                }
+                tracing::debug!(%error, "lock waiter cleanup refused; retrying");
+                tokio::time::sleep(FALLBACK_CAP).await;
+            }
+        });
+    }
+}
+
+/// What a leaving waiter tells the leave script.
+pub(super) struct Leaving {
+    ticket: String,
+    known: Option<u64>,
+    token: Token,
+    ttl_ms: u64,
+}
+
+impl Inner {
+    pub(super) async fn call<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        inv: &ScriptInvocation<'_>,
+    ) -> Result<T, LockError> {
+        self.commands
+            .invoke(what, inv)
+            .await
+            .map_err(LockError::Backend)
+    }
+
+    async fn attempt(
+        &self,
+        names: &Names,
+        req: &AcquireRequest,
+        ticket: &str,
+        known: Option<u64>,
+        renamed: bool,
+        pin: &mut Option<Conn>,
+    ) -> Result<Attempt, LockError> {
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(&names.lock)
+            .key(&names.fence)
+            .key(&names.queue)
+            .arg(req.token.as_str())
+            .arg(millis(req.ttl))
+            .arg(ticket)
+            .arg(if req.fifo { "1" } else { "0" })
+            .arg(
+                req.max_waiters
+                    .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
+            )
+            .arg(self.ticket_ttl_ms)
+            .arg(millis(FENCE_MARGIN));
+        match known {
+            Some(d) => inv.arg(d),
+            None => inv.arg(""),
+        };
+        inv.arg(if renamed { "1" } else { "0" });
+        let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
+            match self.replica_ack {
+                None => {
+                    let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;
+                    (reply.map_err(LockError::Backend)?, None)
+                }
+                Some(ack) => {
+                    let reply = self.commands.invoke_acked("acquire", &inv, ack, pin).await;
+                    let (reply, acked) = reply.map_err(LockError::Backend)?;
+                    (reply, Some(acked))
+                }
+            };
+        Ok(match status {
+            1 => match (acked, self.replica_ack) {
+                (Some(acked), Some(ack)) if acked < u64::from(ack.replicas) => {
+                    Attempt::Unacknowledged {
+                        acked,
+                        wanted: ack.replicas,
+                    }
+                }
+                _ => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
+            },
+            0 => Attempt::Busy {
+                retry_after: remaining(value),
+                deadline: u64::try_from(deadline).unwrap_or(0),
+            },
+            2 => Attempt::Full(remaining(value)),
+            other => {
+                return Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    format!("acquire script answered status {other}"),
+                )));
+            }
+        })
+    }
+
+    pub(super) async fn leave(
+        &self,
+        names: &Names,
+        leaving: &Leaving,
+        pinned: Option<Conn>,
+    ) -> Result<Option<Duration>, LockError> {
+        let keys = [&names.lock, &names.fence, &names.queue];
+        let known = leaving.known.map(|d| d.to_string()).unwrap_or_default();
+        let ttl = leaving.ttl_ms.to_string();
+        let margin = millis(FENCE_MARGIN).to_string();
+        let claim = self.ticket_ttl_ms.to_string();
+        let args = [
+            leaving.ticket.as_str(),
+            &known,
+            leaving.token.as_str(),
+            &ttl,
+            "1",
+            &names.channel,
+            &margin,
+            &claim,
+        ];
+        if let Some(mut conn) = pinned {
+            // Behind the unseen acquire on its own connection, so it cannot overtake it.
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(LEAVE_SOURCE.as_str())
+                .arg(keys.len())
+                .arg(&keys)
+                .arg(&args);
+            match self
+                .commands
+                .query_on::<i64>("leave", &eval, &mut conn)
+                .await
+            {
+                Ok(pttl) => return Ok(remaining(pttl)),
+                // That connection is gone, and with it anything still unsent on it.
+                Err(e) if e.kind() == BackendErrorKind::Unavailable => {}
+                Err(e) => return Err(LockError::Backend(e)),
+            }
+        }
+        let mut inv = LEAVE.prepare_invoke();
+        inv.key(&keys).arg(&args);
+        let pttl: i64 = self.call("leave", &inv).await?;
+        Ok(remaining(pttl))
+    }
+
+    pub(super) async fn acquire(self: Arc<Self>, req: AcquireRequest) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        let deadline = req.wait.map(|w| started + w);
+        let waiting = req.wait != Some(Duration::ZERO);
+        let names = self.names(&req.key);
+        let id = TicketId::random();
+        let ticket = if waiting { id.as_str() } else { "" };
+        let ttl_ms = millis(req.ttl);
+        let mut cleanup = Cleanup {
+            inner: &self,
+            names: &names,
+            ticket,
+            token: &req.token,
+            ttl_ms,
+            armed: true,
+            registered: false,
+            known: None,
+            in_flight: false,
+            pinned: None,
+        };
+        let mut subscription: Option<Subscription> = None;
+        // When the attempt that registered (or last refreshed) our ticket was sent: a
+        // hand-off of that ticket happened later, so its claim runs from no earlier.
+        let mut last_sent = started;
+        // Whether the last wait ended on the fallback timer, not on a wake-up.
+        let mut by_timer = false;
+        // A registered waiter's failed refresh (a timeout, a server busy or failing over for
+        // a moment) does not end its wait: it is retried on the next fallback period while
+        // the ticket lives (a ticket TTL after the last refresh that got through; after
+        // that its place is gone anyway). The error is kept to answer a wait that ends
+        // while the backend is still failing.
+        let mut failed: Option<LockError> = None;
+        let mut last_ok = started;
+        loop {
+            // Where the wake-up channel stands before this attempt goes out (see `covered`).
+            let mark = match &subscription {
+                None if waiting => self.wakeup.mark(&names.channel),
+                _ => None,
+            };
+            cleanup.in_flight = true;
+            // Taken before sending: the TTL cannot have started on the server any earlier.
+            let sent = Instant::now();
+            // On error the cleanup stays armed with `in_flight`: the grant may have landed,
+            // or a refresh renamed our ticket (the script finds it again by its id).
+            let outcome = match self
+                .attempt(
+                    &names,
+                    &req,
+                    ticket,
+                    cleanup.known,
+                    failed.is_some(),
+                    &mut cleanup.pinned,
+                )
+                .await
+            {
+                Ok(outcome) => Some(outcome),
+                Err(e)
+                    if cleanup.registered
+                        && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
+                {
+                    tracing::debug!(
+                        channel = %names.channel,
+                        error = %e,
+                        "lock waiter's refresh failed; retrying within its wait"
+                    );
+                    failed = Some(e);
+                    None
+                }
+                Err(e) => return Err(e),
+            };
+            if outcome.is_some() {
+                cleanup.in_flight = false;
+                failed = None;
+                last_ok = sent;
+            }
+            // Kept for the clean-up while the call it went out with is unresolved.
+            let pinned = if cleanup.in_flight {
+                None
+            } else {
+                cleanup.pinned.take()
+            };
+            let retry_after = match outcome {
+                // The refresh failed: wait for a wake-up or the fallback period, then retry.
+                None => None,
+                Some(Attempt::Granted(fence)) => {
+                    cleanup.armed = false;
+                    if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
+                        // A hand-off whose message has not come (lost, or just late), or a
+                        // lease that ran out: found at the cost of up to FALLBACK_CAP.
+                        tracing::debug!(
+                            channel = %names.channel,
+                            "lock granted on the fallback timer's retry, not by a wake-up"
+                        );
+                    }
+                    return Ok(Grant::new(fence, sent));
+                }
+                Some(Attempt::Unacknowledged { acked, wanted }) => {
+                    // Give the grant back (and drop our ticket) behind the script, on its
+                    // connection; if that fails, the cleanup retries it in the background.
+                    let leaving = Leaving {
+                        ticket: ticket.to_owned(),
+                        known: None,
+                        token: req.token.clone(),
+                        ttl_ms,
+                    };
+                    cleanup.in_flight = true;
+                    if self.leave(&names, &leaving, pinned).await.is_ok() {
+                        cleanup.armed = false;
+                    }
+                    return Err(LockError::Backend(BackendError::new(
+                        BackendErrorKind::NotReplicated,
+                        format!(
+                            "{acked} of {wanted} replicas acknowledged the grant in time; released"
+                        ),
+                    )));
+                }
+                Some(Attempt::Full(retry_after)) => {
+                    // Nothing was registered by this call; an earlier registration expired.
+                    cleanup.armed = false;
+                    return Err(LockError::QueueFull { retry_after });
+                }
+                Some(Attempt::Busy { retry_after, .. }) if !waiting => {
+                    cleanup.armed = false;
+                    return Err(LockError::Busy { retry_after });
+                }
+                Some(Attempt::Busy {
+                    retry_after,
+                    deadline,
+                }) => {
+                    cleanup.registered = true;
+                    cleanup.known = Some(deadline);
+                    last_sent = sent;
+                    retry_after
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                let leaving = Leaving {
+                    ticket: ticket.to_owned(),
+                    // After a failed refresh our ticket may have been renamed: search.
+                    known: if cleanup.in_flight {
+                        None
+                    } else {
+                        cleanup.known
+                    },
+                    token: req.token.clone(),
+                    ttl_ms,
+                };
+                // Behind a failed refresh on its connection, so it cannot overtake it.
+                let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
+                let left = self.leave(&names, &leaving, behind).await;
+                let retry_after = match left {
+                    Ok(left) => {
+                        cleanup.armed = false;
+                        left.or(retry_after)
+                    }
+                    // The clean-up retries it in the background (see `Cleanup`).
+                    Err(_) => retry_after,
+                };
+                // A wait that ended while the backend was failing says so.
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                return Err(LockError::TimedOut {
+                    waited: started.elapsed(),
+                    retry_after,
+                });
+            }
+            let fallback = retry_after
+                .map_or(FALLBACK_CAP, |r| r.min(FALLBACK_CAP))
+                .max(Duration::from_millis(1));
+            let wake_at = deadline.map_or(now + fallback, |d| d.min(now + fallback));
+            let woken = match subscription.as_ref() {
+                Some(sub) => woken_by(sub, wake_at).await,
+                None => {
+                    let sub = self.wakeup.subscribe(&names.channel, ticket, mark);
+                    let woken = if sub.covered() {
+                        // Subscribed since before the attempt: a grant after it is heard.
+                        woken_by(&sub, wake_at).await
+                    } else {
+                        // Retry once the subscription is confirmed: a grant before it was
+                        // unheard (the retry finds it: re-entry), one after it is heard.
+                        tokio::select! {
+                            woken = sub.woken() => Some(woken),
+                            _ = sub.confirmed() => None,
+                            _ = tokio::time::sleep_until(wake_at) => None,
+                        }
+                    };
+                    subscription = Some(sub);
+                    woken
+                }
+            };
+            by_timer = woken.is_none() && Instant::now() >= wake_at;
+            // A grant of the ticket as we registered it last, or as a later refresh whose
+            // reply we never saw renamed it (its deadline is later still): either way the
+            // hand-off came after the attempt sent at `last_sent`. (One naming an older
+            // registration is stale: its claim may be over.)
+            if let Some(Woken::Granted {
+                deadline,
+                fence,
+                px,
+            }) = woken
+                && cleanup.known.is_some_and(|known| deadline >= known)
+            {
+                if self.replica_ack.is_some() {
+                    // Handed over by a release, which waited for no replica: confirm it
+                    // with one more attempt (re-entry, the full lease) and its WAIT.
+                    continue;
+                }
+                cleanup.armed = false;
+                // The expiry the releasing script set (the claim period our ticket carries),
+                // counted from before the attempt that registered the ticket it granted: never
+                // later than the server's. Not our own settings: the server decided.
+                let valid = Duration::from_millis(px);
+                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(valid));
+            }
+        }
+    }
+}
+
+/// The next wake-up of `sub`, or `None` when `at` comes first.
+async fn woken_by(sub: &Subscription, at: Instant) -> Option<Woken> {
+    tokio::select! {
+        woken = sub.woken() => Some(woken),
+        _ = tokio::time::sleep_until(at) => None,
+    }
+}

@@ -1,0 +1,303 @@
+//! [`RedisBackendBuilder`]: validates the configuration, connects, loads the scripts.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use super::{
+    DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_COMMAND_TIMEOUT, MAX_PREFIX_LEN, RedisBackend,
+    commands::{Commands, ReplicaAck},
+    connector::{ClientSource, Connector},
+    millis,
+    pool::ServerPool,
+    scripts, server_checks,
+    wakeup::{self, Subscriber, Wakeup},
+};
+use crate::{BackendError, BackendErrorKind, BoxFuture};
+
+/// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
+#[derive(Clone, Debug)]
+pub struct RedisBackendBuilder {
+    target: Arc<dyn Target>,
+    prefix: String,
+    command_timeout: Duration,
+    pool_size: u32,
+    replica_ack: Option<(usize, Duration)>,
+    allow_evicting_policy: bool,
+    start_before_redis: bool,
+}
+
+/// Where the backend connects: what the application handed to the constructor. Each kind
+/// makes its own command connections and wake-up subscriber: one server (here), the
+/// primary Sentinel names (`sentinel`), a Redis Cluster (`cluster`).
+pub(super) trait Target: fmt::Debug + Send + Sync {
+    /// The command connections, each call within `timeout`, and the subscriber; at most
+    /// `pool_size` connections where they are pooled.
+    fn connect(
+        &self,
+        timeout: Duration,
+        pool_size: u32,
+    ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>>;
+
+    /// Whether it is a Redis Cluster: sharded wake-up channels, one script call per slot.
+    fn is_cluster(&self) -> bool {
+        false
+    }
+}
+
+/// One server: a URL, or a client or connection settings the application configured.
+#[derive(Clone, Debug)]
+pub(super) enum Server {
+    Url(String),
+    /// Boxed, as is the next: each is ten times the size of a URL.
+    Client(Box<redis::Client>),
+    Info(Box<redis::ConnectionInfo>),
+}
+
+impl Target for Server {
+    fn connect(
+        &self,
+        timeout: Duration,
+        pool_size: u32,
+    ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>> {
+        let client = match self.clone() {
+            Server::Url(url) => redis::Client::open(url.as_str()),
+            Server::Client(client) => Ok(*client),
+            Server::Info(info) => redis::Client::open(*info),
+        };
+        Box::pin(async move {
+            let client = client.map_err(|e| {
+                BackendError::new(
+                    BackendErrorKind::Config,
+                    "invalid redis URL or connection settings",
+                )
+                .with_source(e)
+            })?;
+            Ok(one_server(Box::new(client), timeout, pool_size))
+        })
+    }
+}
+
+/// The command pool and the subscriber of one server whose address comes from `client`
+/// (fixed, or the primary Sentinel names now): both connect through one [`Connector`], so
+/// a failure either sees retires the other's connections too.
+pub(super) fn one_server(
+    client: Box<dyn ClientSource>,
+    timeout: Duration,
+    pool_size: u32,
+) -> (Commands, Subscriber) {
+    let connector = Arc::new(Connector::new(client, timeout));
+    let pool = ServerPool::new(connector.clone(), pool_size, timeout);
+    (Commands::new(pool, timeout), wakeup::single(connector))
+}
+
+impl RedisBackendBuilder {
+    pub(super) fn new(target: Arc<dyn Target>) -> Self {
+        RedisBackendBuilder {
+            target,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            command_timeout: Duration::from_millis(500),
+            pool_size: 16,
+            replica_ack: None,
+            allow_evicting_policy: false,
+            start_before_redis: false,
+        }
+    }
+
+    /// Acquire only once at least `replicas` replicas acknowledged the grant, waiting at
+    /// most `timeout` for them (default: off).
+    ///
+    /// Every acquire script is followed by `WAIT replicas timeout` on the same connection,
+    /// in the same round trip (Redis refuses `WAIT` inside a script). A grant that fewer
+    /// replicas acknowledged is released at once, and the acquire fails with a
+    /// [`BackendErrorKind::NotReplicated`] error; so does a grant handed over by a release,
+    /// which the new holder confirms with one more acquire call before it returns. An
+    /// acquire may therefore take `timeout` longer than the command timeout.
+    ///
+    /// What it buys: a lease the acquire returned is on `replicas` replicas' memory, so a
+    /// failover to one of them keeps it, narrowing the window in which a promoted replica
+    /// hands out a key that is still held. What it does not: `WAIT` is not consensus. The
+    /// promoted replica may be one that did not acknowledge; an acknowledged write is in a
+    /// replica's memory, not on its disk; renewals, releases and waiter tickets are not
+    /// waited for; and a primary that fails between the grant and the acknowledgement may
+    /// leave the grant on a replica although the acquire failed (it then expires with its
+    /// lease). Fencing tokens, checked by the storage that the lock protects, remain the
+    /// guard against two holders.
+    ///
+    /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
+    /// block forever) and at most [`MAX_COMMAND_TIMEOUT`].
+    pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
+    /// The namespace of every Redis key and channel (default `"tower-lock"`): 1 to
+    /// [`MAX_PREFIX_LEN`] bytes, no `{`, `}` or control characters.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The limit on every Redis call, connection check-out included (default 500 ms); at
+    /// most [`MAX_COMMAND_TIMEOUT`].
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Accept a server whose `maxmemory-policy` may evict keys (default: refused).
+    ///
+    /// Every engine key has a TTL, so under memory pressure a `volatile-*` policy evicts
+    /// held locks as readily as an `allkeys-*` one, and a second engine then acquires a key
+    /// whose holder's lease still reports valid. [`build`](Self::build) therefore reads the
+    /// policy (`CONFIG GET`, or `INFO memory` where `CONFIG` is renamed or refused) and
+    /// refuses anything but `noeviction`, or a server that answers neither, with a
+    /// [`BackendErrorKind::Config`] error. Opt in only for a server that cannot reach its
+    /// `maxmemory` (or whose policy you vouch for but cannot let it read); fencing tokens
+    /// checked by the storage are then the only guard against two holders.
+    pub fn allow_evicting_policy(mut self, allow: bool) -> Self {
+        self.allow_evicting_policy = allow;
+        self
+    }
+
+    /// Whether [`build`](Self::build) may succeed while the server cannot be reached yet
+    /// (default `false`: it fails, saying it cannot connect and to where).
+    ///
+    /// For a service whose Redis may start after it (a pod next to its Redis): the backend
+    /// is built anyway, calls fail at once with an `Unavailable` error while the server is
+    /// unreachable, one background probe looks for it, and calls work once it answers. The
+    /// scripts are loaded on first use. Configuration errors (a bad URL, prefix or
+    /// timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
+    /// discover the others: its build still fails while none answers.
+    pub fn start_before_redis(mut self, allow: bool) -> Self {
+        self.start_before_redis = allow;
+        self
+    }
+
+    /// How many multiplexed connections the pool keeps at most (default 16).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// Validate the configuration, connect, and check that the server answers.
+    ///
+    /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
+    /// timeout, for a server whose `maxmemory-policy` may evict keys (see
+    /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
+    /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
+    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
+    /// / `Timeout` when the server cannot be reached.
+    pub async fn build(self) -> Result<RedisBackend, BackendError> {
+        let config = |msg: String| BackendError::new(BackendErrorKind::Config, msg);
+        if self.prefix.is_empty()
+            || self.prefix.len() > MAX_PREFIX_LEN
+            || self
+                .prefix
+                .chars()
+                .any(|c| c == '{' || c == '}' || c.is_control())
+        {
+            return Err(config(format!(
+                "redis key prefix {:?} must be 1 to {MAX_PREFIX_LEN} bytes without braces or control characters",
+                self.prefix
+            )));
+        }
+        if self.pool_size == 0 {
+            return Err(config("redis pool size must be at least 1".into()));
+        }
+        if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
+            return Err(config(format!(
+                "redis command timeout must be positive and at most {MAX_COMMAND_TIMEOUT:?}, not {:?}",
+                self.command_timeout
+            )));
+        }
+        let replica_ack = match self.replica_ack {
+            None => None,
+            Some((replicas, timeout)) => {
+                let replicas = u32::try_from(replicas).unwrap_or(0);
+                if replicas == 0 || timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
+                    return Err(config(format!(
+                        "replica_ack needs at least 1 replica and a positive timeout of at most {MAX_COMMAND_TIMEOUT:?}"
+                    )));
+                }
+                Some(ReplicaAck { replicas, timeout })
+            }
+        };
+        let cluster = self.target.is_cluster();
+        let (commands, subscriber) = self
+            .target
+            .connect(self.command_timeout, self.pool_size)
+            .await?;
+        // Load the scripts now, so first calls are one EVALSHA each (after a server restart
+        // redis-rs reloads them on NOSCRIPT).
+        let reachable = match commands.load(&scripts::all()).await {
+            Ok(()) => true,
+            // Unreachable for now: the pool's probe looks for the server, and calls fail at
+            // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
+            Err(e)
+                if self.start_before_redis
+                    && matches!(
+                        e.kind(),
+                        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                    ) =>
+            {
+                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are not checked");
+                false
+            }
+            Err(e) => return Err(e),
+        };
+        // A server that would not keep what it is given, or a user that could neither hear
+        // nor send grants, is refused now rather than found out under load.
+        if reachable {
+            if !self.allow_evicting_policy {
+                server_checks::eviction(&commands).await?;
+            }
+            server_checks::channels(&commands, &self.prefix, cluster).await?;
+        }
+        // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
+        // three of them must fit in a ticket's life.
+        let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
+        let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
+        Ok(RedisBackend {
+            inner: Arc::new(Inner {
+                wakeup: Wakeup::new(subscriber, self.command_timeout),
+                commands,
+                prefix: self.prefix,
+                ticket_ttl_ms: millis(ticket_ttl),
+                replica_ack,
+                cluster,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn misconfiguration_is_refused_at_build_time() {
+        // Port 1: nothing listens, but none of these gets as far as connecting.
+        let builder = || RedisBackend::builder("redis://127.0.0.1:1");
+        for bad in [
+            builder().prefix("a{b}"),
+            builder().prefix(""),
+            builder().prefix("x".repeat(MAX_PREFIX_LEN + 1)),
+            builder().pool_size(0),
+            builder().command_timeout(Duration::ZERO),
+            builder().replica_ack(0, Duration::from_millis(100)),
+            builder().replica_ack(1, Duration::ZERO),
+            // Out of range: a typed error, never a panic.
+            builder().command_timeout(Duration::MAX),
+            builder().command_timeout(Duration::from_secs(u64::MAX / 4)),
+            builder().replica_ack(1, Duration::MAX),
+            builder()
+                .command_timeout(Duration::MAX)
+                .replica_ack(1, Duration::MAX),
+            RedisBackend::builder("not a url"),
+        ] {
+            let err = bad.build().await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+        }
+        let err = builder().build().await.unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
+    }
+}

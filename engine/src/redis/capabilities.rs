@@ -1,0 +1,195 @@
+//! The Redis backend's optional capabilities: admin operations, numeric compare-and-set
+//! and lock pools.
+
+use std::time::Duration;
+
+use redis::ScriptInvocation;
+
+use super::{
+    FENCE_MARGIN, RedisBackend, malformed_member, malformed_token, millis,
+    names::{Names, object_name},
+    remaining,
+    scripts::{
+        ADMIN_SET, COMPARE_AND_SET, FORCE_RELEASE, NUMERIC_GET, POOL_HOLDERS, POOL_MEMBERS,
+        POOL_MODIFY,
+    },
+};
+use crate::{
+    AdminBackend, BoxFuture, Holder, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
+    PoolBackend, PoolHolders, PoolOp, Token,
+};
+use crate::{BackendError, BackendErrorKind};
+
+impl AdminBackend for RedisBackend {
+    fn admin_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        value: &'a Token,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let names = Names::lease(&self.inner.prefix, key);
+            let mut inv = ADMIN_SET.prepare_invoke();
+            inv.key(&names.lock)
+                .key(&names.fence)
+                .arg(value.as_str())
+                .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)))
+                .arg(millis(FENCE_MARGIN));
+            let _fence: String = self.inner.call("admin set", &inv).await?;
+            Ok(())
+        })
+    }
+
+    fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let names = self.inner.names(key);
+            let mut inv = FORCE_RELEASE.prepare_invoke();
+            inv.key(&names.lock)
+                .key(&names.fence)
+                .key(&names.queue)
+                .arg(&names.channel)
+                .arg(millis(FENCE_MARGIN));
+            let was_held: i64 = self.inner.call("force release", &inv).await?;
+            Ok(was_held == 1)
+        })
+    }
+}
+
+impl NumericBackend for RedisBackend {
+    fn compare_and_set<'a>(
+        &'a self,
+        key: &'a LockKey,
+        op: &'a NumericOp,
+    ) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            let name = object_name(&self.inner.prefix, "num", key);
+            let (action, ttl) = match op.action {
+                NumericAction::Set { ttl } => (
+                    "set",
+                    ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)),
+                ),
+                NumericAction::Delete => ("del", -1),
+            };
+            let mut inv = COMPARE_AND_SET.prepare_invoke();
+            // `{:e}` is the shortest text that reads back as the same f64, in Lua and Rust.
+            inv.key(&name)
+                .arg(op.compare.as_str())
+                .arg(format!("{:e}", op.value))
+                .arg(format!("{:e}", op.epsilon))
+                .arg(action)
+                .arg(ttl);
+            let applied: i64 = self.inner.call("compare and set", &inv).await?;
+            Ok(applied == 1)
+        })
+    }
+
+    fn numeric_get<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
+        Box::pin(async move {
+            let name = object_name(&self.inner.prefix, "num", key);
+            let mut inv = NUMERIC_GET.prepare_invoke();
+            inv.key(&name);
+            let text: Option<String> = self.inner.call("numeric get", &inv).await?;
+            text.map(|t| {
+                t.parse::<f64>().map_err(|e| {
+                    LockError::Backend(
+                        BackendError::new(
+                            BackendErrorKind::Protocol,
+                            "stored value is not a number",
+                        )
+                        .with_source(e),
+                    )
+                })
+            })
+            .transpose()
+        })
+    }
+}
+
+impl PoolBackend for RedisBackend {
+    fn pool_modify<'a>(
+        &'a self,
+        pool: &'a LockKey,
+        op: &'a PoolOp,
+    ) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let name = object_name(&self.inner.prefix, "pool", pool);
+            let mut inv = POOL_MODIFY.prepare_invoke();
+            inv.key(&name);
+            let with_locks = |inv: &mut ScriptInvocation<'_>, keys: &[LockKey]| {
+                for k in keys {
+                    inv.arg(k.as_str())
+                        .arg(object_name(&self.inner.prefix, "lock", k));
+                }
+            };
+            match op {
+                PoolOp::Add(keys) => {
+                    inv.arg("add");
+                    with_locks(&mut inv, keys);
+                }
+                PoolOp::Replace(keys) => {
+                    inv.arg("replace");
+                    with_locks(&mut inv, keys);
+                }
+                PoolOp::Remove(keys) => {
+                    inv.arg("rem");
+                    for k in keys {
+                        inv.arg(k.as_str());
+                    }
+                }
+                PoolOp::Clear => {
+                    inv.arg("clear");
+                }
+            }
+            let len: i64 = self.inner.call("pool modify", &inv).await?;
+            Ok(usize::try_from(len).unwrap_or(0))
+        })
+    }
+
+    fn pool_members<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
+        Box::pin(async move {
+            let name = object_name(&self.inner.prefix, "pool", pool);
+            let mut inv = POOL_MEMBERS.prepare_invoke();
+            inv.key(&name);
+            let members: Vec<String> = self.inner.call("pool members", &inv).await?;
+            let mut members = members
+                .iter()
+                .map(|m| LockKey::new(m).map_err(malformed_member))
+                .collect::<Result<Vec<_>, _>>()?;
+            members.sort();
+            Ok(members)
+        })
+    }
+
+    fn pool_holders<'a>(
+        &'a self,
+        pool: &'a LockKey,
+    ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
+        Box::pin(async move {
+            let name = object_name(&self.inner.prefix, "pool", pool);
+            let mut inv = POOL_HOLDERS.prepare_invoke();
+            inv.key(&name);
+            let flat: Vec<(String, String, i64)> = self.inner.call("pool holders", &inv).await?;
+            let mut out = Vec::with_capacity(flat.len());
+            for (member, token, pttl) in flat {
+                let member = LockKey::new(&member).map_err(malformed_member)?;
+                let holder = if token.is_empty() {
+                    None
+                } else {
+                    Some(Holder::new(
+                        Token::new(&token).map_err(malformed_token)?,
+                        remaining(pttl),
+                    ))
+                };
+                out.push((member, holder));
+            }
+            out.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,184 @@
+//! The Redis backend's records ([`RecordBackend`]): one hash per record, under the lock's
+//! hash tag (so a lock and its record share a Cluster slot), expiring after its retention.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::{
+    RedisBackend, backend::release_args, millis, names::object_name, outcome, scripts::COMPLETE,
+};
+use crate::{
+    Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, Token, from_unix_millis,
+    unix_millis,
+};
+use crate::{BackendError, BackendErrorKind};
+
+impl RecordBackend for RedisBackend {
+    fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>> {
+        Box::pin(async move {
+            // A plain HMGET: one round trip, and a fraction of a script's server time.
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(object_name(&self.inner.prefix, "rec", key))
+                .arg("fp")
+                .arg("meta")
+                .arg("body")
+                .arg("at");
+            type Fields = (
+                Option<Vec<u8>>,
+                Option<Vec<u8>>,
+                Option<Vec<u8>>,
+                Option<i64>,
+            );
+            let (fp, meta, body, at): Fields = self
+                .inner
+                .commands
+                .query("record", &cmd)
+                .await
+                .map_err(LockError::Backend)?;
+            match (fp, meta, body, at) {
+                (Some(fp), Some(meta), Some(body), Some(at)) => {
+                    let (completed, kept) = from_at(at);
+                    Ok(Some(Record {
+                        fingerprint: Bytes::from(fp),
+                        meta: Bytes::from(meta),
+                        body: Bytes::from(body),
+                        completed_at: from_unix_millis(completed),
+                        kept,
+                    }))
+                }
+                (None, None, None, None) => Ok(None),
+                // Written in one HSET: a partial hash is not ours, and is never served.
+                _ => Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    "record hash is missing fields",
+                ))),
+            }
+        })
+    }
+
+    fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
+        Box::pin(async move {
+            // A plain DEL of the record's hash: the lock, its queue and its fence live
+            // under other names, so a holder keeps the key. An expired hash is already
+            // gone, so the count is "one within its retention".
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(object_name(&self.inner.prefix, "rec", key));
+            let deleted: u64 = self
+                .inner
+                .commands
+                .query("forget record", &cmd)
+                .await
+                .map_err(LockError::Backend)?;
+            Ok(deleted > 0)
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        record: &'a Record,
+        retention: Duration,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            let names = self.inner.names(key);
+            let mut inv = COMPLETE.prepare_invoke();
+            release_args(&mut inv, &names, token);
+            // A tombstone keeps no output, whatever the record carries.
+            let (meta, body) = match record.kept {
+                true => (&record.meta[..], &record.body[..]),
+                false => (&[][..], &[][..]),
+            };
+            inv.key(object_name(&self.inner.prefix, "rec", key))
+                .arg(&record.fingerprint[..])
+                .arg(meta)
+                .arg(body)
+                .arg(to_at(record))
+                .arg(millis(retention));
+            let failed = match self.inner.call("complete", &inv).await {
+                Err(LockError::Backend(e)) if connection_level(&e) => e,
+                first => return outcome(first?),
+            };
+            // The connection died (or stalled) with the completion on it: it may have landed
+            // or not. Left there, the key would stay held for the rest of the lease's TTL
+            // (every retry a 409), and then the request would run again. Once more, on a
+            // fresh connection (the failure retired the old ones): safe, because the script
+            // compares the token. If the first one did land, the key is no longer ours, and
+            // the record it wrote is what tells.
+            tracing::debug!(%key, error = %failed, "completion met a connection failure; sending it again");
+            match self.inner.call::<i64>("complete", &inv).await {
+                Ok(1) => Ok(()),
+                Ok(code) => match self.record(key).await {
+                    Ok(Some(stored)) if same_record(&stored, record) => Ok(()),
+                    _ => outcome(code),
+                },
+                Err(again) => {
+                    // Still nothing: give the key back by token rather than leave retries
+                    // facing a 409 for the whole TTL. (Unless the first attempt landed
+                    // unseen, the response is not stored, and a retry runs the request.)
+                    if let Err(error) = self.release(key, token).await {
+                        tracing::debug!(%key, %error, "releasing after a failed completion failed too; the lease's TTL frees the key");
+                    }
+                    Err(again)
+                }
+            }
+        })
+    }
+}
+
+/// A failure that says nothing about whether the call ran: the connection broke or the
+/// reply did not come in time.
+fn connection_level(e: &BackendError) -> bool {
+    matches!(
+        e.kind(),
+        BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+    )
+}
+
+/// Whether `stored` is the record this completion wrote (same request, same response, same
+/// completion time to the millisecond).
+fn same_record(stored: &Record, ours: &Record) -> bool {
+    stored.fingerprint == ours.fingerprint
+        && stored.kept == ours.kept
+        && (!ours.kept || (stored.meta == ours.meta && stored.body == ours.body))
+        && unix_millis(stored.completed_at) == unix_millis(ours.completed_at)
+}
+
+/// The `at` field of a record hash: the completion time in Unix ms, negated (minus one,
+/// so that 0 stays apart) for a tombstone. Kept in the existing field so that the
+/// completion script stays as it is and a hash stays one `HSET`.
+fn to_at(record: &Record) -> i64 {
+    let ms = i64::try_from(unix_millis(record.completed_at)).unwrap_or(i64::MAX);
+    if record.kept { ms } else { -ms - 1 }
+}
+
+/// The completion time (Unix ms) and whether the output was kept, from an `at` field.
+fn from_at(at: i64) -> (u64, bool) {
+    if at >= 0 {
+        (at.unsigned_abs(), true)
+    } else {
+        ((-(at + 1)).unsigned_abs(), false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use bytes::Bytes;
+
+    use super::*;
+
+    #[test]
+    fn the_at_field_carries_the_completion_time_and_the_tombstone_mark() {
+        for ms in [0u64, 1, 1_764_000_000_123] {
+            let at = UNIX_EPOCH + Duration::from_millis(ms);
+            let mut kept = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::new());
+            kept.completed_at = at;
+            assert_eq!(from_at(to_at(&kept)), (ms, true));
+            let tombstone = Record::tombstone(Bytes::from("fp"), at);
+            assert_eq!(from_at(to_at(&tombstone)), (ms, false));
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Every Lua script of the Redis backend, one file per family (`lock`: acquire and leave;
+//! `release`: release and complete; `lease`: extend, renew, holder, waiters; `admin`;
+//! `numeric`; `pools`), each with its contract: `KEYS`, `ARGV`, what it returns, why it is
+//! atomic, and what it costs in commands.
+//!
+//! Each script runs atomically on the server: no other command touches the lock's keys
+//! between its first and last call, which is what makes compare-token-then-write safe.
+//! Scripts read the server clock with `TIME`, so every deadline (lease TTLs, waiter
+//! tickets, fences) is judged by one clock, never by the clients'; and only when they need
+//! it: the common paths are counted in commands (see the module docs of `redis`).
+//!
+//! All keys a script touches are passed in `KEYS` (they share one hash tag, so the script
+//! is valid in Redis Cluster too); the wake-up channel is an `ARGV`, because channels are
+//! not keys. Fences and scores are microsecond timestamps (about 2^51), exact in Lua's
+//! doubles; they are written with `%.0f` because `tostring` would print them in
+//! exponent notation.
+//!
+//! Key kinds (see the module docs of `redis` for the full layout):
+//! - `lock`: a string `"<fence> <token>"`, with the lease's TTL. The fence is the first
+//!   word, so a release learns the holder and its fence in one `GET`.
+//! - `fence`: a string, the last fence granted (the short-lived tombstone); it always
+//!   outlives the lock by the margin, so it always exists while the key is held.
+//! - `queue`: a zset of waiter tickets scored by arrival; each member is
+//!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
+//!   grant the key to that waiter without asking anyone, the waiter's own claim period
+//!   included (nodes with different settings may share a prefix: the releaser's settings
+//!   never decide how long a hand-off lasts). A waiter refreshing its ticket renames its
+//!   member (new deadline, same score), so its place in line never changes.
+
+use redis::Script;
+
+mod admin;
+mod lease;
+mod lock;
+mod numeric;
+mod pools;
+mod release;
+
+pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
+pub(crate) use lease::{EXTEND, HOLDER, RENEW, WAITERS};
+pub(crate) use lock::{ACQUIRE, LEAVE, LEAVE_SOURCE};
+pub(crate) use numeric::{COMPARE_AND_SET, NUMERIC_GET};
+pub(crate) use pools::{POOL_HOLDERS, POOL_MEMBERS, POOL_MODIFY};
+pub(crate) use release::{COMPLETE, RELEASE};
+
+/// Shared prelude: the server clock (read at most once, and only when needed), the
+/// hand-off to the next waiter, and the removal of dead tickets at the queue's head (all
+/// but the caller's own: `live_head(id)`, at most 100 per call to bound the script).
+///
+/// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
+/// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
+/// script that applied a hand-off always reports it, never an error.
+///
+/// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
+const PRELUDE: &str = r#"
+local now_us, now_ms
+local function clock()
+  if not now_us then
+    local t = redis.call('TIME')
+    now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    now_ms = math.floor(now_us / 1000)
+  end
+end
+local function handoff(fence, member, channel, margin)
+  local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
+  if not id then
+    -- A ticket of a version that did not carry its claim: the shortest claim period.
+    id, deadline, ttl, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(.*)$')
+    claim = 3000
+  end
+  -- The waiter's own claim period, from its ticket: the releaser's settings play no part.
+  local grant = string.format('%.0f', math.min(tonumber(ttl), tonumber(claim)))
+  local text = string.format('%.0f', fence + 1)
+  redis.call('SET', KEYS[2], text, 'PX', tonumber(grant) + margin)
+  redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', grant)
+  -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
+  -- delivered within the channel's slot (the lock's), not broadcast to every node.
+  local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
+  -- The grant names the PX it set: the waiter's local deadline is the server's. `pcall`:
+  -- the hand-off is applied by now, and a refused publish (a user without the channel's
+  -- ACL rights) must not turn it into a reported failure; the waiter finds its grant on
+  -- its fallback retry (re-entry).
+  redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
+end
+local function free_or_handoff(fence, channel, margin)
+  local next = redis.call('ZPOPMIN', KEYS[3])
+  if next[1] then
+    handoff(fence, next[1], channel, margin)
+  else
+    redis.call('DEL', KEYS[1])
+    redis.call('PEXPIRE', KEYS[2], margin)
+  end
+end
+local function live_head(id)
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  for _ = 1, 100 do
+    if not head then return nil end
+    if id ~= '' and string.sub(head, 1, #id + 1) == id .. '|' then return head end
+    clock()
+    if tonumber(string.match(head, '^[^|]*|(%d+)|')) > now_ms then return head end
+    redis.call('ZREM', KEYS[3], head)
+    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  end
+  return head
+end
+"#;
+
+/// Every script, for loading them all at start-up.
+pub(crate) fn all() -> [&'static Script; 15] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &COMPLETE,
+        &LEAVE,
+        &EXTEND,
+        &RENEW,
+        &HOLDER,
+        &WAITERS,
+        &ADMIN_SET,
+        &FORCE_RELEASE,
+        &COMPARE_AND_SET,
+        &NUMERIC_GET,
+        &POOL_MODIFY,
+        &POOL_MEMBERS,
+        &POOL_HOLDERS,
+    ]
+}

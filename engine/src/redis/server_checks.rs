@@ -1,0 +1,198 @@
+//! What `build()` checks about the server and the connected user before it hands out a
+//! backend: that the server keeps what it is given (no evicting `maxmemory-policy`), and
+//! that the user may publish and subscribe on the engine's wake-up channels.
+//!
+//! Both are refusals at build time, with a [`BackendErrorKind::Config`] error that says
+//! why: found later, the first would hand a held lock to a second holder under memory
+//! pressure, the second would leave every waiter to its fallback timer.
+
+use redis::Value;
+
+use super::commands::Commands;
+use crate::{BackendError, BackendErrorKind};
+
+/// Refuse a server whose `maxmemory-policy` may evict keys (every engine key has a TTL, so
+/// `volatile-*` policies evict them as readily as `allkeys-*` ones). The policy is read
+/// with `CONFIG GET`, or from `INFO memory` where `CONFIG` is renamed or refused; a server
+/// that answers neither is refused too (the policy cannot be vouched for).
+pub(super) async fn eviction(pool: &Commands) -> Result<(), BackendError> {
+    let mut config = redis::cmd("CONFIG");
+    config.arg("GET").arg("maxmemory-policy");
+    let from_config = match pool.query::<Value>("CONFIG GET", &config).await {
+        Ok(reply) => {
+            let words = strings(&reply);
+            words
+                .iter()
+                .position(|w| w.eq_ignore_ascii_case("maxmemory-policy"))
+                .and_then(|i| words.get(i + 1).cloned())
+        }
+        // Renamed away or refused to this user: try INFO.
+        Err(e) if e.kind() == BackendErrorKind::Protocol => None,
+        Err(e) => return Err(e),
+    };
+    let policies = match from_config {
+        Some(policy) => vec![policy],
+        None => {
+            let mut info = redis::cmd("INFO");
+            info.arg("memory");
+            match pool.query::<Value>("INFO memory", &info).await {
+                // In a cluster, one text per primary.
+                Ok(reply) => strings(&reply)
+                    .iter()
+                    .flat_map(|text| text.lines())
+                    .filter_map(|line| line.trim().strip_prefix("maxmemory_policy:"))
+                    .map(str::to_owned)
+                    .collect(),
+                Err(e) if e.kind() == BackendErrorKind::Protocol => {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Config,
+                        "cannot read the redis server's maxmemory-policy (CONFIG GET and INFO \
+                         memory are both refused); the lock server must not evict keys: make \
+                         sure it runs with noeviction, then opt in with \
+                         allow_evicting_policy(true)",
+                    )
+                    .with_source(e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    if policies.is_empty() {
+        return Err(BackendError::new(
+            BackendErrorKind::Config,
+            "the redis server reported no maxmemory-policy; the lock server must not evict \
+             keys: make sure it runs with noeviction, then opt in with \
+             allow_evicting_policy(true)",
+        ));
+    }
+    match policies
+        .iter()
+        .find(|p| !p.eq_ignore_ascii_case("noeviction"))
+    {
+        None => Ok(()),
+        Some(policy) => Err(BackendError::new(
+            BackendErrorKind::Config,
+            format!(
+                "the redis server runs with maxmemory-policy {policy}, which may evict held \
+                 locks (every engine key has a TTL) and hand them to a second holder; use \
+                 noeviction on the lock server, or opt in with allow_evicting_policy(true)"
+            ),
+        )),
+    }
+}
+
+/// Refuse a connected user that may not subscribe to, or publish on, the engine's wake-up
+/// channels (`<prefix>:*`; sharded on a cluster). Asked with `ACL DRYRUN` (Redis 7) for
+/// the user `ACL WHOAMI` names; where the user may not run `ACL` (or the server is older),
+/// the publish right is tried for real, on a channel no lock uses (nobody listens: it
+/// changes nothing). A server without ACLs (Redis < 6) is not checked.
+pub(super) async fn channels(
+    pool: &Commands,
+    prefix: &str,
+    cluster: bool,
+) -> Result<(), BackendError> {
+    let (kind, publish, subscribe) = if cluster {
+        ("swake", "SPUBLISH", "SSUBSCRIBE")
+    } else {
+        ("wake", "PUBLISH", "SUBSCRIBE")
+    };
+    // The hash tag of a real lock is 16 hex digits: no lock's channel is this one.
+    let channel = format!("{prefix}:{{build-check}}:{kind}:");
+    let refused = |user: Option<&str>, command: &str, why: &str| {
+        let user = user.map_or("the redis user".to_owned(), |u| {
+            format!("the redis user `{u}`")
+        });
+        BackendError::new(
+            BackendErrorKind::Config,
+            format!(
+                "{user} may not {command} on the lock engine's wake-up \
+                 channels ({why}), so grants could not wake waiters: grant it \
+                 `&{prefix}:*` (and +{})",
+                command.to_ascii_lowercase()
+            ),
+        )
+    };
+    let whoami = pool
+        .query::<String>("ACL WHOAMI", redis::cmd("ACL").arg("WHOAMI"))
+        .await;
+    let user = match whoami {
+        Ok(user) => Some(user),
+        Err(e) if e.kind() == BackendErrorKind::Protocol => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(user) = &user {
+        let mut asked = true;
+        for command in [subscribe, publish] {
+            let mut dryrun = redis::cmd("ACL");
+            dryrun.arg("DRYRUN").arg(user).arg(command).arg(&channel);
+            if command == publish {
+                dryrun.arg("x");
+            }
+            match pool.query::<Value>("ACL DRYRUN", &dryrun).await {
+                Ok(Value::Okay) => {}
+                Ok(reply) => {
+                    let why = strings(&reply).join(" ");
+                    if why != "OK" {
+                        return Err(refused(Some(user), command, &why));
+                    }
+                }
+                // Redis 6 (no DRYRUN), or a user without the right to ask.
+                Err(e) if e.kind() == BackendErrorKind::Protocol => {
+                    asked = false;
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if asked {
+            return Ok(());
+        }
+    }
+    let mut probe = redis::cmd(publish);
+    probe.arg(&channel).arg("");
+    match pool.query::<Value>("PUBLISH", &probe).await {
+        Ok(_) => Ok(()),
+        Err(e) if code(&e) == Some("NOPERM") => {
+            Err(refused(user.as_deref(), publish, "NOPERM").with_source(e))
+        }
+        // Any other refusal says nothing about channel rights.
+        Err(e) if e.kind() == BackendErrorKind::Protocol => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The server's error code behind a backend error, if it is a server's answer.
+fn code(e: &BackendError) -> Option<&str> {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<redis::RedisError>())
+        .and_then(redis::RedisError::code)
+}
+
+/// Every text in a reply, depth first (a string, an array or map of them, a cluster's
+/// per-node answers).
+fn strings(value: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    collect(value, &mut out);
+    out
+}
+
+fn collect(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => out.push(text.clone()),
+        Value::VerbatimString { text, .. } => out.push(text.clone()),
+        Value::Okay => out.push("OK".to_owned()),
+        Value::Array(items) | Value::Set(items) => {
+            for item in items {
+                collect(item, out);
+            }
+        }
+        Value::Map(pairs) => {
+            for (k, v) in pairs {
+                collect(k, out);
+                collect(v, out);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,269 @@
+//! The per-engine renewal task: renews live leases in batches and marks a lease lost when
+//! its validity deadline passes unconfirmed.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex, Weak, atomic::Ordering},
+    time::Duration,
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+use super::{
+    Renewal,
+    lease::{LeaseState, renew_interval},
+    lock_engine::EngineShared,
+    options::after,
+    runtime,
+};
+
+/// How much earlier than due a renewal may be sent, to join a batch going out anyway.
+const RENEW_AHEAD: Duration = Duration::from_millis(20);
+
+/// The engine's single renewal task and its schedule of live leases.
+///
+/// Leases are kept in a map by id and, by the instant they next need attention (renewal
+/// or validity deadline), in an ordered set: a wake pops only the leases that are due, so
+/// it costs O(due · log n), not a scan of every live lease. The task runs on the engine's
+/// own runtime ([`runtime`]), never on a runtime the user owns.
+pub(crate) struct Watchdog {
+    inner: Arc<WatchInner>,
+}
+
+struct WatchInner {
+    state: Mutex<WatchState>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct WatchState {
+    /// Every registered lease, with the instant it is filed under in `queue`.
+    leases: HashMap<u64, (Arc<LeaseState>, Instant)>,
+    queue: BTreeSet<(Instant, u64)>,
+    next_id: u64,
+    started: bool,
+    /// When the task will next look by itself (`None`: it waits for a registration).
+    scheduled: Option<Instant>,
+}
+
+impl WatchState {
+    /// File lease `id` under `at`, replacing where it was filed. Returns whether the task
+    /// must be woken to look earlier than it planned.
+    fn file(&mut self, id: u64, at: Instant) -> bool {
+        let Some((_, filed)) = self.leases.get_mut(&id) else {
+            return false;
+        };
+        let old = std::mem::replace(filed, at);
+        self.queue.remove(&(old, id));
+        self.queue.insert((at, id));
+        self.scheduled.is_none_or(|s| at < s)
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some((_, at)) = self.leases.remove(&id) {
+            self.queue.remove(&(at, id));
+        }
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn new() -> Self {
+        Watchdog {
+            inner: Arc::new(WatchInner {
+                state: Mutex::new(WatchState::default()),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    pub(super) fn register(&self, engine: &Arc<EngineShared>, lease: Arc<LeaseState>) -> u64 {
+        let due = lease.times.lock().unwrap().due();
+        let mut st = self.inner.state.lock().unwrap();
+        let id = st.next_id;
+        st.next_id += 1;
+        st.leases.insert(id, (lease, due));
+        st.queue.insert((due, id));
+        if !st.started {
+            // Under the lock, so that concurrent first leases start one task.
+            st.started = true;
+            runtime::handle().spawn(run(Arc::downgrade(engine), self.inner.clone()));
+        } else if st.scheduled.is_none_or(|s| due < s) {
+            // Only wake the task when this lease is due before the task's own next look:
+            // the common short-lived lease then costs one insert, not a task wake-up.
+            drop(st);
+            self.inner.wake.notify_one();
+        }
+        id
+    }
+
+    pub(super) fn unregister(&self, id: u64) {
+        self.inner.state.lock().unwrap().remove(id);
+    }
+
+    /// The lease's times changed: file it where it is now due.
+    pub(super) fn reschedule(&self, id: u64, lease: &LeaseState) {
+        let due = lease.times.lock().unwrap().due();
+        let wake = self.inner.state.lock().unwrap().file(id, due);
+        if wake {
+            self.inner.wake.notify_one();
+        }
+    }
+}
+
+/// A lease whose renewal is being sent, with what it was sent under.
+struct Due {
+    id: u64,
+    lease: Arc<LeaseState>,
+    epoch: u64,
+}
+
+/// The renewal loop: one per engine, on the engine's runtime. It holds no strong reference
+/// to the engine while it sleeps, so dropping the engine ends it.
+async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
+    loop {
+        // Registered before the schedule is read, so a registration in between wakes us.
+        let woken = inner.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let now = Instant::now();
+        let mut due: Vec<Due> = Vec::new();
+        // Renewals due a little later go out with this batch: one wake and one backend
+        // call serve many leases. Deadlines are never judged early.
+        let horizon = now + RENEW_AHEAD;
+        let mut not_yet: Vec<(Instant, u64)> = Vec::new();
+        let next = {
+            let mut st = inner.state.lock().unwrap();
+            while let Some(&(at, id)) = st.queue.first() {
+                if at > horizon {
+                    break;
+                }
+                st.queue.pop_first();
+                let lease = st.leases[&id].0.clone();
+                let mut t = lease.times.lock().unwrap();
+                // The flag itself: `is_set` also reads the deadline, whose passing is what
+                // this loop must turn into a wake-up for `lost()`.
+                if lease.lost.set.load(Ordering::Acquire) || lease.is_released() {
+                    drop(t);
+                    st.leases.remove(&id);
+                    continue;
+                }
+                if t.deadline <= now {
+                    drop(t);
+                    st.leases.remove(&id);
+                    lease.mark_lost("validity deadline passed without a confirmed renewal");
+                    continue;
+                }
+                if t.renew_at.is_none_or(|r| r > horizon) {
+                    // Its deadline, not yet reached: look again then.
+                    not_yet.push((at, id));
+                    continue;
+                }
+                t.renew_at = None;
+                due.push(Due {
+                    id,
+                    lease: lease.clone(),
+                    epoch: lease.epoch.load(Ordering::Acquire),
+                });
+                // In flight, a lease is filed under its deadline: if the renewal never
+                // comes back, it is marked lost right then.
+                let at = t.due();
+                drop(t);
+                st.leases
+                    .get_mut(&id)
+                    .expect("popped lease is registered")
+                    .1 = at;
+                st.queue.insert((at, id));
+            }
+            st.queue.extend(not_yet);
+            let next = st.queue.first().map(|&(at, _)| at);
+            st.scheduled = next;
+            if next.is_none() && engine.strong_count() == 0 {
+                st.started = false;
+                return;
+            }
+            next
+        };
+        if !due.is_empty() {
+            let Some(shared) = engine.upgrade() else {
+                return;
+            };
+            // A batch in flight must not hold up deadlines of other leases.
+            tokio::spawn(renew_batch(shared, inner.clone(), due, now));
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = &mut woken => {}
+                }
+            }
+            None => {
+                // Idle: wait for a registration, but look again now and then so the task
+                // ends soon after its engine is dropped.
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    _ = &mut woken => {}
+                }
+            }
+        }
+    }
+}
+
+async fn renew_batch(
+    shared: Arc<EngineShared>,
+    inner: Arc<WatchInner>,
+    due: Vec<Due>,
+    sent_at: Instant,
+) {
+    let batch: Vec<Renewal> = due
+        .iter()
+        .map(|d| Renewal {
+            key: d.lease.key.clone(),
+            token: d.lease.token.clone(),
+            ttl: d.lease.ttl(),
+        })
+        .collect();
+    let result = shared.backend.renew(&batch).await;
+    drop(shared);
+    let watchdog = Watchdog { inner };
+    match result {
+        Ok(results) => {
+            for ((d, renewal), ok) in due.iter().zip(&batch).zip(results) {
+                if d.lease.is_released() {
+                    continue;
+                }
+                if !ok {
+                    d.lease.mark_lost("renewal found the lease gone");
+                    watchdog.unregister(d.id);
+                    continue;
+                }
+                {
+                    let mut t = d.lease.times.lock().unwrap();
+                    if d.lease.epoch.load(Ordering::Acquire) == d.epoch {
+                        // Renewals never shorten a lease on the backend, so the backend's
+                        // expiry is at least the later of the two.
+                        let deadline = t.deadline.max(after(sent_at, renewal.ttl));
+                        d.lease.set_deadline(&mut t, deadline);
+                    }
+                    if d.lease.auto_renew && t.renew_at.is_none() {
+                        t.renew_at = Some(after(sent_at, renew_interval(renewal.ttl)));
+                    }
+                }
+                watchdog.reschedule(d.id, &d.lease);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, leases = due.len(), "lease renewal failed; retrying");
+            let retry = Instant::now();
+            for d in &due {
+                {
+                    let mut t = d.lease.times.lock().unwrap();
+                    let step = (d.lease.ttl() / 10)
+                        .clamp(Duration::from_millis(1), Duration::from_millis(500));
+                    t.renew_at = Some(retry + step);
+                }
+                watchdog.reschedule(d.id, &d.lease);
+            }
+        }
+    }
+}
