@@ -12,8 +12,8 @@ use tracing::Instrument;
 
 use super::{LockGuard, Outcome, RequestLocker};
 use crate::{
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey},
     LockError,
+    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey},
     key::RequestView,
     lease_info::LeaseInfo,
     options::BackendFailurePolicy,

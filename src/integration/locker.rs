@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use super::{config::Config, outage::OutageLog};
 use crate::{
-    engine::{LockEngine, LockKey},
     KeyError,
+    engine::{LockEngine, LockKey},
     key::RequestView,
     metrics::LockMetrics,
     not_stored::NotStored,

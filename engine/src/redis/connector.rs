@@ -40,6 +40,8 @@ pub(crate) struct Connector {
     down: AtomicBool,
     /// Whether a call is trying to connect during an outage (see [`Connector::admit`]).
     trying: AtomicBool,
+    /// Signalled when the call trying to connect during an outage is done trying.
+    tried: tokio::sync::Notify,
     /// Signalled at every failed connect, so check-outs waiting for a connection that will
     /// not come fail at once.
     pub(super) went_down: tokio::sync::Notify,
@@ -95,6 +97,7 @@ impl Connector {
             outage: Mutex::new(None),
             down: AtomicBool::new(false),
             trying: AtomicBool::new(false),
+            tried: tokio::sync::Notify::new(),
             went_down: tokio::sync::Notify::new(),
         }
     }
@@ -102,19 +105,34 @@ impl Connector {
     /// Whether a call may go ahead: always, unless the server is known to be unreachable.
     /// Then one call at a time is let through to try a connection itself (`Some`: it is
     /// the one trying until the guard drops), so that calls work again as soon as the
-    /// server is back rather than when the background probe next looks; every other call
-    /// fails at once. A server that refuses connections answers the one trying at once
-    /// too; one that does not answer at all keeps it for its timeout, and only it.
-    pub(super) fn admit(&self, what: &'static str) -> Result<Option<Trying<'_>>, BackendError> {
-        let Some(down) = self.outage(what) else {
+    /// server is back rather than when the background probe next looks. Every other call
+    /// waits for that one's outcome (within `deadline`) and fails if it failed: a server
+    /// that refuses connections answers the one trying at once, so they all fail at once;
+    /// one that came back lets them all through (a release right after a stall must not
+    /// fail because another call happened to be the one trying).
+    pub(super) async fn admit(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+    ) -> Result<Option<Trying<'_>>, BackendError> {
+        if self.outage(what).is_none() {
             return Ok(None);
-        };
-        match self
+        }
+        // Listening before trying to become the one trying: its end cannot be missed.
+        let tried = self.tried.notified();
+        let mut tried = std::pin::pin!(tried);
+        tried.as_mut().enable();
+        if self
             .trying
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
         {
-            Ok(_) => Ok(Some(Trying(&self.trying))),
-            Err(_) => Err(down),
+            return Ok(Some(Trying(self)));
+        }
+        let _ = tokio::time::timeout_at(deadline, tried).await;
+        match self.outage(what) {
+            None => Ok(None),
+            Some(down) => Err(down),
         }
     }
 
@@ -248,12 +266,13 @@ impl Connector {
 }
 
 /// The call trying to connect during an outage (see [`Connector::admit`]); dropping it
-/// lets the next one try.
-pub(super) struct Trying<'a>(&'a AtomicBool);
+/// lets the next one try, and tells the calls waiting for its outcome.
+pub(super) struct Trying<'a>(&'a Connector);
 
 impl Drop for Trying<'_> {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.trying.store(false, Ordering::Release);
+        self.0.tried.notify_waiters();
     }
 }
 

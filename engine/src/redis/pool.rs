@@ -50,7 +50,7 @@ impl ServerPool {
     /// A connection for one call, within `deadline`.
     async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
         let connector = &self.connector;
-        let Some(_trying) = connector.admit(what)? else {
+        let Some(_trying) = connector.admit(what, deadline).await? else {
             let conn = self.checkout(what, deadline).await?;
             return Ok(Conn::new(conn.inner.clone()));
         };
