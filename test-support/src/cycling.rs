@@ -15,42 +15,51 @@ use tokio::{sync::watch, task::JoinHandle};
 use tower_lock::{LockEngine, LockError, LostSignal};
 
 /// How the workers cycle.
-#[derive(Clone, Copy)]
-pub(crate) struct Cycle {
-    pub(crate) key: &'static str,
-    pub(crate) ttl: Duration,
-    pub(crate) wait: Duration,
+#[derive(Debug, Clone, Copy)]
+pub struct Cycle {
+    /// The lock they take.
+    pub key: &'static str,
+    /// Each lease's TTL.
+    pub ttl: Duration,
+    /// How long each acquire waits.
+    pub wait: Duration,
     /// How far past its wait an acquire may be answered (the attempt in flight, the
     /// ticket's removal, a `replica_ack` wait).
-    pub(crate) overrun: Duration,
+    pub overrun: Duration,
 }
 
-#[derive(Default)]
-pub(crate) struct Log {
+/// What the workers saw, and the flag that stops them.
+#[derive(Debug, Default)]
+pub struct Log {
     /// The leases handed out and not yet given back, with their validity.
     holding: Mutex<Vec<(u64, LostSignal)>>,
     /// The highest fence of a lease that was valid when served.
     top: Mutex<u64>,
     violations: Mutex<Vec<String>>,
-    pub(crate) stale_on_arrival: AtomicUsize,
-    pub(crate) timed_out: AtomicUsize,
-    pub(crate) errors: AtomicUsize,
+    /// Grants whose lease was already lost when the acquire returned.
+    pub stale_on_arrival: AtomicUsize,
+    /// Acquires that ran out of wait.
+    pub timed_out: AtomicUsize,
+    /// Acquires answered with a backend error.
+    pub errors: AtomicUsize,
     stop: AtomicBool,
 }
 
 impl Log {
-    pub(crate) fn stop(&self) {
+    /// Ask the workers to stop after their current cycle.
+    pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
     }
 
-    pub(crate) fn violations(&self) -> Vec<String> {
+    /// The broken promises seen so far, one line each.
+    pub fn violations(&self) -> Vec<String> {
         self.violations.lock().unwrap().clone()
     }
 }
 
 /// Take the lock again and again until [`Log::stop`]; FIFO if `fifo`. Counts each grant
 /// on `served`.
-pub(crate) async fn worker(
+pub async fn worker(
     engine: LockEngine,
     name: String,
     fifo: bool,
@@ -122,7 +131,7 @@ pub(crate) async fn worker(
 }
 
 /// Wait until `more` grants beyond the current count are served: the lock cycles.
-pub(crate) async fn cycles(served: &mut watch::Receiver<usize>, more: usize, what: &str) {
+pub async fn cycles(served: &mut watch::Receiver<usize>, more: usize, what: &str) {
     let from = *served.borrow();
     let reached = tokio::time::timeout(
         Duration::from_secs(20),
@@ -133,16 +142,19 @@ pub(crate) async fn cycles(served: &mut watch::Receiver<usize>, more: usize, wha
 }
 
 /// `n` workers cycling `cycle.key` on the `nodes` in turn, every other one FIFO.
-pub(crate) struct Workers {
-    pub(crate) log: Arc<Log>,
+#[derive(Debug)]
+pub struct Workers {
+    /// What they saw.
+    pub log: Arc<Log>,
     /// Grants served so far (see [`cycles`]).
-    pub(crate) served: watch::Receiver<usize>,
+    pub served: watch::Receiver<usize>,
     tasks: Vec<JoinHandle<()>>,
     cycle: Cycle,
 }
 
 impl Workers {
-    pub(crate) fn start(nodes: &[LockEngine], n: usize, cycle: Cycle) -> Workers {
+    /// Start them, on the current runtime.
+    pub fn start(nodes: &[LockEngine], n: usize, cycle: Cycle) -> Workers {
         let log = Arc::new(Log::default());
         let (served_tx, served) = watch::channel(0);
         let tasks = (0..n)
@@ -166,7 +178,7 @@ impl Workers {
     }
 
     /// Stop them; each must end within one acquire's answer time.
-    pub(crate) async fn stop(&mut self) {
+    pub async fn stop(&mut self) {
         self.log.stop();
         let limit = self.cycle.wait + self.cycle.overrun + Duration::from_secs(1);
         for task in self.tasks.drain(..) {

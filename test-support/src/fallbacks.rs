@@ -11,12 +11,12 @@ use tracing::{Event, Subscriber, field::Field};
 use tracing_subscriber::{Layer, layer::Context, prelude::*};
 
 /// How many waiters of this process were served by the fallback timer so far.
-#[derive(Clone)]
-pub(crate) struct Fallbacks(Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>);
+#[derive(Debug, Clone)]
+pub struct Fallbacks(Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>);
 
 impl Fallbacks {
     /// The process-wide counter (installs the tracing subscriber on first use).
-    pub(crate) fn install() -> Fallbacks {
+    pub fn install() -> Fallbacks {
         static SHARED: OnceLock<Fallbacks> = OnceLock::new();
         SHARED
             .get_or_init(|| {
@@ -30,21 +30,20 @@ impl Fallbacks {
             .clone()
     }
 
-    pub(crate) fn count(&self) -> usize {
+    /// How many so far, under every prefix.
+    pub fn count(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
 
     /// How many waiters on channels under `prefix` were served by the fallback timer so
-    /// far: for a test that shares its binary with others that provoke such grants.
-    #[allow(dead_code)] // Not every test binary that counts them needs this.
-    pub(crate) fn count_under(&self, prefix: &str) -> usize {
+    /// far: for a test that runs beside others that provoke such grants.
+    pub fn count_under(&self, prefix: &str) -> usize {
         let channels = self.1.lock().unwrap();
         channels.iter().filter(|c| c.starts_with(prefix)).count()
     }
 
     /// Run `f`, and assert that no waiter was served by the fallback timer meanwhile.
-    #[allow(dead_code)] // Not every test binary that counts them needs this.
-    pub(crate) async fn none_while<T>(&self, what: &str, f: impl Future<Output = T>) -> T {
+    pub async fn none_while<T>(&self, what: &str, f: impl Future<Output = T>) -> T {
         let before = self.count();
         let out = f.await;
         assert_eq!(

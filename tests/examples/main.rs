@@ -4,20 +4,26 @@
 //!
 //! The keys are held directly on the engine (as another request would hold them), so the
 //! contended answers do not depend on how long a handler sleeps.
+//!
+//! With the `metrics` feature, `prometheus` scrapes `examples/prometheus.rs`.
 
 // Each example is a crate of its own with its own `mod common;`; included side by side
 // here, the shared module is loaded once per example.
 #![allow(clippy::duplicate_mod)]
 
-#[path = "../examples/demo.rs"]
+// `examples/prometheus.rs` installs the process's `metrics` recorder.
+#[cfg(feature = "metrics")]
+mod prometheus;
+
+#[path = "../../examples/demo.rs"]
 #[allow(dead_code)]
 mod demo;
 
-#[path = "../examples/tenant_fifo.rs"]
+#[path = "../../examples/tenant_fifo.rs"]
 #[allow(dead_code)]
 mod tenant_fifo;
 
-#[path = "../examples/actix.rs"]
+#[path = "../../examples/actix.rs"]
 #[allow(dead_code)]
 mod actix_example;
 
@@ -241,7 +247,7 @@ async fn actix_example_answers_like_the_demo_across_workers() {
     );
 }
 
-#[path = "../examples/engine.rs"]
+#[path = "../../examples/engine.rs"]
 #[allow(dead_code)]
 mod engine_example;
 
@@ -259,7 +265,7 @@ async fn engine_example_takes_turns_and_its_storage_refuses_a_stale_fence() {
     assert_eq!(store.read("invoice:7").as_deref(), Some("paid"));
 }
 
-#[path = "../examples/engine_tools.rs"]
+#[path = "../../examples/engine_tools.rs"]
 mod engine_tools;
 
 /// The tools example runs to the end without an error (its operations are specified by the

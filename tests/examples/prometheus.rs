@@ -4,7 +4,7 @@
 
 #![allow(clippy::duplicate_mod)]
 
-#[path = "../examples/prometheus.rs"]
+#[path = "../../examples/prometheus.rs"]
 #[allow(dead_code)]
 mod prometheus;
 
@@ -16,7 +16,8 @@ use tower_lock_test_support::{http::serve, scenarios::hold};
 
 #[tokio::test]
 async fn metrics_endpoint_exports_the_layers_series_after_a_few_requests() {
-    // The only test in this binary: the recorder is the process's.
+    // The recorder is the process's, installed once: no other test of this binary installs
+    // one or names a layer `orders` or `reports`, so the series read here are this app's.
     let handle = prometheus::install_recorder().unwrap();
     let engine = LockEngine::in_memory();
     let server = serve(prometheus::app(engine.clone(), handle, Duration::ZERO).unwrap()).await;

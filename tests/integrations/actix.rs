@@ -2,7 +2,7 @@
 //! several workers, driven by a hyper-util client (a client that is not actix's own, and
 //! the one the tower layer's tests use), on the in-process engine. The scenarios are
 //! written once in `tower-lock-test-support` and run here as they run under the tower
-//! layer (`tests/layer_http.rs`); the parity scenarios put both side by side.
+//! layer (`tests/layer/in_process.rs`); the parity scenarios put both side by side.
 
 use actix_web::{App, web};
 use http::StatusCode;

@@ -2,7 +2,7 @@
 //! encoding of (layer namespace, extractor kind, extracted value). Nothing a client sends
 //! to one layer can spell the key of another layer or of another extractor.
 //!
-//! The same promise over a real socket: `tests/layer_http.rs`.
+//! The same promise over a real socket: the HTTP scenarios (`in_process.rs` beside it).
 
 use http::HeaderName;
 use proptest::prelude::*;

@@ -11,6 +11,7 @@ use std::{
 use tokio::time::{Instant, timeout};
 use tower_lock::{BackendErrorKind, LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
+use tower_lock_test_support::serial;
 
 /// Set in a child process started by [`spawn_child`]: which role it plays.
 const CHILD_ROLE: &str = "TOWER_LOCK_TEST_CHILD";
@@ -30,6 +31,7 @@ async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mixed_work_leaves_only_expiring_tombstones() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "residue").await;
     let mut tasks = Vec::new();
@@ -79,6 +81,7 @@ async fn mixed_work_leaves_only_expiring_tombstones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_server_loses_leases_fails_fast_and_recovers_after_restart() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "kill").await;
     let lease = engine
@@ -140,6 +143,7 @@ async fn until_only_the_cli_is_connected(server: &RedisServer) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_call_after_the_server_closed_idle_connections_succeeds() {
+    let _group = serial::group(module_path!()).await;
     // `timeout 1`: the server closes a connection idle for a second, as a proxy or a
     // cloud load balancer does with idle sockets.
     let server = RedisServer::start_with(["--timeout", "1"]);
@@ -203,6 +207,7 @@ fn assert_cannot_connect(err: &dyn std::fmt::Display, kind: BackendErrorKind, po
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_calls_fail_at_once_and_work_again_once_it_is_back() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     // A long command timeout, so that "at once" cannot be "within the timeout".
     let timeout = Duration::from_secs(2);
@@ -268,6 +273,7 @@ async fn while_redis_is_down_calls_fail_at_once_and_work_again_once_it_is_back()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn building_against_a_redis_that_refuses_connections_says_so() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     server.kill();
     let started = Instant::now();
@@ -286,6 +292,7 @@ async fn building_against_a_redis_that_refuses_connections_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_pause_past_the_ttl_loses_the_lease_and_the_next_fence_is_higher() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "pause").await;
     let stale = engine
@@ -316,6 +323,7 @@ async fn client_pause_past_the_ttl_loses_the_lease_and_the_next_fence_is_higher(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "unseen").await;
     // Warm the pool and the script cache, so the acquire below is one EVALSHA.
@@ -363,6 +371,7 @@ async fn an_acquire_whose_reply_is_lost_is_released_by_its_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "subkill").await;
     let holder = engine.lock("k").acquire().await.unwrap();
@@ -427,6 +436,7 @@ async fn waiters_still_acquire_when_the_subscriber_connection_is_killed() {
 /// reports failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_whose_publish_is_refused_still_reports_success() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "noperm").await;
     let holder = engine.lock("k").acquire().await.unwrap();
@@ -457,6 +467,7 @@ async fn a_hand_off_whose_publish_is_refused_still_reports_success() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_fifo_waiter_is_dropped_from_the_queue_by_the_server_clock() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "crash").await;
     let holder = engine.lock("q").fifo(true).acquire().await.unwrap();
@@ -496,6 +507,7 @@ async fn a_crashed_fifo_waiter_is_dropped_from_the_queue_by_the_server_clock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_processes_increment_a_shared_counter_exactly() {
+    let _group = serial::group(module_path!()).await;
     const PROCESSES: usize = 20;
     const INCREMENTS: usize = 100;
     let server = RedisServer::start();
@@ -526,7 +538,8 @@ fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_process_entry",
+            // libtest names a test by its module path, without the crate's name.
+            &format!("{}::child_process_entry", module_path!().split_once("::").unwrap().1),
             "--nocapture",
             "--test-threads=1",
         ])
@@ -589,6 +602,7 @@ async fn child_process_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_started_before_redis_fails_fast_until_redis_is_up_then_works() {
+    let _group = serial::group(module_path!()).await;
     // A fixed free port where nothing listens yet.
     let server = RedisServer::start();
     server.kill();
@@ -666,6 +680,7 @@ fn command_connections(server: &RedisServer, user: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_refused_its_channels_backs_off_and_leaves_the_command_pool_alone() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     // A user with every right, so that the backend builds; then its channel rights go
     // (Redis 7 creates users without any, `resetchannels`).

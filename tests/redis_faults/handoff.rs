@@ -25,6 +25,7 @@ use std::{
 use tokio::time::{Instant, timeout};
 use tower_lock::{LockEngine, LockError, Token, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
+use tower_lock_test_support::serial;
 
 /// The claim period of a hand-off with the default command timeout: the ticket TTL.
 const CLAIM: Duration = Duration::from_secs(3);
@@ -111,6 +112,7 @@ async fn until_held_by(engine: &LockEngine, key: &str, token: &Token) -> Duratio
 /// deadline is never later than the expiry the server set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_claim() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let default = engine(&server, "mixed").await;
     let slow = slow_engine(&server, "mixed").await;
@@ -166,6 +168,7 @@ async fn a_hand_off_between_nodes_with_different_settings_lasts_the_waiters_own_
 /// its fallback timer are both ready, and either may be seen first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_stalled_past_its_claim_is_never_handed_a_lost_lease() {
+    let _group = serial::group(module_path!()).await;
     /// The stalled waiter's lease TTL, hence the claim of its hand-off.
     const TTL: Duration = Duration::from_secs(1);
     const WAIT: Duration = Duration::from_millis(1500);
@@ -241,6 +244,7 @@ async fn a_waiter_stalled_past_its_claim_is_never_handed_a_lost_lease() {
 /// claim ([`CLAIM`], the default settings) is what the key costs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_to_a_crashed_waiter_costs_at_most_its_own_claim_period() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = slow_engine(&server, "crashed").await;
     let holder = engine.lock("k").fifo(true).acquire().await.unwrap();
@@ -288,6 +292,7 @@ async fn a_grant_to_a_crashed_waiter_costs_at_most_its_own_claim_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiter_cancelled_after_its_grant_gives_the_key_back_at_once() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "cancelled").await;
     for round in 0..5 {
@@ -332,6 +337,7 @@ async fn a_waiter_cancelled_after_its_grant_gives_the_key_back_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_whose_message_is_lost_is_found_by_its_waiter() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     // Two nodes: the waiter's node loses its subscriber, the holder's does not matter.
     let node_a = engine(&server, "lost").await;
@@ -375,6 +381,7 @@ async fn a_grant_whose_message_is_lost_is_found_by_its_waiter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_off_lease_is_renewed_past_its_claim() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "claim").await;
     let first = engine.lock("k").acquire().await.unwrap();
@@ -407,6 +414,7 @@ async fn a_handed_off_lease_is_renewed_past_its_claim() {
 /// never two holders at once, fences rising in grant order, run after run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exclusion_and_fences_hold_across_nodes_run_after_run() {
+    let _group = serial::group(module_path!()).await;
     const NODES: usize = 4;
     const WORKERS: usize = 12;
     const CYCLES: usize = 25;
@@ -480,6 +488,7 @@ async fn exclusion_and_fences_hold_across_nodes_run_after_run() {
 /// round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fifo_order_survives_cancellations_around_hand_offs() {
+    let _group = serial::group(module_path!()).await;
     const WAITERS: usize = 9;
     let server = RedisServer::start();
     let mut nodes = Vec::new();
@@ -537,7 +546,8 @@ fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_process_entry",
+            // libtest names a test by its module path, without the crate's name.
+            &format!("{}::child_process_entry", module_path!().split_once("::").unwrap().1),
             "--nocapture",
             "--test-threads=1",
         ])

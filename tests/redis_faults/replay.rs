@@ -22,6 +22,7 @@ use tower_lock_test_support::{
     redis::{RedisServer, engine as redis_engine},
     scenarios::{Backend, Framework, ReplayApp, Stack, idempotency_lock_key, replay_app},
 };
+use tower_lock_test_support::serial;
 
 /// Set in a child process started by [`spawn_holder`].
 const CHILD: &str = "TOWER_LOCK_REPLAY_CHILD";
@@ -68,7 +69,8 @@ fn spawn_holder(server: &RedisServer, prefix: &str, port: u16) -> std::process::
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_process_entry",
+            // libtest names a test by its module path, without the crate's name.
+            &format!("{}::child_process_entry", module_path!().split_once("::").unwrap().1),
             "--nocapture",
             "--test-threads=1",
         ])
@@ -109,6 +111,7 @@ async fn child_process_entry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = redis_engine(&server, "killed", None).await;
     let port = {
@@ -177,6 +180,7 @@ async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_loses_records_and_a_damaged_record_is_never_served() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = redis_engine(&server, "restart", None).await;
     let runs = Arc::new(AtomicUsize::new(0));
@@ -285,6 +289,7 @@ async fn until_completed(engine: &LockEngine, key: &LockKey) -> Option<Record> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_whose_connection_is_killed_is_retried_and_stored() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     // A command timeout long enough for the test to kill the connection mid-call.
     let engine = redis_engine(&server, "complete", Some(Duration::from_secs(3))).await;
@@ -397,6 +402,7 @@ async fn reply_cutting_proxy(upstream: u16, cut: Arc<std::sync::atomic::AtomicBo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
+    let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let port = reply_cutting_proxy(server.port(), cut.clone()).await;

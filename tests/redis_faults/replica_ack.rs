@@ -10,6 +10,7 @@ use std::{
 
 use tower_lock::{BackendErrorKind, LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{Replicated, residue};
+use tower_lock_test_support::serial;
 
 /// One primary and one replica for the whole binary; cases keep apart by prefix, and the
 /// ones that freeze the replica wait for it to thaw before they end.
@@ -45,6 +46,7 @@ fn nothing_left(prefix: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_grant_is_on_the_replica_when_the_acquire_returns() {
+    let _group = serial::group(module_path!()).await;
     let _one_at_a_time = FREEZE.lock().await;
     let engine = engine("ack-ok", 1).await;
     for i in 0..20 {
@@ -60,6 +62,7 @@ async fn an_acknowledged_grant_is_on_the_replica_when_the_acquire_returns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_replicas_than_exist_fail_every_acquire_and_leave_no_key() {
+    let _group = serial::group(module_path!()).await;
     let engine = engine("ack-too-many", 2).await;
     let started = Instant::now();
     not_replicated(engine.lock("k").acquire().await);
@@ -89,6 +92,7 @@ async fn more_replicas_than_exist_fail_every_acquire_and_leave_no_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_fails_the_acquire_within_its_timeout_and_leaves_no_key() {
+    let _group = serial::group(module_path!()).await;
     let _one_at_a_time = FREEZE.lock().await;
     let engine = engine("ack-paused", 1).await;
     // Warm up (connections, scripts), so the timing below is the WAIT's.
@@ -127,6 +131,7 @@ async fn a_paused_replica_fails_the_acquire_within_its_timeout_and_leaves_no_key
 /// does not acknowledge.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_grant_is_confirmed_by_the_replicas_or_given_back() {
+    let _group = serial::group(module_path!()).await;
     let _one_at_a_time = FREEZE.lock().await;
     let engine = engine("ack-handoff", 1).await;
     let other = engine.clone();

@@ -8,12 +8,10 @@
 //! uses it), so the tests are plain `#[test]`s. Each owns its redis-server.
 #![cfg(feature = "redis")]
 
-#[path = "support/fallbacks.rs"]
-mod fallbacks;
-
 use std::{sync::mpsc, time::Duration};
 
-use fallbacks::Fallbacks;
+use tower_lock_test_support::fallbacks::Fallbacks;
+use tower_lock_test_support::serial;
 use tokio::{
     runtime::{Builder, Runtime},
     time::{Instant, timeout},
@@ -122,6 +120,7 @@ async fn warm_pool(engine: &LockEngine) -> Vec<tower_lock::Lease> {
 
 #[test]
 fn a_blocked_runtime_does_not_delay_an_acquire_from_another() {
+    let _group = serial::group_blocking(module_path!());
     let server = RedisServer::start();
     let (engine, _blocked) = engine_on_blocked_runtime(&server, "blocked-acquire");
     let b = runtime(2);
@@ -145,6 +144,7 @@ fn a_blocked_runtime_does_not_delay_an_acquire_from_another() {
 
 #[test]
 fn a_blocked_runtime_does_not_lose_a_lease_taken_on_another() {
+    let _group = serial::group_blocking(module_path!());
     let server = RedisServer::start();
     let a = runtime(1);
     let engine = a.block_on(redis_engine(
@@ -176,6 +176,7 @@ fn a_blocked_runtime_does_not_lose_a_lease_taken_on_another() {
 
 #[test]
 fn a_blocked_runtime_does_not_turn_hand_offs_into_fallback_grants() {
+    let _group = serial::group_blocking(module_path!());
     let fallbacks = Fallbacks::install();
     let server = RedisServer::start();
     let (engine, _blocked) = engine_on_blocked_runtime(&server, "blocked-wake");
@@ -207,6 +208,7 @@ fn a_blocked_runtime_does_not_turn_hand_offs_into_fallback_grants() {
 
 #[test]
 fn an_engine_built_in_a_runtime_that_shut_down_works_from_another() {
+    let _group = serial::group_blocking(module_path!());
     let server = RedisServer::start();
     let engine = {
         let short_lived = Builder::new_current_thread().enable_all().build().unwrap();

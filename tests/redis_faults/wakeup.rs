@@ -6,9 +6,6 @@
 //! The server is the test's own; the runtime is multi-threaded.
 #![cfg(feature = "redis")]
 
-#[path = "support/fallbacks.rs"]
-mod fallbacks;
-
 use std::{
     sync::{
         Arc,
@@ -17,7 +14,8 @@ use std::{
     time::Duration,
 };
 
-use fallbacks::Fallbacks;
+use tower_lock_test_support::fallbacks::Fallbacks;
+use tower_lock_test_support::serial;
 use tower_lock::LockEngine;
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine};
 
@@ -70,6 +68,7 @@ async fn cycle(nodes: &[LockEngine], key: &str, fifo: bool) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_hand_off_arrives_by_message() {
+    let _group = serial::group(module_path!()).await;
     let fallbacks = Fallbacks::install();
     let server = RedisServer::start();
     let nodes = [

@@ -1,5 +1,12 @@
 //! Idempotency replay over real sockets (axum + hyper), on the in-process backend and on
-//! Redis: the scenarios of `test-support/src/scenarios/replay.rs`.
+//! Redis: the scenarios of `test-support/src/scenarios/replay/`; and at the tower level
+//! (`tower_level`), where a test controls what an HTTP server would not let it.
+//!
+//! The replay faults of a real Redis (a holder killed, a restart, a damaged record) are in
+//! `tests/redis_faults/replay.rs`; the actix middleware's replay in
+//! `tests/integrations/actix_replay.rs`.
+
+mod tower_level;
 
 mod in_process {
     tower_lock_test_support::replay_scenarios!(framework = Tower, backend = InProcess);

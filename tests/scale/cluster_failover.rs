@@ -4,11 +4,8 @@
 //! message on the slot's new primary (a waiter served by the fallback timer is a
 //! failure: the backend logs each one, and the test counts them).
 //!
-//! This binary has a cluster of its own: the failover disturbs it.
+//! The test has a cluster of its own: the failover disturbs it.
 #![cfg(feature = "redis-cluster")]
-
-#[path = "support/fallbacks.rs"]
-mod fallbacks;
 
 use std::{
     sync::{
@@ -18,9 +15,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use fallbacks::Fallbacks;
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock::{Fence, LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
+use tower_lock_test_support::serial;
 
 /// Hand-offs after the failover, at least.
 const HAND_OFFS: usize = 40;
@@ -54,8 +52,10 @@ struct Log {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
+    let _group = serial::group(module_path!()).await;
     let fallbacks = Fallbacks::install();
-    let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
+    // A cluster of the test's own: the failover disturbs it.
+    let cluster = &tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap();
     let nodes = [
@@ -128,9 +128,7 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
     );
 
     // The replica takes over the slot; the old primary becomes its replica.
-    tokio::task::spawn_blocking(move || RedisCluster::shared().failover(slot))
-        .await
-        .unwrap();
+    tokio::task::block_in_place(|| cluster.failover(slot));
     let after = cluster.primary_of(slot);
     assert_ne!(after.port(), before, "the slot has a new primary");
     // The demoted primary ended the channel's subscriptions; both nodes renew them on the
@@ -185,9 +183,7 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
     );
 
     let left: Vec<String> =
-        tokio::task::spawn_blocking(|| RedisCluster::shared().scan("failover:*"))
-            .await
-            .unwrap()
+        tokio::task::block_in_place(|| cluster.scan("failover:*"))
             .into_iter()
             .filter(|k| !is_fence_tombstone(k))
             .collect();

@@ -12,23 +12,19 @@
 //! after each fault, hand-offs by message again once the failover is over, and at the end
 //! no key left behind but the fence tombstone.
 //!
-//! This binary has a cluster of its own: the faults disturb it.
+//! The test has a cluster of its own: the faults disturb it.
 #![cfg(feature = "redis-cluster")]
 
-#[path = "support/cycling.rs"]
-mod cycling;
-#[path = "support/fallbacks.rs"]
-mod fallbacks;
-
 use std::{
-    sync::atomic::Ordering,
+    sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
 };
 
-use cycling::{Cycle, Workers, cycles};
-use fallbacks::Fallbacks;
+use tower_lock_test_support::cycling::{Cycle, Workers, cycles};
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock::{LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
+use tower_lock_test_support::serial;
 
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 const CYCLE: Cycle = Cycle {
@@ -52,10 +48,14 @@ async fn node(cluster: &RedisCluster) -> LockEngine {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn frozen_primaries_keep_exclusion_fences_and_answers() {
+    let _group = serial::group(module_path!()).await;
     let fallbacks = Fallbacks::install();
-    let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
-        .await
-        .unwrap();
+    // A cluster of the test's own: the faults disturb it.
+    let cluster = &Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .unwrap(),
+    );
     let nodes = [node(cluster).await, node(cluster).await];
     // The key's slot (the lock key carries the hash tag: find it once it exists).
     let lease = nodes[0].lock("k").acquire().await.unwrap();
@@ -78,8 +78,9 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     // of the failover and becomes a replica.
     let replica = cluster.replica_of(slot).port();
     primary.suspend();
+    let own = Arc::clone(cluster);
     let promoted = tokio::task::spawn_blocking(move || {
-        let cluster = RedisCluster::shared();
+        let cluster = own;
         let replica = cluster
             .nodes()
             .iter()
@@ -94,9 +95,7 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     .await;
     primary.resume();
     promoted.unwrap();
-    tokio::task::spawn_blocking(|| RedisCluster::shared().wait_healthy())
-        .await
-        .unwrap();
+    tokio::task::block_in_place(|| cluster.wait_healthy());
     cycles(&mut workers.served, 20, "after the failover").await;
     // Once the queue has turned over (tickets registered on the zombie are gone), the
     // hand-offs come by message again: the subscriptions the zombie ended as it was
@@ -135,9 +134,7 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
         let left: Vec<String> =
-            tokio::task::spawn_blocking(|| RedisCluster::shared().scan("paused:*"))
-                .await
-                .unwrap()
+            tokio::task::block_in_place(|| cluster.scan("paused:*"))
                 .into_iter()
                 .filter(|k| !is_fence_tombstone(k))
                 .collect();

@@ -9,7 +9,7 @@
 //!
 //! The holders' engine waits for one replica to acknowledge its acquires (`replica_ack`),
 //! so the leases held when the primary dies are on the replica that takes over. This
-//! binary has a cluster of its own: the test kills one of its nodes.
+//! test has a cluster of its own: it kills one of its nodes.
 #![cfg(feature = "redis-cluster")]
 
 use std::{
@@ -23,6 +23,7 @@ use std::{
 use tokio::task::JoinHandle;
 use tower_lock::{Fence, Lease, LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, RedisServer, is_fence_tombstone};
+use tower_lock_test_support::serial;
 
 /// A node; with `ack`, its acquires wait for one replica (after the kill, the slot has
 /// none left, so only the holders' node asks for it).
@@ -176,13 +177,14 @@ async fn wait_through(engine: &LockEngine, key: &str, fifo: bool, deadline: Inst
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
+    let _group = serial::group(module_path!()).await;
+    // A cluster of the test's own: the test kills one of its nodes.
+    let cluster = &tokio::task::spawn_blocking(RedisCluster::start)
         .await
         .unwrap();
     let slot = cluster.slot(&redis_name("lock", "k"));
     // A second lock in another slot of the same primary.
-    let other = tokio::task::spawn_blocking(move || {
-        let cluster = RedisCluster::shared();
+    let other = tokio::task::block_in_place(|| {
         let primary = cluster.primary_of(slot).port();
         [
             "o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9", "o10", "o11",
@@ -193,9 +195,7 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
             s != slot && cluster.primary_of(s).port() == primary
         })
         .expect("a second key on the same primary")
-    })
-    .await
-    .unwrap();
+    });
 
     let holders = node(cluster, true).await;
     let nodes = [node(cluster, false).await, node(cluster, false).await];
@@ -213,9 +213,7 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
         assert_eq!(subscribers(cluster.primary_of(slot), &channel), 2);
     }
 
-    let promoted = tokio::task::spawn_blocking(move || RedisCluster::shared().kill_primary(slot))
-        .await
-        .unwrap();
+    let promoted = tokio::task::block_in_place(|| cluster.kill_primary(slot));
     // Both nodes resubscribe both channels on the new primary.
     for line in &lines {
         let channel = redis_name("swake", line.key);
@@ -251,9 +249,7 @@ async fn a_killed_primary_keeps_exclusion_fences_and_wake_ups_by_message() {
     line.hand_over(held).await;
     line_other.hand_over(held_other).await;
 
-    let left: Vec<String> = tokio::task::spawn_blocking(|| RedisCluster::shared().scan("killed:*"))
-        .await
-        .unwrap()
+    let left: Vec<String> = tokio::task::block_in_place(|| cluster.scan("killed:*"))
         .into_iter()
         .filter(|k| !is_fence_tombstone(k))
         .collect();

@@ -29,6 +29,7 @@ use tokio::{sync::Mutex, time::Instant};
 use tower_lock::{Lease, LockEngine, LockError, MemoryBackend};
 #[cfg(feature = "redis")]
 use tower_lock_test_support::redis::RedisServer;
+use tower_lock_test_support::serial;
 
 const KEYS: [&str; 3] = ["soak-a", "soak-b", "soak-c"];
 
@@ -243,6 +244,7 @@ fn node(
 #[cfg(feature = "redis")]
 #[test]
 fn redis_exclusion_soak_across_two_engines_and_a_restart() {
+    let _group = serial::group_blocking(module_path!());
     let seed = seed();
     eprintln!("redis soak seed: {seed} (SOAK_SEED={seed} replays it)");
     let redis = Arc::new(RedisServer::start());
@@ -303,6 +305,7 @@ fn redis_exclusion_soak_across_two_engines_and_a_restart() {
 
 #[test]
 fn memory_exclusion_soak_with_force_releases_and_abandoned_waiters() {
+    let _group = serial::group_blocking(module_path!());
     let seed = seed();
     eprintln!("memory soak seed: {seed} (SOAK_SEED={seed} replays it)");
     let backend = Arc::new(MemoryBackend::new());

@@ -7,15 +7,11 @@
 //! `a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups`).
 #![cfg(feature = "redis-sentinel")]
 
-#[path = "support/cycling.rs"]
-mod cycling;
-#[path = "support/fallbacks.rs"]
-mod fallbacks;
-
 use std::time::{Duration, Instant};
 
-use cycling::{Cycle, Workers, cycles};
-use fallbacks::Fallbacks;
+use tower_lock_test_support::cycling::{Cycle, Workers, cycles};
+use tower_lock_test_support::serial;
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{SERVICE, Sentineled, is_fence_tombstone};
 
@@ -44,6 +40,7 @@ async fn node(set: &Sentineled, ack: bool) -> LockEngine {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sentinel_failover_is_followed() {
+    let _group = serial::group(module_path!()).await;
     let set = tokio::task::spawn_blocking(Sentineled::start)
         .await
         .unwrap();
@@ -181,6 +178,7 @@ async fn a_sentinel_failover_is_followed() {
 /// and acquires fail (`NotReplicated`) and are asked again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
+    let _group = serial::group(module_path!()).await;
     let fallbacks = Fallbacks::install();
     let set = std::sync::Arc::new(
         tokio::task::spawn_blocking(Sentineled::start)
@@ -256,6 +254,7 @@ async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
 /// come by message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hung_first_sentinel_does_not_stop_reconnects_or_wake_ups() {
+    let _group = serial::group(module_path!()).await;
     let fallbacks = Fallbacks::install();
     let set = tokio::task::spawn_blocking(Sentineled::start)
         .await
