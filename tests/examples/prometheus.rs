@@ -6,7 +6,7 @@
 
 #[path = "../../examples/prometheus.rs"]
 #[allow(dead_code)]
-mod prometheus;
+mod prometheus_example;
 
 use std::time::Duration;
 
@@ -18,9 +18,10 @@ use tower_lock_test_support::{http::serve, scenarios::hold};
 async fn metrics_endpoint_exports_the_layers_series_after_a_few_requests() {
     // The recorder is the process's, installed once: no other test of this binary installs
     // one or names a layer `orders` or `reports`, so the series read here are this app's.
-    let handle = prometheus::install_recorder().unwrap();
+    let handle = prometheus_example::install_recorder().unwrap();
     let engine = LockEngine::in_memory();
-    let server = serve(prometheus::app(engine.clone(), handle, Duration::ZERO).unwrap()).await;
+    let server =
+        serve(prometheus_example::app(engine.clone(), handle, Duration::ZERO).unwrap()).await;
     let order = |k: &'static str| [("idempotency-key", k)];
 
     assert_eq!(

@@ -547,7 +547,10 @@ fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::
         .args([
             "--exact",
             // libtest names a test by its module path, without the crate's name.
-            &format!("{}::child_process_entry", module_path!().split_once("::").unwrap().1),
+            &format!(
+                "{}::child_process_entry",
+                module_path!().split_once("::").unwrap().1
+            ),
             "--nocapture",
             "--test-threads=1",
         ])

@@ -17,12 +17,12 @@ use tower_lock::{
     IdempotencyLayer, LockEngine, LockKey, LockLayer,
     engine::{Record, redis::RedisBackend},
 };
+use tower_lock_test_support::serial;
 use tower_lock_test_support::{
     http::{TestServer, serve},
     redis::{RedisServer, engine as redis_engine},
     scenarios::{Backend, Framework, ReplayApp, Stack, idempotency_lock_key, replay_app},
 };
-use tower_lock_test_support::serial;
 
 /// Set in a child process started by [`spawn_holder`].
 const CHILD: &str = "TOWER_LOCK_REPLAY_CHILD";
@@ -70,7 +70,10 @@ fn spawn_holder(server: &RedisServer, prefix: &str, port: u16) -> std::process::
         .args([
             "--exact",
             // libtest names a test by its module path, without the crate's name.
-            &format!("{}::child_process_entry", module_path!().split_once("::").unwrap().1),
+            &format!(
+                "{}::child_process_entry",
+                module_path!().split_once("::").unwrap().1
+            ),
             "--nocapture",
             "--test-threads=1",
         ])

@@ -10,14 +10,14 @@
 
 use std::{sync::mpsc, time::Duration};
 
-use tower_lock_test_support::fallbacks::Fallbacks;
-use tower_lock_test_support::serial;
 use tokio::{
     runtime::{Builder, Runtime},
     time::{Instant, timeout},
 };
 use tower_lock::LockEngine;
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine};
+use tower_lock_test_support::serial;
 
 /// The command timeout of these engines: a call stuck behind the blocked runtime fails
 /// after it, so "promptly" means well within it.

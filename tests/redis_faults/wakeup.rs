@@ -14,10 +14,10 @@ use std::{
     time::Duration,
 };
 
-use tower_lock_test_support::fallbacks::Fallbacks;
-use tower_lock_test_support::serial;
 use tower_lock::LockEngine;
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine};
+use tower_lock_test_support::serial;
 
 const WORKERS_PER_NODE: usize = 2;
 const CYCLES: usize = 15;

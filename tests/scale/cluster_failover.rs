@@ -15,8 +15,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock::{Fence, LockEngine, engine::redis::RedisBackend};
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
 use tower_lock_test_support::serial;
 
@@ -182,10 +182,9 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
         "hand-off latencies: {latencies:?}"
     );
 
-    let left: Vec<String> =
-        tokio::task::block_in_place(|| cluster.scan("failover:*"))
-            .into_iter()
-            .filter(|k| !is_fence_tombstone(k))
-            .collect();
+    let left: Vec<String> = tokio::task::block_in_place(|| cluster.scan("failover:*"))
+        .into_iter()
+        .filter(|k| !is_fence_tombstone(k))
+        .collect();
     assert_eq!(left, Vec::<String>::new());
 }

@@ -20,9 +20,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use tower_lock::{LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::cycling::{Cycle, Workers, cycles};
 use tower_lock_test_support::fallbacks::Fallbacks;
-use tower_lock::{LockEngine, engine::redis::RedisBackend};
 use tower_lock_test_support::redis::{RedisCluster, is_fence_tombstone};
 use tower_lock_test_support::serial;
 
@@ -133,11 +133,10 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     // Leases whose release failed run out (TTL), tickets whose removal failed lapse.
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
-        let left: Vec<String> =
-            tokio::task::block_in_place(|| cluster.scan("paused:*"))
-                .into_iter()
-                .filter(|k| !is_fence_tombstone(k))
-                .collect();
+        let left: Vec<String> = tokio::task::block_in_place(|| cluster.scan("paused:*"))
+            .into_iter()
+            .filter(|k| !is_fence_tombstone(k))
+            .collect();
         if left.is_empty() {
             break;
         }

@@ -9,11 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use tower_lock_test_support::cycling::{Cycle, Workers, cycles};
-use tower_lock_test_support::serial;
-use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock::{LockEngine, LockError, engine::redis::RedisBackend};
+use tower_lock_test_support::cycling::{Cycle, Workers, cycles};
+use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::redis::{SERVICE, Sentineled, is_fence_tombstone};
+use tower_lock_test_support::serial;
 
 /// A node under its own prefix whose every acquire waits for one replica.
 async fn node_named(set: &Sentineled, prefix: &str) -> LockEngine {
