@@ -6,14 +6,14 @@
 //! file, and cargo runs test binaries one at a time: each file's tests only ever ran beside
 //! each other. Merged into a few binaries, libtest would run a Cluster failover beside a
 //! Sentinel failover, and both would compete for the same two cores with timing bounds that
-//! were measured alone. So each such test first enters its group (the name of the file it
-//! came from): tests of one group still run side by side, as they did in their own binary,
-//! and a test of another group waits until the running group has ended.
+//! were measured alone. So each such test first enters its group, its module's path (one
+//! module per former binary): tests of one group still run side by side, as they did in
+//! their own binary, and a test of another group waits until the running group has ended.
 //!
 //! ```ignore
 //! #[tokio::test]
 //! async fn a_failover_keeps_exclusion() {
-//!     let _group = tower_lock_test_support::serial::group("cluster_failover").await;
+//!     let _group = tower_lock_test_support::serial::group(module_path!()).await;
 //!     // ...
 //! }
 //! ```

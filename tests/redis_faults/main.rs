@@ -6,8 +6,8 @@
 //! One test binary; each module is the file of one theme, its tests named as before under
 //! the module's name (`cargo test --test redis_faults handoff::`). These tests used to be
 //! one binary per file, and their timing bounds were measured that way: each test enters
-//! its file's group first (`serial::group`), so
-//! a file's tests run beside each other only, as before.
+//! its module's group first (`tower_lock_test_support::serial::group`), so a file's tests
+//! run beside each other only, as before.
 #![cfg(feature = "redis")]
 
 mod faults;

@@ -5,8 +5,8 @@
 //! One test binary; each module is the file of one theme, its tests named as before under
 //! the module's name (`cargo test --test scale cluster_paused::`). Each Cluster and Sentinel
 //! test starts servers of its own and used to be the only one in its binary: each test
-//! enters its file's group first (`serial::group`),
-//! so a file's tests run beside each other only, as before.
+//! enters its module's group first (`tower_lock_test_support::serial::group`), so a file's
+//! tests run beside each other only, as before.
 
 #[cfg(feature = "redis-cluster")]
 mod cluster_failover;
