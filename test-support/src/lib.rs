@@ -6,16 +6,26 @@
 //! | [`http`] | a test app on a real socket (axum or actix), a hyper-util client, [`Reply`](http::Reply), a channel-fed body for either framework | every HTTP test |
 //! | [`gate`] | a gate handlers wait at until the test lets them through, counting who is inside | the scenarios, the Redis fault tests |
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
-//! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/lease_lifecycle.rs`, the core-only conformance run |
-//! | [`conformance`] | the engine's conformance suite (`tower_lock_engine::conformance`, with `conformance_tests!` / `core_conformance_tests!`) re-exported, and the harnesses of the core-only and Redis backends | `tests/conformance_*.rs` |
-//! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!` | `tests/layer_http.rs`, `tests/layer_redis.rs`, the actix tests |
+//! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/engine` (`lease_lifecycle`, the core-only conformance run), `tests/layer/outage_log.rs`, `tests/replay/tower_level.rs` |
+//! | [`conformance`] | the engine's conformance suite (`tower_lock_engine::conformance`, with `conformance_tests!` / `core_conformance_tests!`) re-exported, and the harnesses of the core-only and Redis backends | `tests/engine/conformance_*.rs` |
+//! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!`, `replay_scenarios!` | `tests/layer`, `tests/replay`, `tests/integrations` |
+//! | [`cycling`] | workers cycling one lock under faults, checking exclusion, fences and answer times on every grant | the Cluster and Sentinel fault tests (`tests/scale`) |
+//! | [`fallbacks`] | counts the waiters served by the fallback timer rather than by a wake-up message | the wake-up, runtime, Cluster and Sentinel tests (`tests/redis_faults`, `tests/scale`) |
+//! | [`serial`] | a process-wide gate: the fault tests of one group never run beside another group's | every test of `tests/redis_faults` and `tests/scale` |
+//!
+//! The workspace's integration tests are a few binaries by theme, each a `tests/<theme>/`
+//! folder whose `main.rs` names its modules: `engine` (the conformance runs, the lease's
+//! machinery, bring-your-own Redis settings), `layer` (the lock layer, from `poll` to real
+//! sockets, on every backend), `replay` (idempotency replay), `redis_faults` (the Redis
+//! backend on a server of each test's own, under faults), `scale` (Cluster, Sentinel, the
+//! soaks), `integrations` (tower-lock-axum and tower-lock-actix) and `examples`.
 //!
 //! # One tower-lock
 //!
-//! This crate depends on `tower-lock` (and `tower-lock-actix`), and those crates use it as
+//! This crate depends on `tower-lock` (and `tower-lock-actix`), and `tower-lock` uses it as
 //! a dev-dependency: a dev-dependency cycle, which cargo allows. Its APIs name
 //! tower-lock's types (`LockEngine`, `LockLayer`, `Backend`), and that is sound because it
-//! is only used from *integration tests* (`tests/*.rs` of each crate): an integration test
+//! is only used from *integration tests* (`tests/` of the root crate): an integration test
 //! links the same build of `tower-lock` as this crate does, so the `LockEngine` made here
 //! is the test's `LockEngine`. A unit test inside `src/` (`#[cfg(test)]`) is compiled
 //! against a second build of the library, whose types differ from the ones named here
@@ -30,8 +40,8 @@
 //! names `RedisBackend`: engines on a test server, the Redis harness, the scenarios'
 //! [`Backend::Redis`](scenarios::Backend)) is turned on by the root crate's own `redis`
 //! feature (a feature may enable a dev-dependency's feature; `cargo package` drops the
-//! reference) and always by the integration crates. `cargo test --no-default-features`
-//! therefore still builds the library without Redis.
+//! reference). `cargo test --no-default-features` therefore still builds the library
+//! without Redis, and the tests that need it are `cfg`-gated on that feature.
 //!
 //! # Scenarios
 //!
@@ -46,11 +56,14 @@
 //! ```
 
 pub mod conformance;
+pub mod cycling;
+pub mod fallbacks;
 pub mod gate;
 pub mod http;
 pub mod redis;
 pub mod scenarios;
 pub mod scripted;
+pub mod serial;
 pub mod unavailable;
 
 // The suite's macros, where the test files have always found them.

@@ -14,12 +14,13 @@
 //!
 //! | macro | the scenarios | instantiated in |
 //! | --- | --- | --- |
-//! | [`http_scenarios!`](crate::http_scenarios) `(framework = tower \| actix, backend = InProcess \| Redis)` | ordering, rejections, release points; on the tower layer also a handler dropped with its client, on actix also exclusion across workers | `tests/layer_http.rs` (tower, in process), `tests/layer_redis.rs` (tower, Redis), `integrations/actix/tests/actix.rs` (actix, in process), `integrations/actix/tests/actix_redis.rs` (actix, Redis) |
+//! | [`http_scenarios!`](crate::http_scenarios) `(framework = tower \| actix, backend = InProcess \| Redis \| RedisCluster)` | ordering, rejections, release points; on the tower layer also a handler dropped with its client, on actix also exclusion across workers | `tests/layer/in_process.rs` (tower, in process), `tests/layer/redis.rs` (tower, Redis), `tests/layer/redis_cluster.rs` (tower, Cluster), `tests/integrations/actix.rs` (actix, in process), `tests/integrations/actix_redis.rs` (actix, Redis) |
 //! | [`parity_scenarios!`](crate::parity_scenarios) `(backend = ...)` | the tower layer and the actix middleware answer alike | `actix.rs`, `actix_redis.rs` |
-//! | [`unavailable_backend_scenarios!`](crate::unavailable_backend_scenarios) `(framework = ...)` | the failure policies, on a backend that is always down | `layer_http.rs`, `actix.rs` |
+//! | [`unavailable_backend_scenarios!`](crate::unavailable_backend_scenarios) `(framework = ...)` | the failure policies, on a backend that is always down | `in_process.rs`, `actix.rs` |
+//! | [`replay_scenarios!`](crate::replay_scenarios) `(framework = Tower \| Actix, backend = ...)` | idempotency replay: the protocol, the fingerprint, the scope, what is stored, the handler outliving its client | `tests/replay/main.rs` (tower), `tests/integrations/actix_replay.rs` (actix) |
 //!
 //! Faults of a real Redis (killed, paused, frozen, restarted) are Redis-only and stay in
-//! `tests/layer_redis.rs`, built from the same pieces.
+//! `tests/layer/redis.rs` and `tests/redis_faults/`, built from the same pieces.
 
 use std::time::Duration;
 

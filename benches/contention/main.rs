@@ -1,0 +1,171 @@
+//! Contention bench: workers take turns on a few keys; prints one JSON object.
+//!
+//! ```sh
+//! cargo bench --bench contention -- --backend memory --workers 8 --keys 1 \
+//!     --iterations 50 --hold-us 1000 --fifo --json
+//! cargo bench --bench contention -- --residue-keys 1000000 --json
+//! ```
+//!
+//! Run `cargo bench --bench contention -- --help` for every option. Under `cargo test`
+//! (no `--bench` argument) it does one small smoke run and checks its invariants.
+//!
+//! The contended run is in `turns` (its figures in `analysis`), the residue run in
+//! `residue`, the plain `SET NX` lock it is compared with in `baseline`.
+
+// Shared with the other benches (`benches/support/`).
+#[path = "../support/mod.rs"]
+mod support;
+
+mod analysis;
+mod baseline;
+mod config;
+mod engines;
+mod report;
+mod residue;
+mod turns;
+
+use std::process::ExitCode;
+
+use config::Config;
+use report::print_human;
+use residue::residue;
+use support::Args;
+use turns::contention;
+
+const HELP: &str = "\
+contention: workers contend for keys; each cycle is acquire -> hold -> release.
+
+USAGE:
+    cargo bench --bench contention -- [OPTIONS]
+
+OPTIONS:
+    --backend memory|redis|redis-cluster|redis-baseline
+                             (redis-cluster: --redis-url lists nodes, comma-separated;
+                             needs the `redis-cluster` feature)
+                             lock engine backend, or the baseline: the simplest
+                             correct Redis lock (SET NX PX, compare-and-delete
+                             script; no waiting: a refused try retries at once,
+                             no fences), on the same kind of connection  [memory]
+    --redis-url URL          Redis server (else $REDIS_URL)
+    --workers N              concurrent workers (tasks)                     [8]
+    --keys N                 keys; worker w always uses key w mod N         [1]
+    --iterations N           cycles per worker                              [50]
+    --hold-us N              critical section length in microseconds       [1000]
+    --hold spin|sleep        how the critical section waits:                [spin]
+                               spin  = busy-wait on the clock (µs-precise; occupies
+                                       a runtime thread, like CPU-bound handler work)
+                               sleep = tokio::time::sleep (yields the thread; rounds
+                                       up to the timer's 1 ms granularity)
+    --fifo                   acquire in FIFO mode
+    --ttl-ms N               lease TTL in milliseconds                      [10000]
+    --engines N              engines sharing the backend (nodes of a fleet);
+                               worker w uses engine w mod N                  [1]
+    --threads N              tokio worker threads            [available cores]
+    --overtake-slack-us N    arrivals closer than this are not counted as
+                               FIFO overtakes (clock-read races)             [50]
+    --stagger-us N           worker w first arrives w*N after the start, so
+                               the first round has an arrival order to keep  [500]
+    --residue-keys N         instead: lock and release N distinct keys, then
+                               report RSS and leftover keys (in-process map
+                               entries; DBSIZE of the URL's database)       [off]
+    --settle-ms N            with --residue-keys: measure again N ms later,
+                               after TTL'd Redis keys have expired           [0]
+    --label TEXT             copied into the output, to tell runs apart
+    --json                   print only the JSON object
+    --help                   this text
+
+OUTPUT (one JSON object; times in microseconds unless the name says otherwise):
+    cycles, cycles_per_s, wall_s
+    handoff_*_us     next holder's acquire-return minus the previous holder's
+                     release-call time, on the same key, where the holder changes
+    release_p*_us    release-return minus release-call (the releasing side's
+                     round trip; the hand-off's grant travels meanwhile)
+    wait_*_us        acquire-return minus acquire-call, per cycle
+    fifo_overtakes   grants made while a waiter that arrived > slack earlier still
+                     waited (fifo_overtakes_strict: slack 0)
+    longest_run      most consecutive grants of one key to one worker
+    redis_commands_per_cycle   server-side commands (INFO commandstats, including
+                     those run inside Lua scripts) / cycles; null for memory
+    mutual_exclusion_violations   two holders at once (must be 0)
+";
+
+const FLAGS: &[&str] = &["fifo", "json", "help"];
+pub(crate) const OPTIONS: &[&str] = &[
+    "backend",
+    "redis-url",
+    "workers",
+    "keys",
+    "iterations",
+    "hold-us",
+    "hold",
+    "fifo",
+    "ttl-ms",
+    "engines",
+    "threads",
+    "overtake-slack-us",
+    "stagger-us",
+    "residue-keys",
+    "settle-ms",
+    "label",
+    "json",
+    "help",
+];
+
+fn main() -> ExitCode {
+    let args = match Args::parse(FLAGS) {
+        Ok(args) => args,
+        Err(e) => return fail(&e),
+    };
+    if args.flag("help") {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    let config = if args.benching() {
+        match Config::from_args(&args) {
+            Ok(c) => c,
+            Err(e) => return fail(&e),
+        }
+    } else {
+        Config::smoke()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let result = runtime.block_on(async {
+        match config.residue_keys {
+            Some(n) => residue(&config, n).await,
+            None if config.backend == "redis-baseline" => baseline::run(&config).await,
+            None => contention(&config).await,
+        }
+    });
+    match result {
+        Ok(report) => {
+            if !config.json {
+                print_human(&report);
+            }
+            println!("{report}");
+            if !args.benching() {
+                // The smoke run doubles as a test of the invariants that hold on any machine.
+                // (Overtakes are a measured figure: a thread preempted between reading the
+                // clock and queueing can look overtaken, so they are not asserted.)
+                assert_eq!(report["mutual_exclusion_violations"], 0, "{report}");
+                assert_eq!(report["fence_regressions"], 0, "{report}");
+                assert_eq!(report["errors"], 0, "{report}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("contention: {message}");
+    ExitCode::from(2)
+}
+
+/// A run id, so repeated runs against one Redis never share keys.
+pub(crate) fn run_id() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}

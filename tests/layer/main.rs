@@ -1,0 +1,20 @@
+//! The lock layer: at the poll level (tower-test mocks, a paused clock), through a real
+//! socket on every backend (the HTTP scenarios written once in `tower-lock-test-support`,
+//! and the Redis outages), and each of its policies on its own (key extractors and their
+//! namespaces, methods, problem+json bodies, `Retry-After`, outage logs).
+//!
+//! One test binary; each module is the file of one theme, its tests named as before under
+//! the module's name (`cargo test --test layer redis::`).
+
+mod extractors;
+mod in_process;
+mod key_namespace;
+mod methods;
+mod outage_log;
+mod poll;
+mod problem_json;
+#[cfg(feature = "redis")]
+mod redis;
+#[cfg(feature = "redis-cluster")]
+mod redis_cluster;
+mod retry_after;

@@ -1,0 +1,18 @@
+//! The Redis backend on a redis-server of each test's own, under faults and against the
+//! clock: killed, paused and restarted servers, processes killed mid-request, hand-offs
+//! timed against their claim period, wake-ups by message, replica acknowledgements, and
+//! runtimes that block or shut down.
+//!
+//! One test binary; each module is the file of one theme, its tests named as before under
+//! the module's name (`cargo test --test redis_faults handoff::`). These tests used to be
+//! one binary per file, and their timing bounds were measured that way: each test enters
+//! its module's group first (`tower_lock_test_support::serial::group`), so a file's tests
+//! run beside each other only, as before.
+#![cfg(feature = "redis")]
+
+mod faults;
+mod handoff;
+mod replay;
+mod replica_ack;
+mod runtimes;
+mod wakeup;

@@ -1,0 +1,259 @@
+//! The Redis engine owns its I/O: an engine built on one runtime keeps serving every other
+//! runtime when the first one blocks (a blocking call in its only worker: a blocking
+//! handler on an actix worker, a `block_on` inside a handler) or is shut down (a
+//! short-lived runtime that built the engine). Calls, leases and wake-ups from a healthy
+//! runtime must not notice.
+//!
+//! Each test builds its runtimes by hand (runtime A that built the engine, runtime B that
+//! uses it), so the tests are plain `#[test]`s. Each owns its redis-server.
+#![cfg(feature = "redis")]
+
+use std::{sync::mpsc, time::Duration};
+
+use tokio::{
+    runtime::{Builder, Runtime},
+    time::{Instant, timeout},
+};
+use tower_lock::LockEngine;
+use tower_lock_test_support::fallbacks::Fallbacks;
+use tower_lock_test_support::redis::{RedisServer, engine as redis_engine};
+use tower_lock_test_support::serial;
+
+/// The command timeout of these engines: a call stuck behind the blocked runtime fails
+/// after it, so "promptly" means well within it.
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn runtime(workers: usize) -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Runtime A with its only worker blocked until this is dropped.
+struct Blocked {
+    runtime: Option<Runtime>,
+    unblock: Option<mpsc::Sender<()>>,
+}
+
+impl Blocked {
+    /// Block `runtime`'s only worker in a blocking call; returns once the worker is in it.
+    fn block(runtime: Runtime) -> Self {
+        let (unblock, blocked_until) = mpsc::channel::<()>();
+        let (entered, inside) = mpsc::channel::<()>();
+        runtime.spawn(async move {
+            entered.send(()).unwrap();
+            // A blocking call inside the worker: the runtime runs nothing else meanwhile.
+            let _ = blocked_until.recv();
+        });
+        inside
+            .recv()
+            .expect("runtime A's worker runs the blocking task");
+        Blocked {
+            runtime: Some(runtime),
+            unblock: Some(unblock),
+        }
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        drop(self.unblock.take());
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// An engine built on runtime A, used there for everything that creates connections and
+/// tasks (commands, a lease, a wait that starts the wake-up subscriber); then A's only
+/// worker is blocked.
+fn engine_on_blocked_runtime(server: &RedisServer, prefix: &str) -> (LockEngine, Blocked) {
+    let a = runtime(1);
+    let engine = a.block_on(async {
+        let engine = redis_engine(server, prefix, Some(COMMAND_TIMEOUT)).await;
+        // Several calls at once, so the pool opens more than one connection on A.
+        let leases = warm_pool(&engine).await;
+        let holder = leases.into_iter().next().unwrap();
+        // A waiter makes the engine subscribe to wake-ups (the subscriber task starts here).
+        let waiter = {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                engine
+                    .lock("warm-0")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+            })
+        };
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while engine.lock("warm-0").waiters().await.unwrap() == 0 {
+            assert!(Instant::now() < give_up, "the waiter never queued");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+        engine
+    });
+    (engine, Blocked::block(a))
+}
+
+/// Four leases taken at once (on four keys), so the pool holds several connections.
+async fn warm_pool(engine: &LockEngine) -> Vec<tower_lock::Lease> {
+    let tasks: Vec<_> = (0..4)
+        .map(|i| {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.lock(format!("warm-{i}")).acquire().await })
+        })
+        .collect();
+    let mut leases = Vec::new();
+    for t in tasks {
+        leases.push(t.await.unwrap().unwrap());
+    }
+    // Keep the one on warm-0; the others go back.
+    for lease in leases.drain(1..).collect::<Vec<_>>() {
+        lease.release().await.unwrap();
+    }
+    leases
+}
+
+#[test]
+fn a_blocked_runtime_does_not_delay_an_acquire_from_another() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let (engine, _blocked) = engine_on_blocked_runtime(&server, "blocked-acquire");
+    let b = runtime(2);
+    b.block_on(async {
+        let started = Instant::now();
+        for i in 0..8 {
+            let lease = engine
+                .lock(format!("b-{i}"))
+                .try_acquire()
+                .await
+                .expect("an acquire from runtime B succeeds while A is blocked");
+            lease.release().await.unwrap();
+        }
+        let took = started.elapsed();
+        assert!(
+            took < COMMAND_TIMEOUT,
+            "8 acquires and releases from B took {took:?} while A was blocked"
+        );
+    });
+}
+
+#[test]
+fn a_blocked_runtime_does_not_lose_a_lease_taken_on_another() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let a = runtime(1);
+    let engine = a.block_on(redis_engine(
+        &server,
+        "blocked-lease",
+        Some(COMMAND_TIMEOUT),
+    ));
+    let b = runtime(2);
+    b.block_on(async {
+        // Taken on B; its connections came from A, where the engine was built.
+        let lease = engine
+            .lock("held")
+            .ttl(Duration::from_millis(600))
+            .acquire()
+            .await
+            .unwrap();
+        let _blocked = Blocked::block(a);
+        // Renewals every 200 ms keep it: after three TTLs it is still held, and still ours.
+        assert!(
+            timeout(Duration::from_millis(1800), lease.lost())
+                .await
+                .is_err(),
+            "the lease was lost while runtime A was blocked"
+        );
+        assert!(lease.owned().await.unwrap());
+        lease.release().await.unwrap();
+    });
+}
+
+#[test]
+fn a_blocked_runtime_does_not_turn_hand_offs_into_fallback_grants() {
+    let _group = serial::group_blocking(module_path!());
+    let fallbacks = Fallbacks::install();
+    let server = RedisServer::start();
+    let (engine, _blocked) = engine_on_blocked_runtime(&server, "blocked-wake");
+    let b = runtime(2);
+    b.block_on(fallbacks.none_while("while runtime A was blocked", async {
+        for round in 0..3 {
+            let holder = engine.lock("k").acquire().await.unwrap();
+            let waiter = {
+                let engine = engine.clone();
+                tokio::spawn(async move {
+                    engine
+                        .lock("k")
+                        .wait(Duration::from_secs(5))
+                        .acquire()
+                        .await
+                })
+            };
+            let give_up = Instant::now() + Duration::from_secs(5);
+            while engine.lock("k").waiters().await.unwrap() == 0 {
+                assert!(Instant::now() < give_up, "round {round}: never queued");
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            holder.release().await.unwrap();
+            let lease = waiter.await.unwrap().expect("the waiter is handed the key");
+            lease.release().await.unwrap();
+        }
+    }));
+}
+
+#[test]
+fn an_engine_built_in_a_runtime_that_shut_down_works_from_another() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let engine = {
+        let short_lived = Builder::new_current_thread().enable_all().build().unwrap();
+        let engine =
+            short_lived.block_on(redis_engine(&server, "short-lived", Some(COMMAND_TIMEOUT)));
+        // Used there once, so it holds connections made there.
+        short_lived.block_on(async {
+            engine
+                .lock("k")
+                .acquire()
+                .await
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+        });
+        engine
+        // The runtime shuts down here, with every task it ran.
+    };
+    let b = runtime(2);
+    b.block_on(async {
+        let lease = engine
+            .lock("k")
+            .try_acquire()
+            .await
+            .expect("the engine works from another runtime");
+        lease.release().await.unwrap();
+        // And waiting works too (the subscriber, started after the shutdown).
+        let holder = engine.lock("k").acquire().await.unwrap();
+        let waiter = {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                engine
+                    .lock("k")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+            })
+        };
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while engine.lock("k").waiters().await.unwrap() == 0 {
+            assert!(Instant::now() < give_up, "never queued");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        holder.release().await.unwrap();
+        waiter.await.unwrap().unwrap().release().await.unwrap();
+    });
+}
