@@ -19,7 +19,7 @@ use std::{env, error::Error, time::Duration};
 
 use actix_web::{App, HttpResponse, HttpServer, web};
 use serde_json::json;
-use tower_lock::{ConfigError, IdempotencyLayer, LockEngine, LockLayer, key::RequestView};
+use tower_lock::{ConfigError, IdempotencyLayer, LockEngine, LockLayer, key};
 use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
 
 /// The middlewares of the app, built once (outside `HttpServer::new`) so that every
@@ -41,9 +41,9 @@ impl Guards {
             // read what its auth middleware put in the actix extensions through
             // `tower_lock_actix::http_request`).
             orders: IdempotencyLayer::builder(engine.clone())
-                .scope_by(|req: &dyn RequestView| {
+                .scope_by(key::from_fn("account", |req| {
                     Some(common::authenticate(req.header("authorization"))?.0)
-                })
+                }))
                 .build()?
                 .into(),
             // One lock per tenant and endpoint: the `id` matched in `/tenants/{id}/...`,

@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | [`MissingKey`](RejectionKind::MissingKey) | 400 | no | no key, and the policy requires one |
 //! | [`MalformedKey`](RejectionKind::MalformedKey) | 400 | no | the key is malformed or too long |
+//! | [`Misconfigured`](RejectionKind::Misconfigured) | 500 | no | the server's setup cannot derive the key (logged) |
 //! | [`Conflict`](RejectionKind::Conflict) | 409 | yes | idempotency preset: the same key is in flight |
 //! | [`Locked`](RejectionKind::Locked) | 423 | yes | the key is held and the layer does not wait |
 //! | [`TimedOut`](RejectionKind::TimedOut) | 429 | yes | the wait limit passed |
@@ -75,10 +76,14 @@ pub enum RejectionKind {
     RequestTooLarge,
     /// Idempotency replay: the request body could not be read to its end (`400`).
     UnreadableBody,
+    /// The server's own setup cannot derive the request's lock key (a route parameter the
+    /// route does not have, no principal from an authentication layer): `500`, with one
+    /// throttled `error!` log naming the route and the cause.
+    Misconfigured,
 }
 
 impl RejectionKind {
-    pub(crate) const COUNT: usize = 11;
+    pub(crate) const COUNT: usize = 12;
 
     /// Every kind, in [`index`](Self::index) order.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -94,6 +99,7 @@ impl RejectionKind {
         RejectionKind::NotReplayable,
         RejectionKind::RequestTooLarge,
         RejectionKind::UnreadableBody,
+        RejectionKind::Misconfigured,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -122,6 +128,7 @@ impl RejectionKind {
             RejectionKind::Locked => StatusCode::LOCKED,
             RejectionKind::TimedOut | RejectionKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
             RejectionKind::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            RejectionKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -141,13 +148,14 @@ impl RejectionKind {
             RejectionKind::NotReplayable => "urn:tower-lock:problem:response-not-stored",
             RejectionKind::RequestTooLarge => "urn:tower-lock:problem:request-too-large",
             RejectionKind::UnreadableBody => "urn:tower-lock:problem:unreadable-body",
+            RejectionKind::Misconfigured => "urn:tower-lock:problem:misconfigured",
         }
     }
 
     /// The last segment of the problem `type`: `missing-key`, `malformed-key`, `conflict`,
     /// `locked`, `wait-timed-out`, `too-many-waiters`, `lock-unavailable`,
     /// `fingerprint-mismatch`, `response-not-stored`, `request-too-large`,
-    /// `unreadable-body`.
+    /// `unreadable-body`, `misconfigured`.
     pub fn slug(self) -> &'static str {
         let uri = self.type_uri();
         &uri["urn:tower-lock:problem:".len()..]
@@ -167,6 +175,7 @@ impl RejectionKind {
             RejectionKind::NotReplayable => "Response of the original request was not stored",
             RejectionKind::RequestTooLarge => "Request body too large",
             RejectionKind::UnreadableBody => "Request body could not be read",
+            RejectionKind::Misconfigured => "Lock key unavailable",
         }
     }
 
@@ -184,6 +193,7 @@ impl RejectionKind {
             RejectionKind::NotReplayable => "not_replayable",
             RejectionKind::RequestTooLarge => "request_too_large",
             RejectionKind::UnreadableBody => "unreadable_body",
+            RejectionKind::Misconfigured => "misconfigured",
         }
     }
 }

@@ -149,17 +149,16 @@ impl IdempotencyLayerBuilder {
     /// request without a scope has no key (`400`).
     ///
     /// ```
-    /// use tower_lock::{IdempotencyLayer, LockEngine, key::RequestView};
+    /// use tower_lock::{IdempotencyLayer, LockEngine, key};
     ///
     /// /// Set by the API gateway after it checked the caller's token (and stripped from
     /// /// what clients send).
     /// const VERIFIED_TENANT: &str = "x-verified-tenant";
     ///
     /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
-    ///     .scope_by(|req: &dyn RequestView| {
-    ///         let tenant = req.header(VERIFIED_TENANT)?;
-    ///         Some(String::from_utf8_lossy(tenant).into_owned())
-    ///     })
+    ///     .scope_by(key::from_fn("verified-tenant", |req| {
+    ///         req.header_str(VERIFIED_TENANT).map(str::to_owned)
+    ///     }))
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;

@@ -6,11 +6,11 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 
-use super::{config::Config, outage::OutageLog};
+use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
 use crate::{
     KeyError,
     engine::{LockEngine, LockKey},
-    key::RequestView,
+    key::{ExtractErrorKind, RequestView},
     metrics::LockMetrics,
     not_stored::NotStored,
     options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
@@ -26,6 +26,8 @@ pub(super) struct Shared {
     pub(super) local: Option<LockEngine>,
     pub(super) metrics: LockMetrics,
     pub(super) outage: OutageLog,
+    /// Extraction failures that are the server's mistake.
+    pub(super) misconfig: MisconfigLog,
 }
 
 /// The runtime core of a layer, shared by the tower [`LockLayer`](crate::LockLayer) and
@@ -69,6 +71,7 @@ impl RequestLocker {
                 local,
                 metrics,
                 outage: OutageLog::default(),
+                misconfig: MisconfigLog::default(),
             }),
         }
     }
@@ -76,28 +79,33 @@ impl RequestLocker {
     /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
     /// [`key`](crate::key#the-lock-key)), validated: `Ok(None)` when it has none and the
     /// missing-key policy lets it pass, a `400` rejection when it has none and the policy
-    /// requires one, or when it is malformed or too long.
+    /// requires one (naming what is missing), or when it is malformed or too long, and a
+    /// `500` rejection (logged, throttled) when the server's own setup cannot derive it.
     pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let c = &self.shared.config;
         // Borrowed where the extractor can: the value is copied once, into the key.
         let raw = match c.extractor.extract_ref(req) {
             Ok(Some(raw)) => raw,
-            Ok(None) => {
-                return match c.missing {
-                    MissingKeyPolicy::PassThrough => Ok(None),
-                    MissingKeyPolicy::Reject => Err(self.reject(
-                        RejectionKind::MissingKey,
-                        "this endpoint requires a lock key (for example an Idempotency-Key or tenant header) and the request has none".to_owned(),
-                        None,
-                    )),
+            Ok(None) => return self.missing(None),
+            Err(e) => {
+                return match e.kind() {
+                    ExtractErrorKind::Missing => self.missing(Some(e.reason())),
+                    ExtractErrorKind::Malformed => {
+                        Err(self.reject(RejectionKind::MalformedKey, e.reason().to_owned(), None))
+                    }
+                    // The cause goes to the operator's log; the client learns only that
+                    // the fault is not theirs.
+                    _ => {
+                        self.shared
+                            .misconfig
+                            .failed(&c.name, req.path(), e.reason());
+                        Err(self.reject(
+                            RejectionKind::Misconfigured,
+                            "the server could not derive this request's lock key; the fault is in its configuration and has been logged".to_owned(),
+                            None,
+                        ))
+                    }
                 };
-            }
-            Err(malformed) => {
-                return Err(self.reject(
-                    RejectionKind::MalformedKey,
-                    malformed.reason().to_owned(),
-                    None,
-                ));
             }
         };
         self.lock_key(&raw).map(Some).map_err(|e| {
@@ -107,6 +115,23 @@ impl RequestLocker {
                 None,
             )
         })
+    }
+
+    /// A request without a key (`what` it lacks, when the extractor said): pass through,
+    /// or `400` naming the missing part.
+    fn missing(&self, what: Option<&str>) -> Result<Option<LockKey>, Rejection> {
+        match self.shared.config.missing {
+            MissingKeyPolicy::PassThrough => Ok(None),
+            MissingKeyPolicy::Reject => {
+                let detail = match what {
+                    Some(what) => {
+                        format!("this endpoint requires a lock key: the request lacks {what}")
+                    }
+                    None => "this endpoint requires a lock key: the request has none".to_owned(),
+                };
+                Err(self.reject(RejectionKind::MissingKey, detail, None))
+            }
+        }
     }
 
     /// The lock key this locker takes for a request whose extractor gives `value`:

@@ -39,6 +39,7 @@ mod after_head;
 mod config;
 mod guard;
 mod locker;
+mod misconfig_log;
 mod outage;
 mod outcome;
 // Gated once here; its public items are re-exported below.

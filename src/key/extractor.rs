@@ -1,14 +1,17 @@
-//! The [`KeyExtractor`] trait, implemented by every built-in extractor and by closures.
+//! The [`KeyExtractor`] trait, implemented by every built-in extractor (and by closures
+//! through [`from_fn`](super::from_fn)).
 
 use std::borrow::Cow;
 
-use super::{MalformedKey, RequestView};
+use super::{ExtractError, RequestView};
 
 /// Derives the lock key of a request.
 ///
 /// [`extract`](Self::extract) gives the request's *value*: `Ok(Some(value))` locks it;
 /// `Ok(None)` means the request has no key (the layer's missing-key policy decides: pass
-/// through unlocked, or `400`); `Err` means a key was given but is malformed (`400`). The
+/// through unlocked, or `400`), as does [`ExtractError::missing`], which also names what is
+/// missing; [`ExtractError::malformed`] is the client's malformed key (`400`), and
+/// [`ExtractError::misconfigured`] the server's own mistake (`500`, logged). The
 /// layer then names the lock `<namespace>/<kind>/<value>` (see [the module
 /// docs](crate::key#the-lock-key)) and validates it as a [`LockKey`](crate::LockKey) (at most
 /// 512 bytes, no control characters); a key that fails is also answered `400`.
@@ -16,10 +19,11 @@ use super::{MalformedKey, RequestView};
 /// The value needs no prefix or kind word of its own: the layer adds the extractor's
 /// [`kind`](Self::kind), so two extractors of different kinds never share a lock.
 ///
-/// Closures `Fn(&dyn RequestView) -> Option<String>` are extractors, of the kind `custom`.
+/// A closure becomes an extractor with [`from_fn`](super::from_fn), which names its kind:
+/// there is no default kind, so two extractors can only share locks by saying so.
 pub trait KeyExtractor: Send + Sync + 'static {
     /// The value of `req` to lock on.
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey>;
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError>;
 
     /// [`extract`](Self::extract), borrowing the value from `req` when it is there as is
     /// (a header's value, the path): the layer copies it straight into the lock key, so
@@ -28,7 +32,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn extract_ref<'r>(
         &self,
         req: &'r dyn RequestView,
-    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
+    ) -> Result<Option<Cow<'r, str>>, ExtractError> {
         Ok(self.extract(req)?.map(Cow::Owned))
     }
 
@@ -39,12 +43,11 @@ pub trait KeyExtractor: Send + Sync + 'static {
     ///
     /// The built-in extractors each have a fixed kind (`header=<name>`,
     /// `idempotency-key`, `scoped(<header>,<inner kind>)`, `path`, `method-path`,
-    /// `global`). The default is `custom`; override it to keep an extractor type's
-    /// locks apart from those of closures and other types. The layer reads it once, when
-    /// it is built.
-    fn kind(&self) -> &str {
-        "custom"
-    }
+    /// `global`); a closure's is the one given to [`from_fn`](super::from_fn). There is
+    /// no default: an extractor type that could silently share its locks with every other
+    /// type that forgot to name itself would be a trap. The layer reads it once, when it
+    /// is built.
+    fn kind(&self) -> &str;
 
     /// Whether the extractor's own configuration is usable, checked once by
     /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build): `Err(reason)` refuses
@@ -53,14 +56,5 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// wrappers forward their inner extractor's. The default accepts.
     fn validate(&self) -> Result<(), String> {
         Ok(())
-    }
-}
-
-impl<F> KeyExtractor for F
-where
-    F: Fn(&dyn RequestView) -> Option<String> + Send + Sync + 'static,
-{
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        Ok(self(req))
     }
 }

@@ -1,6 +1,6 @@
 //! [`GlobalKey`]: one key for every request.
 
-use super::{KeyExtractor, MalformedKey, RequestView};
+use super::{ExtractError, KeyExtractor, RequestView};
 
 /// One key for every request: the wrapped service runs one request at a time. The kind
 /// is `global`.
@@ -17,7 +17,7 @@ impl GlobalKey {
 }
 
 impl KeyExtractor for GlobalKey {
-    fn extract(&self, _req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, _req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         Ok(Some(self.key.clone()))
     }
 

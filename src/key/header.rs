@@ -4,18 +4,18 @@ use std::borrow::Cow;
 
 use http::HeaderName;
 
-use super::{KeyExtractor, MalformedKey, RequestView};
+use super::{ExtractError, KeyExtractor, RequestView};
 
 /// The trimmed value of header `name`: `None` when absent, malformed when not UTF-8.
 pub(super) fn header_str<'a>(
     req: &'a dyn RequestView,
     name: &HeaderName,
-) -> Result<Option<&'a str>, MalformedKey> {
+) -> Result<Option<&'a str>, ExtractError> {
     match req.header(name.as_str()) {
         None => Ok(None),
         Some(raw) => std::str::from_utf8(raw)
             .map(|s| Some(s.trim()))
-            .map_err(|_| MalformedKey::new(format!("the {name} header is not valid UTF-8"))),
+            .map_err(|_| ExtractError::malformed(format!("the {name} header is not valid UTF-8"))),
     }
 }
 
@@ -70,21 +70,25 @@ impl HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         Ok(self.extract_ref(req)?.map(Cow::into_owned))
     }
 
     fn extract_ref<'r>(
         &self,
         req: &'r dyn RequestView,
-    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
+    ) -> Result<Option<Cow<'r, str>>, ExtractError> {
         let name = self
             .name
             .as_ref()
-            .map_err(|e| MalformedKey::new(e.clone()))?;
-        Ok(header_str(req, name)?
-            .filter(|v| !v.is_empty())
-            .map(Cow::Borrowed))
+            .map_err(|e| ExtractError::malformed(e.clone()))?;
+        match header_str(req, name)? {
+            None => Err(ExtractError::missing(format!("the {name} header"))),
+            Some("") => Err(ExtractError::missing(format!(
+                "a value in the {name} header: it is empty"
+            ))),
+            Some(value) => Ok(Some(Cow::Borrowed(value))),
+        }
     }
 
     fn kind(&self) -> &str {
@@ -104,7 +108,9 @@ mod tests {
     #[test]
     fn header_key_treats_empty_as_missing() {
         let k = HeaderKey::new(HeaderName::from_static("x-k"));
-        assert_eq!(k.extract(&req(&[("x-k", " ")])).unwrap(), None);
+        let empty = k.extract(&req(&[("x-k", " ")])).unwrap_err();
+        assert_eq!(empty.kind(), crate::key::ExtractErrorKind::Missing);
+        assert!(empty.reason().contains("x-k"), "{empty}");
         assert_eq!(k.extract(&req(&[("x-k", "v")])).unwrap().unwrap(), "v");
     }
 

@@ -2,7 +2,7 @@
 
 use http::HeaderName;
 
-use super::{KeyExtractor, MalformedKey, RequestView};
+use super::{ExtractError, KeyExtractor, RequestView};
 
 /// The longest idempotency key accepted, in characters.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -50,18 +50,18 @@ impl IdempotencyKey {
     }
 
     /// Parse one header value.
-    pub fn parse(raw: &[u8]) -> Result<String, MalformedKey> {
+    pub fn parse(raw: &[u8]) -> Result<String, ExtractError> {
         let raw = raw.trim_ascii();
         let value = match raw {
             [b'"', inner @ .., b'"'] => unquote(inner)?,
             [b'"', ..] => {
-                return Err(MalformedKey::new(
+                return Err(ExtractError::malformed(
                     "the Idempotency-Key header has an unterminated quoted string",
                 ));
             }
             bare => {
                 if bare.contains(&b'"') || bare.contains(&b'\\') {
-                    return Err(MalformedKey::new(
+                    return Err(ExtractError::malformed(
                         "the Idempotency-Key header has a quote or backslash outside a quoted string",
                     ));
                 }
@@ -69,16 +69,18 @@ impl IdempotencyKey {
             }
         };
         if value.is_empty() {
-            return Err(MalformedKey::new("the Idempotency-Key header is empty"));
+            return Err(ExtractError::malformed(
+                "the Idempotency-Key header is empty",
+            ));
         }
         if value.len() > MAX_IDEMPOTENCY_KEY_LEN {
-            return Err(MalformedKey::new(format!(
+            return Err(ExtractError::malformed(format!(
                 "the Idempotency-Key is {} characters long, more than {MAX_IDEMPOTENCY_KEY_LEN}",
                 value.len()
             )));
         }
         if !value.iter().all(|b| (0x20..=0x7e).contains(b)) {
-            return Err(MalformedKey::new(
+            return Err(ExtractError::malformed(
                 "the Idempotency-Key must be printable ASCII",
             ));
         }
@@ -88,7 +90,7 @@ impl IdempotencyKey {
 }
 
 /// Unescape the inside of a structured-field string: `\"` and `\\` only.
-fn unquote(inner: &[u8]) -> Result<Vec<u8>, MalformedKey> {
+fn unquote(inner: &[u8]) -> Result<Vec<u8>, ExtractError> {
     let mut out = Vec::with_capacity(inner.len());
     let mut bytes = inner.iter();
     while let Some(&b) = bytes.next() {
@@ -96,13 +98,13 @@ fn unquote(inner: &[u8]) -> Result<Vec<u8>, MalformedKey> {
             b'\\' => match bytes.next() {
                 Some(&e @ (b'"' | b'\\')) => out.push(e),
                 _ => {
-                    return Err(MalformedKey::new(
+                    return Err(ExtractError::malformed(
                         "the Idempotency-Key header has an invalid escape",
                     ));
                 }
             },
             b'"' => {
-                return Err(MalformedKey::new(
+                return Err(ExtractError::malformed(
                     "the Idempotency-Key header has an unescaped quote",
                 ));
             }
@@ -113,13 +115,16 @@ fn unquote(inner: &[u8]) -> Result<Vec<u8>, MalformedKey> {
 }
 
 impl KeyExtractor for IdempotencyKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let name = self
             .header
             .as_ref()
             .map_or("idempotency-key", |(n, _)| n.as_str());
         match req.header(name) {
-            None => Ok(None),
+            None if self.header.is_none() => {
+                Err(ExtractError::missing("an Idempotency-Key header"))
+            }
+            None => Err(ExtractError::missing(format!("the {name} header"))),
             Some(raw) => Self::parse(raw).map(Some),
         }
     }

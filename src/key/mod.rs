@@ -8,16 +8,16 @@
 //!
 //! ```
 //! use http::HeaderName;
-//! use tower_lock::key::{HeaderKey, IdempotencyKey, KeyExtractor, RequestView, ScopedKey};
+//! use tower_lock::key::{self, HeaderKey, IdempotencyKey, KeyExtractor, ScopedKey};
 //!
 //! // One lock per tenant.
 //! let per_tenant = HeaderKey::new(HeaderName::from_static("x-tenant-id"));
 //! // One lock per idempotency key, within a tenant.
 //! let idempotent = ScopedKey::new(HeaderName::from_static("x-tenant-id"), IdempotencyKey::new());
-//! // Anything else: a closure.
-//! let per_account = |req: &dyn RequestView| {
+//! // Anything else: a closure, under a kind of its own.
+//! let per_account = key::from_fn("account", |req| {
 //!     req.path().strip_prefix("/accounts/").map(|rest| rest.split('/').next().unwrap_or("").to_owned())
-//! };
+//! });
 //!
 //! let req = http::Request::builder()
 //!     .uri("/accounts/7/transfers")
@@ -29,19 +29,19 @@
 //! assert_eq!(per_tenant.extract(&req).unwrap().as_deref(), Some("acme"));
 //! assert_eq!(idempotent.kind(), "scoped(x-tenant-id,idempotency-key)");
 //! assert_eq!(idempotent.extract(&req).unwrap().as_deref(), Some("acme/8e03978e"));
-//! assert_eq!(per_account.kind(), "custom");
+//! assert_eq!(per_account.kind(), "account");
 //! assert_eq!(per_account.extract(&req).unwrap().as_deref(), Some("7"));
 //! ```
 //!
 #![doc = include_str!("../docs/lock_key.md")]
 
 pub(crate) mod encoding;
+mod extract_error;
 mod extractor;
 mod from_fn;
 mod global;
 mod header;
 mod idempotency;
-mod malformed_key;
 mod path;
 mod principal;
 mod request_view;
@@ -50,15 +50,16 @@ mod scoped;
 
 pub use encoding::encode;
 pub(crate) use encoding::key_head;
+pub use extract_error::{ExtractError, ExtractErrorKind};
 pub use extractor::KeyExtractor;
-pub use from_fn::{FnKey, from_fn};
+pub use from_fn::{Extracted, FnKey, from_fn};
 pub use global::GlobalKey;
 pub use header::HeaderKey;
 pub use idempotency::{IdempotencyKey, MAX_IDEMPOTENCY_KEY_LEN};
-pub use malformed_key::MalformedKey;
 pub use path::{MethodPathKey, PathKey};
 pub use principal::PrincipalScopedKey;
-pub use request_view::RequestView;
+pub(crate) use principal::principal_missing;
+pub use request_view::{HeaderValues, RequestView};
 pub use route::RouteValue;
 pub use scoped::ScopedKey;
 
@@ -87,7 +88,7 @@ mod tests {
         let scoped_header =
             ScopedKey::new(tenant(), HeaderKey::new(HeaderName::from_static("x-k")));
         let global = GlobalKey::new("g");
-        let closure = |_: &dyn RequestView| None;
+        let closure = from_fn("account", |_| None);
         let kinds = [
             header.kind(),
             idempotency.kind(),
@@ -108,7 +109,7 @@ mod tests {
                 "path",
                 "method-path",
                 "global",
-                "custom",
+                "account",
             ]
         );
     }

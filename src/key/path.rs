@@ -2,21 +2,21 @@
 
 use std::borrow::Cow;
 
-use super::{KeyExtractor, MalformedKey, RequestView};
+use super::{ExtractError, KeyExtractor, RequestView};
 
 /// The request path is the key: one request at a time per URL path. The kind is `path`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PathKey;
 
 impl KeyExtractor for PathKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         Ok(Some(req.path().to_owned()))
     }
 
     fn extract_ref<'r>(
         &self,
         req: &'r dyn RequestView,
-    ) -> Result<Option<Cow<'r, str>>, MalformedKey> {
+    ) -> Result<Option<Cow<'r, str>>, ExtractError> {
         Ok(Some(Cow::Borrowed(req.path())))
     }
 
@@ -31,7 +31,7 @@ impl KeyExtractor for PathKey {
 pub struct MethodPathKey;
 
 impl KeyExtractor for MethodPathKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         Ok(Some(format!("{} {}", req.method(), req.path())))
     }
 

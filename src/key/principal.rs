@@ -3,7 +3,7 @@
 
 use std::{any::type_name, fmt, marker::PhantomData};
 
-use super::{KeyExtractor, MalformedKey, RequestView, encoding::scoped};
+use super::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
 
 /// Another extractor's key, scoped by the principal of type `P` found in the request
 /// extensions (put there by an authentication middleware that runs before the lock
@@ -46,13 +46,17 @@ where
     P: fmt::Display + Send + Sync + 'static,
     K: KeyExtractor,
 {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let Some(principal) = req.extensions().and_then(|e| e.get::<P>()) else {
-            return Ok(None);
+            // The server's mistake: see `Principal` in the replay scope.
+            return Err(principal_missing::<P>(req));
         };
         let principal = principal.to_string();
         if principal.is_empty() {
-            return Ok(None);
+            return Err(ExtractError::missing(format!(
+                "a principal: the request's {} is empty",
+                type_name::<P>()
+            )));
         }
         let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
@@ -66,6 +70,20 @@ where
 
     fn validate(&self) -> Result<(), String> {
         self.inner.validate()
+    }
+}
+
+/// The error of a principal scope that finds no principal of type `P` in the request.
+pub(crate) fn principal_missing<P>(req: &dyn RequestView) -> ExtractError {
+    let principal = std::any::type_name::<P>();
+    if req.extensions().is_none() {
+        ExtractError::misconfigured(format!(
+            "no principal: this framework's requests carry no http extensions, so no {principal} can be found (scope with scope_by instead)"
+        ))
+    } else {
+        ExtractError::misconfigured(format!(
+            "no {principal} in the request extensions: the authentication layer must run before (outside) this layer and turn away unauthenticated requests"
+        ))
     }
 }
 
@@ -84,7 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn principals_scope_the_inner_key_and_a_missing_principal_is_no_key() {
+    fn principals_scope_the_inner_key_and_a_missing_principal_is_a_server_mistake() {
         let k = PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
         let with = |user| {
             let mut r = req(&[("idempotency-key", "k")]);
@@ -93,7 +111,8 @@ mod tests {
         };
         assert_ne!(with("a/b"), with("a"));
         assert_eq!(with("alice").as_deref(), Some("alice/k"));
-        assert_eq!(k.extract(&req(&[("idempotency-key", "k")])).unwrap(), None);
+        let none = k.extract(&req(&[("idempotency-key", "k")])).unwrap_err();
+        assert_eq!(none.kind(), crate::key::ExtractErrorKind::Misconfigured);
         assert!(k.kind().starts_with("principal(") && k.kind().ends_with(",idempotency-key)"));
     }
 }

@@ -22,13 +22,37 @@ pub trait RequestView {
         None
     }
 
+    /// The value of the first header called `name` (lower case) as text: `None` when
+    /// there is none, or when it is not UTF-8.
+    ///
+    /// ```
+    /// use tower_lock::key::RequestView;
+    ///
+    /// let req = http::Request::get("/").header("x-user", "42").body(()).unwrap();
+    /// assert_eq!(req.header_str("x-user"), Some("42"));
+    /// ```
+    fn header_str(&self, name: &str) -> Option<&str> {
+        self.header(name)
+            .and_then(|value| std::str::from_utf8(value).ok())
+    }
+
     /// Every value of the headers called `name` (lower case), in the order the request
-    /// has them, each passed to `each`. Default: the first value only (see
-    /// [`header`](Self::header)); the `http` and actix views pass them all.
-    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-        if let Some(value) = self.header(name) {
-            each(value);
-        }
+    /// has them. Default: the first value only (see [`header`](Self::header)); the `http`
+    /// and actix views give them all.
+    ///
+    /// ```
+    /// use tower_lock::key::RequestView;
+    ///
+    /// let req = http::Request::get("/")
+    ///     .header("accept", "text/html")
+    ///     .header("accept", "application/json")
+    ///     .body(())
+    ///     .unwrap();
+    /// let all: Vec<&[u8]> = req.header_values("accept").collect();
+    /// assert_eq!(all, [&b"text/html"[..], b"application/json"]);
+    /// ```
+    fn header_values<'a>(&'a self, name: &str) -> HeaderValues<'a> {
+        HeaderValues::new(self.header(name).into_iter())
     }
 
     /// The authority the request was addressed to: the URI's authority (HTTP/2, absolute
@@ -68,8 +92,8 @@ impl<B> RequestView for http::Request<B> {
         self.headers().get(name).map(|v| v.as_bytes())
     }
 
-    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-        header_values(self.headers(), name, each);
+    fn header_values<'a>(&'a self, name: &str) -> HeaderValues<'a> {
+        self.headers().get_all(name).into()
     }
 
     fn authority(&self) -> Option<&[u8]> {
@@ -102,8 +126,8 @@ impl RequestView for http::request::Parts {
         self.headers.get(name).map(|v| v.as_bytes())
     }
 
-    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-        header_values(&self.headers, name, each);
+    fn header_values<'a>(&'a self, name: &str) -> HeaderValues<'a> {
+        self.headers.get_all(name).into()
     }
 
     fn authority(&self) -> Option<&[u8]> {
@@ -123,9 +147,43 @@ impl RequestView for http::request::Parts {
     }
 }
 
-fn header_values(headers: &http::HeaderMap, name: &str, each: &mut dyn FnMut(&[u8])) {
-    for value in headers.get_all(name) {
-        each(value.as_bytes());
+/// The values of one header of a [`RequestView`], in request order (see
+/// [`RequestView::header_values`]). From an `http` header map it costs no allocation;
+/// another framework's view makes one from any iterator with [`HeaderValues::new`].
+pub struct HeaderValues<'a>(Values<'a>);
+
+enum Values<'a> {
+    Http(http::header::ValueIter<'a, http::HeaderValue>),
+    Other(Box<dyn Iterator<Item = &'a [u8]> + 'a>),
+}
+
+impl<'a> HeaderValues<'a> {
+    /// The values `values` yields.
+    pub fn new(values: impl Iterator<Item = &'a [u8]> + 'a) -> Self {
+        HeaderValues(Values::Other(Box::new(values)))
+    }
+}
+
+impl<'a> From<http::header::GetAll<'a, http::HeaderValue>> for HeaderValues<'a> {
+    fn from(values: http::header::GetAll<'a, http::HeaderValue>) -> Self {
+        HeaderValues(Values::Http(values.iter()))
+    }
+}
+
+impl<'a> Iterator for HeaderValues<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match &mut self.0 {
+            Values::Http(values) => values.next().map(http::HeaderValue::as_bytes),
+            Values::Other(values) => values.next(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HeaderValues<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeaderValues").finish_non_exhaustive()
     }
 }
 

@@ -3,7 +3,7 @@
 use http::HeaderName;
 
 use super::{
-    KeyExtractor, MalformedKey, RequestView,
+    ExtractError, KeyExtractor, RequestView,
     encoding::scoped,
     header::{header_str, parse_name},
 };
@@ -45,13 +45,19 @@ impl<K: KeyExtractor> ScopedKey<K> {
 }
 
 impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let name = self
             .scope
             .as_ref()
-            .map_err(|e| MalformedKey::new(e.clone()))?;
-        let Some(scope) = header_str(req, name)?.filter(|s| !s.is_empty()) else {
-            return Ok(None);
+            .map_err(|e| ExtractError::malformed(e.clone()))?;
+        let scope = match header_str(req, name)? {
+            None => return Err(ExtractError::missing(format!("the {name} header"))),
+            Some("") => {
+                return Err(ExtractError::missing(format!(
+                    "a value in the {name} header: it is empty"
+                )));
+            }
+            Some(scope) => scope,
         };
         let Some(inner) = self.inner.extract_ref(req)? else {
             return Ok(None);
@@ -80,7 +86,8 @@ mod tests {
         let a = k.extract(&req(&[("x-tenant", "a|b"), ("idempotency-key", "c")]));
         let b = k.extract(&req(&[("x-tenant", "a"), ("idempotency-key", "b|c")]));
         assert_ne!(a.unwrap(), b.unwrap());
-        assert_eq!(k.extract(&req(&[("idempotency-key", "c")])).unwrap(), None);
+        let missing = k.extract(&req(&[("idempotency-key", "c")])).unwrap_err();
+        assert_eq!(missing.kind(), crate::key::ExtractErrorKind::Missing);
     }
 
     #[test]

@@ -149,6 +149,7 @@ impl LockMetrics {
                 not_replayable: r(RejectionKind::NotReplayable),
                 request_too_large: r(RejectionKind::RequestTooLarge),
                 unreadable_body: r(RejectionKind::UnreadableBody),
+                misconfigured: r(RejectionKind::Misconfigured),
             },
             wait: i.wait.snapshot(),
             hold: i.hold.snapshot(),

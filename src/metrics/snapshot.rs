@@ -65,6 +65,8 @@ pub struct RejectedCounts {
     pub request_too_large: u64,
     /// `400`: a request body that failed before its end.
     pub unreadable_body: u64,
+    /// `500`: the server's setup could not derive the key.
+    pub misconfigured: u64,
 }
 
 impl RejectedCounts {
@@ -81,6 +83,7 @@ impl RejectedCounts {
             + self.not_replayable
             + self.request_too_large
             + self.unreadable_body
+            + self.misconfigured
     }
 }
 

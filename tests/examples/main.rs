@@ -217,7 +217,7 @@ async fn actix_example_answers_like_the_demo_across_workers() {
     let missing = server.post("/orders", &[alice]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
 
-    let _order = hold(&engine, "/scope(custom,idempotency-key)/alice/order-2").await;
+    let _order = hold(&engine, "/scope(account,idempotency-key)/alice/order-2").await;
     let duplicate = server
         .post("/orders", &[("idempotency-key", "\"order-2\""), alice])
         .await;

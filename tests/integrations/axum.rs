@@ -139,10 +139,14 @@ async fn under_router_layer_an_unknown_path_is_locked_too_and_explained() {
         .route("/t/{id}", post(|| async { "ok" }))
         .layer(layer);
     assert_eq!(call(&app, "POST", "/t/1").await.0, StatusCode::OK);
-    // The fallback is wrapped as well: what should be a 404 is a lock-key error.
+    // The fallback is wrapped as well: what should be a 404 is the server's mistake, a 500
+    // (the log says to use route_layer).
     let (status, body) = call(&app, "POST", "/nowhere").await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(body.contains("route_layer"), "{body}");
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body.contains("urn:tower-lock:problem:misconfigured"),
+        "{body}"
+    );
 }
 
 #[tokio::test]
@@ -194,4 +198,23 @@ async fn lease_extractors_need_the_layer_and_option_tolerates_its_absence() {
     let (status, fence) = call(&locked, "GET", "/required").await;
     assert_eq!(status, StatusCode::OK);
     assert!(fence.parse::<u64>().unwrap() >= 1);
+}
+
+/// A parameter the route does not have is the server's mistake: `500`, not a `400` that
+/// blames the client.
+#[tokio::test]
+async fn a_route_parameter_the_route_lacks_is_a_server_error() {
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(RouteKey::param("tenant"))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/t/{id}", post(|| async { "ok" }))
+        .route_layer(layer);
+    let (status, body) = call(&app, "POST", "/t/1").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(
+        body.contains("urn:tower-lock:problem:misconfigured"),
+        "{body}"
+    );
 }

@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use tower::{ServiceExt, service_fn};
 use tower_lock::{
     IdempotencyLayer, LockEngine, LockLayer,
-    key::{self, MalformedKey, RequestView},
+    key::{self, ExtractError},
 };
 
 #[derive(Clone)]
@@ -74,10 +74,10 @@ async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
     );
     assert_eq!(post(&layer, Some("bob"), Some("k")).await.0, StatusCode::OK);
     held.release().await.unwrap();
-    // No principal: no key, 400.
+    // No principal: the authentication layer is missing or inside, the server's mistake.
     assert_eq!(
         post(&layer, None, Some("k")).await.0,
-        StatusCode::BAD_REQUEST
+        StatusCode::INTERNAL_SERVER_ERROR
     );
 }
 
@@ -85,12 +85,12 @@ async fn the_principal_preset_scopes_keys_by_the_principal_in_the_extensions() {
 async fn a_closure_that_refuses_a_key_is_answered_400_with_its_reason() {
     let layer = IdempotencyLayer::builder(LockEngine::in_memory())
         .without_replay()
-        .key(key::from_fn("user-key", |req: &dyn RequestView| {
+        .key(key::from_fn("user-key", |req| {
             let user = req.extensions().and_then(|e| e.get::<UserId>());
             match user {
                 None => Ok(None),
                 Some(UserId(u)) if u.contains(' ') => {
-                    Err(MalformedKey::new("the user id has a space"))
+                    Err(ExtractError::malformed("the user id has a space"))
                 }
                 Some(UserId(u)) => Ok(Some((*u).to_owned())),
             }
@@ -104,4 +104,96 @@ async fn a_closure_that_refuses_a_key_is_answered_400_with_its_reason() {
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(body.contains("the user id has a space"), "{body}");
     assert_eq!(post(&layer, None, None).await.0, StatusCode::BAD_REQUEST);
+}
+
+/// POST `/orders` to `layer` with `headers`; the handler reports its lock key.
+async fn post_with(layer: &LockLayer, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let service = tower::ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(service_fn(|req: Request<String>| async move {
+            let key = req
+                .extensions()
+                .get::<tower_lock::LeaseInfo>()
+                .map_or(String::new(), |i| i.key().to_string());
+            Ok::<_, Infallible>(Response::new(key))
+        }));
+    let mut req = Request::post("/orders");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let res = service
+        .oneshot(req.body(String::new()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// A principal scope with no principal in the request is the server's mistake (the
+/// authentication layer is missing, or inside the lock layer): `500`, never a `400` that
+/// blames the client.
+#[tokio::test]
+async fn a_principal_scope_without_a_principal_is_a_server_error() {
+    let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+        .per_principal::<UserId>()
+        .without_replay()
+        .build()
+        .unwrap();
+    let (status, body) = post(&layer, None, Some("k")).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    assert!(
+        body.contains("urn:tower-lock:problem:misconfigured"),
+        "{body}"
+    );
+}
+
+/// A `400` for a missing key names the part that is missing.
+#[tokio::test]
+async fn a_missing_key_is_named_in_the_detail() {
+    let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+        .scope_by(key::HeaderKey::named("x-tenant-id"))
+        .without_replay()
+        .build()
+        .unwrap();
+    let (status, body) = post_with(&layer, &[("idempotency-key", "k")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("x-tenant-id"),
+        "the missing tenant header is named: {body}"
+    );
+    let (status, body) = post_with(&layer, &[("x-tenant-id", "acme")]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("Idempotency-Key"),
+        "the missing key header is named: {body}"
+    );
+}
+
+/// Two layers keyed by closures over different headers never share a lock: each closure
+/// has a kind of its own.
+#[tokio::test]
+async fn closures_over_different_headers_do_not_share_locks() {
+    let engine = LockEngine::in_memory();
+    let user = LockLayer::builder(engine.clone())
+        .key(key::from_fn("x-user", |req| {
+            req.header_str("x-user").map(str::to_owned)
+        }))
+        .build()
+        .unwrap();
+    let account = LockLayer::builder(engine.clone())
+        .key(key::from_fn("x-account", |req| {
+            req.header_str("x-account").map(str::to_owned)
+        }))
+        .build()
+        .unwrap();
+    let (_, user_key) = post_with(&user, &[("x-user", "42")]).await;
+    let held = engine.lock(&user_key).acquire().await.unwrap();
+    let (status, body) = post_with(&account, &[("x-account", "42")]).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "x-account: 42 was locked by x-user: 42: {body}"
+    );
+    held.release().await.unwrap();
 }

@@ -9,7 +9,9 @@ use proptest::prelude::*;
 use tower_lock::{
     LockEngine, LockLayer, LockLayerBuilder, MissingKeyPolicy,
     integration::RequestLocker,
-    key::{GlobalKey, HeaderKey, IdempotencyKey, MethodPathKey, PathKey, RequestView, ScopedKey},
+    key::{
+        self, GlobalKey, HeaderKey, IdempotencyKey, MethodPathKey, PathKey, RequestView, ScopedKey,
+    },
 };
 
 /// A layer's key extractor, as the test models it.
@@ -67,7 +69,7 @@ impl Extractor {
             Extractor::Path => builder.key(PathKey),
             Extractor::MethodPath => builder.key(MethodPathKey),
             Extractor::Global(key) => builder.key(GlobalKey::new(key.clone())),
-            Extractor::Custom => builder.key(custom),
+            Extractor::Custom => builder.key(key::from_fn("custom", custom)),
             Extractor::Scoped(scope, inner) => match &**inner {
                 Extractor::Header(name) => {
                     builder.key(ScopedKey::new(header(scope), HeaderKey::new(header(name))))
@@ -75,7 +77,10 @@ impl Extractor {
                 Extractor::Idempotency => {
                     builder.key(ScopedKey::new(header(scope), IdempotencyKey::new()))
                 }
-                Extractor::Custom => builder.key(ScopedKey::new(header(scope), custom)),
+                Extractor::Custom => builder.key(ScopedKey::new(
+                    header(scope),
+                    key::from_fn("custom", custom),
+                )),
                 other => unreachable!("the model scopes no {other:?}"),
             },
         }

@@ -221,3 +221,50 @@ async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     assert_eq!(shown[0].level, Level::INFO);
     assert!(shown[0].message().contains("available again"), "{shown:#?}");
 }
+
+/// A key the server's own setup cannot derive (here: a principal scope with no
+/// authentication layer) is a `500`, logged once with the route and the cause, then at most
+/// once a minute with how many were not logged: never a `400` per request that blames the
+/// client.
+#[tokio::test(start_paused = true)]
+async fn a_misconfigured_key_is_a_500_logged_once_then_throttled() {
+    #[derive(Clone)]
+    struct Account(u64);
+    impl fmt::Display for Account {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let locker = LockLayer::builder(LockEngine::in_memory())
+        .key(tower_lock::key::PrincipalScopedKey::<Account, _>::new(
+            HeaderKey::named("x-tenant-id"),
+        ))
+        .metrics_name("jobs")
+        .build_locker()
+        .unwrap();
+    for _ in 0..5 {
+        match send(&locker).await {
+            Outcome::Rejected(r) => {
+                assert_eq!(r.kind(), RejectionKind::Misconfigured);
+                assert_eq!(r.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+            }
+            other => panic!("expected a 500, got {other:?}"),
+        }
+    }
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "one error for five requests: {shown:#?}");
+    assert_eq!(shown[0].level, Level::ERROR);
+    assert_eq!(shown[0].fields["layer"], "jobs");
+    assert_eq!(shown[0].fields["route"], "/jobs");
+    assert!(shown[0].fields["cause"].contains("Account"), "{shown:#?}");
+    // A minute later, once more, counting the requests not logged meanwhile.
+    tokio::time::advance(Duration::from_secs(61)).await;
+    let _ = send(&locker).await;
+    let shown: Vec<Captured> = visible(&capture.take()).into_iter().cloned().collect();
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(shown[0].fields["unlogged_since_last"], "4");
+}

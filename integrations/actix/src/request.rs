@@ -4,7 +4,7 @@
 use std::any::Any;
 
 use actix_web::{HttpRequest, dev::ServiceRequest, http::header::HeaderValue};
-use tower_lock::key::RequestView;
+use tower_lock::key::{HeaderValues, RequestView};
 
 /// An actix request seen as a [`RequestView`], so that tower-lock's key extractors and
 /// [`RequestLocker`](tower_lock::integration::RequestLocker) work on actix requests.
@@ -60,10 +60,8 @@ impl RequestView for ActixRequest<'_> {
         self.req.headers().get(name).map(HeaderValue::as_bytes)
     }
 
-    fn header_values(&self, name: &str, each: &mut dyn FnMut(&[u8])) {
-        for value in self.req.headers().get_all(name) {
-            each(value.as_bytes());
-        }
+    fn header_values<'a>(&'a self, name: &str) -> HeaderValues<'a> {
+        HeaderValues::new(self.req.headers().get_all(name).map(HeaderValue::as_bytes))
     }
 
     fn authority(&self) -> Option<&[u8]> {
@@ -88,7 +86,7 @@ impl RequestView for ActixRequest<'_> {
 ///
 /// ```
 /// use actix_web::{HttpMessage, test::TestRequest};
-/// use tower_lock::key::{self, KeyExtractor, MalformedKey, RequestView};
+/// use tower_lock::key::{self, ExtractError, KeyExtractor};
 /// use tower_lock_actix::{ActixRequest, http_request};
 ///
 /// /// Put in the extensions by an authentication middleware.
@@ -96,9 +94,9 @@ impl RequestView for ActixRequest<'_> {
 /// struct UserId(u64);
 ///
 /// // One request at a time per signed-in user.
-/// let per_user = key::from_fn("user", |req: &dyn RequestView| {
+/// let per_user = key::from_fn("user", |req| {
 ///     let Some(req) = http_request(req) else {
-///         return Err(MalformedKey::new("not an actix request"));
+///         return Err(ExtractError::misconfigured("not an actix request"));
 ///     };
 ///     Ok(req.extensions().get::<UserId>().map(|user| user.0.to_string()))
 /// });

@@ -1,6 +1,6 @@
 //! [`RouteKey`]: the lock key from the route actix-web matched and its path parameters.
 
-use tower_lock::key::{KeyExtractor, MalformedKey, RequestView, RouteValue};
+use tower_lock::key::{ExtractError, KeyExtractor, RequestView, RouteValue};
 
 use crate::http_request;
 
@@ -102,14 +102,14 @@ fn push_param(key: &mut RouteValue, name: &str, raw: &str) {
 }
 
 impl KeyExtractor for RouteKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let Some(req) = http_request(req) else {
-            return Err(MalformedKey::new(
+            return Err(ExtractError::misconfigured(
                 "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
             ));
         };
         let Some(pattern) = req.match_pattern() else {
-            return Err(MalformedKey::new(
+            return Err(ExtractError::misconfigured(
                 "no matched route for the lock key: wrap a web::resource or web::scope with the middleware, not the App",
             ));
         };
@@ -121,7 +121,7 @@ impl KeyExtractor for RouteKey {
             && info.segment_count() == 0
             && pattern.contains('{')
         {
-            return Err(MalformedKey::new(format!(
+            return Err(ExtractError::misconfigured(format!(
                 "the parameters of {pattern} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
             )));
         }
@@ -136,7 +136,7 @@ impl KeyExtractor for RouteKey {
             Params::Named(names) => {
                 for name in names {
                     let Some(value) = info.get(name) else {
-                        return Err(MalformedKey::new(format!(
+                        return Err(ExtractError::misconfigured(format!(
                             "the route {pattern} has no parameter {name}"
                         )));
                     };

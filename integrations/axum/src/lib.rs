@@ -45,7 +45,7 @@ use axum::{
 };
 use tower_lock::{
     Fence, LeaseInfo,
-    key::{KeyExtractor, MalformedKey, RequestView, RouteValue},
+    key::{ExtractError, KeyExtractor, RequestView, RouteValue},
 };
 
 /// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
@@ -219,21 +219,23 @@ fn match_params<'a>(template: &'a str, path: &'a str) -> Vec<(&'a str, &'a str)>
 }
 
 /// The decoded form of a raw path parameter.
-fn decoded<'a>(name: &str, raw: &'a str) -> Result<std::borrow::Cow<'a, str>, MalformedKey> {
+fn decoded<'a>(name: &str, raw: &'a str) -> Result<std::borrow::Cow<'a, str>, ExtractError> {
     percent_encoding::percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| {
-            MalformedKey::new(format!(
+            ExtractError::malformed(format!(
                 "path parameter {name} is not valid UTF-8 once decoded"
             ))
         })
 }
 
 impl KeyExtractor for RouteKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let extensions = req.extensions();
         let Some(matched) = extensions.and_then(|e| e.get::<MatchedPath>()) else {
-            return Err(MalformedKey::new(
+            // The server's setup: the layer wraps the router's fallback (an unknown path
+            // under `Router::layer`), or sits outside any router.
+            return Err(ExtractError::misconfigured(
                 "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
             ));
         };
@@ -257,7 +259,7 @@ impl KeyExtractor for RouteKey {
             Params::Named(names) => {
                 for name in names {
                     let Some((_, value)) = params.iter().find(|(n, _)| n == name) else {
-                        return Err(MalformedKey::new(format!(
+                        return Err(ExtractError::misconfigured(format!(
                             "the route {template} has no parameter {name}"
                         )));
                     };

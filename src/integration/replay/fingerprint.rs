@@ -118,10 +118,11 @@ impl Hasher {
 /// How many values header `name` has, then each of them length-delimited (so that no
 /// values and one empty value differ, and values cannot shift between headers).
 fn all_values(sha: &mut Sha256, req: &dyn RequestView, name: &str) {
-    let mut count = 0u64;
-    req.header_values(name, &mut |_| count += 1);
+    let count = req.header_values(name).count() as u64;
     sha.update(count.to_be_bytes());
-    req.header_values(name, &mut |value| field(sha, value));
+    for value in req.header_values(name) {
+        field(sha, value);
+    }
 }
 
 fn field(sha: &mut Sha256, bytes: &[u8]) {

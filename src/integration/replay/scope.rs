@@ -9,7 +9,7 @@
 
 use std::{fmt, marker::PhantomData, sync::Arc};
 
-use crate::key::{KeyExtractor, MalformedKey, RequestView, encoding::scoped};
+use crate::key::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
 
 /// The scope a builder was given.
 #[derive(Clone)]
@@ -68,10 +68,16 @@ impl Scoped {
 }
 
 impl KeyExtractor for Scoped {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        let Some(scope) = self.scope.extract_ref(req)?.filter(|s| !s.is_empty()) else {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        let Some(scope) = self.scope.extract_ref(req)? else {
             return Ok(None);
         };
+        if scope.is_empty() {
+            return Err(ExtractError::missing(format!(
+                "a value for the scope ({}): it is empty",
+                self.scope.kind()
+            )));
+        }
         let Some(key) = self.key.extract_ref(req)? else {
             return Ok(None);
         };
@@ -105,11 +111,14 @@ impl<P> KeyExtractor for Principal<P>
 where
     P: fmt::Display + Send + Sync + 'static,
 {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, MalformedKey> {
-        Ok(req
-            .extensions()
-            .and_then(|e| e.get::<P>())
-            .map(ToString::to_string))
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        // No principal is the server's mistake: the authentication layer is missing, runs
+        // inside this layer, or lets anonymous requests through to an endpoint scoped per
+        // principal. Blaming the client with a 400 would send the alert to the wrong team.
+        match req.extensions().and_then(|e| e.get::<P>()) {
+            Some(principal) => Ok(Some(principal.to_string())),
+            None => Err(crate::key::principal_missing::<P>(req)),
+        }
     }
 
     fn kind(&self) -> &str {
@@ -143,7 +152,9 @@ mod tests {
         };
         assert_eq!(value("acme", "k").as_deref(), Some("acme/k"));
         assert_ne!(value("a/b", "c"), value("a", "b/c"));
-        assert_eq!(k.extract(&req(&[("idempotency-key", "k")])).unwrap(), None);
+        let missing = k.extract(&req(&[("idempotency-key", "k")])).unwrap_err();
+        assert_eq!(missing.kind(), crate::key::ExtractErrorKind::Missing);
+        assert!(missing.reason().contains("x-tenant"), "{missing}");
         assert_eq!(k.kind(), "scope(header=x-tenant,idempotency-key)");
         assert_eq!(
             Scope::By(Arc::new(Principal::<User>::new())).value(Some("a/b"), "c"),
@@ -155,7 +166,12 @@ mod tests {
     fn principals_come_from_the_extensions() {
         let k = Scope::By(Arc::new(Principal::<User>::new())).key(Arc::new(IdempotencyKey::new()));
         let mut r = req(&[("idempotency-key", "k")]);
-        assert_eq!(k.extract(&r).unwrap(), None, "no principal, no key");
+        let none = k.extract(&r).unwrap_err();
+        assert_eq!(
+            none.kind(),
+            crate::key::ExtractErrorKind::Misconfigured,
+            "no principal is the server's mistake"
+        );
         r.extensions_mut().insert(User("alice"));
         assert_eq!(k.extract(&r).unwrap().as_deref(), Some("alice/k"));
         assert_eq!(k.kind(), "scope(principal,idempotency-key)");

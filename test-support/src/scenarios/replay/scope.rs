@@ -62,10 +62,10 @@ pub async fn a_scoped_preset_replays_only_to_the_caller_who_made_it(on: Stack) {
     let table = on.table("replay-scoped").await;
     // The scope a server derives: here the bearer token stands for a verified identity.
     let layer = IdempotencyLayer::builder(table.engine())
-        .scope_by(|req: &dyn tower_lock::key::RequestView| {
+        .scope_by(tower_lock::key::from_fn("bearer", |req| {
             let token = req.header("authorization")?.strip_prefix(b"Bearer ")?;
             Some(String::from_utf8_lossy(token).into_owned())
-        })
+        }))
         .build()
         .unwrap();
     let app = replay_app(on, layer).await;
