@@ -42,6 +42,19 @@ impl RouteValue {
     pub fn into_string(self) -> String {
         self.text
     }
+
+    /// Whether `name` can name a path parameter of any route, for a route key's
+    /// [`validate`](super::KeyExtractor::validate): a name that is empty or holds `/`, `{`,
+    /// `}` or `*` never matches, so a layer keyed on it is refused by `build()` rather than
+    /// answering every request with a `500`.
+    pub fn check_param_name(name: &str) -> Result<(), String> {
+        if name.is_empty() || name.contains(['/', '{', '}', '*']) {
+            return Err(format!(
+                "{name:?} can never name a path parameter (give the name without braces, e.g. \"id\" for /tenants/{{id}})"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Append `part` with `%` and `|` percent-encoded.

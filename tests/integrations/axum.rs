@@ -218,3 +218,15 @@ async fn a_route_parameter_the_route_lacks_is_a_server_error() {
         "{body}"
     );
 }
+
+/// A parameter name that can never match is refused when the layer is built.
+#[test]
+fn a_parameter_name_that_can_never_match_is_refused_by_build() {
+    let built = LockLayer::builder(LockEngine::in_memory())
+        .key(RouteKey::param("{id}"))
+        .build();
+    let Err(err) = built else {
+        panic!("a parameter name with braces is refused")
+    };
+    assert!(err.to_string().contains("{id}"), "{err}");
+}

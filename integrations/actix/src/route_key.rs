@@ -150,6 +150,15 @@ impl KeyExtractor for RouteKey {
     fn kind(&self) -> &str {
         "actix-route"
     }
+
+    fn validate(&self) -> Result<(), String> {
+        match &self.params {
+            Params::Named(names) => names
+                .iter()
+                .try_for_each(|n| RouteValue::check_param_name(n)),
+            _ => Ok(()),
+        }
+    }
 }
 
 #[cfg(test)]
