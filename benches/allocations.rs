@@ -10,6 +10,9 @@
 //! amortized: buffers that grow once, the watchdog's first start), so a figure like 11.02
 //! means 11 per request. Every thread's allocations count, the engine's own included.
 
+// The counting allocator is a `GlobalAlloc`, which only `unsafe` can implement.
+#![allow(unsafe_code)]
+
 mod support;
 
 use std::{

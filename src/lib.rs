@@ -134,6 +134,7 @@
 //! ```
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
 
 // The two middlewares.
 #[cfg(feature = "idempotency")]

@@ -46,6 +46,7 @@
 //! - `conformance`: the backend conformance suite, for a backend's own tests.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
 
 mod admin;
 mod backend;

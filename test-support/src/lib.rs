@@ -55,6 +55,8 @@
 //! tower_lock_test_support::http_scenarios!(framework = tower, backend = Redis);
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod conformance;
 pub mod cycling;
 pub mod fallbacks;

@@ -120,6 +120,8 @@
 //! [`RequestLocker`]: tower_lock::integration::RequestLocker
 //! [`RequestView`]: tower_lock::key::RequestView
 
+#![forbid(unsafe_code)]
+
 mod body;
 mod extractors;
 mod http_conversion;

@@ -36,6 +36,8 @@
 //! answered `423` instead of `404`. There [`RouteKey`] finds no matched route and answers
 //! `400`, naming `route_layer` as the fix.
 
+#![forbid(unsafe_code)]
+
 use std::{convert::Infallible, fmt};
 
 use axum::{
