@@ -89,7 +89,7 @@ impl Config {
             Duration::try_from_secs_f64(args.get(name, default)?)
                 .map_err(|e| format!("--{name}: {e}"))
         };
-        let config = Config {
+        let config = Self {
             connections: args.get("connections", 32)?,
             duration: secs("duration-secs", 3.0)?,
             rounds: args.get("rounds", 3)?,
@@ -112,7 +112,7 @@ impl Config {
 
     /// What `cargo test` runs: every in-process scenario, briefly.
     fn smoke() -> Self {
-        Config {
+        Self {
             connections: 4,
             duration: Duration::from_millis(200),
             rounds: 1,
@@ -135,8 +135,8 @@ enum Backend {
 impl Backend {
     fn name(self) -> &'static str {
         match self {
-            Backend::Memory => "memory",
-            Backend::Redis => "redis",
+            Self::Memory => "memory",
+            Self::Redis => "redis",
         }
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct Guards {
 impl Guards {
     /// The guards, locking on `engine`; every handler takes `work` to answer.
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
-        Ok(Guards {
+        Ok(Self {
             // Scoped per account (actix requests carry no `http` extensions, so the scope
             // is read by a closure; a real service would verify a signed token there, or
             // read what its auth middleware put in the actix extensions through

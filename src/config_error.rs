@@ -52,45 +52,45 @@ pub enum ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
-            ConfigError::RecordsUnsupported => f.write_str(
+            Self::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
+            Self::RecordsUnsupported => f.write_str(
                 "idempotency replay needs a backend that keeps records (the in-process and Redis backends do); use .without_replay() otherwise",
             ),
-            ConfigError::ZeroLimit(name) => write!(f, "`{name}` must be greater than zero"),
-            ConfigError::IdempotencyScope => f.write_str(
+            Self::ZeroLimit(name) => write!(f, "`{name}` must be greater than zero"),
+            Self::IdempotencyScope => f.write_str(
                 "the idempotency preset needs a scope, or it would replay one caller's stored response to any other caller who sends the same key: \
                  .per_principal::<P>() (an identity your authentication layer put in the request extensions), \
                  .scope_by(extractor) (a scope the server derives, e.g. a verified tenant), \
                  or .unscoped() for anonymous public endpoints",
             ),
-            ConfigError::IdempotencyFailurePolicy(policy) => write!(
+            Self::IdempotencyFailurePolicy(policy) => write!(
                 f,
                 "the idempotency preset cannot use {policy:?}: running a request without its record would run a completed request twice; it fails closed (503) while the backend is down"
             ),
-            ConfigError::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
-            ConfigError::TtlTooShort(ttl) => {
+            Self::ZeroTtl => f.write_str("the lease TTL must be greater than zero"),
+            Self::TtlTooShort(ttl) => {
                 write!(f, "the lease TTL must be at least 1 ms, not {ttl:?}")
             }
-            ConfigError::ProblemTypeBase(base) => {
+            Self::ProblemTypeBase(base) => {
                 write!(f, "the problem type base {base:?} is not a valid URI")
             }
-            ConfigError::NoMethods => f.write_str(
+            Self::NoMethods => f.write_str(
                 "`methods` needs at least one method (to lock every method, do not call it)",
             ),
-            ConfigError::ZeroMaxWaiters => f.write_str(
+            Self::ZeroMaxWaiters => f.write_str(
                 "`max_waiters` must be at least 1 (for no waiting at all, set no wait limit)",
             ),
-            ConfigError::NeedsWait(option) => {
+            Self::NeedsWait(option) => {
                 write!(f, "`{option}` needs a wait limit greater than zero")
             }
-            ConfigError::TooLong(option) => {
+            Self::TooLong(option) => {
                 write!(f, "`{option}` is longer than a day")
             }
-            ConfigError::IdempotencyWait => f.write_str(
+            Self::IdempotencyWait => f.write_str(
                 "the idempotency preset answers duplicates with 409 at once; it cannot wait",
             ),
-            ConfigError::Extractor(reason) => write!(f, "invalid key extractor: {reason}"),
-            ConfigError::Namespace(e) => write!(f, "invalid key namespace: {e}"),
+            Self::Extractor(reason) => write!(f, "invalid key extractor: {reason}"),
+            Self::Namespace(e) => write!(f, "invalid key namespace: {e}"),
         }
     }
 }
@@ -98,7 +98,7 @@ impl fmt::Display for ConfigError {
 impl StdError for ConfigError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            ConfigError::Namespace(e) => Some(e),
+            Self::Namespace(e) => Some(e),
             _ => None,
         }
     }

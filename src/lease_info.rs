@@ -23,7 +23,7 @@ impl LeaseInfo {
         lost: LostSignal,
         degraded: bool,
     ) -> Self {
-        LeaseInfo {
+        Self {
             key,
             fence,
             waited,

@@ -60,7 +60,7 @@ impl ReleasePoint {
     /// `101 Switching Protocols` (an upgraded connection outlives its response and is not
     /// covered by the lock).
     pub fn releases_with_response(self, status: u16) -> bool {
-        self == ReleasePoint::ResponseReady || status == 101
+        self == Self::ResponseReady || status == 101
     }
 
     /// Whether a response with this status is released before it is handed to the server,

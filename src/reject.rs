@@ -87,19 +87,19 @@ impl RejectionKind {
 
     /// Every kind, in [`index`](Self::index) order.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    pub(crate) const ALL: [RejectionKind; Self::COUNT] = [
-        RejectionKind::MissingKey,
-        RejectionKind::MalformedKey,
-        RejectionKind::Conflict,
-        RejectionKind::Locked,
-        RejectionKind::TimedOut,
-        RejectionKind::QueueFull,
-        RejectionKind::BackendUnavailable,
-        RejectionKind::FingerprintMismatch,
-        RejectionKind::NotReplayable,
-        RejectionKind::RequestTooLarge,
-        RejectionKind::UnreadableBody,
-        RejectionKind::Misconfigured,
+    pub(crate) const ALL: [Self; Self::COUNT] = [
+        Self::MissingKey,
+        Self::MalformedKey,
+        Self::Conflict,
+        Self::Locked,
+        Self::TimedOut,
+        Self::QueueFull,
+        Self::BackendUnavailable,
+        Self::FingerprintMismatch,
+        Self::NotReplayable,
+        Self::RequestTooLarge,
+        Self::UnreadableBody,
+        Self::Misconfigured,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -109,26 +109,21 @@ impl RejectionKind {
     pub(crate) fn is_contention(self) -> bool {
         matches!(
             self,
-            RejectionKind::Conflict
-                | RejectionKind::Locked
-                | RejectionKind::TimedOut
-                | RejectionKind::QueueFull
+            Self::Conflict | Self::Locked | Self::TimedOut | Self::QueueFull
         )
     }
 
     /// The HTTP status of this kind.
     pub fn status(self) -> StatusCode {
         match self {
-            RejectionKind::MissingKey
-            | RejectionKind::MalformedKey
-            | RejectionKind::UnreadableBody => StatusCode::BAD_REQUEST,
-            RejectionKind::Conflict | RejectionKind::NotReplayable => StatusCode::CONFLICT,
-            RejectionKind::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
-            RejectionKind::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            RejectionKind::Locked => StatusCode::LOCKED,
-            RejectionKind::TimedOut | RejectionKind::QueueFull => StatusCode::TOO_MANY_REQUESTS,
-            RejectionKind::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            RejectionKind::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::MissingKey | Self::MalformedKey | Self::UnreadableBody => StatusCode::BAD_REQUEST,
+            Self::Conflict | Self::NotReplayable => StatusCode::CONFLICT,
+            Self::FingerprintMismatch => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::RequestTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Locked => StatusCode::LOCKED,
+            Self::TimedOut | Self::QueueFull => StatusCode::TOO_MANY_REQUESTS,
+            Self::BackendUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Misconfigured => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -137,18 +132,18 @@ impl RejectionKind {
     /// `urn:tower-lock:problem:` followed by [`slug`](Self::slug).
     pub fn type_uri(self) -> &'static str {
         match self {
-            RejectionKind::MissingKey => "urn:tower-lock:problem:missing-key",
-            RejectionKind::MalformedKey => "urn:tower-lock:problem:malformed-key",
-            RejectionKind::Conflict => "urn:tower-lock:problem:conflict",
-            RejectionKind::Locked => "urn:tower-lock:problem:locked",
-            RejectionKind::TimedOut => "urn:tower-lock:problem:wait-timed-out",
-            RejectionKind::QueueFull => "urn:tower-lock:problem:too-many-waiters",
-            RejectionKind::BackendUnavailable => "urn:tower-lock:problem:lock-unavailable",
-            RejectionKind::FingerprintMismatch => "urn:tower-lock:problem:fingerprint-mismatch",
-            RejectionKind::NotReplayable => "urn:tower-lock:problem:response-not-stored",
-            RejectionKind::RequestTooLarge => "urn:tower-lock:problem:request-too-large",
-            RejectionKind::UnreadableBody => "urn:tower-lock:problem:unreadable-body",
-            RejectionKind::Misconfigured => "urn:tower-lock:problem:misconfigured",
+            Self::MissingKey => "urn:tower-lock:problem:missing-key",
+            Self::MalformedKey => "urn:tower-lock:problem:malformed-key",
+            Self::Conflict => "urn:tower-lock:problem:conflict",
+            Self::Locked => "urn:tower-lock:problem:locked",
+            Self::TimedOut => "urn:tower-lock:problem:wait-timed-out",
+            Self::QueueFull => "urn:tower-lock:problem:too-many-waiters",
+            Self::BackendUnavailable => "urn:tower-lock:problem:lock-unavailable",
+            Self::FingerprintMismatch => "urn:tower-lock:problem:fingerprint-mismatch",
+            Self::NotReplayable => "urn:tower-lock:problem:response-not-stored",
+            Self::RequestTooLarge => "urn:tower-lock:problem:request-too-large",
+            Self::UnreadableBody => "urn:tower-lock:problem:unreadable-body",
+            Self::Misconfigured => "urn:tower-lock:problem:misconfigured",
         }
     }
 
@@ -164,36 +159,36 @@ impl RejectionKind {
     /// The problem `title`: short, the same for every rejection of this kind.
     pub fn title(self) -> &'static str {
         match self {
-            RejectionKind::MissingKey => "Lock key required",
-            RejectionKind::MalformedKey => "Malformed lock key",
-            RejectionKind::Conflict => "Request with this key already in progress",
-            RejectionKind::Locked => "Resource locked",
-            RejectionKind::TimedOut => "Timed out waiting for lock",
-            RejectionKind::QueueFull => "Too many requests waiting for lock",
-            RejectionKind::BackendUnavailable => "Lock service unavailable",
-            RejectionKind::FingerprintMismatch => "Idempotency key reused with a different request",
-            RejectionKind::NotReplayable => "Response of the original request was not stored",
-            RejectionKind::RequestTooLarge => "Request body too large",
-            RejectionKind::UnreadableBody => "Request body could not be read",
-            RejectionKind::Misconfigured => "Lock key unavailable",
+            Self::MissingKey => "Lock key required",
+            Self::MalformedKey => "Malformed lock key",
+            Self::Conflict => "Request with this key already in progress",
+            Self::Locked => "Resource locked",
+            Self::TimedOut => "Timed out waiting for lock",
+            Self::QueueFull => "Too many requests waiting for lock",
+            Self::BackendUnavailable => "Lock service unavailable",
+            Self::FingerprintMismatch => "Idempotency key reused with a different request",
+            Self::NotReplayable => "Response of the original request was not stored",
+            Self::RequestTooLarge => "Request body too large",
+            Self::UnreadableBody => "Request body could not be read",
+            Self::Misconfigured => "Lock key unavailable",
         }
     }
 
     /// The metric label of this kind, e.g. `"queue_full"`.
     pub fn as_str(self) -> &'static str {
         match self {
-            RejectionKind::MissingKey => "missing_key",
-            RejectionKind::MalformedKey => "malformed_key",
-            RejectionKind::Conflict => "conflict",
-            RejectionKind::Locked => "locked",
-            RejectionKind::TimedOut => "timed_out",
-            RejectionKind::QueueFull => "queue_full",
-            RejectionKind::BackendUnavailable => "unavailable",
-            RejectionKind::FingerprintMismatch => "fingerprint_mismatch",
-            RejectionKind::NotReplayable => "not_replayable",
-            RejectionKind::RequestTooLarge => "request_too_large",
-            RejectionKind::UnreadableBody => "unreadable_body",
-            RejectionKind::Misconfigured => "misconfigured",
+            Self::MissingKey => "missing_key",
+            Self::MalformedKey => "malformed_key",
+            Self::Conflict => "conflict",
+            Self::Locked => "locked",
+            Self::TimedOut => "timed_out",
+            Self::QueueFull => "queue_full",
+            Self::BackendUnavailable => "unavailable",
+            Self::FingerprintMismatch => "fingerprint_mismatch",
+            Self::NotReplayable => "not_replayable",
+            Self::RequestTooLarge => "request_too_large",
+            Self::UnreadableBody => "unreadable_body",
+            Self::Misconfigured => "misconfigured",
         }
     }
 }
@@ -233,7 +228,7 @@ impl Rejection {
         detail: impl Into<String>,
         retry_after: Option<Duration>,
     ) -> Self {
-        Rejection {
+        Self {
             kind,
             detail: detail.into(),
             retry_after: retry_after.map(retry_after_secs),

@@ -32,7 +32,7 @@ pub(crate) struct RecentHolds {
 
 impl Default for RecentHolds {
     fn default() -> Self {
-        RecentHolds {
+        Self {
             micros: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
             next: AtomicUsize::new(0),
         }

@@ -52,7 +52,7 @@ impl LockSettings {
     /// A lock layer's defaults: the engine's (a 30 s TTL, no FIFO, no waiter limit) but
     /// one: a layer does not wait for a held key unless told to.
     pub(crate) fn new() -> Self {
-        LockSettings {
+        Self {
             namespace: String::new(),
             missing: MissingKeyPolicy::default(),
             options: LockOptions::new().wait(Duration::ZERO),
@@ -73,7 +73,7 @@ impl LockSettings {
     /// a duplicate in flight is answered `409`, and only `POST` and `PATCH` are covered.
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) fn idempotency() -> Self {
-        LockSettings {
+        Self {
             missing: MissingKeyPolicy::Reject,
             busy: RejectionKind::Conflict,
             methods: Some(vec![http::Method::POST, http::Method::PATCH]),

@@ -48,7 +48,7 @@ impl Config {
             ));
         }
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let config = Config {
+        let config = Self {
             redis_url: support::redis_url(args),
             backend,
             workers: args.get("workers", 8)?,
@@ -81,7 +81,7 @@ impl Config {
 
     /// What `cargo test` runs: small, quick, and still contended.
     pub(crate) fn smoke() -> Self {
-        Config {
+        Self {
             backend: "memory".into(),
             redis_url: None,
             workers: 4,

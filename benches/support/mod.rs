@@ -175,7 +175,7 @@ impl Args {
             };
             options.insert(name, value);
         }
-        Ok(Args { options, benching })
+        Ok(Self { options, benching })
     }
 
     /// `false` when run by `cargo test` (which runs harness-less benches once, without
@@ -348,7 +348,7 @@ impl RedisStats {
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| e.to_string())?;
-        let mut conn = RedisStats {
+        let mut conn = Self {
             reader: BufReader::new(stream),
         };
         if let Some(auth) = auth {

@@ -30,7 +30,7 @@ pub struct LockAdmin {
 
 impl LockAdmin {
     pub(crate) fn new(engine: LockEngine) -> Self {
-        LockAdmin { engine }
+        Self { engine }
     }
 
     /// Make `value` the holder of `key` for `ttl` (`None`: no expiry), whoever holds it.

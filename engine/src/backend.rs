@@ -33,7 +33,7 @@ pub struct AcquireRequest {
 }
 
 /// A successful acquisition, as reported by a backend.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 #[non_exhaustive]
 pub struct Grant {
     /// The fencing token of this acquisition.
@@ -51,7 +51,7 @@ pub struct Grant {
 impl Grant {
     /// A grant with `fence` whose TTL started no later than `granted_at`.
     pub fn new(fence: Fence, granted_at: Instant) -> Self {
-        Grant {
+        Self {
             fence,
             granted_at,
             valid_for: None,
@@ -90,7 +90,7 @@ pub struct Holder {
 impl Holder {
     /// A holder record.
     pub fn new(token: Token, ttl: Option<Duration>) -> Self {
-        Holder { token, ttl }
+        Self { token, ttl }
     }
 }
 

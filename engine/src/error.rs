@@ -47,9 +47,9 @@ impl LockError {
     /// The holder's remaining TTL carried by contention errors, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            LockError::Busy { retry_after }
-            | LockError::TimedOut { retry_after, .. }
-            | LockError::QueueFull { retry_after } => *retry_after,
+            Self::Busy { retry_after }
+            | Self::TimedOut { retry_after, .. }
+            | Self::QueueFull { retry_after } => *retry_after,
             _ => None,
         }
     }
@@ -58,7 +58,7 @@ impl LockError {
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
-            LockError::Busy { .. } | LockError::TimedOut { .. } | LockError::QueueFull { .. }
+            Self::Busy { .. } | Self::TimedOut { .. } | Self::QueueFull { .. }
         )
     }
 }
@@ -66,17 +66,17 @@ impl LockError {
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::Busy { .. } => f.write_str("lock is held by another owner"),
-            LockError::TimedOut { waited, .. } => {
+            Self::Busy { .. } => f.write_str("lock is held by another owner"),
+            Self::TimedOut { waited, .. } => {
                 write!(f, "timed out after waiting {waited:?} for the lock")
             }
-            LockError::QueueFull { .. } => f.write_str("too many waiters for this lock"),
-            LockError::NotOwned => f.write_str("lock is held by another owner; not applied"),
-            LockError::Expired => f.write_str("lease had already expired; not applied"),
-            LockError::InvalidKey(e) => write!(f, "invalid lock key: {e}"),
-            LockError::InvalidValue(why) => write!(f, "invalid value: {why}"),
-            LockError::Backend(e) => write!(f, "lock backend failed: {e}"),
-            LockError::Unsupported(what) => write!(f, "the backend does not support {what}"),
+            Self::QueueFull { .. } => f.write_str("too many waiters for this lock"),
+            Self::NotOwned => f.write_str("lock is held by another owner; not applied"),
+            Self::Expired => f.write_str("lease had already expired; not applied"),
+            Self::InvalidKey(e) => write!(f, "invalid lock key: {e}"),
+            Self::InvalidValue(why) => write!(f, "invalid value: {why}"),
+            Self::Backend(e) => write!(f, "lock backend failed: {e}"),
+            Self::Unsupported(what) => write!(f, "the backend does not support {what}"),
         }
     }
 }
@@ -84,8 +84,8 @@ impl fmt::Display for LockError {
 impl StdError for LockError {
     fn source(&self) -> Option<&(dyn StdError + 'static)> {
         match self {
-            LockError::InvalidKey(e) => Some(e),
-            LockError::Backend(e) => Some(e),
+            Self::InvalidKey(e) => Some(e),
+            Self::Backend(e) => Some(e),
             _ => None,
         }
     }
@@ -93,13 +93,13 @@ impl StdError for LockError {
 
 impl From<KeyError> for LockError {
     fn from(e: KeyError) -> Self {
-        LockError::InvalidKey(e)
+        Self::InvalidKey(e)
     }
 }
 
 impl From<BackendError> for LockError {
     fn from(e: BackendError) -> Self {
-        LockError::Backend(e)
+        Self::Backend(e)
     }
 }
 
@@ -123,11 +123,11 @@ pub enum KeyError {
 impl fmt::Display for KeyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            KeyError::Empty => f.write_str("key is empty"),
-            KeyError::TooLong { len, max } => {
+            Self::Empty => f.write_str("key is empty"),
+            Self::TooLong { len, max } => {
                 write!(f, "key is {len} bytes long, more than the limit of {max}")
             }
-            KeyError::ControlCharacter => f.write_str("key contains a control character"),
+            Self::ControlCharacter => f.write_str("key contains a control character"),
         }
     }
 }
@@ -167,7 +167,7 @@ pub enum BackendErrorKind {
 impl BackendError {
     /// A new backend error of `kind` with a message.
     pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
-        BackendError {
+        Self {
             kind,
             message: message.into(),
             source: None,

@@ -20,7 +20,7 @@ impl LockKey {
     pub fn new(key: impl AsRef<str>) -> Result<Self, KeyError> {
         let key = key.as_ref();
         validate(key, MAX_KEY_LEN)?;
-        Ok(LockKey(Arc::from(key)))
+        Ok(Self(Arc::from(key)))
     }
 
     /// `head` followed by `value`, validated as one key, and built in place: one
@@ -44,7 +44,7 @@ impl LockKey {
         v[..value.len()].copy_from_slice(value.as_bytes());
         let text = std::str::from_utf8(&buf[..head.len() + value.len()])
             .expect("two strs one after the other are UTF-8");
-        Ok(LockKey(Arc::from(text)))
+        Ok(Self(Arc::from(text)))
     }
 
     /// The key as a string.
@@ -114,14 +114,14 @@ enum Repr {
 impl Token {
     /// A fresh token of 128 random bits, hex encoded.
     pub fn random() -> Self {
-        Token(Repr::Random(random_hex()))
+        Self(Repr::Random(random_hex()))
     }
 
     /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.
     pub fn new(token: impl AsRef<str>) -> Result<Self, KeyError> {
         let token = token.as_ref();
         validate(token, MAX_TOKEN_LEN)?;
-        Ok(Token(Repr::Given(Arc::from(token))))
+        Ok(Self(Repr::Given(Arc::from(token))))
     }
 
     /// The token as a string.
@@ -187,7 +187,7 @@ pub struct Fence(u64);
 impl Fence {
     /// Wrap a raw fence value (for backends).
     pub const fn new(value: u64) -> Self {
-        Fence(value)
+        Self(value)
     }
 
     /// The raw value.

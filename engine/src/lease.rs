@@ -155,7 +155,7 @@ impl Lease {
         state.set_ttl(ttl);
         state.lost.valid_until(after(grant.granted_at, first));
         let id = engine.watchdog.register(&engine, state.clone());
-        Lease {
+        Self {
             engine,
             state,
             id,

@@ -29,7 +29,7 @@ impl Lock {
         key: Result<LockKey, KeyError>,
         options: LockOptions,
     ) -> Self {
-        Lock {
+        Self {
             engine,
             key,
             options,

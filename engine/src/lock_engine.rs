@@ -77,7 +77,7 @@ impl LockEngine {
         synchronous: Option<Arc<dyn SynchronousBackend>>,
         defaults: LockOptions,
     ) -> Self {
-        LockEngine {
+        Self {
             shared: Arc::new(EngineShared {
                 backend,
                 synchronous,

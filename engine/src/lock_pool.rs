@@ -57,7 +57,7 @@ pub struct LockPool {
 
 impl LockPool {
     pub(crate) fn new(engine: LockEngine, name: Result<LockKey, KeyError>) -> Self {
-        LockPool {
+        Self {
             engine,
             name,
             expected_ttl: super::LockOptions::default().ttl,

@@ -56,7 +56,7 @@ pub(super) struct Lost {
 
 impl Default for Lost {
     fn default() -> Self {
-        Lost {
+        Self {
             set: AtomicBool::new(false),
             deadline: AtomicU64::new(u64::MAX),
             notify: Notify::new(),

@@ -28,12 +28,10 @@ pub enum MutexError {
 impl fmt::Display for MutexError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MutexError::AlreadyHeld => f.write_str("this handle already holds the lock"),
-            MutexError::NotHeld => f.write_str("this handle does not hold the lock"),
-            MutexError::ExpiredBeforeRelease => {
-                f.write_str("the lease expired before it was released")
-            }
-            MutexError::Lock(e) => write!(f, "{e}"),
+            Self::AlreadyHeld => f.write_str("this handle already holds the lock"),
+            Self::NotHeld => f.write_str("this handle does not hold the lock"),
+            Self::ExpiredBeforeRelease => f.write_str("the lease expired before it was released"),
+            Self::Lock(e) => write!(f, "{e}"),
         }
     }
 }
@@ -41,7 +39,7 @@ impl fmt::Display for MutexError {
 impl std::error::Error for MutexError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            MutexError::Lock(e) => Some(e),
+            Self::Lock(e) => Some(e),
             _ => None,
         }
     }
@@ -49,7 +47,7 @@ impl std::error::Error for MutexError {
 
 impl From<LockError> for MutexError {
     fn from(e: LockError) -> Self {
-        MutexError::Lock(e)
+        Self::Lock(e)
     }
 }
 
@@ -98,7 +96,7 @@ impl Drop for Running<'_> {
 
 impl KeyMutex {
     pub(crate) fn new(lock: Lock) -> Self {
-        KeyMutex {
+        Self {
             lock,
             held: Mutex::new(None),
             running: AtomicBool::new(false),

@@ -27,24 +27,24 @@ impl Compare {
     /// `epsilon` for the comparisons that include equality.
     pub fn holds(self, given: f64, stored: f64, epsilon: f64) -> bool {
         match self {
-            Compare::Greater => given > stored,
-            Compare::Less => given < stored,
-            Compare::GreaterOrEqual => given >= stored - epsilon,
-            Compare::LessOrEqual => given <= stored + epsilon,
-            Compare::Equal => (given - stored).abs() <= epsilon,
-            Compare::NotEqual => (given - stored).abs() > epsilon,
+            Self::Greater => given > stored,
+            Self::Less => given < stored,
+            Self::GreaterOrEqual => given >= stored - epsilon,
+            Self::LessOrEqual => given <= stored + epsilon,
+            Self::Equal => (given - stored).abs() <= epsilon,
+            Self::NotEqual => (given - stored).abs() > epsilon,
         }
     }
 
     /// A stable name (used by backends on the wire).
     pub fn as_str(self) -> &'static str {
         match self {
-            Compare::Greater => "gt",
-            Compare::Less => "lt",
-            Compare::GreaterOrEqual => "ge",
-            Compare::LessOrEqual => "le",
-            Compare::Equal => "eq",
-            Compare::NotEqual => "ne",
+            Self::Greater => "gt",
+            Self::Less => "lt",
+            Self::GreaterOrEqual => "ge",
+            Self::LessOrEqual => "le",
+            Self::Equal => "eq",
+            Self::NotEqual => "ne",
         }
     }
 }
@@ -99,7 +99,7 @@ pub struct NumericKey {
 
 impl NumericKey {
     pub(crate) fn new(engine: LockEngine, key: Result<LockKey, KeyError>) -> Self {
-        NumericKey {
+        Self {
             engine,
             key,
             epsilon: 1e-9,

@@ -42,7 +42,7 @@ pub struct LockOptions {
 
 impl Default for LockOptions {
     fn default() -> Self {
-        LockOptions {
+        Self {
             ttl: Duration::from_secs(30),
             wait: None,
             fifo: false,

@@ -46,7 +46,7 @@ pub struct Record {
 impl Record {
     /// A record completed now.
     pub fn new(fingerprint: Bytes, meta: Bytes, body: Bytes) -> Self {
-        Record {
+        Self {
             fingerprint,
             meta,
             body,
@@ -58,7 +58,7 @@ impl Record {
     /// The tombstone of an operation that completed at `completed_at` (to the millisecond)
     /// with input `fingerprint`, whose output was not kept.
     pub fn tombstone(fingerprint: Bytes, completed_at: SystemTime) -> Self {
-        Record {
+        Self {
             fingerprint,
             meta: Bytes::new(),
             body: Bytes::new(),
@@ -69,7 +69,7 @@ impl Record {
 
     /// This record's tombstone: what a store keeps of it when it cannot keep it whole.
     pub fn to_tombstone(&self) -> Self {
-        Record::tombstone(self.fingerprint.clone(), self.completed_at)
+        Self::tombstone(self.fingerprint.clone(), self.completed_at)
     }
 
     /// The bytes of the record's own data: fingerprint, metadata, body and completion

@@ -114,7 +114,7 @@ impl<T: Send + 'static> Detachable<T> {
     /// `op`, to be polled in place by whoever awaits it, and finished on the engine's
     /// runtime if it is dropped before it completes.
     pub fn new(op: impl Future<Output = T> + Send + 'static) -> Self {
-        Detachable {
+        Self {
             op: Some(Box::pin(op)),
             done: None,
         }
@@ -123,7 +123,7 @@ impl<T: Send + 'static> Detachable<T> {
     /// An operation that already finished with `output` (the in-process backend's): ready
     /// at its first poll, nothing boxed.
     pub fn ready(output: T) -> Self {
-        Detachable {
+        Self {
             op: None,
             done: Some(output),
         }

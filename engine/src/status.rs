@@ -38,25 +38,25 @@ impl LockStatus {
     /// Classify a holder record against `expected_ttl`.
     pub fn from_holder(holder: Option<Holder>, expected_ttl: Duration) -> Self {
         match holder {
-            None => LockStatus::Free,
+            None => Self::Free,
             Some(Holder {
                 token, ttl: None, ..
-            }) => LockStatus::NoExpiry { owner: token },
+            }) => Self::NoExpiry { owner: token },
             Some(Holder {
                 token,
                 ttl: Some(ttl),
                 ..
-            }) if ttl <= expected_ttl => LockStatus::Locked { owner: token, ttl },
+            }) if ttl <= expected_ttl => Self::Locked { owner: token, ttl },
             Some(Holder {
                 token,
                 ttl: Some(ttl),
                 ..
-            }) => LockStatus::Reserved { owner: token, ttl },
+            }) => Self::Reserved { owner: token, ttl },
         }
     }
 
     /// `true` unless the key is free.
     pub fn is_held(&self) -> bool {
-        !matches!(self, LockStatus::Free)
+        !matches!(self, Self::Free)
     }
 }

@@ -68,7 +68,7 @@ impl WatchState {
 
 impl Watchdog {
     pub(crate) fn new() -> Self {
-        Watchdog {
+        Self {
             inner: Arc::new(WatchInner {
                 state: Mutex::new(WatchState::default()),
                 wake: Notify::new(),

@@ -87,7 +87,7 @@ const DEFAULT_MAX_DRAIN_TIME: Duration = Duration::from_secs(60);
 
 impl IdempotencyLayerBuilder {
     pub(crate) fn new(engine: LockEngine) -> Self {
-        IdempotencyLayerBuilder {
+        Self {
             engine,
             settings: LockSettings::idempotency(),
             options: ReplayOptions {

@@ -16,34 +16,34 @@ pub(super) enum Collected {
 impl Collected {
     pub(super) fn len(&self) -> usize {
         match self {
-            Collected::Empty => 0,
-            Collected::One(b) => b.len(),
-            Collected::Many(b) => b.len(),
+            Self::Empty => 0,
+            Self::One(b) => b.len(),
+            Self::Many(b) => b.len(),
         }
     }
 
     /// Add `chunk`; `expected` is the body's declared length, if any (else 0).
     pub(super) fn push(&mut self, chunk: Bytes, expected: usize) {
         *self = match std::mem::take(self) {
-            Collected::Empty => Collected::One(chunk),
-            Collected::One(first) => {
+            Self::Empty => Self::One(chunk),
+            Self::One(first) => {
                 let mut all = BytesMut::with_capacity(expected.max(first.len() + chunk.len()));
                 all.extend_from_slice(&first);
                 all.extend_from_slice(&chunk);
-                Collected::Many(all)
+                Self::Many(all)
             }
-            Collected::Many(mut all) => {
+            Self::Many(mut all) => {
                 all.extend_from_slice(&chunk);
-                Collected::Many(all)
+                Self::Many(all)
             }
         };
     }
 
     pub(super) fn into_bytes(self) -> Bytes {
         match self {
-            Collected::Empty => Bytes::new(),
-            Collected::One(b) => b,
-            Collected::Many(b) => b.freeze(),
+            Self::Empty => Bytes::new(),
+            Self::One(b) => b,
+            Self::Many(b) => b.freeze(),
         }
     }
 }

@@ -38,19 +38,19 @@ pin_project! {
 
 impl<F, ResB, E> IdempotencyFuture<F, ResB, E> {
     pub(super) fn pass(future: F) -> Self {
-        IdempotencyFuture {
+        Self {
             kind: FutureKind::Pass { future },
         }
     }
 
     pub(super) fn boxed(future: BoxFuture<'static, Output<ResB, E>>) -> Self {
-        IdempotencyFuture {
+        Self {
             kind: FutureKind::Boxed { future },
         }
     }
 
     pub(super) fn ready(response: Response<ReplayBody<ResB>>) -> Self {
-        IdempotencyFuture {
+        Self {
             kind: FutureKind::Ready {
                 response: Some(response),
             },

@@ -33,7 +33,7 @@ pin_project! {
 impl<B> HttpChunks<B> {
     /// `body`, read frame by frame.
     pub fn new(body: B) -> Self {
-        HttpChunks { body }
+        Self { body }
     }
 
     /// The body.
@@ -82,11 +82,11 @@ impl<B: Body<Data = Bytes>> ReplayResponse for Response<B> {
     }
 
     fn status(&self) -> StatusCode {
-        Response::status(self)
+        Self::status(self)
     }
 
     fn headers(&self) -> Cow<'_, HeaderMap> {
-        Cow::Borrowed(Response::headers(self))
+        Cow::Borrowed(Self::headers(self))
     }
 
     fn into_chunks(self) -> HttpChunks<B> {

@@ -59,7 +59,7 @@ impl IdempotencyLayer {
     }
 
     pub(crate) fn new(replay: ReplayLocker) -> Self {
-        IdempotencyLayer { replay }
+        Self { replay }
     }
 
     /// The layer's counters and histograms (replays included).

@@ -35,7 +35,7 @@ pin_project! {
 
 impl<B> ReplayBody<B> {
     pub(crate) fn full(data: Bytes) -> Self {
-        ReplayBody {
+        Self {
             kind: ReplayKind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
@@ -43,7 +43,7 @@ impl<B> ReplayBody<B> {
     }
 
     pub(crate) fn plain(body: B) -> Self {
-        ReplayBody {
+        Self {
             kind: ReplayKind::Plain { body },
         }
     }
@@ -56,7 +56,7 @@ where
     /// `body`, captured into `capture` as it streams out; drained on a task of the
     /// application's runtime if dropped before its end.
     pub(crate) fn capturing(body: B, capture: Capture) -> Self {
-        ReplayBody {
+        Self {
             kind: ReplayKind::Capturing {
                 capturing: CapturingBody::new(HttpChunks::new(body), capture, spawn),
             },

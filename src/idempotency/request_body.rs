@@ -32,7 +32,7 @@ pin_project! {
 
 impl<B> RequestBody<B> {
     pub(crate) fn buffered(data: Bytes) -> Self {
-        RequestBody {
+        Self {
             kind: RequestKind::Buffered {
                 data: (!data.is_empty()).then_some(data),
             },
@@ -40,7 +40,7 @@ impl<B> RequestBody<B> {
     }
 
     pub(crate) fn streaming(body: B) -> Self {
-        RequestBody {
+        Self {
             kind: RequestKind::Streaming { body },
         }
     }

@@ -40,7 +40,7 @@ pub struct IdempotencyService<S> {
 
 impl<S> IdempotencyService<S> {
     pub(crate) fn new(inner: S, replay: ReplayLocker) -> Self {
-        IdempotencyService { inner, replay }
+        Self { inner, replay }
     }
 
     /// The inner service.

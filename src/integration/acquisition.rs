@@ -135,7 +135,7 @@ impl RequestLocker {
                     Outcome::Unlocked
                 }
             },
-            Err(e) => self.refuse(e),
+            Err(e) => self.refuse(&e),
         }
     }
 
@@ -146,7 +146,7 @@ impl RequestLocker {
         let c = &self.shared.config;
         let node = match self.lock_on(local, &key, c.wait).await {
             Ok(lease) => lease,
-            Err(e) => return self.refuse(e),
+            Err(e) => return self.refuse(&e),
         };
         // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
@@ -168,7 +168,7 @@ impl RequestLocker {
                 self.shared.metrics.degraded();
                 self.held(node, None, started, true)
             }
-            Err(e) => self.refuse(e),
+            Err(e) => self.refuse(&e),
         }
     }
 
@@ -240,7 +240,7 @@ impl RequestLocker {
         ))
     }
 
-    fn refuse(&self, error: LockError) -> Outcome {
+    fn refuse(&self, error: &LockError) -> Outcome {
         let c = &self.shared.config;
         // What this layer has seen of hold times, bounded by the holder's remaining lease.
         let retry = retry_after::contended(

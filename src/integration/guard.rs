@@ -41,7 +41,7 @@ impl LockGuard {
         metrics: LockMetrics,
         release: ReleasePoint,
     ) -> Self {
-        LockGuard {
+        Self {
             lease: Some(lease),
             node,
             info,

@@ -64,7 +64,7 @@ impl RequestLocker {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
         let metrics = LockMetrics::new(&config.name);
-        RequestLocker {
+        Self {
             shared: Arc::new(Shared {
                 config,
                 engine,

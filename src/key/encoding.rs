@@ -74,7 +74,7 @@ mod tests {
                 out.push(match &rest[i..i + 3] {
                     "%25" => '%',
                     "%2F" => '/',
-                    other => panic!("stray escape {other:?} in {key:?}", key = part),
+                    other => panic!("stray escape {other:?} in {part:?}"),
                 });
                 rest = &rest[i + 3..];
             }

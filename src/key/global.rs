@@ -12,7 +12,7 @@ pub struct GlobalKey {
 impl GlobalKey {
     /// Lock every request on `key`.
     pub fn new(key: impl Into<String>) -> Self {
-        GlobalKey { key: key.into() }
+        Self { key: key.into() }
     }
 }
 

@@ -39,7 +39,7 @@ impl HeaderKey {
     /// Lock on the value of header `name`.
     pub fn new(name: HeaderName) -> Self {
         let kind = format!("header={name}");
-        HeaderKey {
+        Self {
             name: Ok(name),
             kind,
         }
@@ -65,7 +65,7 @@ impl HeaderKey {
             Ok(name) => format!("header={name}"),
             Err(_) => "header=".to_owned(),
         };
-        HeaderKey { name, kind }
+        Self { name, kind }
     }
 }
 

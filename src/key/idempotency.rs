@@ -25,7 +25,7 @@ pub struct IdempotencyKey {
 impl IdempotencyKey {
     /// The `Idempotency-Key` header.
     pub fn new() -> Self {
-        IdempotencyKey { header: None }
+        Self { header: None }
     }
 
     /// The header called `name`, with the syntax of `Idempotency-Key`.
@@ -44,7 +44,7 @@ impl IdempotencyKey {
             return Self::new();
         }
         let kind = format!("idempotency-key({name})");
-        IdempotencyKey {
+        Self {
             header: Some((name, kind)),
         }
     }

@@ -24,7 +24,7 @@ impl<P, K: KeyExtractor> PrincipalScopedKey<P, K> {
     /// Scope `inner` by the `P` in the request extensions.
     pub fn new(inner: K) -> Self {
         let kind = format!("principal({},{})", type_name::<P>(), inner.kind());
-        PrincipalScopedKey {
+        Self {
             inner,
             kind,
             _principal: PhantomData,

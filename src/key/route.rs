@@ -25,7 +25,7 @@ impl RouteValue {
     pub fn new(route: &str) -> Self {
         let mut text = String::with_capacity(route.len());
         escape_into(&mut text, route);
-        RouteValue { text }
+        Self { text }
     }
 
     /// Add the path parameter `name`, whose value is `value` (already percent-decoded, as

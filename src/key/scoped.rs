@@ -25,7 +25,7 @@ impl<K: KeyExtractor> ScopedKey<K> {
     /// Scope `inner` by the value of header `scope`.
     pub fn new(scope: HeaderName, inner: K) -> Self {
         let kind = format!("scoped({scope},{})", inner.kind());
-        ScopedKey {
+        Self {
             scope: Ok(scope),
             inner,
             kind,
@@ -40,7 +40,7 @@ impl<K: KeyExtractor> ScopedKey<K> {
             Ok(scope) => format!("scoped({scope},{})", inner.kind()),
             Err(_) => format!("scoped(,{})", inner.kind()),
         };
-        ScopedKey { scope, inner, kind }
+        Self { scope, inner, kind }
     }
 }
 

@@ -45,13 +45,13 @@ pin_project! {
 
 impl<B: Body> LockedBody<B> {
     pub(crate) fn new(body: B, held: Option<LockGuard>) -> Self {
-        LockedBody {
+        Self {
             kind: Kind::Inner { body, held },
         }
     }
 
     pub(crate) fn rejection(body: Bytes) -> Self {
-        LockedBody {
+        Self {
             kind: Kind::Rejection {
                 body: (!body.is_empty()).then_some(body),
             },

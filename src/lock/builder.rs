@@ -53,7 +53,7 @@ impl LockLayerBuilder {
         settings: LockSettings,
         extractor: Option<Arc<dyn KeyExtractor>>,
     ) -> Self {
-        LockLayerBuilder {
+        Self {
             engine,
             extractor,
             settings,

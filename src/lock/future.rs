@@ -83,7 +83,7 @@ where
         request: Request<ReqB>,
         locker: RequestLocker,
     ) -> Self {
-        ResponseFuture {
+        Self {
             state: State::Acquiring {
                 acquire,
                 service: Some(service),
@@ -95,13 +95,13 @@ where
 
     /// The inner service's `future`; `head` if the request was a `HEAD`.
     pub(crate) fn calling(future: S::Future, head: bool, held: Option<LockGuard>) -> Self {
-        ResponseFuture {
+        Self {
             state: State::Calling { future, held, head },
         }
     }
 
     pub(crate) fn rejected(response: Response<Bytes>) -> Self {
-        ResponseFuture {
+        Self {
             state: State::Rejected {
                 response: Some(response),
             },

@@ -57,7 +57,7 @@ impl LockLayer {
 
 impl From<RequestLocker> for LockLayer {
     fn from(locker: RequestLocker) -> Self {
-        LockLayer { locker }
+        Self { locker }
     }
 }
 

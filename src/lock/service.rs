@@ -25,7 +25,7 @@ pub struct LockService<S> {
 
 impl<S> LockService<S> {
     pub(crate) fn new(inner: S, locker: RequestLocker) -> Self {
-        LockService { inner, locker }
+        Self { inner, locker }
     }
 
     /// The inner service.

@@ -31,7 +31,7 @@ pub(super) struct Facade {
 
 impl Default for Facade {
     fn default() -> Self {
-        Facade::new("")
+        Self::new("")
     }
 }
 
@@ -39,7 +39,7 @@ impl Facade {
     pub(super) fn new(layer: &str) -> Self {
         let key =
             |name: &'static str| Key::from_parts(name, vec![Label::new("layer", layer.to_owned())]);
-        Facade {
+        Self {
             acquired: key("tower_lock_acquired_total"),
             contended: key("tower_lock_contended_total"),
             rejected: RejectionKind::ALL.map(|kind| {

@@ -103,7 +103,7 @@ pub struct LockMetrics {
 
 impl Default for LockMetrics {
     fn default() -> Self {
-        LockMetrics::new("")
+        Self::new("")
     }
 }
 
@@ -116,7 +116,7 @@ impl fmt::Debug for LockMetrics {
 impl LockMetrics {
     /// The metrics of a layer whose series carry `layer = name`.
     pub(crate) fn new(name: &str) -> Self {
-        LockMetrics {
+        Self {
             inner: Arc::new(Inner {
                 facade: Facade::new(name),
                 ..Inner::default()

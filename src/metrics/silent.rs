@@ -11,7 +11,7 @@ pub(super) struct Facade;
 
 impl Facade {
     pub(super) fn new(_layer: &str) -> Self {
-        Facade
+        Self
     }
 
     pub(super) fn unlocked(&self) {}

@@ -154,7 +154,7 @@ pub struct Workers {
 
 impl Workers {
     /// Start them, on the current runtime.
-    pub fn start(nodes: &[LockEngine], n: usize, cycle: Cycle) -> Workers {
+    pub fn start(nodes: &[LockEngine], n: usize, cycle: Cycle) -> Self {
         let log = Arc::new(Log::default());
         let (served_tx, served) = watch::channel(0);
         let tasks = (0..n)
@@ -169,7 +169,7 @@ impl Workers {
                 ))
             })
             .collect();
-        Workers {
+        Self {
             log,
             served,
             tasks,

@@ -16,11 +16,11 @@ pub struct Fallbacks(Arc<AtomicUsize>, Arc<Mutex<Vec<String>>>);
 
 impl Fallbacks {
     /// The process-wide counter (installs the tracing subscriber on first use).
-    pub fn install() -> Fallbacks {
+    pub fn install() -> Self {
         static SHARED: OnceLock<Fallbacks> = OnceLock::new();
         SHARED
             .get_or_init(|| {
-                let counter = Fallbacks(Arc::default(), Arc::default());
+                let counter = Self(Arc::default(), Arc::default());
                 tracing_subscriber::registry()
                     .with(counter.clone())
                     .try_init()

@@ -25,6 +25,7 @@ use tower_lock::{
 };
 
 /// A point calls pass through: open (the default), or held until the test opens it.
+#[derive(Debug)]
 pub struct Hook {
     held: watch::Sender<bool>,
     /// How many calls wait at the hook now.
@@ -35,7 +36,7 @@ pub struct Hook {
 
 impl Default for Hook {
     fn default() -> Self {
-        Hook {
+        Self {
             held: watch::Sender::new(false),
             waiting: watch::Sender::new(0),
             done: watch::Sender::new(0),
@@ -82,7 +83,7 @@ impl Hook {
 }
 
 /// The in-process backend with hooks on release and renew, and a switch that fails renewals.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Scripted {
     /// The in-process backend that does the work.
     pub inner: MemoryBackend,
@@ -101,9 +102,9 @@ pub struct Scripted {
 impl Scripted {
     /// The in-process backend seen through the core `Backend` trait only.
     pub fn core_only() -> Self {
-        Scripted {
+        Self {
             core_only: true,
-            ..Scripted::default()
+            ..Self::default()
         }
     }
 }

@@ -22,7 +22,7 @@ enum Extractor {
     /// `IdempotencyKey`.
     Idempotency,
     /// `ScopedKey` by the named header, around an inner extractor.
-    Scoped(&'static str, Box<Extractor>),
+    Scoped(&'static str, Box<Self>),
     /// `PathKey`.
     Path,
     /// `MethodPathKey`.
@@ -38,7 +38,7 @@ enum Extractor {
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Value {
     One(String),
-    Scoped(String, Box<Value>),
+    Scoped(String, Box<Self>),
     MethodPath(String, String),
     /// `GlobalKey` reads nothing from the request.
     Nothing,
@@ -64,20 +64,20 @@ impl Extractor {
     fn apply(&self, builder: LockLayerBuilder) -> LockLayerBuilder {
         let header = |name: &'static str| HeaderName::from_static(name);
         match self {
-            Extractor::Header(name) => builder.key(HeaderKey::new(header(name))),
-            Extractor::Idempotency => builder.key(IdempotencyKey::new()),
-            Extractor::Path => builder.key(PathKey),
-            Extractor::MethodPath => builder.key(MethodPathKey),
-            Extractor::Global(key) => builder.key(GlobalKey::new(key.clone())),
-            Extractor::Custom => builder.key(key::from_fn("custom", custom)),
-            Extractor::Scoped(scope, inner) => match &**inner {
-                Extractor::Header(name) => {
+            Self::Header(name) => builder.key(HeaderKey::new(header(name))),
+            Self::Idempotency => builder.key(IdempotencyKey::new()),
+            Self::Path => builder.key(PathKey),
+            Self::MethodPath => builder.key(MethodPathKey),
+            Self::Global(key) => builder.key(GlobalKey::new(key.clone())),
+            Self::Custom => builder.key(key::from_fn("custom", custom)),
+            Self::Scoped(scope, inner) => match &**inner {
+                Self::Header(name) => {
                     builder.key(ScopedKey::new(header(scope), HeaderKey::new(header(name))))
                 }
-                Extractor::Idempotency => {
+                Self::Idempotency => {
                     builder.key(ScopedKey::new(header(scope), IdempotencyKey::new()))
                 }
-                Extractor::Custom => builder.key(ScopedKey::new(
+                Self::Custom => builder.key(ScopedKey::new(
                     header(scope),
                     key::from_fn("custom", custom),
                 )),

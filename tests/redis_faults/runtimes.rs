@@ -50,7 +50,7 @@ impl Blocked {
         inside
             .recv()
             .expect("runtime A's worker runs the blocking task");
-        Blocked {
+        Self {
             runtime: Some(runtime),
             unblock: Some(unblock),
         }

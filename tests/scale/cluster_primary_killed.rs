@@ -63,8 +63,8 @@ struct Line {
 }
 
 impl Line {
-    fn start(key: &'static str, nodes: &[LockEngine; 2], n: usize) -> Line {
-        let mut line = Line {
+    fn start(key: &'static str, nodes: &[LockEngine; 2], n: usize) -> Self {
+        let mut line = Self {
             key,
             holding: Arc::default(),
             released_at: Arc::default(),

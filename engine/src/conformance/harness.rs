@@ -38,7 +38,7 @@ impl<B: Backend> BackendHarness<B> {
     pub fn new(backend: B, unit: Duration, residue: Residue<B>) -> Self {
         let backend = Arc::new(backend);
         let engine = LockEngine::from_arc(backend.clone());
-        BackendHarness {
+        Self {
             backend,
             engine,
             unit,

@@ -82,7 +82,7 @@ impl MemoryBackend {
     /// kept record is left to evict ([`evicted_tombstones`](Self::evicted_tombstones)
     /// counts those: a retry of such an operation finds nothing).
     pub fn with_record_budget(bytes: usize) -> Self {
-        MemoryBackend {
+        Self {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             hasher: RandomState::new(),
             fence: AtomicU64::new(0),

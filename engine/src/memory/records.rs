@@ -50,7 +50,7 @@ pub(super) struct RecordStore {
 
 impl RecordStore {
     pub(super) fn new(budget: usize) -> Self {
-        RecordStore {
+        Self {
             map: HashSet::new(),
             kept: Queue::default(),
             tombstones: Queue::default(),

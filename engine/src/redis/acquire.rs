@@ -46,7 +46,7 @@ struct TicketId([u8; 32]);
 
 impl TicketId {
     fn random() -> Self {
-        TicketId(crate::key::random_hex())
+        Self(crate::key::random_hex())
     }
 
     fn as_str(&self) -> &str {
@@ -110,9 +110,8 @@ impl Drop for Cleanup<'_> {
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             let mut pinned = pinned;
             loop {
-                let error = match inner.leave(&names, &leaving, pinned.take()).await {
-                    Ok(_) => return,
-                    Err(error) => error,
+                let Err(error) = inner.leave(&names, &leaving, pinned.take()).await else {
+                    return;
                 };
                 let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
                 if sent || Instant::now() + FALLBACK_CAP >= give_up {

@@ -59,9 +59,9 @@ impl Target for Server {
         pool_size: u32,
     ) -> BoxFuture<'_, Result<(Commands, Subscriber), BackendError>> {
         let client = match self.clone() {
-            Server::Url(url) => redis::Client::open(url.as_str()),
-            Server::Client(client) => Ok(*client),
-            Server::Info(info) => redis::Client::open(*info),
+            Self::Url(url) => redis::Client::open(url.as_str()),
+            Self::Client(client) => Ok(*client),
+            Self::Info(info) => redis::Client::open(*info),
         };
         Box::pin(async move {
             let client = client.map_err(|e| {
@@ -91,7 +91,7 @@ pub(super) fn one_server(
 
 impl RedisBackendBuilder {
     pub(super) fn new(target: Arc<dyn Target>) -> Self {
-        RedisBackendBuilder {
+        Self {
             target,
             prefix: DEFAULT_PREFIX.to_owned(),
             command_timeout: Duration::from_millis(500),

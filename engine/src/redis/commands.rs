@@ -46,13 +46,13 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CommandConnection for C 
 impl Conn {
     /// Wrap a redis-rs connection.
     pub(crate) fn new(conn: impl ConnectionLike + Clone + Send + Sync + 'static) -> Self {
-        Conn(Box::new(conn))
+        Self(Box::new(conn))
     }
 }
 
 impl Clone for Conn {
     fn clone(&self) -> Self {
-        Conn(self.0.clone_box())
+        Self(self.0.clone_box())
     }
 }
 
@@ -103,7 +103,7 @@ pub(crate) struct ReplicaAck {
 impl Commands {
     /// Calls over `connections`, each within `timeout`.
     pub(crate) fn new(connections: impl Connections + 'static, timeout: Duration) -> Self {
-        Commands {
+        Self {
             connections: Box::new(connections),
             timeout,
         }

@@ -88,7 +88,7 @@ impl Connector {
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
         let target = client.describe();
-        Connector {
+        Self {
             client,
             config,
             generation: AtomicU64::new(0),

@@ -106,7 +106,7 @@ impl RedisBackend {
     }
 
     /// Connect with the defaults: prefix `"tower-lock"`, 500 ms timeout, 16 connections.
-    pub async fn connect(url: impl Into<String>) -> Result<RedisBackend, BackendError> {
+    pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
         Self::builder(url).build().await
     }
 

@@ -17,7 +17,7 @@ impl Names {
     /// wake-up channel is a sharded one (kind word `swake`, which tells the scripts to
     /// `SPUBLISH`).
     pub(super) fn new(prefix: &str, key: &LockKey, sharded: bool) -> Self {
-        Names {
+        Self {
             lock: object_name(prefix, "lock", key),
             fence: object_name(prefix, "fence", key),
             queue: object_name(prefix, "queue", key),
@@ -27,7 +27,7 @@ impl Names {
 
     /// Only the lock and fence names (renewal, extend, admin set): the others stay empty.
     pub(super) fn lease(prefix: &str, key: &LockKey) -> Self {
-        Names {
+        Self {
             lock: object_name(prefix, "lock", key),
             fence: object_name(prefix, "fence", key),
             queue: String::new(),

@@ -40,7 +40,7 @@ impl ServerPool {
             // Our is_valid is a local generation check, not a PING.
             .test_on_check_out(true)
             .build_unchecked(PoolConnector(connector.clone()));
-        ServerPool {
+        Self {
             pool,
             connector,
             timeout,

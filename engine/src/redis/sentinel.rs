@@ -97,7 +97,7 @@ impl SentinelLookup {
                 "no Sentinel URLs",
             )));
         }
-        Ok(SentinelLookup {
+        Ok(Self {
             sentinels: sentinels
                 .iter()
                 .map(|url| Client::open(url.as_str()))

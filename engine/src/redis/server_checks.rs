@@ -179,8 +179,7 @@ fn strings(value: &Value) -> Vec<String> {
 fn collect(value: &Value, out: &mut Vec<String>) {
     match value {
         Value::BulkString(bytes) => out.push(String::from_utf8_lossy(bytes).into_owned()),
-        Value::SimpleString(text) => out.push(text.clone()),
-        Value::VerbatimString { text, .. } => out.push(text.clone()),
+        Value::SimpleString(text) | Value::VerbatimString { text, .. } => out.push(text.clone()),
         Value::Okay => out.push("OK".to_owned()),
         Value::Array(items) | Value::Set(items) => {
             for item in items {

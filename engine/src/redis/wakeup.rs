@@ -112,7 +112,7 @@ struct Slot {
 
 impl Wakeup {
     pub(crate) fn new(subscriber: Subscriber, connect_timeout: Duration) -> Self {
-        Wakeup {
+        Self {
             shared: Arc::new(HubState {
                 subscriber,
                 connect_timeout,

@@ -24,7 +24,7 @@ pin_project! {
 impl<B> LockedBody<B> {
     /// `body`, holding `held` (if any) until it ends.
     pub fn new(body: B, held: Option<LockGuard>) -> Self {
-        LockedBody { body, held }
+        Self { body, held }
     }
 
     /// `true` while the body still holds its lease.

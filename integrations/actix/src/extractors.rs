@@ -49,7 +49,7 @@ impl FromRequest for LockFence {
         ready(
             req.extensions()
                 .get::<LeaseInfo>()
-                .map(|info| LockFence(info.fence()))
+                .map(|info| Self(info.fence()))
                 .ok_or(LockNotInstalled),
         )
     }

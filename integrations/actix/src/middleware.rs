@@ -38,7 +38,7 @@ impl LockMiddleware {
     /// A middleware locking with `locker` (from
     /// [`LockLayerBuilder::build_locker`](tower_lock::LockLayerBuilder::build_locker)).
     pub fn new(locker: RequestLocker) -> Self {
-        LockMiddleware { locker }
+        Self { locker }
     }
 
     /// The framework-neutral runtime core the middleware locks with.
@@ -54,7 +54,7 @@ impl LockMiddleware {
 
 impl From<RequestLocker> for LockMiddleware {
     fn from(locker: RequestLocker) -> Self {
-        LockMiddleware::new(locker)
+        Self::new(locker)
     }
 }
 
@@ -62,13 +62,13 @@ impl From<RequestLocker> for LockMiddleware {
 /// one layer exclude each other.
 impl From<LockLayer> for LockMiddleware {
     fn from(layer: LockLayer) -> Self {
-        LockMiddleware::new(layer.locker().clone())
+        Self::new(layer.locker().clone())
     }
 }
 
 impl From<&LockLayer> for LockMiddleware {
     fn from(layer: &LockLayer) -> Self {
-        LockMiddleware::new(layer.locker().clone())
+        Self::new(layer.locker().clone())
     }
 }
 

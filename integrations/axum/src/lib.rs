@@ -96,7 +96,7 @@ impl<S: Send + Sync> FromRequestParts<S> for LockFence {
         parts
             .extensions
             .get::<LeaseInfo>()
-            .map(|info| LockFence(info.fence()))
+            .map(|info| Self(info.fence()))
             .ok_or(LockNotInstalled)
     }
 }
@@ -169,21 +169,21 @@ enum Params {
 impl RouteKey {
     /// The matched route alone.
     pub fn route() -> Self {
-        RouteKey {
+        Self {
             params: Params::None,
         }
     }
 
     /// The matched route and all of its path parameters.
     pub fn params() -> Self {
-        RouteKey {
+        Self {
             params: Params::All,
         }
     }
 
     /// The matched route and the parameter `name`; chain [`and`](Self::and) for more.
     pub fn param(name: impl Into<String>) -> Self {
-        RouteKey {
+        Self {
             params: Params::Named(vec![name.into()]),
         }
     }

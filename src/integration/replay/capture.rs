@@ -45,7 +45,7 @@ impl fmt::Debug for Capture {
 
 impl Capture {
     pub(super) fn new(completion: Completion, state: State) -> Self {
-        Capture { completion, state }
+        Self { completion, state }
     }
 
     /// Feed one chunk of the response body, as a [`ChunkSource`](super::ChunkSource) yields it.
@@ -99,7 +99,7 @@ impl Capture {
     /// whose lease ran out before this writes nothing (logged, and counted as
     /// `discarded` in the metrics).
     pub fn finish(self) -> impl Future<Output = ()> + Send + 'static {
-        let Capture { completion, state } = self;
+        let Self { completion, state } = self;
         let Completion {
             guard,
             fingerprint,

@@ -43,7 +43,7 @@ impl<S: ChunkSource> CapturingBody<S> {
     /// `source`, captured into `capture`; `spawn` runs the drain of a body dropped before
     /// its end (on the framework's runtime: the handler's work belongs there).
     pub fn new(source: S, capture: Capture, spawn: fn(Drain<S>)) -> Self {
-        CapturingBody {
+        Self {
             source: Some(Box::pin(source)),
             capture: Some(capture),
             spawn,

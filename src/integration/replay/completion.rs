@@ -32,7 +32,7 @@ impl fmt::Debug for Completion {
 
 impl Completion {
     pub(super) fn new(guard: LockGuard, fingerprint: Bytes, shared: Arc<Shared>) -> Self {
-        Completion {
+        Self {
             guard,
             fingerprint,
             shared,

@@ -40,7 +40,7 @@ impl<S> fmt::Debug for Drain<S> {
 
 impl<S> Drain<S> {
     pub(super) fn new(source: Pin<Box<S>>, capture: Capture) -> Self {
-        Drain {
+        Self {
             source,
             capture: Some(capture),
             deadline: None,

@@ -101,7 +101,7 @@ impl Hasher {
             field(&mut sha, name.as_str().as_bytes());
             all_values(&mut sha, req, name.as_str());
         }
-        Hasher { sha, body_len: 0 }
+        Self { sha, body_len: 0 }
     }
 
     pub(crate) fn update(&mut self, chunk: &[u8]) {
@@ -156,29 +156,29 @@ impl Fingerprinter {
         req: &dyn RequestView,
     ) -> Self {
         match kind {
-            FingerprintKind::Custom(f) => Fingerprinter::Custom(f.clone()),
-            FingerprintKind::Sha256 => Fingerprinter::Sha256(Hasher::new(req, headers)),
-            FingerprintKind::CanonicalJson => Fingerprinter::Json(Hasher::new(req, headers)),
+            FingerprintKind::Custom(f) => Self::Custom(f.clone()),
+            FingerprintKind::Sha256 => Self::Sha256(Hasher::new(req, headers)),
+            FingerprintKind::CanonicalJson => Self::Json(Hasher::new(req, headers)),
         }
     }
 
     pub(crate) fn update(&mut self, chunk: &[u8]) {
-        if let Fingerprinter::Sha256(h) = self {
+        if let Self::Sha256(h) = self {
             h.update(chunk);
         }
     }
 
     pub(crate) fn finish(self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         match self {
-            Fingerprinter::Sha256(h) => h.finish(),
-            Fingerprinter::Json(mut h) => {
+            Self::Sha256(h) => h.finish(),
+            Self::Json(mut h) => {
                 match canonical_json(body) {
                     Some(canonical) => h.update(&canonical),
                     None => h.update(body),
                 }
                 h.finish()
             }
-            Fingerprinter::Custom(f) => f(req, body),
+            Self::Custom(f) => f(req, body),
         }
     }
 }

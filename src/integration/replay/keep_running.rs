@@ -37,7 +37,7 @@ impl<F, S> KeepRunning<F, S> {
     /// The handler's `future`, running under `completion`; `spawn` runs it on (on the
     /// framework's runtime: the handler's work belongs there) if this is dropped first.
     pub fn new(future: F, completion: Completion, spawn: fn(Abandoned<F, S>)) -> Self {
-        KeepRunning {
+        Self {
             future: Some(Box::pin(future)),
             completion: Some(completion),
             spawn,

@@ -58,7 +58,7 @@ impl fmt::Debug for ReplayLocker {
 
 impl ReplayLocker {
     pub(crate) fn new(locker: RequestLocker, options: ReplayOptions) -> Self {
-        ReplayLocker {
+        Self {
             shared: Arc::new(Shared { locker, options }),
         }
     }
@@ -174,7 +174,7 @@ impl ReplayLocker {
                 return self.answer(record, &fingerprint);
             }
             Ok(None) => locker.backend_ok(),
-            Err(error) => return self.read_failed(error),
+            Err(error) => return self.read_failed(&error),
         }
         let guard = match locker.clone().lock(key.clone()).await {
             Outcome::Locked(guard) => guard,
@@ -191,17 +191,17 @@ impl ReplayLocker {
             }
             Err(error) => {
                 guard.release_now();
-                self.read_failed(error)
+                self.read_failed(&error)
             }
         }
     }
 
     /// A record read failed: the request cannot know whether it already ran, so it is
     /// refused (`503`); the builder allows no other policy.
-    fn read_failed(&self, error: LockError) -> ReplayDecision {
+    fn read_failed(&self, error: &LockError) -> ReplayDecision {
         // Logged as the lock's own failures are: once at the transition, then in periodic
         // summaries.
-        self.shared.locker.backend_failed(&error);
+        self.shared.locker.backend_failed(error);
         tracing::debug!(%error, "reading the idempotency record failed; rejecting");
         self.unavailable()
     }

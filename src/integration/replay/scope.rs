@@ -23,8 +23,8 @@ pub(crate) enum Scope {
 impl fmt::Debug for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Scope::Unscoped => f.write_str("Unscoped"),
-            Scope::By(scope) => f.debug_tuple("By").field(&scope.kind()).finish(),
+            Self::Unscoped => f.write_str("Unscoped"),
+            Self::By(scope) => f.debug_tuple("By").field(&scope.kind()).finish(),
         }
     }
 }
@@ -33,8 +33,8 @@ impl Scope {
     /// The lock key extractor of a layer with this scope and idempotency `key`.
     pub(crate) fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
         match self {
-            Scope::Unscoped => key,
-            Scope::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
+            Self::Unscoped => key,
+            Self::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
         }
     }
 
@@ -44,8 +44,8 @@ impl Scope {
     /// layer is scoped but no scope was given, or the reverse.
     pub(crate) fn value(&self, scope: Option<&str>, key: &str) -> Option<String> {
         match (self, scope) {
-            (Scope::Unscoped, None) => Some(key.to_owned()),
-            (Scope::By(_), Some(scope)) => Some(scoped(scope, key)),
+            (Self::Unscoped, None) => Some(key.to_owned()),
+            (Self::By(_), Some(scope)) => Some(scoped(scope, key)),
             _ => None,
         }
     }
@@ -63,7 +63,7 @@ struct Scoped {
 impl Scoped {
     fn new(scope: Arc<dyn KeyExtractor>, key: Arc<dyn KeyExtractor>) -> Self {
         let kind = format!("scope({},{})", scope.kind(), key.kind());
-        Scoped { scope, key, kind }
+        Self { scope, key, kind }
     }
 }
 
@@ -103,7 +103,7 @@ pub(crate) struct Principal<P>(PhantomData<fn() -> P>);
 
 impl<P> Principal<P> {
     pub(crate) fn new() -> Self {
-        Principal(PhantomData)
+        Self(PhantomData)
     }
 }
 

@@ -109,7 +109,7 @@ impl TestServer {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        TestServer {
+        Self {
             addr,
             running,
             client,

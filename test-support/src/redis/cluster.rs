@@ -66,15 +66,15 @@ impl RedisCluster {
             .output()
             .expect("run redis-cli --cluster create");
         assert!(out.status.success(), "cluster create failed: {out:?}");
-        let cluster = RedisCluster { nodes, dir };
+        let cluster = Self { nodes, dir };
         cluster.wait_healthy();
         cluster
     }
 
     /// One cluster per test binary, started on first use, killed when the process exits.
-    pub fn shared() -> &'static Arc<RedisCluster> {
+    pub fn shared() -> &'static Arc<Self> {
         static SHARED: OnceLock<Arc<RedisCluster>> = OnceLock::new();
-        SHARED.get_or_init(|| Arc::new(RedisCluster::start()))
+        SHARED.get_or_init(|| Arc::new(Self::start()))
     }
 
     /// `redis://127.0.0.1:<port>` of every node.

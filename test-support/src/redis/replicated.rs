@@ -40,7 +40,7 @@ impl Replicated {
                 ])
             })
             .collect();
-        let set = Replicated { primary, replicas };
+        let set = Self { primary, replicas };
         set.wait_in_sync();
         set
     }

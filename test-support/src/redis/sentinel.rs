@@ -50,7 +50,7 @@ impl Sentineled {
         let sentinels = (0..3)
             .map(|i| RedisServer::start_sentinel(&config, &dir.join(format!("sentinel-{i}.conf"))))
             .collect();
-        let set = Sentineled {
+        let set = Self {
             servers,
             sentinels,
             dir,

@@ -73,7 +73,7 @@ impl RedisServer {
             let port = free_port();
             match Guardian::spawn(port, config.as_deref(), &args) {
                 Ok(g) => {
-                    return RedisServer {
+                    return Self {
                         port,
                         config,
                         args,
@@ -89,9 +89,9 @@ impl RedisServer {
 
     /// One server per test binary, started on first use and killed when the process exits.
     /// Tests sharing it keep apart by key prefix; never kill, pause or restart it.
-    pub fn shared() -> &'static Arc<RedisServer> {
+    pub fn shared() -> &'static Arc<Self> {
         static SHARED: OnceLock<Arc<RedisServer>> = OnceLock::new();
-        SHARED.get_or_init(|| Arc::new(RedisServer::start()))
+        SHARED.get_or_init(|| Arc::new(Self::start()))
     }
 
     /// The server's port.
@@ -292,7 +292,7 @@ impl Guardian {
             .parse()
             .map_err(|_| format!("guardian printed {line:?}"))?;
         let lifeline = shell.stdin.take().expect("piped stdin");
-        let mut g = Guardian {
+        let mut g = Self {
             shell,
             lifeline: Some(lifeline),
             pid,

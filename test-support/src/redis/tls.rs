@@ -98,7 +98,7 @@ impl TlsRedis {
             "--tls-auth-clients".to_owned(),
             "no".to_owned(),
         ]);
-        TlsRedis {
+        Self {
             server,
             tls_port,
             dir,

@@ -47,7 +47,7 @@ impl Backend {
     /// A fresh lock table for the scenario `name` (unique in the test binary).
     pub async fn table(self, name: &str) -> LockTable {
         match self {
-            Backend::InProcess => {
+            Self::InProcess => {
                 // A table of its own: no name needed to keep apart.
                 let _ = name;
                 let backend = Arc::new(MemoryBackend::new());
@@ -57,12 +57,12 @@ impl Backend {
                 }
             }
             #[cfg(feature = "redis")]
-            Backend::Redis => {
+            Self::Redis => {
                 let server = crate::redis::RedisServer::shared().clone();
                 LockTable::on_redis(server, &format!("scenario-{name}"), None).await
             }
             #[cfg(feature = "redis-cluster")]
-            Backend::RedisCluster => {
+            Self::RedisCluster => {
                 let prefix = format!("scenario-{name}");
                 LockTable {
                     engine: cluster_engine(&prefix).await,
@@ -81,8 +81,8 @@ impl LockTable {
         server: Arc<crate::redis::RedisServer>,
         prefix: &str,
         timeout: Option<std::time::Duration>,
-    ) -> LockTable {
-        LockTable {
+    ) -> Self {
+        Self {
             engine: crate::redis::engine(&server, prefix, timeout).await,
             place: Place::Redis {
                 server,

@@ -44,7 +44,7 @@ struct Route {
 impl Routes {
     /// No routes yet.
     pub fn new() -> Self {
-        Routes::default()
+        Self::default()
     }
 
     /// `POST path`, locked by `layer`.
@@ -74,8 +74,8 @@ impl Framework {
     /// on either framework (the actix middleware shares the layer's state).
     pub async fn serve(self, routes: Routes) -> Arc<TestServer> {
         Arc::new(match self {
-            Framework::Tower => serve(tower_app(routes)).await,
-            Framework::Actix => serve_actix(ACTIX_WORKERS, move || {
+            Self::Tower => serve(tower_app(routes)).await,
+            Self::Actix => serve_actix(ACTIX_WORKERS, move || {
                 routes.0.iter().fold(actix_web::App::new(), |app, route| {
                     app.service(actix_resource(route))
                 })
@@ -98,11 +98,11 @@ impl Framework {
     pub async fn body_dropped(self, tx: &mpsc::Sender<Bytes>) {
         match self {
             // hyper notices a closed connection while the body waits for its next chunk.
-            Framework::Tower => tx.closed().await,
+            Self::Tower => tx.closed().await,
             // actix notices a closed connection when it next writes to it
             // (actix-web#1313): keep the body producing until actix drops it, which the
             // sender sees as a closed channel.
-            Framework::Actix => while tx.send(Bytes::from_static(b"more\n")).await.is_ok() {},
+            Self::Actix => while tx.send(Bytes::from_static(b"more\n")).await.is_ok() {},
         }
     }
 }
@@ -159,20 +159,20 @@ fn header<V: AsRef<[u8]>>(value: Option<V>) -> String {
 impl Answer {
     fn into_axum(self) -> axum::response::Response {
         match self {
-            Answer::Text(text) => text.into_response(),
-            Answer::Empty(status) => status.into_response(),
-            Answer::Stream(body) => axum::response::Response::new(axum::body::Body::new(body)),
+            Self::Text(text) => text.into_response(),
+            Self::Empty(status) => status.into_response(),
+            Self::Stream(body) => axum::response::Response::new(axum::body::Body::new(body)),
         }
     }
 
     fn into_actix(self) -> HttpResponse {
         match self {
-            Answer::Text(text) => HttpResponse::Ok().body(text),
-            Answer::Empty(status) => {
+            Self::Text(text) => HttpResponse::Ok().body(text),
+            Self::Empty(status) => {
                 let status = actix_web::http::StatusCode::from_u16(status.as_u16()).unwrap();
                 HttpResponse::build(status).finish()
             }
-            Answer::Stream(body) => HttpResponse::Ok().body(body),
+            Self::Stream(body) => HttpResponse::Ok().body(body),
         }
     }
 }

@@ -55,23 +55,23 @@ pub struct Hangs(mpsc::UnboundedReceiver<oneshot::Receiver<()>>);
 
 impl Handler {
     /// A [`Handler::Stream`] and the test's side of it.
-    pub fn stream(first: Option<&'static str>) -> (Handler, Streams) {
+    pub fn stream(first: Option<&'static str>) -> (Self, Streams) {
         let (senders, rx) = mpsc::unbounded_channel();
-        (Handler::Stream { first, senders }, Streams(rx))
+        (Self::Stream { first, senders }, Streams(rx))
     }
 
     /// A [`Handler::Hang`] and the test's side of it.
-    pub fn hang() -> (Handler, Hangs) {
+    pub fn hang() -> (Self, Hangs) {
         let (entered, rx) = mpsc::unbounded_channel();
-        (Handler::Hang(entered), Hangs(rx))
+        (Self::Hang(entered), Hangs(rx))
     }
 
     /// Handle a request with `x-seq: seq` that holds `lease` (if any).
     pub(crate) async fn respond(self, seq: String, lease: Option<LeaseInfo>) -> Answer {
         match self {
-            Handler::Text(text) => Answer::Text(text.to_owned()),
-            Handler::Empty(status) => Answer::Empty(status),
-            Handler::Gated(gate) => {
+            Self::Text(text) => Answer::Text(text.to_owned()),
+            Self::Empty(status) => Answer::Empty(status),
+            Self::Gated(gate) => {
                 let _inside = gate.pass(seq).await;
                 // Give a concurrent handler every chance to overlap this one.
                 for _ in 0..10 {
@@ -83,7 +83,7 @@ impl Handler {
                     None => "unlocked".to_owned(),
                 })
             }
-            Handler::Stream { first, senders } => {
+            Self::Stream { first, senders } => {
                 let (tx, body) = channel_body();
                 if let Some(first) = first {
                     tx.send(Bytes::from_static(first.as_bytes())).await.unwrap();
@@ -91,7 +91,7 @@ impl Handler {
                 senders.send(tx).unwrap();
                 Answer::Stream(body)
             }
-            Handler::Chunks(chunks) => {
+            Self::Chunks(chunks) => {
                 let (tx, body) = channel_body();
                 tokio::spawn(async move {
                     for chunk in chunks {
@@ -100,7 +100,7 @@ impl Handler {
                 });
                 Answer::Stream(body)
             }
-            Handler::Hang(entered) => {
+            Self::Hang(entered) => {
                 let (dropped_tx, dropped_rx) = oneshot::channel();
                 let _guard = OnDrop(Some(dropped_tx));
                 entered.send(dropped_rx).unwrap();

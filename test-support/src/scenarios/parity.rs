@@ -23,14 +23,14 @@ struct Both {
 }
 
 impl Both {
-    async fn serve(make: impl Fn() -> LockLayerBuilder) -> Both {
+    async fn serve(make: impl Fn() -> LockLayerBuilder) -> Self {
         let (gate, control) = gate();
         control.open();
         let serve = |framework: Framework| {
             let layer = make().build().unwrap();
             framework.serve(Routes::new().post("/work", &layer, Handler::Gated(gate.clone())))
         };
-        Both {
+        Self {
             tower: serve(Framework::Tower).await,
             actix: serve(Framework::Actix).await,
             gate: control,

@@ -19,7 +19,7 @@ pub struct Stack {
 impl Stack {
     /// `framework` over `backend`.
     pub fn new(framework: Framework, backend: Backend) -> Self {
-        Stack { framework, backend }
+        Self { framework, backend }
     }
 
     /// A fresh lock table for the scenario `name` (see [`Backend::table`]).

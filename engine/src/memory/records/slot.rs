@@ -63,7 +63,7 @@ pub(super) struct Parts<'a> {
 impl Slot {
     /// A slot of `parts`, built in `scratch` (reused, so that the slot is the only
     /// allocation), or `None` when a length does not fit its field.
-    pub(super) fn new(parts: &Parts<'_>, scratch: &mut Vec<u8>) -> Option<Slot> {
+    pub(super) fn new(parts: &Parts<'_>, scratch: &mut Vec<u8>) -> Option<Self> {
         let key_len = u16::try_from(parts.key.len()).ok()?;
         let fp_len = u32::try_from(parts.fingerprint.len()).ok()?;
         let meta_len = u32::try_from(parts.meta.len()).ok()?;
@@ -78,7 +78,7 @@ impl Slot {
         for part in [parts.key, parts.fingerprint, parts.meta, parts.body] {
             scratch.extend_from_slice(part);
         }
-        let slot = Slot(Arc::from(&scratch[..]));
+        let slot = Self(Arc::from(&scratch[..]));
         // A burst of large bodies must not leave a large scratch behind.
         if scratch.capacity() > 64 << 10 {
             *scratch = Vec::new();

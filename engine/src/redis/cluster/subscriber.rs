@@ -71,7 +71,7 @@ async fn run(weak: Weak<HubState>, make: Arc<MakeClient>) {
         loop {
             if !first {
                 match next_event(&shared, &mut rx).await {
-                    Event::Push(push) => wake |= on_push(&shared, push, &mut ended),
+                    Event::Push(push) => wake |= on_push(&shared, &push, &mut ended),
                     // The connection is gone for good.
                     Event::Closed => break,
                     Event::Reconcile => {}
@@ -105,7 +105,7 @@ async fn run(weak: Weak<HubState>, make: Arc<MakeClient>) {
 
 /// Handle one push. Returns whether subscriptions were lost (they are then resubscribed,
 /// and their waiters retry).
-fn on_push(shared: &Arc<HubState>, push: PushInfo, ended: &mut Vec<String>) -> bool {
+fn on_push(shared: &Arc<HubState>, push: &PushInfo, ended: &mut Vec<String>) -> bool {
     match push.kind {
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.

@@ -145,10 +145,7 @@ impl Sink for MultiplexedConnection {
         channels: &'a [String],
         limit: Duration,
     ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
-        Box::pin(timeout(
-            limit,
-            MultiplexedConnection::subscribe(self, channels),
-        ))
+        Box::pin(timeout(limit, Self::subscribe(self, channels)))
     }
 
     fn unsubscribe<'a>(
@@ -156,9 +153,6 @@ impl Sink for MultiplexedConnection {
         channels: &'a [String],
         limit: Duration,
     ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
-        Box::pin(timeout(
-            limit,
-            MultiplexedConnection::unsubscribe(self, channels),
-        ))
+        Box::pin(timeout(limit, Self::unsubscribe(self, channels)))
     }
 }

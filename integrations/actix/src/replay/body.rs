@@ -40,13 +40,13 @@ enum Kind<B> {
 
 impl<B: MessageBody + 'static> ReplayBody<B> {
     pub(super) fn plain(body: B) -> Self {
-        ReplayBody {
+        Self {
             kind: Kind::Plain(Box::pin(body)),
         }
     }
 
     pub(super) fn capturing(body: B, capture: Capture) -> Self {
-        ReplayBody {
+        Self {
             kind: Kind::Capturing(Box::new(CapturingBody::new(
                 ActixChunks { body },
                 capture,

@@ -55,7 +55,7 @@ impl ReplayMiddleware {
     /// A middleware over `replay` (from
     /// [`IdempotencyLayerBuilder::build_replay_locker`](tower_lock::IdempotencyLayerBuilder::build_replay_locker)).
     pub fn new(replay: ReplayLocker) -> Self {
-        ReplayMiddleware { replay }
+        Self { replay }
     }
 
     /// The middleware's counters and histograms (replays included).
@@ -66,7 +66,7 @@ impl ReplayMiddleware {
 
 impl From<ReplayLocker> for ReplayMiddleware {
     fn from(replay: ReplayLocker) -> Self {
-        ReplayMiddleware::new(replay)
+        Self::new(replay)
     }
 }
 
@@ -74,13 +74,13 @@ impl From<ReplayLocker> for ReplayMiddleware {
 /// layer replay each other's responses.
 impl From<IdempotencyLayer> for ReplayMiddleware {
     fn from(layer: IdempotencyLayer) -> Self {
-        ReplayMiddleware::new(layer.replay_locker().clone())
+        Self::new(layer.replay_locker().clone())
     }
 }
 
 impl From<&IdempotencyLayer> for ReplayMiddleware {
     fn from(layer: &IdempotencyLayer) -> Self {
-        ReplayMiddleware::new(layer.replay_locker().clone())
+        Self::new(layer.replay_locker().clone())
     }
 }
 

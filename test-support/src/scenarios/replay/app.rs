@@ -25,6 +25,7 @@ use crate::{
 };
 
 /// An app under one idempotency layer, and the handles its scenarios drive it with.
+#[derive(Debug)]
 pub struct ReplayApp {
     /// The server.
     pub server: Arc<TestServer>,
@@ -170,6 +171,8 @@ fn axum_app(h: Handlers, layer: IdempotencyLayer) -> axum::Router {
         .layer(layer)
 }
 
+// By value: the App it returns (an `impl` type) cannot borrow from the caller.
+#[allow(clippy::needless_pass_by_value)]
 fn actix_app(
     h: Handlers,
     replay: ReplayMiddleware,
@@ -266,7 +269,7 @@ fn actix_app(
         }
     };
     let panics = {
-        let h = h.clone();
+        let h = h;
         move || {
             h.run();
             async move {
