@@ -25,16 +25,17 @@
 //! # `route_layer`, not `layer`
 //!
 //! Install the lock with [`Router::route_layer`](axum::Router::route_layer). It then runs
-//! only for requests that matched a route, after routing:
-//!
-//! - a request for an unknown path stays a `404` (and a wrong method a `405`) instead of
-//!   taking a lock and possibly being answered `423`, `429` or `400`;
-//! - the [`MatchedPath`] that [`RouteKey`] needs is in the request by then.
+//! only for requests that matched a route, after routing, so a request for an unknown path
+//! stays a `404` (and a wrong method a `405`). ([`MatchedPath`], which [`RouteKey`] reads,
+//! is there under [`Router::layer`](axum::Router::layer) too: axum 0.8 sets it before the
+//! route's layers run.)
 //!
 //! [`Router::layer`](axum::Router::layer) also wraps the router's fallback: every unknown
 //! path would take a lock (one key for all of them with a header key) and could be
-//! answered `423` instead of `404`. There [`RouteKey`] finds no matched route and answers
-//! `400`, naming `route_layer` as the fix.
+//! answered `423` instead of `404`; a [`RouteKey`] finds no matched route there, which is
+//! the server's setup, not the client's request: `500` (`misconfigured`), with an error log
+//! naming `route_layer` as the fix. Note that `route_layer` wraps every route added before
+//! it, and only those.
 
 #![forbid(unsafe_code)]
 
@@ -134,8 +135,9 @@ impl IntoResponse for LockNotInstalled {
 }
 
 /// A lock key from the matched route (axum's [`MatchedPath`]) and, optionally, its path
-/// parameters. Needs [`Router::route_layer`](axum::Router::route_layer) (see the
-/// [crate docs](crate)).
+/// parameters. Install it with [`Router::route_layer`](axum::Router::route_layer) (see the
+/// [crate docs](crate)); a parameter the matched route does not have is the server's
+/// mistake, answered `500` and logged.
 ///
 /// Its kind is `axum-route`, and its value the route and the chosen parameters; a layer
 /// without a namespace then locks (see [`tower_lock::key`] for the lock key):
