@@ -39,6 +39,7 @@ mod after_head;
 mod config;
 mod guard;
 mod locker;
+mod methods;
 mod outage;
 mod outcome;
 // Gated once here; its public items are re-exported below.
@@ -50,6 +51,7 @@ pub use after_head::{AfterHead, Release};
 pub(crate) use config::{Config, RejectHook};
 pub use guard::LockGuard;
 pub use locker::RequestLocker;
+pub(crate) use methods::{LockedMethods, is_miscased};
 pub use outcome::Outcome;
 #[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]

@@ -187,6 +187,7 @@ async fn lease_extractors_need_the_layer_and_option_tolerates_its_absence() {
     let locked = app.route_layer(
         LockLayer::builder(LockEngine::in_memory())
             .key(RouteKey::route())
+            .methods(["GET"])
             .on_missing_key(MissingKeyPolicy::Reject)
             .build()
             .unwrap(),
