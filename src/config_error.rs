@@ -86,7 +86,7 @@ impl fmt::Display for ConfigError {
                 write!(f, "the problem type base {base:?} is not a valid URI")
             }
             ConfigError::NoMethods => f.write_str(
-                "`methods` needs at least one method (to lock every method, do not call it)",
+                "`methods` needs at least one method (for the default, every method but GET, HEAD, OPTIONS and TRACE, do not call it)",
             ),
             ConfigError::InvalidMethod(name) => {
                 if crate::integration::is_miscased(name) {

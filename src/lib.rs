@@ -87,6 +87,10 @@
 //!   order with `fifo`), bounded by `max_waiters`; a wait that runs out or a full queue
 //!   is answered `429`. `Retry-After` is the 95th percentile of the layer's recent hold
 //!   times, bounded by the holder's remaining lease: whole seconds, rounded up, never 0.
+//! - **Methods.** By default every method but the safe ones (RFC 9110: `GET`, `HEAD`,
+//!   `OPTIONS`, `TRACE`) takes the lock, so a CORS preflight or a status read passes
+//!   unlocked; `methods([..])` locks exactly the methods it names (the idempotency
+//!   preset: `POST` and `PATCH`).
 //! - **No key.** [`MissingKeyPolicy`]: `400` (the default) or run unlocked.
 //! - **Backend failure.** [`BackendFailurePolicy`]: `503` (the default), run unlocked,
 //!   or lock on an in-process engine (per node). An outage is logged when it begins and
