@@ -53,11 +53,11 @@ impl Guards {
                 .wait(Duration::from_secs(1))
                 .fifo(true)
                 .max_waiters(4)
-                .build_locker()?
+                .build()?
                 .into(),
             import: LockLayer::builder(engine)
                 .key(RouteKey::param("id"))
-                .build_locker()?
+                .build()?
                 .into(),
             work,
         })

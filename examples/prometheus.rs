@@ -54,7 +54,7 @@ pub(crate) fn app(
         .metrics_name("orders")
         .build()?;
     let reports = LockLayer::builder(engine)
-        .key(HeaderKey::named("x-tenant-id"))
+        .key(HeaderKey::new("x-tenant-id"))
         .wait(Duration::from_secs(1))
         .metrics_name("reports")
         .build()?;

@@ -26,7 +26,7 @@ use tower_lock_axum::Locked;
 /// The job service: one job at a time per tenant, in arrival order; each job takes `work`.
 pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigError> {
     let per_tenant = LockLayer::builder(engine)
-        .key(HeaderKey::new("x-tenant-id".parse().expect("header name")))
+        .key(HeaderKey::new("x-tenant-id"))
         // Namespaced, so these locks are apart from those of other layers on the engine
         // (the lock of acme is `jobs/header=x-tenant-id/acme`).
         .namespace("jobs")

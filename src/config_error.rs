@@ -26,6 +26,17 @@ pub enum ConfigError {
     IdempotencyWait,
     /// `methods` was given an empty list: the layer would lock nothing.
     NoMethods,
+    /// `methods` was given a name that is not an HTTP method token, or a standard method
+    /// in the wrong case (methods are case-sensitive: `post` would lock nothing).
+    InvalidMethod(String),
+    /// The named setting (`replayed_header`, `fingerprint_headers`, `key_header`) was given
+    /// a name that is not a valid HTTP header name.
+    InvalidHeaderName {
+        /// The setter that was given the name.
+        option: &'static str,
+        /// The name as given.
+        name: String,
+    },
     /// The base of problem types is not a valid URI.
     ProblemTypeBase(String),
     /// The key extractor's own configuration is unusable (for example a header name
@@ -75,8 +86,22 @@ impl fmt::Display for ConfigError {
                 write!(f, "the problem type base {base:?} is not a valid URI")
             }
             Self::NoMethods => f.write_str(
-                "`methods` needs at least one method (to lock every method, do not call it)",
+                "`methods` needs at least one method (for the default, every method but GET, HEAD, OPTIONS and TRACE, do not call it)",
             ),
+            Self::InvalidMethod(name) => {
+                if crate::integration::is_miscased(name) {
+                    let upper = name.to_ascii_uppercase();
+                    write!(
+                        f,
+                        "`methods`: {name:?} is not {upper:?} (methods are case-sensitive)"
+                    )
+                } else {
+                    write!(f, "`methods`: {name:?} is not a valid HTTP method")
+                }
+            }
+            Self::InvalidHeaderName { option, name } => {
+                write!(f, "`{option}`: {name:?} is not a valid HTTP header name")
+            }
             Self::ZeroMaxWaiters => f.write_str(
                 "`max_waiters` must be at least 1 (for no waiting at all, set no wait limit)",
             ),

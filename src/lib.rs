@@ -25,7 +25,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let engine = LockEngine::in_memory(); // or the Redis engine, shared by every node
 //! let lock = LockLayer::builder(engine)
-//!     .key(HeaderKey::new("x-tenant-id".parse()?))
+//!     .key(HeaderKey::new("x-tenant-id"))
 //!     .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
 //!     .fifo(true)
 //!     .build()?;
@@ -87,6 +87,10 @@
 //!   order with `fifo`), bounded by `max_waiters`; a wait that runs out or a full queue
 //!   is answered `429`. `Retry-After` is the 95th percentile of the layer's recent hold
 //!   times, bounded by the holder's remaining lease: whole seconds, rounded up, never 0.
+//! - **Methods.** By default every method but the safe ones (RFC 9110: `GET`, `HEAD`,
+//!   `OPTIONS`, `TRACE`) takes the lock, so a CORS preflight or a status read passes
+//!   unlocked; `methods([..])` locks exactly the methods it names (the idempotency
+//!   preset: `POST` and `PATCH`).
 //! - **No key.** [`MissingKeyPolicy`]: `400` (the default) or run unlocked.
 //! - **Backend failure.** [`BackendFailurePolicy`]: `503` (the default), run unlocked,
 //!   or lock on an in-process engine (per node). An outage is logged when it begins and
@@ -166,6 +170,14 @@ pub use reject::{Rejection, RejectionKind};
 /// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
 /// in-process; it knows nothing of HTTP.
 pub use tower_lock_engine as engine;
+// The crates named by this one's API, at the versions it was built with: an application
+// on a framework with another `http` (actix-web 4 speaks `http` 0.2) names them from here.
+/// The `bytes` crate of this crate's API: the `Bytes` of rejection bodies, stored
+/// responses and custom fingerprints.
+pub use bytes;
+/// The `http` crate (1.x) of this crate's API: `Method`, `HeaderName`, `Response`, as
+/// [`on_reject`](LockLayerBuilder::on_reject) and the idempotency hooks take them.
+pub use http;
 pub use tower_lock_engine::{
     BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
     LockOptions, LostSignal, MemoryBackend, Token,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use crate::{
     config_error::ConfigError,
     engine::{LockEngine, LockKey, LockOptions},
-    integration::{Config, RejectHook, RequestLocker},
+    integration::{Config, LockedMethods, RejectHook, RequestLocker},
     key::{self, KeyExtractor},
     options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
@@ -38,14 +38,18 @@ pub(crate) struct LockSettings {
     pub(crate) release: ReleasePoint,
     retry_after_fallback: Duration,
     on_reject: Option<RejectHook>,
-    /// The methods that take a lock (`None`: every method).
-    methods: Option<Vec<http::Method>>,
+    /// The names of the methods that take a lock, as given (`None`: every method but the
+    /// safe ones); checked by the build.
+    methods: Option<Vec<String>>,
     problem_type_base: Option<String>,
     /// The `layer` label of the metrics (`None`: the namespace, else the extractor's kind).
     metrics_name: Option<String>,
     /// Built for idempotency replay: a duplicate waits for the replay, so `409` and a
     /// wait go together.
     replaying: bool,
+    /// The first value a setter could not take (a header name that is not one): setters
+    /// return the builder, so the build reports it.
+    refused: Option<ConfigError>,
 }
 
 impl LockSettings {
@@ -66,6 +70,7 @@ impl LockSettings {
             problem_type_base: None,
             metrics_name: None,
             replaying: false,
+            refused: None,
         }
     }
 
@@ -76,7 +81,7 @@ impl LockSettings {
         Self {
             missing: MissingKeyPolicy::Reject,
             busy: RejectionKind::Conflict,
-            methods: Some(vec![http::Method::POST, http::Method::PATCH]),
+            methods: Some(vec!["POST".to_owned(), "PATCH".to_owned()]),
             ..Self::new()
         }
     }
@@ -86,6 +91,18 @@ impl LockSettings {
     pub(crate) fn replaying(mut self) -> Self {
         self.replaying = true;
         self
+    }
+
+    /// Keep `error` for the build, unless an earlier setter's error is kept already (the
+    /// first mistake is the one to report).
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+    pub(crate) fn refuse(&mut self, error: ConfigError) {
+        self.refused.get_or_insert(error);
+    }
+
+    /// The error of a value a setter could not take, if any.
+    pub(crate) fn check_values(&self) -> Result<(), ConfigError> {
+        self.refused.clone().map_or(Ok(()), Err)
     }
 
     pub(crate) fn ttl(&mut self, ttl: Duration) {
@@ -105,8 +122,9 @@ impl LockSettings {
         self.options = std::mem::take(&mut self.options).max_waiters(max);
     }
 
-    pub(crate) fn methods(&mut self, methods: impl IntoIterator<Item = http::Method>) {
-        self.methods = Some(methods.into_iter().collect());
+    pub(crate) fn methods<M: AsRef<str>>(&mut self, methods: impl IntoIterator<Item = M>) {
+        let names = methods.into_iter().map(|m| m.as_ref().to_owned());
+        self.methods = Some(names.collect());
     }
 
     pub(crate) fn problem_type_base(&mut self, base: String) {
@@ -146,6 +164,7 @@ impl LockSettings {
         engine: LockEngine,
         extractor: Option<Arc<dyn KeyExtractor>>,
     ) -> Result<RequestLocker, ConfigError> {
+        self.check_values()?;
         let wait = self.wait_limit();
         let extractor = extractor.ok_or(ConfigError::NoKeyExtractor)?;
         extractor.validate().map_err(ConfigError::Extractor)?;
@@ -173,11 +192,7 @@ impl LockSettings {
             }
             base => base.map(Arc::from),
         };
-        let methods = match self.methods {
-            Some(methods) if methods.is_empty() => return Err(ConfigError::NoMethods),
-            Some(methods) => Some(methods.iter().map(|m| m.as_str().into()).collect()),
-            None => None,
-        };
+        let methods = LockedMethods::from_names(self.methods)?;
         if wait.is_zero() && options.waiter_limit().is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
@@ -244,24 +259,41 @@ macro_rules! lock_setters {
             self
         }
 
-        /// Lock only requests with one of these methods; the others pass through unlocked
-        /// (no key is extracted, so a keyless `GET` next to a keyed `POST` on one route is
-        /// not answered `400`). Default: every method; under idempotency, `POST` and
-        /// `PATCH` (the methods that are not idempotent by definition). An empty list is
-        /// refused by `build`.
+        /// Lock exactly the requests with one of these methods; the others pass through
+        /// unlocked (no key is extracted, so a keyless `GET` next to a keyed `POST` on one
+        /// route is not answered `400`).
+        ///
+        /// Default: every method but the safe ones of RFC 9110 (§9.2.1): `GET`, `HEAD`,
+        /// `OPTIONS` and `TRACE` pass through unlocked, so a CORS preflight or a status
+        /// read never waits behind a write nor meets a `423`; `POST`, `PUT`, `PATCH`,
+        /// `DELETE` and extension methods are locked. Name `GET` here for reads that must
+        /// not run beside a write. Under idempotency the default is `POST` and `PATCH`
+        /// (the methods that are not idempotent by definition).
+        ///
+        /// Methods are named as text (`"POST"`) or by any type that is one (`http`'s
+        /// `Method` of either version, so actix-web's `Method::POST` too). Methods are
+        /// case-sensitive. `build` refuses an empty list
+        /// ([`ConfigError::NoMethods`](crate::ConfigError::NoMethods)) and a name that is
+        /// not a method, or a standard one in the wrong case such as `post`
+        /// ([`ConfigError::InvalidMethod`](crate::ConfigError::InvalidMethod)).
         ///
         /// ```
-        /// use http::Method;
-        /// use tower_lock::{LockEngine, LockLayer, key::PathKey};
+        /// use tower_lock::{LockEngine, LockLayer, http::Method, key::PathKey};
         ///
         /// let layer = LockLayer::builder(LockEngine::in_memory())
+        ///     .key(PathKey)
+        ///     .methods(["POST", "PUT", "DELETE"])
+        ///     .build()
+        ///     .unwrap();
+        /// // The same, by type.
+        /// let same = LockLayer::builder(LockEngine::in_memory())
         ///     .key(PathKey)
         ///     .methods([Method::POST, Method::PUT, Method::DELETE])
         ///     .build()
         ///     .unwrap();
-        /// # let _ = layer;
+        /// # let _ = (layer, same);
         /// ```
-        pub fn methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        pub fn methods<M: AsRef<str>>(mut self, methods: impl IntoIterator<Item = M>) -> Self {
             self.settings.methods(methods);
             self
         }

@@ -84,6 +84,8 @@ pub(crate) fn with_lock_layer(
     use tower_lock::{LockLayer, key::HeaderKey};
     let layer = LockLayer::builder(engine)
         .key(HeaderKey::new(HeaderName::from_static(KEY_HEADER)))
+        // The benches send `GET`s, which the default leaves unlocked (a safe method).
+        .methods(["GET"])
         .wait(Duration::from_secs(30))
         .fifo(fifo)
         .build()

@@ -109,6 +109,19 @@ impl IdempotencyLayerBuilder {
         }
     }
 
+    /// `name` as a header name for the setter `option`, or `None` with the error kept for
+    /// `build` (also after [`without_replay`](Self::without_replay)).
+    fn header_name(&mut self, option: &'static str, name: &str) -> Option<HeaderName> {
+        let parsed = HeaderName::from_bytes(name.as_bytes()).ok();
+        if parsed.is_none() {
+            self.settings.refuse(ConfigError::InvalidHeaderName {
+                option,
+                name: name.to_owned(),
+            });
+        }
+        parsed
+    }
+
     /// Scope records by the authenticated principal: the `P` an authentication layer put
     /// in the request extensions (its `Display` is the scope). A stored response is then
     /// replayed only to requests of the same principal; a request without a `P` has no
@@ -195,29 +208,37 @@ impl IdempotencyLayerBuilder {
     }
 
     /// Read the idempotency key from the header called `name` instead of
-    /// `Idempotency-Key` (`X-Idempotency-Key` is common), with the same syntax.
+    /// `Idempotency-Key` (`X-Idempotency-Key` is common), with the same syntax. The name
+    /// is text or a `HeaderName` of either `http` version; one that is not a header name
+    /// is refused by `build` ([`ConfigError::InvalidHeaderName`]).
     ///
     /// ```
-    /// use http::HeaderName;
     /// use tower_lock::{IdempotencyLayer, LockEngine};
     ///
     /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
-    ///     .key_header(HeaderName::from_static("x-idempotency-key"))
+    ///     .key_header("X-Idempotency-Key")
     ///     .unscoped()
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;
     /// ```
-    pub fn key_header(self, name: HeaderName) -> Self {
-        self.key(IdempotencyKey::header(name))
+    pub fn key_header(mut self, name: impl AsRef<str>) -> Self {
+        match self.header_name("key_header", name.as_ref()) {
+            Some(name) => self.key(IdempotencyKey::header(name)),
+            None => self,
+        }
     }
 
     lock_setters!();
 
     /// The header added to replayed responses, with the value `true` (default
-    /// `Idempotent-Replayed`).
-    pub fn replayed_header(mut self, name: HeaderName) -> Self {
-        self.options.replayed_header = name;
+    /// `Idempotent-Replayed`). The name is text or a `HeaderName` of either `http`
+    /// version; one that is not a header name is refused by `build`
+    /// ([`ConfigError::InvalidHeaderName`]).
+    pub fn replayed_header(mut self, name: impl AsRef<str>) -> Self {
+        if let Some(name) = self.header_name("replayed_header", name.as_ref()) {
+            self.options.replayed_header = name;
+        }
         self
     }
 
@@ -324,9 +345,29 @@ impl IdempotencyLayerBuilder {
     }
 
     /// Headers that are part of the default fingerprint besides the content type (an API
-    /// version header, say).
-    pub fn fingerprint_headers(mut self, names: impl IntoIterator<Item = HeaderName>) -> Self {
-        self.options.fingerprint_headers = names.into_iter().collect();
+    /// version header, say), every value of each. Names are text or `HeaderName`s of
+    /// either `http` version; one that is not a header name is refused by `build`
+    /// ([`ConfigError::InvalidHeaderName`]).
+    ///
+    /// ```
+    /// use tower_lock::{IdempotencyLayer, LockEngine};
+    ///
+    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+    ///     .unscoped()
+    ///     .fingerprint_headers(["API-Version", "Accept-Language"])
+    ///     .build()
+    ///     .unwrap();
+    /// # let _ = layer;
+    /// ```
+    pub fn fingerprint_headers<N: AsRef<str>>(
+        mut self,
+        names: impl IntoIterator<Item = N>,
+    ) -> Self {
+        let names: Vec<_> = names
+            .into_iter()
+            .filter_map(|name| self.header_name("fingerprint_headers", name.as_ref()))
+            .collect();
+        self.options.fingerprint_headers = names;
         self
     }
 
@@ -354,19 +395,30 @@ impl IdempotencyLayerBuilder {
 
     /// Replace the default fingerprint (SHA-256 over the method, the full target, the
     /// authority, the content type, the [named headers](Self::fingerprint_headers) and the
-    /// body) with `f`, which gets the request and its whole body.
+    /// body) with `f`, which gets the request and its whole body. Two requests are the same
+    /// request when `f` returns the same bytes for them, so leave out only what cannot
+    /// change what the request does: for JSON formatting (whitespace between tokens, key
+    /// order), [`canonical_json`](Self::canonical_json) already does it safely; dropping
+    /// every whitespace byte would make `{"name":"a b"}` and `{"name":"ab"}` one request.
     ///
     /// ```
-    /// use bytes::Bytes;
-    /// use tower_lock::{IdempotencyLayer, LockEngine, key::RequestView};
+    /// use tower_lock::{IdempotencyLayer, LockEngine, bytes::Bytes, key::RequestView};
+    ///
+    /// /// The method, the path and the body, less one trailing newline (some clients end
+    /// /// a body with one, some do not); nothing inside the body is dropped.
+    /// fn fingerprint(req: &dyn RequestView, body: &[u8]) -> Bytes {
+    ///     let body = body.strip_suffix(b"\n").unwrap_or(body);
+    ///     let target = [req.method(), " ", req.path(), "\0"].concat();
+    ///     Bytes::from([target.as_bytes(), body].concat())
+    /// }
+    ///
+    /// let req = tower_lock::http::Request::post("/orders").body(()).unwrap();
+    /// assert_eq!(fingerprint(&req, b"{\"name\":\"a b\"}\n"), fingerprint(&req, b"{\"name\":\"a b\"}"));
+    /// assert_ne!(fingerprint(&req, b"{\"name\":\"a b\"}"), fingerprint(&req, b"{\"name\":\"ab\"}"));
     ///
     /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
-    ///     // Whitespace in a JSON body does not make it a different request.
-    ///     .fingerprint_with(|req: &dyn RequestView, body: &[u8]| {
-    ///         let compact: Vec<u8> = body.iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
-    ///         Bytes::from([req.path().as_bytes(), b"\0", &compact].concat())
-    ///     })
+    ///     .fingerprint_with(fingerprint)
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;
@@ -380,8 +432,9 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// Check the configuration and build the layer. Besides the lock settings' checks: a
-    /// scope must have been chosen ([`ConfigError::IdempotencyScope`]), the failure policy
+    /// Check the configuration and build the layer. Besides the lock settings' checks: the
+    /// header names must be valid ([`ConfigError::InvalidHeaderName`]), a scope must have
+    /// been chosen ([`ConfigError::IdempotencyScope`]), the failure policy
     /// must be fail-closed ([`ConfigError::IdempotencyFailurePolicy`]), the engine's
     /// backend must keep records ([`ConfigError::RecordsUnsupported`]), the limits must be
     /// above zero and the retention at most [`MAX_TTL`].
@@ -392,6 +445,7 @@ impl IdempotencyLayerBuilder {
     /// Check the configuration and build the framework-neutral core (for framework
     /// integrations).
     pub fn build_replay_locker(mut self) -> Result<ReplayLocker, ConfigError> {
+        self.settings.check_values()?;
         let scope = self.scope.take().ok_or(ConfigError::IdempotencyScope)?;
         // Running without the record (open, or on a node-local lock that cannot read it)
         // would run a completed request a second time.

@@ -5,6 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 
+use super::LockedMethods;
 use crate::{
     engine::LockOptions,
     key::KeyExtractor,
@@ -37,8 +38,8 @@ pub(crate) struct Config {
     pub(crate) release: ReleasePoint,
     pub(crate) retry_after_fallback: Duration,
     pub(crate) on_reject: Option<RejectHook>,
-    /// The methods that take a lock (`None`: every method).
-    pub(crate) methods: Option<Box<[Box<str>]>>,
+    /// The methods that take a lock.
+    pub(crate) methods: LockedMethods,
     /// The base of problem `type` URIs (`None`: the `urn:tower-lock:problem:` URNs).
     pub(crate) problem_type_base: Option<Arc<str>>,
     /// The layer's name: the `layer` label of its metrics and a field of its outage logs.

@@ -166,11 +166,7 @@ impl RequestLocker {
     ///
     /// [`LockLayerBuilder::methods`]: crate::LockLayerBuilder::methods
     pub fn locks_method(&self, method: &str) -> bool {
-        self.shared
-            .config
-            .methods
-            .as_ref()
-            .is_none_or(|methods| methods.iter().any(|m| &**m == method))
+        self.shared.config.methods.locks(method)
     }
 
     pub(crate) fn reject(

@@ -39,6 +39,7 @@ mod after_head;
 mod config;
 mod guard;
 mod locker;
+mod methods;
 mod misconfig_log;
 mod outage;
 mod outcome;
@@ -51,6 +52,7 @@ pub use after_head::{AfterHead, Release};
 pub(crate) use config::{Config, RejectHook};
 pub use guard::LockGuard;
 pub use locker::RequestLocker;
+pub(crate) use methods::{LockedMethods, is_miscased};
 pub use outcome::Outcome;
 #[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]

@@ -52,7 +52,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// Whether the extractor's own configuration is usable, checked once by
     /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build): `Err(reason)` refuses
     /// the layer with [`ConfigError::Extractor`](crate::ConfigError::Extractor). For
-    /// extractors configured from text, such as [`HeaderKey::named`](super::HeaderKey::named);
+    /// extractors configured from text, such as [`HeaderKey::new`](super::HeaderKey::new);
     /// wrappers forward their inner extractor's. The default accepts.
     fn validate(&self) -> Result<(), String> {
         Ok(())

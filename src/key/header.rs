@@ -21,6 +21,7 @@ pub(super) fn header_str<'a>(
 
 /// A header name given as text: parsed at once, its error kept for
 /// [`KeyExtractor::validate`] (so a layer with an invalid name is refused by `build`).
+/// Any case: header names are case-insensitive, and `http` keeps them in lower case.
 pub(super) fn parse_name(name: &str) -> Result<HeaderName, String> {
     HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| format!("{name:?} is not a valid HTTP header name"))
@@ -36,31 +37,24 @@ pub struct HeaderKey {
 }
 
 impl HeaderKey {
-    /// Lock on the value of header `name`.
-    pub fn new(name: HeaderName) -> Self {
-        let kind = format!("header={name}");
-        Self {
-            name: Ok(name),
-            kind,
-        }
-    }
-
-    /// Lock on the value of the header named `name` (any case), given as text: no `http`
-    /// type to name, whichever `http` version the framework uses (actix-web 4's is 0.2).
-    /// A name that is not a valid header name makes
-    /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// Lock on the value of the header named `name` (any case): given as text, or as a
+    /// `HeaderName` of either `http` version (actix-web 4's is 0.2), so an actix
+    /// application needs no second `http` crate. A name that is not a valid header name
+    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
     /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
     ///
     /// ```
-    /// use tower_lock::{ConfigError, LockEngine, LockLayer, key::HeaderKey};
+    /// use tower_lock::{ConfigError, LockEngine, LockLayer, http::HeaderName, key::HeaderKey};
     ///
-    /// let layer = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::named("X-Tenant-Id")).build();
+    /// let layer = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::new("X-Tenant-Id")).build();
     /// assert!(layer.is_ok());
-    /// let bad = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::named("x tenant")).build();
+    /// let typed = HeaderKey::new(HeaderName::from_static("x-tenant-id"));
+    /// # let _ = typed;
+    /// let bad = LockLayer::builder(LockEngine::in_memory()).key(HeaderKey::new("x tenant")).build();
     /// assert!(matches!(bad, Err(ConfigError::Extractor(_))));
     /// ```
-    pub fn named(name: &str) -> Self {
-        let name = parse_name(name);
+    pub fn new(name: impl AsRef<str>) -> Self {
+        let name = parse_name(name.as_ref());
         let kind = match &name {
             Ok(name) => format!("header={name}"),
             Err(_) => "header=".to_owned(),
@@ -116,11 +110,11 @@ mod tests {
 
     #[test]
     fn a_name_given_as_text_is_lower_cased_or_refused() {
-        let k = HeaderKey::named("X-K");
+        let k = HeaderKey::new("X-K");
         assert_eq!(k.kind(), "header=x-k");
         assert_eq!(k.validate(), Ok(()));
         assert_eq!(k.extract(&req(&[("x-k", "v")])).unwrap().unwrap(), "v");
-        let bad = HeaderKey::named("x k");
+        let bad = HeaderKey::new("x k");
         assert!(bad.validate().unwrap_err().contains("\"x k\""));
         assert!(bad.extract(&req(&[])).is_err());
     }

@@ -33,7 +33,7 @@ impl<K: KeyExtractor> ScopedKey<K> {
     }
 
     /// Scope `inner` by the value of the header named `scope`, given as text (see
-    /// [`HeaderKey::named`](super::HeaderKey::named): an invalid name fails `build`).
+    /// [`HeaderKey::new`](super::HeaderKey::new): an invalid name fails `build`).
     pub fn named(scope: &str, inner: K) -> Self {
         let scope = parse_name(scope);
         let kind = match &scope {

@@ -68,17 +68,6 @@ impl LockLayerBuilder {
 
     lock_setters!();
 
-    /// The former name of [`namespace`](Self::namespace), which it now sets. The lock key
-    /// is no longer the prefix's text glued to the extracted value: a prefix of
-    /// `"tenant:"` names keys such as `tenant:/header=x-tenant-id/acme`.
-    #[deprecated(
-        since = "0.1.0",
-        note = "use `namespace`: the prefix is now one part of an injective key encoding"
-    )]
-    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
-        self.namespace(prefix)
-    }
-
     /// When to release the lease. Default: [`ReleasePoint::BodyEnd`]. `101 Switching
     /// Protocols` responses always release when the response is returned.
     pub fn release_at(mut self, point: ReleasePoint) -> Self {

@@ -24,10 +24,10 @@ pub async fn core_only() -> BackendHarness<Scripted> {
 /// A fresh Redis backend on the binary's shared redis-server, under a prefix of its own.
 /// The time unit is short but comfortably above a loopback round trip.
 #[cfg(feature = "redis")]
-pub async fn redis() -> BackendHarness<tower_lock::engine::redis::RedisBackend> {
+pub async fn redis() -> BackendHarness<tower_lock_engine::redis::RedisBackend> {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use tower_lock::engine::redis::RedisBackend;
+    use tower_lock_engine::redis::RedisBackend;
 
     use crate::redis::{RedisServer, is_fence_tombstone};
 
@@ -56,10 +56,10 @@ pub async fn redis() -> BackendHarness<tower_lock::engine::redis::RedisBackend> 
 /// A fresh Redis Cluster backend on the binary's shared test cluster, under a prefix of
 /// its own. Lock pools are not offered on a cluster (see the backend's docs).
 #[cfg(feature = "redis-cluster")]
-pub async fn redis_cluster() -> BackendHarness<tower_lock::engine::redis::RedisBackend> {
+pub async fn redis_cluster() -> BackendHarness<tower_lock_engine::redis::RedisBackend> {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use tower_lock::engine::redis::RedisBackend;
+    use tower_lock_engine::redis::RedisBackend;
 
     use crate::redis::{RedisCluster, is_fence_tombstone};
 

@@ -36,12 +36,14 @@
 //! once, here.)
 //!
 //! Which backend the library is built with stays the choice of the crate under test: this
-//! crate depends on `tower-lock` without default features, and its `redis` feature (what
+//! crate depends on `tower-lock` without default features. Its `redis` feature (what
 //! names `RedisBackend`: engines on a test server, the Redis harness, the scenarios'
-//! [`Backend::Redis`](scenarios::Backend)) is turned on by the root crate's own `redis`
-//! feature (a feature may enable a dev-dependency's feature; `cargo package` drops the
-//! reference). `cargo test --no-default-features` therefore still builds the library
-//! without Redis, and the tests that need it are `cfg`-gated on that feature.
+//! [`Backend::Redis`](scenarios::Backend)) and `redis-cluster` feature reach the Redis
+//! backend through `tower-lock-engine` directly (the engine `tower-lock` re-exports, so
+//! its types are the test's), and the root crate's tests always turn them on: no feature
+//! of tower-lock's, which users see, names this unpublished crate. `cargo test
+//! --no-default-features` still builds the library without its `redis` feature, and the
+//! tests that need Redis are `cfg`-gated on that feature.
 //!
 //! # Scenarios
 //!

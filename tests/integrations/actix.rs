@@ -68,7 +68,7 @@ async fn route_keys_lock_per_matched_route_and_parameter() {
     let layer = |key: RouteKey| -> LockMiddleware {
         LockLayer::builder(engine.clone())
             .key(key)
-            .build_locker()
+            .build()
             .unwrap()
             .into()
     };
@@ -130,11 +130,150 @@ async fn route_keys_lock_per_matched_route_and_parameter() {
 fn header_keys_named_by_text_are_checked_when_built() {
     use tower_lock::{ConfigError, key::HeaderKey};
     let ok = LockLayer::builder(LockEngine::in_memory())
-        .key(HeaderKey::named("X-Tenant-Id"))
-        .build_locker();
+        .key(HeaderKey::new("X-Tenant-Id"))
+        .build();
+    assert!(ok.is_ok());
+    let actix_name = actix_web::http::header::HeaderName::from_static("x-tenant-id");
+    let ok = LockLayer::builder(LockEngine::in_memory())
+        .key(HeaderKey::new(actix_name))
+        .build();
     assert!(ok.is_ok());
     let bad = LockLayer::builder(LockEngine::in_memory())
-        .key(HeaderKey::named("x tenant"))
-        .build_locker();
+        .key(HeaderKey::new("x tenant"))
+        .build();
     assert!(matches!(bad, Err(ConfigError::Extractor(_))), "{bad:?}");
+}
+
+/// actix-web's own `Method` (of `http` 0.2) names the locked methods: no second `http`
+/// crate in an actix application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_are_named_with_actix_types() {
+    use actix_web::http::Method;
+    use tower_lock::key::PathKey;
+    let lock: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
+        .key(PathKey)
+        .methods([Method::PUT, Method::GET])
+        .build()
+        .unwrap()
+        .into();
+    let server =
+        serve_actix(1, move || {
+            App::new().service(web::resource("/jobs").wrap(lock.clone()).to(
+            |lease: Option<Locked>| async move { format!("locked: {}", lease.is_some()) },
+        ))
+        });
+    for (method, expected) in [("PUT", true), ("GET", true), ("POST", false)] {
+        let reply = server.send(method, "/jobs", &[]).await;
+        assert_eq!(reply.text(), format!("locked: {expected}"), "{method}");
+    }
+}
+
+/// Reads one HTTP/1.1 response (head and a `content-length` body) from `stream`; `None`
+/// when the server closed the connection instead.
+async fn read_response(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|line| line.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if buf.len() >= end + 4 + length {
+                return Some(String::from_utf8_lossy(&buf[..end + 4 + length]).into_owned());
+            }
+        }
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("a response within 10 s")
+                .unwrap_or(0);
+        if read == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// A rejection leaves the connection open, as the tower layer does: the request body the
+/// handler never read is drained (it is small), so the client's next request on the same
+/// connection is served, after a `400` (no key) as after a `423` (key held), under the
+/// lock and the replay middleware alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejection_keeps_the_connection_alive() {
+    use tokio::io::AsyncWriteExt;
+    use tower_lock::{IdempotencyLayer, key::HeaderKey};
+    use tower_lock_actix::ReplayMiddleware;
+
+    let engine = LockEngine::in_memory();
+    let lock: LockMiddleware = LockLayer::builder(engine.clone())
+        .key(HeaderKey::new("x-key"))
+        .build()
+        .unwrap()
+        .into();
+    let replay: ReplayMiddleware = IdempotencyLayer::builder(engine.clone())
+        .unscoped()
+        .build()
+        .unwrap()
+        .into();
+    let server = serve_actix(1, move || {
+        App::new()
+            .service(
+                web::resource("/jobs")
+                    .wrap(lock.clone())
+                    .route(web::post().to(|| async { "ran" })),
+            )
+            .service(
+                web::resource("/orders")
+                    .wrap(replay.clone())
+                    .route(web::post().to(|| async { "ordered" })),
+            )
+    });
+    let post = |path: &str, header: &str| {
+        let body = r#"{"name":"a b"}"#;
+        format!(
+            "POST {path} HTTP/1.1\r\nhost: test\r\n{header}content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+
+    for (path, key) in [
+        ("/jobs", "x-key: k\r\n"),
+        ("/orders", "idempotency-key: \"o-1\"\r\n"),
+    ] {
+        let mut stream = server.raw(&post(path, "")).await;
+        let rejected = read_response(&mut stream).await.unwrap();
+        assert!(rejected.starts_with("HTTP/1.1 400"), "{rejected}");
+        assert!(
+            !rejected.to_ascii_lowercase().contains("connection: close"),
+            "{rejected}"
+        );
+        stream.write_all(post(path, key).as_bytes()).await.unwrap();
+        let served = read_response(&mut stream).await;
+        assert!(
+            served
+                .as_deref()
+                .is_some_and(|r| r.starts_with("HTTP/1.1 200")),
+            "{path}: the connection was closed after the 400: {served:?}"
+        );
+    }
+
+    let held = engine.lock("/header=x-key/k").acquire().await.unwrap();
+    let mut stream = server.raw(&post("/jobs", "x-key: k\r\n")).await;
+    let locked = read_response(&mut stream).await.unwrap();
+    assert!(locked.starts_with("HTTP/1.1 423"), "{locked}");
+    held.release().await.unwrap();
+    stream
+        .write_all(post("/jobs", "x-key: k\r\n").as_bytes())
+        .await
+        .unwrap();
+    let served = read_response(&mut stream).await;
+    assert!(
+        served
+            .as_deref()
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200")),
+        "the connection was closed after the 423: {served:?}"
+    );
 }

@@ -123,8 +123,9 @@ async fn route_layer_leaves_404_and_405_alone() {
         call(&app, "POST", "/nowhere").await.0,
         StatusCode::NOT_FOUND
     );
+    // `PUT`, which the layer locks by default (a `GET` would pass it unlocked anyway).
     assert_eq!(
-        call(&app, "GET", "/tenants/1/jobs/2").await.0,
+        call(&app, "PUT", "/tenants/1/jobs/2").await.0,
         StatusCode::METHOD_NOT_ALLOWED
     );
 }
@@ -191,6 +192,7 @@ async fn lease_extractors_need_the_layer_and_option_tolerates_its_absence() {
     let locked = app.route_layer(
         LockLayer::builder(LockEngine::in_memory())
             .key(RouteKey::route())
+            .methods(["GET"])
             .on_missing_key(MissingKeyPolicy::Reject)
             .build()
             .unwrap(),

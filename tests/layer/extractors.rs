@@ -152,7 +152,7 @@ async fn a_principal_scope_without_a_principal_is_a_server_error() {
 #[tokio::test]
 async fn a_missing_key_is_named_in_the_detail() {
     let layer = IdempotencyLayer::builder(LockEngine::in_memory())
-        .scope_by(key::HeaderKey::named("x-tenant-id"))
+        .scope_by(key::HeaderKey::new("x-tenant-id"))
         .without_replay()
         .build()
         .unwrap();

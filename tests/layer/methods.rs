@@ -95,6 +95,92 @@ async fn a_method_list_locks_only_those_methods() {
 #[test]
 fn an_empty_method_list_is_refused_at_build_time() {
     let builder: LockLayerBuilder = LockLayer::builder(LockEngine::in_memory()).key(PathKey);
-    let err = builder.methods([]).build().unwrap_err();
+    let err = builder.methods(Vec::<&str>::new()).build().unwrap_err();
     assert_eq!(err, ConfigError::NoMethods);
+}
+
+/// RFC 9110 §9.2.1: a CORS preflight (`OPTIONS`), a status `GET`, a `HEAD` or a `TRACE`
+/// changes nothing, so by default it passes unlocked; every other method, extension
+/// methods included, takes the lock.
+#[tokio::test]
+async fn by_default_safe_methods_pass_unlocked_and_the_others_are_locked() {
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(PathKey)
+        .build()
+        .unwrap();
+    for method in [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE] {
+        let (status, body) = status_of(&layer, method.clone(), None).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "unlocked"),
+            "{method}"
+        );
+    }
+    let purge = Method::from_bytes(b"PURGE").unwrap();
+    for method in [
+        Method::POST,
+        Method::PUT,
+        Method::PATCH,
+        Method::DELETE,
+        purge,
+    ] {
+        let (status, body) = status_of(&layer, method.clone(), None).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "locked"),
+            "{method}"
+        );
+    }
+}
+
+/// Methods are named by text or by an `http` type (any version: actix-web's too), and a
+/// method list locks exactly what it names, safe methods included.
+#[tokio::test]
+async fn methods_are_named_by_text_or_by_type() {
+    let by_text = LockLayer::builder(LockEngine::in_memory())
+        .key(PathKey)
+        .methods(["POST", "GET"])
+        .build()
+        .unwrap();
+    for (method, expected) in [
+        (Method::POST, "locked"),
+        (Method::GET, "locked"),
+        (Method::PUT, "unlocked"),
+    ] {
+        assert_eq!(
+            status_of(&by_text, method.clone(), None).await.1,
+            expected,
+            "{method}"
+        );
+    }
+    let by_type = LockLayer::builder(LockEngine::in_memory())
+        .key(PathKey)
+        .methods([Method::DELETE])
+        .build()
+        .unwrap();
+    assert_eq!(status_of(&by_type, Method::DELETE, None).await.1, "locked");
+    assert_eq!(status_of(&by_type, Method::POST, None).await.1, "unlocked");
+    let by_string = LockLayer::builder(LockEngine::in_memory())
+        .key(PathKey)
+        .methods(vec![String::from("PURGE")])
+        .build()
+        .unwrap();
+    let purge = Method::from_bytes(b"PURGE").unwrap();
+    assert_eq!(status_of(&by_string, purge, None).await.1, "locked");
+}
+
+/// An invalid method name is a typed error from `build`, not a panic; so is a standard
+/// method in the wrong case (methods are case-sensitive: `post` would lock nothing).
+#[test]
+fn an_invalid_method_name_is_refused_at_build_time() {
+    for name in ["PO ST", "", "post"] {
+        let err = LockLayer::builder(LockEngine::in_memory())
+            .key(PathKey)
+            .methods(["PUT", name])
+            .build()
+            .unwrap_err();
+        assert_eq!(err, ConfigError::InvalidMethod(name.to_owned()), "{name:?}");
+    }
+    let err = ConfigError::InvalidMethod("post".to_owned());
+    assert!(err.to_string().contains("\"POST\""), "{err}");
 }

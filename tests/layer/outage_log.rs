@@ -87,7 +87,7 @@ async fn an_outage_is_logged_once_down_summarized_while_it_lasts_and_once_back_u
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let backend = Arc::new(Scripted::default());
     let locker = LockLayer::builder(LockEngine::from_arc(backend.clone()))
-        .key(HeaderKey::named("x-tenant-id"))
+        .key(HeaderKey::new("x-tenant-id"))
         .metrics_name("jobs")
         .build_locker()
         .unwrap();
@@ -154,7 +154,7 @@ async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let backend = Arc::new(Scripted::default());
     let locker = LockLayer::builder(LockEngine::from_arc(backend.clone()))
-        .key(HeaderKey::named("x-tenant-id"))
+        .key(HeaderKey::new("x-tenant-id"))
         .on_backend_failure(BackendFailurePolicy::FailOpen)
         .build_locker()
         .unwrap();
@@ -240,7 +240,7 @@ async fn a_misconfigured_key_is_a_500_logged_once_then_throttled() {
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let locker = LockLayer::builder(LockEngine::in_memory())
         .key(tower_lock::key::PrincipalScopedKey::<Account, _>::new(
-            HeaderKey::named("x-tenant-id"),
+            HeaderKey::new("x-tenant-id"),
         ))
         .metrics_name("jobs")
         .build_locker()

@@ -22,7 +22,7 @@ fn req(key: &str) -> http::Request<()> {
 
 fn locker(engine: &LockEngine) -> RequestLocker {
     LockLayer::builder(engine.clone())
-        .key(HeaderKey::named("x-k"))
+        .key(HeaderKey::new("x-k"))
         .build_locker()
         .unwrap()
 }
@@ -62,7 +62,7 @@ async fn without_observed_holds_the_fallback_is_the_answer_never_the_lease() {
     assert_eq!(retry_after(&locker, "a").await, 1);
     // A layer that declares a longer fallback gets it, still bounded by the lease.
     let slow = LockLayer::builder(engine.clone())
-        .key(HeaderKey::named("x-k"))
+        .key(HeaderKey::new("x-k"))
         .retry_after_fallback(Duration::from_secs(5))
         .build_locker()
         .unwrap();

@@ -498,3 +498,63 @@ async fn an_inner_lock_layers_423_is_not_stored() {
     );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// Header names are given as text (or as either `http` version's `HeaderName`): the
+/// replayed header, the fingerprinted headers and the key header; an invalid one is a
+/// typed error from `build`.
+#[tokio::test]
+async fn header_names_given_as_text_name_the_replayed_fingerprinted_and_key_headers() {
+    let layer = IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .key_header("X-Request-Key")
+        .replayed_header("X-Replayed")
+        .fingerprint_headers(["API-Version"])
+        .build()
+        .unwrap();
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(
+            |_req: Request<RequestBody<Full<Bytes>>>| async {
+                Ok::<_, Infallible>(full(StatusCode::CREATED, "made"))
+            },
+        ));
+    let req = |version: &'static str| {
+        Request::post("/orders")
+            .header("x-request-key", "\"t-names\"")
+            .header("api-version", version)
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap()
+    };
+    let first = svc.clone().oneshot(req("1")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CREATED);
+    first.into_body().collect().await.unwrap();
+    let retry = svc.clone().oneshot(req("1")).await.unwrap();
+    assert_eq!(retry.headers()["x-replayed"], "true");
+    let other_version = svc.oneshot(req("2")).await.unwrap();
+    assert_eq!(other_version.status(), StatusCode::UNPROCESSABLE_ENTITY);
+
+    for (option, builder) in [
+        (
+            "replayed_header",
+            IdempotencyLayer::builder(LockEngine::in_memory()).replayed_header("x replayed"),
+        ),
+        (
+            "fingerprint_headers",
+            IdempotencyLayer::builder(LockEngine::in_memory())
+                .fingerprint_headers(["api-version", "x replayed"]),
+        ),
+        (
+            "key_header",
+            IdempotencyLayer::builder(LockEngine::in_memory()).key_header("x replayed"),
+        ),
+    ] {
+        let err = builder.unscoped().build().unwrap_err();
+        assert_eq!(
+            err,
+            ConfigError::InvalidHeaderName {
+                option,
+                name: "x replayed".to_owned()
+            }
+        );
+    }
+}

@@ -8,7 +8,7 @@ use super::{
     connector::{ClientSource, Connector},
     millis,
     pool::ServerPool,
-    scripts, server_checks,
+    scripts, server_checks, tls,
     wakeup::{self, Subscriber, Wakeup},
 };
 use crate::{BackendError, BackendErrorKind, BoxFuture};
@@ -41,6 +41,9 @@ pub(super) trait Target: fmt::Debug + Send + Sync {
     fn is_cluster(&self) -> bool {
         false
     }
+
+    /// Whether its connections speak TLS (then rustls needs a crypto provider: [`tls`]).
+    fn uses_tls(&self) -> bool;
 }
 
 /// One server: a URL, or a client or connection settings the application configured.
@@ -73,6 +76,14 @@ impl Target for Server {
             })?;
             Ok(one_server(Box::new(client), timeout, pool_size))
         })
+    }
+
+    fn uses_tls(&self) -> bool {
+        match self {
+            Self::Url(url) => tls::is_tls_url(url),
+            Self::Client(client) => tls::is_tls(client.get_connection_info()),
+            Self::Info(info) => tls::is_tls(info),
+        }
     }
 }
 
@@ -181,7 +192,9 @@ impl RedisBackendBuilder {
     /// Validate the configuration, connect, and check that the server answers.
     ///
     /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
-    /// timeout, for a server whose `maxmemory-policy` may evict keys (see
+    /// timeout, for a TLS address while no rustls crypto provider is installed for the
+    /// process (feature `redis-tls`: install the one your application uses with
+    /// `rustls::crypto::CryptoProvider::install_default`), for a server whose `maxmemory-policy` may evict keys (see
     /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
     /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
     /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
@@ -221,6 +234,9 @@ impl RedisBackendBuilder {
                 Some(ReplicaAck { replicas, timeout })
             }
         };
+        if self.target.uses_tls() {
+            tls::provider_installed()?;
+        }
         let cluster = self.target.is_cluster();
         let (commands, subscriber) = self
             .target
@@ -298,6 +314,32 @@ mod tests {
             assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
         }
         let err = builder().build().await.unwrap_err();
+        assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
+    }
+
+    /// `redis-tls` enables no rustls crypto provider: with none installed for the process,
+    /// a TLS backend is a configuration error that says how to install one, before any
+    /// connection (rustls would panic choosing one). Nothing in this test binary installs
+    /// a provider.
+    #[cfg(feature = "redis-tls")]
+    #[tokio::test]
+    async fn tls_without_a_crypto_provider_is_a_config_error_not_a_panic() {
+        assert!(rustls::crypto::CryptoProvider::get_default().is_none());
+        let client = redis::Client::open("rediss://127.0.0.1:1").unwrap();
+        for builder in [
+            RedisBackend::builder("rediss://127.0.0.1:1"),
+            RedisBackend::from_client(client.clone()),
+            RedisBackend::from_connection_info(client.get_connection_info().clone()),
+        ] {
+            let err = builder.build().await.unwrap_err();
+            assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+            assert!(err.to_string().contains("install_default"), "{err}");
+        }
+        // Without TLS no provider is needed: nothing listens on port 1.
+        let err = RedisBackend::builder("redis://127.0.0.1:1")
+            .build()
+            .await
+            .unwrap_err();
         assert_eq!(err.kind(), BackendErrorKind::Unavailable, "{err}");
     }
 }

@@ -17,6 +17,7 @@ mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod server_checks;
+mod tls;
 mod wakeup;
 
 use std::{fmt, sync::Arc, time::Duration};

@@ -70,6 +70,10 @@ impl Target for Sentinels {
             Ok(one_server(Box::new(lookup), timeout, pool_size))
         })
     }
+
+    fn uses_tls(&self) -> bool {
+        self.urls.iter().any(|url| super::tls::is_tls_url(url))
+    }
 }
 
 /// The Sentinels and the service they watch.

@@ -2,7 +2,10 @@
 //! same lock engine and the same request locker as the tower [`LockLayer`].
 //!
 //! actix-web 4 is not built on tower (and speaks `http` 0.2), so it gets its own
-//! [`Transform`]: [`LockMiddleware`]. It does no lock logic of its own. Each request is
+//! [`Transform`]: [`LockMiddleware`], made from a [`LockLayer`] (`build()?.into()`), as
+//! [`ReplayMiddleware`] is from an [`IdempotencyLayer`]. Header names and methods are
+//! given as text or as actix's own types (`actix_web::http::Method::POST`): no second
+//! `http` crate is needed (tower-lock re-exports its own as `tower_lock::http`). It does no lock logic of its own. Each request is
 //! shown to the framework-neutral [`RequestLocker`] through [`ActixRequest`], a
 //! [`RequestView`] over actix's request head, and the locker's decision is mapped onto
 //! actix types: the same key extractors, the same `400`/`409`/`423`/`429`/`503` statuses,
@@ -21,6 +24,11 @@
 //!   which actix never polls, is released before it is handed to actix, the release
 //!   completed, so a client's next request never meets its own previous lease.
 //! - **Handlers see their lease** with the [`Locked`] and [`LockFence`] extractors.
+//! - **A rejection keeps the connection.** actix closes a connection whose request body
+//!   was left unread; before a rejection (`400`, `409`, `423`, `429`, `503`) the
+//!   middleware reads and drops a body of up to 64 KiB (`content-length`), so the client's
+//!   next request is served on the same connection, as under the tower layer. A larger
+//!   body is not read, and actix closes that connection.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -36,13 +44,12 @@
 //! #[actix_web::main]
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // Once, outside the app factory: all workers share this lock table.
-//!     let per_tenant = LockMiddleware::new(
-//!         LockLayer::builder(LockEngine::in_memory())
-//!             .key(HeaderKey::new("x-tenant-id".parse()?))
-//!             .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
-//!             .fifo(true)
-//!             .build_locker()?,
-//!     );
+//!     let per_tenant: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
+//!         .key(HeaderKey::new("x-tenant-id"))
+//!         .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
+//!         .fifo(true)
+//!         .build()?
+//!         .into();
 //!     HttpServer::new(move || {
 //!         App::new().service(
 //!             web::resource("/rebuild")
@@ -116,6 +123,7 @@
 //! the handler's own timeouts bound that.
 //!
 //! [`LockLayer`]: tower_lock::LockLayer
+//! [`IdempotencyLayer`]: tower_lock::IdempotencyLayer
 //! [`Transform`]: actix_web::dev::Transform
 //! [`RequestLocker`]: tower_lock::integration::RequestLocker
 //! [`RequestView`]: tower_lock::key::RequestView
@@ -131,6 +139,7 @@ mod middleware;
 mod replay;
 mod request;
 mod route_key;
+mod unread_body;
 
 pub use body::LockedBody;
 pub use extractors::{LockFence, LockNotInstalled, Locked};

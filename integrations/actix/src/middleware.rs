@@ -19,11 +19,15 @@ use tower_lock::{
     integration::{AfterHead, Outcome, RequestLocker},
 };
 
-use crate::{ActixRequest, LockedBody, http_conversion::to_actix_response};
+use crate::{
+    ActixRequest, LockedBody, http_conversion::to_actix_response, unread_body::discard_small_body,
+};
 
 /// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
-/// service per lock key, as configured by a [`RequestLocker`].
+/// service per lock key, as configured by a [`LockLayer`]'s builder.
 ///
+/// Made one way: `LockLayer::builder(engine)…build()?.into()` (or
+/// `LockMiddleware::from(&layer)`, which shares the layer's locks with its tower services).
 /// Build it once, outside the `HttpServer::new` app factory, and clone it into the
 /// factory: clones share one lock table and one set of metrics (see the
 /// [crate docs](crate)). Wrap a [`web::resource`](actix_web::web::resource) or
@@ -35,12 +39,6 @@ pub struct LockMiddleware {
 }
 
 impl LockMiddleware {
-    /// A middleware locking with `locker` (from
-    /// [`LockLayerBuilder::build_locker`](tower_lock::LockLayerBuilder::build_locker)).
-    pub fn new(locker: RequestLocker) -> Self {
-        Self { locker }
-    }
-
     /// The framework-neutral runtime core the middleware locks with.
     pub fn locker(&self) -> &RequestLocker {
         &self.locker
@@ -52,23 +50,19 @@ impl LockMiddleware {
     }
 }
 
-impl From<RequestLocker> for LockMiddleware {
-    fn from(locker: RequestLocker) -> Self {
-        Self::new(locker)
-    }
-}
-
 /// The middleware shares the layer's locker: a tower service and an actix app built from
 /// one layer exclude each other.
 impl From<LockLayer> for LockMiddleware {
     fn from(layer: LockLayer) -> Self {
-        Self::new(layer.locker().clone())
+        Self::from(&layer)
     }
 }
 
 impl From<&LockLayer> for LockMiddleware {
     fn from(layer: &LockLayer) -> Self {
-        Self::new(layer.locker().clone())
+        Self {
+            locker: layer.locker().clone(),
+        }
     }
 }
 
@@ -122,7 +116,7 @@ where
 
     actix_web::dev::forward_ready!(service);
 
-    fn call(&self, req: ServiceRequest) -> Self::Future {
+    fn call(&self, mut req: ServiceRequest) -> Self::Future {
         // The key is extracted now, while the request is borrowed; the returned future
         // (the wait, if any) owns everything it needs.
         let acquire = self.locker.acquire(&ActixRequest::from(&req));
@@ -142,6 +136,7 @@ where
                 Outcome::Rejected(rejection) => {
                     let response =
                         to_actix_response(locker.respond(rejection, &ActixRequest::from(&req)));
+                    discard_small_body(&mut req).await;
                     return Ok(req.into_response(response).map_into_right_body());
                 }
             };

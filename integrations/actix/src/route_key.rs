@@ -33,7 +33,7 @@ use crate::http_request;
 /// # fn main() -> Result<(), tower_lock::ConfigError> {
 /// let per_tenant: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
 ///     .key(RouteKey::param("id"))
-///     .build_locker()?
+///     .build()?
 ///     .into();
 /// let app = App::new().service(
 ///     web::resource("/tenants/{id}/jobs")

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use tower_lock::{LockEngine, engine::redis::RedisBackend};
+use tower_lock::LockEngine;
+use tower_lock_engine::redis::RedisBackend;
 
 use super::RedisServer;
 

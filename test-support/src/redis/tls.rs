@@ -24,7 +24,12 @@ pub struct TlsRedis {
 impl TlsRedis {
     /// Make a CA and a server certificate for `127.0.0.1` in a fresh directory, then start
     /// the server. Panics if `openssl` is missing or the server was built without TLS.
+    ///
+    /// Also installs rustls's `ring` provider as the process's crypto provider (unless one
+    /// is installed already), as an application using TLS to Redis does once at startup:
+    /// the engine's `redis-tls` feature enables no provider of its own.
     pub fn start() -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = std::env::temp_dir().join(format!(
             "tower-lock-tls-{}-{}",
             std::process::id(),

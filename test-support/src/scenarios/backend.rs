@@ -204,7 +204,7 @@ async fn cluster_engine(prefix: &str) -> LockEngine {
     let cluster = tokio::task::spawn_blocking(crate::redis::RedisCluster::shared)
         .await
         .unwrap();
-    let backend = tower_lock::engine::redis::RedisBackend::cluster(cluster.urls())
+    let backend = tower_lock_engine::redis::RedisBackend::cluster(cluster.urls())
         .prefix(prefix)
         .build()
         .await

@@ -49,6 +49,10 @@ impl Target for Nodes {
     fn is_cluster(&self) -> bool {
         true
     }
+
+    fn uses_tls(&self) -> bool {
+        self.0.iter().any(|url| super::tls::is_tls_url(url))
+    }
 }
 
 /// One cluster connection for commands (redis-rs keeps one multiplexed connection per node

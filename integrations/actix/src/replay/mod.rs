@@ -23,7 +23,10 @@ use tower_lock::{
 pub use body::ReplayBody;
 use body::{Handled, spawn};
 
-use crate::{ActixRequest, http_conversion::to_actix_response, middleware::LocalBoxFuture};
+use crate::{
+    ActixRequest, http_conversion::to_actix_response, middleware::LocalBoxFuture,
+    unread_body::discard_small_body,
+};
 
 /// Idempotency with response replay for actix-web: the actix counterpart of
 /// [`IdempotencyLayer`], with the same semantics (see [`tower_lock::idempotency`]).
@@ -52,21 +55,9 @@ pub struct ReplayMiddleware {
 }
 
 impl ReplayMiddleware {
-    /// A middleware over `replay` (from
-    /// [`IdempotencyLayerBuilder::build_replay_locker`](tower_lock::IdempotencyLayerBuilder::build_replay_locker)).
-    pub fn new(replay: ReplayLocker) -> Self {
-        Self { replay }
-    }
-
     /// The middleware's counters and histograms (replays included).
     pub fn metrics(&self) -> LockMetrics {
         self.replay.locker().metrics()
-    }
-}
-
-impl From<ReplayLocker> for ReplayMiddleware {
-    fn from(replay: ReplayLocker) -> Self {
-        Self::new(replay)
     }
 }
 
@@ -74,13 +65,15 @@ impl From<ReplayLocker> for ReplayMiddleware {
 /// layer replay each other's responses.
 impl From<IdempotencyLayer> for ReplayMiddleware {
     fn from(layer: IdempotencyLayer) -> Self {
-        Self::new(layer.replay_locker().clone())
+        Self::from(&layer)
     }
 }
 
 impl From<&IdempotencyLayer> for ReplayMiddleware {
     fn from(layer: &IdempotencyLayer) -> Self {
-        Self::new(layer.replay_locker().clone())
+        Self {
+            replay: layer.replay_locker().clone(),
+        }
     }
 }
 
@@ -143,7 +136,10 @@ where
                     let res = service.call(req).await?;
                     return Ok(res.map_body(|_, b| EitherBody::left(ReplayBody::plain(b))));
                 }
-                Err(rejection) => return reject(req, rejection),
+                Err(rejection) => {
+                    discard_small_body(&mut req).await;
+                    return reject(req, rejection);
+                }
             };
             // The whole body, before the lock.
             let limit = replay.max_request_body();

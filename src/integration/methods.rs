@@ -1,0 +1,109 @@
+//! [`LockedMethods`]: which request methods a layer locks, and the checks of the method
+//! names a builder was given.
+
+use http::Method;
+
+use crate::config_error::ConfigError;
+
+/// The safe methods of RFC 9110 §9.2.1: a client asks nothing to change with them, so the
+/// default leaves them unlocked (a CORS preflight `OPTIONS`, a status `GET`, a `HEAD`
+/// never wait behind a write, nor meet a `423`).
+const SAFE: [Method; 4] = [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE];
+
+/// The methods registered in RFC 9110 and RFC 5789 (`PATCH`), each in its one spelling.
+const STANDARD: [Method; 9] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::DELETE,
+    Method::CONNECT,
+    Method::OPTIONS,
+    Method::TRACE,
+    Method::PATCH,
+];
+
+/// Which methods take a lock; the others pass through unlocked, with no key extracted.
+#[derive(Debug, Clone)]
+pub(crate) enum LockedMethods {
+    /// Every method but the safe ones (the default): extension methods are locked too.
+    Unsafe,
+    /// Exactly these (the builder's `methods([..])`), safe ones included if named.
+    Only(Box<[Method]>),
+}
+
+impl LockedMethods {
+    /// The methods named by `names` (`None`: the default), checked: at least one, each a
+    /// method token, none a standard method in the wrong case.
+    pub(crate) fn from_names(names: Option<Vec<String>>) -> Result<Self, ConfigError> {
+        let Some(names) = names else {
+            return Ok(Self::Unsafe);
+        };
+        if names.is_empty() {
+            return Err(ConfigError::NoMethods);
+        }
+        let methods = names
+            .into_iter()
+            .map(|name| match Method::from_bytes(name.as_bytes()) {
+                // `post` parses as an extension method that no client sends for `POST`.
+                Ok(method) if !is_miscased(&name) => Ok(method),
+                _ => Err(ConfigError::InvalidMethod(name)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self::Only(methods))
+    }
+
+    /// Whether a request with `method` takes a lock.
+    pub(crate) fn locks(&self, method: &str) -> bool {
+        match self {
+            Self::Unsafe => !SAFE.iter().any(|safe| safe.as_str() == method),
+            Self::Only(methods) => methods.iter().any(|m| m.as_str() == method),
+        }
+    }
+}
+
+/// Whether `name` is a standard method spelled in another case (`post`, `Get`).
+pub(crate) fn is_miscased(name: &str) -> bool {
+    STANDARD
+        .iter()
+        .any(|m| m.as_str() != name && m.as_str().eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|&n| n.to_owned()).collect())
+    }
+
+    #[test]
+    fn the_default_locks_every_method_but_the_safe_ones() {
+        let methods = LockedMethods::from_names(None).unwrap();
+        for method in ["GET", "HEAD", "OPTIONS", "TRACE"] {
+            assert!(!methods.locks(method), "{method}");
+        }
+        for method in ["POST", "PUT", "PATCH", "DELETE", "CONNECT", "PURGE"] {
+            assert!(methods.locks(method), "{method}");
+        }
+    }
+
+    #[test]
+    fn a_list_locks_exactly_what_it_names() {
+        let methods = LockedMethods::from_names(names(&["GET", "PURGE"])).unwrap();
+        assert!(methods.locks("GET") && methods.locks("PURGE"));
+        assert!(!methods.locks("POST") && !methods.locks("get"));
+    }
+
+    #[test]
+    fn names_that_cannot_be_methods_are_refused() {
+        for bad in ["", "PO ST", "post", "Get"] {
+            let err = LockedMethods::from_names(names(&["PUT", bad])).unwrap_err();
+            assert_eq!(err, ConfigError::InvalidMethod(bad.to_owned()));
+        }
+        assert_eq!(
+            LockedMethods::from_names(names(&[])).unwrap_err(),
+            ConfigError::NoMethods
+        );
+    }
+}
