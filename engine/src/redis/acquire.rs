@@ -172,7 +172,10 @@ impl Inner {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        inv.arg(if renamed { "1" } else { "0" });
+        // Only after a failed refresh: an argument costs an allocation on every attempt.
+        if renamed {
+            inv.arg("1");
+        }
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
                 None => {

@@ -97,7 +97,7 @@ pub(super) fn one_server(
 ) -> (Commands, Subscriber) {
     let connector = Arc::new(Connector::new(client, timeout));
     let pool = ServerPool::new(connector.clone(), pool_size, timeout);
-    (Commands::new(pool, timeout), wakeup::single(connector))
+    (Commands::server(pool, timeout), wakeup::single(connector))
 }
 
 impl RedisBackendBuilder {

@@ -30,10 +30,17 @@ pub(crate) trait Connections: Send + Sync {
 
 /// A command connection: one server's multiplexed connection, or a cluster connection.
 /// Cloning shares the socket(s): commands sent on a clone run in order with the others.
-pub(crate) struct Conn(Box<dyn CommandConnection>);
+///
+/// One server's connection is held as it is: every call takes one (and a waiter pins a
+/// clone), so boxing it would cost allocations on every acquire and release. Other kinds
+/// (a cluster connection) go through a box, which keeps their types out of this file.
+pub(crate) enum Conn {
+    Server(redis::aio::MultiplexedConnection),
+    Other(Box<dyn CommandConnection>),
+}
 
 /// What a command connection is: a redis-rs connection that can be cloned.
-trait CommandConnection: ConnectionLike + Send + Sync {
+pub(crate) trait CommandConnection: ConnectionLike + Send + Sync {
     fn clone_box(&self) -> Box<dyn CommandConnection>;
 }
 
@@ -44,21 +51,33 @@ impl<C: ConnectionLike + Clone + Send + Sync + 'static> CommandConnection for C 
 }
 
 impl Conn {
-    /// Wrap a redis-rs connection.
+    // The way in for connections of another kind: only the cluster backend has one.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    /// Wrap a redis-rs connection of another kind than one server's.
     pub(crate) fn new(conn: impl ConnectionLike + Clone + Send + Sync + 'static) -> Self {
-        Self(Box::new(conn))
+        Self::Other(Box::new(conn))
+    }
+
+    fn inner(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Self::Server(conn) => conn,
+            Self::Other(conn) => conn.as_mut(),
+        }
     }
 }
 
 impl Clone for Conn {
     fn clone(&self) -> Self {
-        Self(self.0.clone_box())
+        match self {
+            Self::Server(conn) => Self::Server(conn.clone()),
+            Self::Other(conn) => Self::Other(conn.clone_box()),
+        }
     }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
-        self.0.req_packed_command(cmd)
+        self.inner().req_packed_command(cmd)
     }
 
     fn req_packed_commands<'a>(
@@ -67,18 +86,46 @@ impl ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisFuture<'a, Vec<Value>> {
-        self.0.req_packed_commands(cmd, offset, count)
+        self.inner().req_packed_commands(cmd, offset, count)
     }
 
     fn get_db(&self) -> i64 {
-        self.0.get_db()
+        match self {
+            Self::Server(conn) => conn.get_db(),
+            Self::Other(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// Where [`Commands`] gets its connections: one server's pool, called directly (every call
+/// takes a connection, and a boxed future per call would cost an allocation), or another
+/// [`Connections`] (a cluster).
+enum Source {
+    Server(super::pool::ServerPool),
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    Other(Box<dyn Connections>),
+}
+
+impl Source {
+    async fn get(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
+        match self {
+            Self::Server(pool) => pool.conn(what, deadline).await,
+            Self::Other(connections) => connections.get(what, deadline).await,
+        }
+    }
+
+    fn retire(&self) {
+        match self {
+            Self::Server(pool) => pool.retire(),
+            Self::Other(connections) => connections.retire(),
+        }
     }
 }
 
 /// Every call of the backend goes through [`Commands::invoke`] (or its siblings): the
 /// command connections plus the command timeout.
 pub(crate) struct Commands {
-    connections: Box<dyn Connections>,
+    connections: Source,
     timeout: Duration,
 }
 
@@ -101,10 +148,20 @@ pub(crate) struct ReplicaAck {
 }
 
 impl Commands {
-    /// Calls over `connections`, each within `timeout`.
+    /// Calls over one server's `pool`, each within `timeout`.
+    pub(crate) fn server(pool: super::pool::ServerPool, timeout: Duration) -> Self {
+        Self {
+            connections: Source::Server(pool),
+            timeout,
+        }
+    }
+
+    // The way in for connections of another kind: only the cluster backend has one.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    /// Calls over `connections` of another kind, each within `timeout`.
     pub(crate) fn new(connections: impl Connections + 'static, timeout: Duration) -> Self {
         Self {
-            connections: Box::new(connections),
+            connections: Source::Other(Box::new(connections)),
             timeout,
         }
     }

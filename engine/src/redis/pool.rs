@@ -11,10 +11,10 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::{
-    commands::{Conn, Connections, map_error, timed_out},
+    commands::{Conn, map_error, timed_out},
     connector::{Connector, PooledConn},
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture, runtime};
+use crate::{BackendError, BackendErrorKind, runtime};
 
 /// The command connections to one server (for Sentinel: to the primary it names now).
 pub(crate) struct ServerPool {
@@ -48,11 +48,15 @@ impl ServerPool {
     }
 
     /// A connection for one call, within `deadline`.
-    async fn conn(&self, what: &'static str, deadline: Instant) -> Result<Conn, BackendError> {
+    pub(super) async fn conn(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+    ) -> Result<Conn, BackendError> {
         let connector = &self.connector;
         let Some(_trying) = connector.admit(what, deadline).await? else {
             let conn = self.checkout(what, deadline).await?;
-            return Ok(Conn::new(conn.inner.clone()));
+            return Ok(Conn::Server(conn.inner.clone()));
         };
         // The one call trying during an outage connects by itself: bb8 would have it wait
         // for a connect it counts as pending although that one has failed already, and
@@ -67,7 +71,7 @@ impl ServerPool {
         let inner = conn.inner.clone();
         // Kept for the calls that follow (dropped if the pool is full).
         let _ = self.pool.add(conn);
-        Ok(Conn::new(inner))
+        Ok(Conn::Server(inner))
     }
 
     async fn checkout(
@@ -119,16 +123,9 @@ impl ServerPool {
     }
 }
 
-impl Connections for ServerPool {
-    fn get<'a>(
-        &'a self,
-        what: &'static str,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<Conn, BackendError>> {
-        Box::pin(self.conn(what, deadline))
-    }
-
-    fn retire(&self) {
+impl ServerPool {
+    /// After a connection-level failure: retire every connection made so far.
+    pub(super) fn retire(&self) {
         self.connector.invalidate();
     }
 }

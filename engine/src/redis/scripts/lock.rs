@@ -14,7 +14,7 @@ use super::PRELUDE;
 ///   limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its ticket
 ///   carries), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the deadline of this waiter's
 ///   registered member as the last reply gave it (`''`: not registered; a registration is
-///   a new one), `ARGV[9]` `'1'` when the waiter's last refresh failed: it may have landed
+///   a new one), `ARGV[9]` `'1'` (absent otherwise) when the waiter's last refresh failed: it may have landed
 ///   unseen and renamed the member, so a member by that name that is gone is looked for by
 ///   its ticket id (and keeps its place).
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
