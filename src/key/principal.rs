@@ -71,6 +71,10 @@ where
     fn validate(&self) -> Result<(), String> {
         self.inner.validate()
     }
+
+    fn needs_extensions(&self) -> bool {
+        true
+    }
 }
 
 /// The error of a principal scope that finds no principal of type `P` in the request.

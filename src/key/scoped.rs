@@ -73,6 +73,10 @@ impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
         self.scope.as_ref().map_err(Clone::clone)?;
         self.inner.validate()
     }
+
+    fn needs_extensions(&self) -> bool {
+        self.inner.needs_extensions()
+    }
 }
 
 #[cfg(test)]
