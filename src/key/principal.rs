@@ -119,4 +119,13 @@ mod tests {
         assert_eq!(none.kind(), crate::key::ExtractErrorKind::Misconfigured);
         assert!(k.kind().starts_with("principal(") && k.kind().ends_with(",idempotency-key)"));
     }
+
+    #[test]
+    fn principal_keys_need_the_extensions_and_wrappers_say_so() {
+        let principal = || PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
+        assert!(principal().needs_extensions());
+        assert!(crate::key::ScopedKey::new("x-tenant", principal()).needs_extensions());
+        assert!(!crate::key::ScopedKey::new("x-tenant", IdempotencyKey::new()).needs_extensions());
+        assert!(!IdempotencyKey::new().needs_extensions());
+    }
 }
