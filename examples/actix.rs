@@ -45,7 +45,7 @@ impl Guards {
                     Some(common::authenticate(req.header("authorization"))?.0)
                 }))
                 .build()?
-                .into(),
+                .try_into()?,
             // One lock per tenant and endpoint: the `id` matched in `/tenants/{id}/...`,
             // percent-decoded as `web::Path` decodes it (`acm%65` is `acme`).
             jobs: LockLayer::builder(engine.clone())
@@ -54,11 +54,11 @@ impl Guards {
                 .fifo(true)
                 .max_waiters(4)
                 .build()?
-                .into(),
+                .try_into()?,
             import: LockLayer::builder(engine)
                 .key(RouteKey::param("id"))
                 .build()?
-                .into(),
+                .try_into()?,
             work,
         })
     }

@@ -43,6 +43,10 @@ pub enum ConfigError {
     /// given as text that is not one); the reason from
     /// [`KeyExtractor::validate`](crate::key::KeyExtractor::validate).
     Extractor(String),
+    /// The key extractor (its kind here) reads a principal from the request's `http`
+    /// extensions, and the framework the middleware was made for (actix-web) carries none:
+    /// no request would ever have a key.
+    NeedsExtensions(String),
     /// The namespace (or, with it, the extractor's kind) is not valid key material: a
     /// control character, or too long to leave room for a value.
     Namespace(KeyError),
@@ -115,6 +119,12 @@ impl fmt::Display for ConfigError {
                 "the idempotency preset answers duplicates with 409 at once; it cannot wait",
             ),
             Self::Extractor(reason) => write!(f, "invalid key extractor: {reason}"),
+            Self::NeedsExtensions(kind) => write!(
+                f,
+                "the key `{kind}` reads a principal from the request's http extensions, which actix-web requests do not carry, so no request would have a key: \
+                 scope by a header instead (`ScopedKey::new(\"x-tenant-id\", key)`, or `.scope_by(HeaderKey::new(\"x-tenant-id\"))` for the idempotency preset) \
+                 set by a gateway that vouches for it, or by a `key::from_fn` closure that reads actix's extensions through `tower_lock_actix::http_request`"
+            ),
             Self::Namespace(e) => write!(f, "invalid key namespace: {e}"),
         }
     }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
 use crate::{
-    KeyError,
+    ConfigError, KeyError,
     engine::{LockEngine, LockKey},
     key::{ExtractErrorKind, RequestView},
     metrics::LockMetrics,
@@ -203,6 +203,19 @@ impl RequestLocker {
     /// When leases are released.
     pub fn release_point(&self) -> ReleasePoint {
         self.shared.config.release
+    }
+
+    /// Whether the locker can key requests that carry no `http` extensions
+    /// ([`RequestView::extensions`] is `None`, as under actix-web):
+    /// [`ConfigError::NeedsExtensions`] when its key extractor reads a principal from them,
+    /// for a framework integration to refuse when its middleware is made. A key that cannot
+    /// tell (a closure) is left to the request: a `500` naming the cause in the log.
+    pub fn check_without_extensions(&self) -> Result<(), ConfigError> {
+        let extractor = &self.shared.config.extractor;
+        if extractor.needs_extensions() {
+            return Err(ConfigError::NeedsExtensions(extractor.kind().to_owned()));
+        }
+        Ok(())
     }
 
     /// The locker's counters and histograms.

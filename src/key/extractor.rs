@@ -57,4 +57,14 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn validate(&self) -> Result<(), String> {
         Ok(())
     }
+
+    /// Whether the extractor reads the request's `http` extensions
+    /// ([`RequestView::extensions`]) and finds no key without them, as a principal scope
+    /// does: a framework whose requests carry none (actix-web) then refuses the layer when
+    /// its middleware is made, rather than answering every request `500`. Wrappers forward
+    /// their inner extractors'. The default (`false`) leaves that to the request.
+    #[doc(hidden)]
+    fn needs_extensions(&self) -> bool {
+        false
+    }
 }

@@ -75,7 +75,7 @@ impl KeyExtractor for HeaderKey {
         let name = self
             .name
             .as_ref()
-            .map_err(|e| ExtractError::malformed(e.clone()))?;
+            .map_err(|e| ExtractError::misconfigured(e.clone()))?;
         match header_str(req, name)? {
             None => Err(ExtractError::missing(format!("the {name} header"))),
             Some("") => Err(ExtractError::missing(format!(

@@ -2,7 +2,7 @@
 
 use http::HeaderName;
 
-use super::{ExtractError, KeyExtractor, RequestView};
+use super::{ExtractError, KeyExtractor, RequestView, header::parse_name};
 
 /// The longest idempotency key accepted, in characters.
 pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
@@ -18,8 +18,9 @@ pub const MAX_IDEMPOTENCY_KEY_LEN: usize = 255;
 /// (`X-Idempotency-Key` is common); its kind is then `idempotency-key(<name>)`.
 #[derive(Debug, Clone, Default)]
 pub struct IdempotencyKey {
-    /// `None`: `Idempotency-Key`.
-    header: Option<(HeaderName, String)>,
+    /// `None`: `Idempotency-Key`. Otherwise the header (or why the name given is not one)
+    /// and the kind.
+    header: Option<(Result<HeaderName, String>, String)>,
 }
 
 impl IdempotencyKey {
@@ -28,22 +29,28 @@ impl IdempotencyKey {
         Self { header: None }
     }
 
-    /// The header called `name`, with the syntax of `Idempotency-Key`.
+    /// The header named `name` (any case), with the syntax of `Idempotency-Key`: given as
+    /// text, or as a `HeaderName` of either `http` version, as for
+    /// [`HeaderKey::new`](super::HeaderKey::new). A name that is not a valid header name
+    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
     ///
     /// ```
-    /// use http::HeaderName;
     /// use tower_lock::key::{IdempotencyKey, KeyExtractor};
     ///
-    /// let key = IdempotencyKey::header(HeaderName::from_static("x-idempotency-key"));
+    /// let key = IdempotencyKey::header("X-Idempotency-Key");
     /// let req = http::Request::post("/").header("x-idempotency-key", "\"k-1\"").body(()).unwrap();
     /// assert_eq!(key.extract(&req).unwrap().as_deref(), Some("k-1"));
     /// assert_eq!(key.kind(), "idempotency-key(x-idempotency-key)");
+    /// assert!(IdempotencyKey::header("x idempotency key").validate().is_err());
     /// ```
-    pub fn header(name: HeaderName) -> Self {
-        if name == "idempotency-key" {
-            return Self::new();
-        }
-        let kind = format!("idempotency-key({name})");
+    pub fn header(name: impl AsRef<str>) -> Self {
+        let name = parse_name(name.as_ref());
+        let kind = match &name {
+            Ok(name) if name == "idempotency-key" => return Self::new(),
+            Ok(name) => format!("idempotency-key({name})"),
+            Err(_) => "idempotency-key()".to_owned(),
+        };
         Self {
             header: Some((name, kind)),
         }
@@ -116,10 +123,12 @@ fn unquote(inner: &[u8]) -> Result<Vec<u8>, ExtractError> {
 
 impl KeyExtractor for IdempotencyKey {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        let name = self
-            .header
-            .as_ref()
-            .map_or("idempotency-key", |(n, _)| n.as_str());
+        let name = match &self.header {
+            None => "idempotency-key",
+            Some((Ok(name), _)) => name.as_str(),
+            // Unreachable through a built layer, which `validate` refused.
+            Some((Err(e), _)) => return Err(ExtractError::misconfigured(e.clone())),
+        };
         match req.header(name) {
             None if self.header.is_none() => {
                 Err(ExtractError::missing("an Idempotency-Key header"))
@@ -133,6 +142,13 @@ impl KeyExtractor for IdempotencyKey {
         self.header
             .as_ref()
             .map_or("idempotency-key", |(_, kind)| kind.as_str())
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match &self.header {
+            Some((Err(e), _)) => Err(e.clone()),
+            _ => Ok(()),
+        }
     }
 }
 

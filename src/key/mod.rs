@@ -7,13 +7,12 @@
 //! types implements [`RequestView`] for its own request.
 //!
 //! ```
-//! use http::HeaderName;
 //! use tower_lock::key::{self, HeaderKey, IdempotencyKey, KeyExtractor, ScopedKey};
 //!
 //! // One lock per tenant.
-//! let per_tenant = HeaderKey::new(HeaderName::from_static("x-tenant-id"));
+//! let per_tenant = HeaderKey::new("x-tenant-id");
 //! // One lock per idempotency key, within a tenant.
-//! let idempotent = ScopedKey::new(HeaderName::from_static("x-tenant-id"), IdempotencyKey::new());
+//! let idempotent = ScopedKey::new("x-tenant-id", IdempotencyKey::new());
 //! // Anything else: a closure, under a kind of its own.
 //! let per_account = key::from_fn("account", |req| {
 //!     req.path().strip_prefix("/accounts/").map(|rest| rest.split('/').next().unwrap_or("").to_owned())
@@ -75,18 +74,14 @@ pub(crate) fn test_request(headers: &[(&str, &str)]) -> http::Request<()> {
 
 #[cfg(test)]
 mod tests {
-    use http::HeaderName;
-
     use super::*;
 
     #[test]
     fn every_built_in_extractor_has_a_kind_of_its_own() {
-        let tenant = || HeaderName::from_static("x-tenant");
-        let header = HeaderKey::new(tenant());
+        let header = HeaderKey::new("x-tenant");
         let idempotency = IdempotencyKey::new();
-        let scoped = ScopedKey::new(tenant(), IdempotencyKey::new());
-        let scoped_header =
-            ScopedKey::new(tenant(), HeaderKey::new(HeaderName::from_static("x-k")));
+        let scoped = ScopedKey::new("x-tenant", IdempotencyKey::new());
+        let scoped_header = ScopedKey::new("x-tenant", HeaderKey::new("x-k"));
         let global = GlobalKey::new("g");
         let closure = from_fn("account", |_| None);
         let kinds = [

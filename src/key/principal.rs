@@ -71,6 +71,10 @@ where
     fn validate(&self) -> Result<(), String> {
         self.inner.validate()
     }
+
+    fn needs_extensions(&self) -> bool {
+        true
+    }
 }
 
 /// The error of a principal scope that finds no principal of type `P` in the request.
@@ -114,5 +118,14 @@ mod tests {
         let none = k.extract(&req(&[("idempotency-key", "k")])).unwrap_err();
         assert_eq!(none.kind(), crate::key::ExtractErrorKind::Misconfigured);
         assert!(k.kind().starts_with("principal(") && k.kind().ends_with(",idempotency-key)"));
+    }
+
+    #[test]
+    fn principal_keys_need_the_extensions_and_wrappers_say_so() {
+        let principal = || PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
+        assert!(principal().needs_extensions());
+        assert!(crate::key::ScopedKey::new("x-tenant", principal()).needs_extensions());
+        assert!(!crate::key::ScopedKey::new("x-tenant", IdempotencyKey::new()).needs_extensions());
+        assert!(!IdempotencyKey::new().needs_extensions());
     }
 }

@@ -22,20 +22,24 @@ pub struct ScopedKey<K> {
 }
 
 impl<K: KeyExtractor> ScopedKey<K> {
-    /// Scope `inner` by the value of header `scope`.
-    pub fn new(scope: HeaderName, inner: K) -> Self {
-        let kind = format!("scoped({scope},{})", inner.kind());
-        Self {
-            scope: Ok(scope),
-            inner,
-            kind,
-        }
-    }
-
-    /// Scope `inner` by the value of the header named `scope`, given as text (see
-    /// [`HeaderKey::new`](super::HeaderKey::new): an invalid name fails `build`).
-    pub fn named(scope: &str, inner: K) -> Self {
-        let scope = parse_name(scope);
+    /// Scope `inner` by the value of the header named `scope` (any case): given as text,
+    /// or as a `HeaderName` of either `http` version, as for
+    /// [`HeaderKey::new`](super::HeaderKey::new). A name that is not a valid header name
+    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
+    ///
+    /// ```
+    /// use tower_lock::{ConfigError, LockEngine, LockLayer, key::{IdempotencyKey, ScopedKey}};
+    ///
+    /// let per_tenant = ScopedKey::new("X-Tenant-Id", IdempotencyKey::new());
+    /// let layer = LockLayer::builder(LockEngine::in_memory()).key(per_tenant).build();
+    /// assert!(layer.is_ok());
+    /// let bad = ScopedKey::new("x tenant", IdempotencyKey::new());
+    /// let bad = LockLayer::builder(LockEngine::in_memory()).key(bad).build();
+    /// assert!(matches!(bad, Err(ConfigError::Extractor(_))));
+    /// ```
+    pub fn new(scope: impl AsRef<str>, inner: K) -> Self {
+        let scope = parse_name(scope.as_ref());
         let kind = match &scope {
             Ok(scope) => format!("scoped({scope},{})", inner.kind()),
             Err(_) => format!("scoped(,{})", inner.kind()),
@@ -46,10 +50,11 @@ impl<K: KeyExtractor> ScopedKey<K> {
 
 impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        // Unreachable through a built layer, which `validate` refused.
         let name = self
             .scope
             .as_ref()
-            .map_err(|e| ExtractError::malformed(e.clone()))?;
+            .map_err(|e| ExtractError::misconfigured(e.clone()))?;
         let scope = match header_str(req, name)? {
             None => return Err(ExtractError::missing(format!("the {name} header"))),
             Some("") => {
@@ -73,6 +78,10 @@ impl<K: KeyExtractor> KeyExtractor for ScopedKey<K> {
         self.scope.as_ref().map_err(Clone::clone)?;
         self.inner.validate()
     }
+
+    fn needs_extensions(&self) -> bool {
+        self.inner.needs_extensions()
+    }
 }
 
 #[cfg(test)]
@@ -82,7 +91,7 @@ mod tests {
 
     #[test]
     fn scoped_keys_of_different_tenants_differ_and_need_the_scope() {
-        let k = ScopedKey::new(HeaderName::from_static("x-tenant"), IdempotencyKey::new());
+        let k = ScopedKey::new("x-tenant", IdempotencyKey::new());
         let a = k.extract(&req(&[("x-tenant", "a|b"), ("idempotency-key", "c")]));
         let b = k.extract(&req(&[("x-tenant", "a"), ("idempotency-key", "b|c")]));
         assert_ne!(a.unwrap(), b.unwrap());
@@ -92,7 +101,7 @@ mod tests {
 
     #[test]
     fn scoped_values_escape_the_scope() {
-        let k = ScopedKey::new(HeaderName::from_static("x-tenant"), IdempotencyKey::new());
+        let k = ScopedKey::new("x-tenant", IdempotencyKey::new());
         let value = |tenant, key| {
             k.extract(&req(&[("x-tenant", tenant), ("idempotency-key", key)]))
                 .unwrap()

@@ -16,13 +16,14 @@ tower_lock_test_support::unavailable_backend_scenarios!(framework = actix);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extractors_see_the_lease_or_fail_with_500_without_one() {
-    let lock = LockMiddleware::from(
+    let lock = LockMiddleware::try_from(
         LockLayer::builder(LockEngine::in_memory())
             .key(header_key())
             .namespace("t")
             .build()
             .unwrap(),
-    );
+    )
+    .unwrap();
     let server = serve_actix(1, move || {
         App::new()
             .service(
@@ -70,7 +71,8 @@ async fn route_keys_lock_per_matched_route_and_parameter() {
             .key(key)
             .build()
             .unwrap()
-            .into()
+            .try_into()
+            .unwrap()
     };
     let (resource, scope, app_wide) = (
         layer(RouteKey::param("id")),
@@ -144,6 +146,62 @@ fn header_keys_named_by_text_are_checked_when_built() {
     assert!(matches!(bad, Err(ConfigError::Extractor(_))), "{bad:?}");
 }
 
+/// actix-web requests carry no `http` extensions, so a principal scope could never find
+/// its principal: making the middleware from such a layer fails, and says to scope by a
+/// header instead. A key that does not need the extensions (a header scope) is accepted.
+#[test]
+fn a_principal_scope_is_refused_when_the_actix_middleware_is_made() {
+    use std::fmt;
+    use tower_lock::{
+        IdempotencyLayer,
+        key::{HeaderKey, IdempotencyKey, PrincipalScopedKey},
+    };
+    use tower_lock_actix::ReplayMiddleware;
+
+    struct UserId(u64);
+    impl fmt::Display for UserId {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+    let assert_refused = |error: &dyn fmt::Display| {
+        let message = error.to_string();
+        assert!(message.contains("extensions"), "{message}");
+        assert!(message.contains("scope by a header"), "{message}");
+    };
+
+    let replay = IdempotencyLayer::builder(LockEngine::in_memory())
+        .per_principal::<UserId>()
+        .build()
+        .unwrap();
+    assert_refused(&ReplayMiddleware::try_from(replay).map(drop).unwrap_err());
+    let without_replay = IdempotencyLayer::builder(LockEngine::in_memory())
+        .per_principal::<UserId>()
+        .without_replay()
+        .build()
+        .unwrap();
+    assert_refused(
+        &LockMiddleware::try_from(without_replay)
+            .map(drop)
+            .unwrap_err(),
+    );
+    let principal_key = LockLayer::builder(LockEngine::in_memory())
+        .key(PrincipalScopedKey::<UserId, _>::new(IdempotencyKey::new()))
+        .build()
+        .unwrap();
+    assert_refused(
+        &LockMiddleware::try_from(&principal_key)
+            .map(drop)
+            .unwrap_err(),
+    );
+
+    let by_header = IdempotencyLayer::builder(LockEngine::in_memory())
+        .scope_by(HeaderKey::new("x-tenant-id"))
+        .build()
+        .unwrap();
+    assert!(ReplayMiddleware::try_from(by_header).is_ok());
+}
+
 /// actix-web's own `Method` (of `http` 0.2) names the locked methods: no second `http`
 /// crate in an actix application.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,7 +213,8 @@ async fn methods_are_named_with_actix_types() {
         .methods([Method::PUT, Method::GET])
         .build()
         .unwrap()
-        .into();
+        .try_into()
+        .unwrap();
     let server =
         serve_actix(1, move || {
             App::new().service(web::resource("/jobs").wrap(lock.clone()).to(
@@ -212,12 +271,14 @@ async fn a_rejection_keeps_the_connection_alive() {
         .key(HeaderKey::new("x-key"))
         .build()
         .unwrap()
-        .into();
+        .try_into()
+        .unwrap();
     let replay: ReplayMiddleware = IdempotencyLayer::builder(engine.clone())
         .unscoped()
         .build()
         .unwrap()
-        .into();
+        .try_into()
+        .unwrap();
     let server = serve_actix(1, move || {
         App::new()
             .service(

@@ -197,3 +197,51 @@ async fn closures_over_different_headers_do_not_share_locks() {
     );
     held.release().await.unwrap();
 }
+
+/// `ScopedKey::new` takes the scope header's name as text (any case), as `HeaderKey::new`
+/// does; an invalid name fails `build`, quoting the name.
+#[test]
+fn scoped_keys_take_their_scope_header_by_text_checked_when_built() {
+    use tower_lock::{
+        ConfigError,
+        key::{IdempotencyKey, KeyExtractor, ScopedKey},
+    };
+    let scoped = ScopedKey::new("X-Tenant-Id", IdempotencyKey::new());
+    assert_eq!(scoped.kind(), "scoped(x-tenant-id,idempotency-key)");
+    let ok = LockLayer::builder(LockEngine::in_memory())
+        .key(scoped)
+        .build();
+    assert!(ok.is_ok(), "{ok:?}");
+    let bad = LockLayer::builder(LockEngine::in_memory())
+        .key(ScopedKey::new("x tenant", IdempotencyKey::new()))
+        .build();
+    let Err(ConfigError::Extractor(reason)) = bad else {
+        panic!("an invalid scope header name was accepted: {bad:?}");
+    };
+    assert!(reason.contains("\"x tenant\""), "{reason}");
+}
+
+/// `IdempotencyKey::header` takes the header's name as text (any case); an invalid name
+/// fails `build`, quoting the name.
+#[test]
+fn idempotency_key_headers_are_named_by_text_checked_when_built() {
+    use tower_lock::{
+        ConfigError,
+        key::{IdempotencyKey, KeyExtractor},
+    };
+    let key = IdempotencyKey::header("X-Idempotency-Key");
+    assert_eq!(key.kind(), "idempotency-key(x-idempotency-key)");
+    assert_eq!(
+        IdempotencyKey::header("Idempotency-Key").kind(),
+        "idempotency-key"
+    );
+    let ok = LockLayer::builder(LockEngine::in_memory()).key(key).build();
+    assert!(ok.is_ok(), "{ok:?}");
+    let bad = LockLayer::builder(LockEngine::in_memory())
+        .key(IdempotencyKey::header("x idempotency key"))
+        .build();
+    let Err(ConfigError::Extractor(reason)) = bad else {
+        panic!("an invalid idempotency key header name was accepted: {bad:?}");
+    };
+    assert!(reason.contains("\"x idempotency key\""), "{reason}");
+}

@@ -72,15 +72,10 @@ impl Extractor {
             Self::Custom => builder.key(key::from_fn("custom", custom)),
             Self::Scoped(scope, inner) => match &**inner {
                 Self::Header(name) => {
-                    builder.key(ScopedKey::new(header(scope), HeaderKey::new(header(name))))
+                    builder.key(ScopedKey::new(scope, HeaderKey::new(header(name))))
                 }
-                Self::Idempotency => {
-                    builder.key(ScopedKey::new(header(scope), IdempotencyKey::new()))
-                }
-                Self::Custom => builder.key(ScopedKey::new(
-                    header(scope),
-                    key::from_fn("custom", custom),
-                )),
+                Self::Idempotency => builder.key(ScopedKey::new(scope, IdempotencyKey::new())),
+                Self::Custom => builder.key(ScopedKey::new(scope, key::from_fn("custom", custom))),
                 other => unreachable!("the model scopes no {other:?}"),
             },
         }

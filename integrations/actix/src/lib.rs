@@ -2,8 +2,10 @@
 //! same lock engine and the same request locker as the tower [`LockLayer`].
 //!
 //! actix-web 4 is not built on tower (and speaks `http` 0.2), so it gets its own
-//! [`Transform`]: [`LockMiddleware`], made from a [`LockLayer`] (`build()?.into()`), as
-//! [`ReplayMiddleware`] is from an [`IdempotencyLayer`]. Header names and methods are
+//! [`Transform`]: [`LockMiddleware`], made from a [`LockLayer`] (`build()?.try_into()?`), as
+//! [`ReplayMiddleware`] is from an [`IdempotencyLayer`]. Making it fails for a key that
+//! reads a principal from `http` extensions, which actix requests do not carry (scope by a
+//! header instead). Header names and methods are
 //! given as text or as actix's own types (`actix_web::http::Method::POST`): no second
 //! `http` crate is needed (tower-lock re-exports its own as `tower_lock::http`). It does no lock logic of its own. Each request is
 //! shown to the framework-neutral [`RequestLocker`] through [`ActixRequest`], a
@@ -49,7 +51,7 @@
 //!         .wait(Duration::from_secs(2)) // queue up to 2 s, then 429
 //!         .fifo(true)
 //!         .build()?
-//!         .into();
+//!         .try_into()?;
 //!     HttpServer::new(move || {
 //!         App::new().service(
 //!             web::resource("/rebuild")
@@ -76,9 +78,10 @@
 //! # #[actix_web::main]
 //! # async fn main() {
 //! let engine = LockEngine::in_memory();
-//! let lock = LockMiddleware::from(
+//! let lock = LockMiddleware::try_from(
 //!     IdempotencyLayer::builder(engine.clone()).without_replay().build().unwrap(),
-//! );
+//! )
+//! .unwrap();
 //! let app = test::init_service(
 //!     App::new().service(
 //!         web::resource("/orders")

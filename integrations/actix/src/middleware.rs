@@ -15,7 +15,7 @@ use actix_web::{
     http::Method,
 };
 use tower_lock::{
-    LockLayer, LockMetrics,
+    ConfigError, LockLayer, LockMetrics,
     integration::{AfterHead, Outcome, RequestLocker},
 };
 
@@ -26,8 +26,9 @@ use crate::{
 /// The tower-lock middleware for actix-web: a [`Transform`] that serializes the wrapped
 /// service per lock key, as configured by a [`LockLayer`]'s builder.
 ///
-/// Made one way: `LockLayer::builder(engine)…build()?.into()` (or
-/// `LockMiddleware::from(&layer)`, which shares the layer's locks with its tower services).
+/// Made one way: `LockLayer::builder(engine)…build()?.try_into()?` (or
+/// `LockMiddleware::try_from(&layer)?`, which shares the layer's locks with its tower
+/// services); it fails with [`ConfigError::NeedsExtensions`] for a principal-scoped key.
 /// Build it once, outside the `HttpServer::new` app factory, and clone it into the
 /// factory: clones share one lock table and one set of metrics (see the
 /// [crate docs](crate)). Wrap a [`web::resource`](actix_web::web::resource) or
@@ -51,18 +52,24 @@ impl LockMiddleware {
 }
 
 /// The middleware shares the layer's locker: a tower service and an actix app built from
-/// one layer exclude each other.
-impl From<LockLayer> for LockMiddleware {
-    fn from(layer: LockLayer) -> Self {
-        Self::from(&layer)
+/// one layer exclude each other. A layer keyed by a principal from the request's `http`
+/// extensions is refused ([`ConfigError::NeedsExtensions`]): actix requests carry none.
+impl TryFrom<LockLayer> for LockMiddleware {
+    type Error = ConfigError;
+
+    fn try_from(layer: LockLayer) -> Result<Self, ConfigError> {
+        Self::try_from(&layer)
     }
 }
 
-impl From<&LockLayer> for LockMiddleware {
-    fn from(layer: &LockLayer) -> Self {
-        Self {
+impl TryFrom<&LockLayer> for LockMiddleware {
+    type Error = ConfigError;
+
+    fn try_from(layer: &LockLayer) -> Result<Self, ConfigError> {
+        layer.locker().check_without_extensions()?;
+        Ok(Self {
             locker: layer.locker().clone(),
-        }
+        })
     }
 }
 

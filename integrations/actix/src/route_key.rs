@@ -34,7 +34,7 @@ use crate::http_request;
 /// let per_tenant: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
 ///     .key(RouteKey::param("id"))
 ///     .build()?
-///     .into();
+///     .try_into()?;
 /// let app = App::new().service(
 ///     web::resource("/tenants/{id}/jobs")
 ///         .wrap(per_tenant)

@@ -92,6 +92,10 @@ impl KeyExtractor for Scoped {
         self.scope.validate()?;
         self.key.validate()
     }
+
+    fn needs_extensions(&self) -> bool {
+        self.scope.needs_extensions() || self.key.needs_extensions()
+    }
 }
 
 /// The principal of type `P` an authentication layer put in the request extensions (its
@@ -123,6 +127,10 @@ where
 
     fn kind(&self) -> &str {
         "principal"
+    }
+
+    fn needs_extensions(&self) -> bool {
+        true
     }
 }
 

@@ -145,7 +145,7 @@ fn actix_resource(route: &Route) -> impl actix_web::dev::HttpServiceFactory + 's
         _ => web::post(),
     };
     web::resource(route.path)
-        .wrap(LockMiddleware::from(&route.layer))
+        .wrap(LockMiddleware::try_from(&route.layer).expect("an actix layer"))
         .route(method.to(respond))
 }
 

@@ -121,7 +121,7 @@ pub async fn requests_with_one_key_never_overlap_across_workers(backend: Backend
     let mut servers = Vec::new();
     for _ in 0..NODES {
         // Built once, outside the app factory: every worker locks on this one table.
-        let lock = LockMiddleware::from(
+        let lock = LockMiddleware::try_from(
             table
                 .node_layer()
                 .await
@@ -129,7 +129,8 @@ pub async fn requests_with_one_key_never_overlap_across_workers(backend: Backend
                 .fifo(true)
                 .build()
                 .unwrap(),
-        );
+        )
+        .unwrap();
         let (in_handler, max_in_handler, fences, threads) = (
             in_handler.clone(),
             max_in_handler.clone(),

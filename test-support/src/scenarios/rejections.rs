@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use http::{HeaderName, StatusCode};
+use http::StatusCode;
 use tokio::{io::AsyncReadExt, time::Instant};
 use tower_lock::{
     IdempotencyLayer, LockLayer, MissingKeyPolicy,
@@ -110,10 +110,9 @@ pub async fn missing_key_is_400_or_passes_through_as_configured(on: Stack) {
 /// another lock.
 pub async fn idempotency_preset_requires_a_wellformed_key_and_answers_duplicates_409(on: Stack) {
     let table = on.table("idempotency-scoped").await;
-    let tenant = HeaderName::from_static("x-tenant");
     let layer = IdempotencyLayer::builder(table.engine())
         .without_replay()
-        .key(ScopedKey::new(tenant, IdempotencyKey::new()))
+        .key(ScopedKey::new("x-tenant", IdempotencyKey::new()))
         .build()
         .unwrap();
     let (server, mut control) = on.serve_gated(&layer).await;

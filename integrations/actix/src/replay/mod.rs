@@ -16,7 +16,7 @@ use actix_web::{
     web,
 };
 use tower_lock::{
-    IdempotencyLayer, LockMetrics,
+    ConfigError, IdempotencyLayer, LockMetrics,
     integration::{KeepRunning, ReplayDecision, ReplayLocker},
 };
 
@@ -39,9 +39,10 @@ use crate::{
 /// use tower_lock::{IdempotencyLayer, LockEngine};
 /// use tower_lock_actix::ReplayMiddleware;
 ///
-/// let replay = ReplayMiddleware::from(
+/// let replay = ReplayMiddleware::try_from(
 ///     IdempotencyLayer::builder(LockEngine::in_memory()).unscoped().build().unwrap(),
-/// );
+/// )
+/// .unwrap();
 /// let app = App::new().service(
 ///     web::resource("/orders")
 ///         .wrap(replay.clone())
@@ -62,18 +63,27 @@ impl ReplayMiddleware {
 }
 
 /// Shares the layer's records and locks: a tower service and an actix app built from one
-/// layer replay each other's responses.
-impl From<IdempotencyLayer> for ReplayMiddleware {
-    fn from(layer: IdempotencyLayer) -> Self {
-        Self::from(&layer)
+/// layer replay each other's responses. A layer scoped
+/// [`per_principal`](tower_lock::IdempotencyLayerBuilder::per_principal) is refused
+/// ([`ConfigError::NeedsExtensions`]): actix requests carry no `http` extensions to find
+/// the principal in; scope by a header instead.
+impl TryFrom<IdempotencyLayer> for ReplayMiddleware {
+    type Error = ConfigError;
+
+    fn try_from(layer: IdempotencyLayer) -> Result<Self, ConfigError> {
+        Self::try_from(&layer)
     }
 }
 
-impl From<&IdempotencyLayer> for ReplayMiddleware {
-    fn from(layer: &IdempotencyLayer) -> Self {
-        Self {
-            replay: layer.replay_locker().clone(),
-        }
+impl TryFrom<&IdempotencyLayer> for ReplayMiddleware {
+    type Error = ConfigError;
+
+    fn try_from(layer: &IdempotencyLayer) -> Result<Self, ConfigError> {
+        let replay = layer.replay_locker();
+        replay.locker().check_without_extensions()?;
+        Ok(Self {
+            replay: replay.clone(),
+        })
     }
 }
 

@@ -59,7 +59,7 @@ pub async fn replay_app(on: Stack, layer: IdempotencyLayer) -> ReplayApp {
     let server = match on.framework {
         Framework::Tower => serve(axum_app(handlers, layer)).await,
         Framework::Actix => {
-            let replay = ReplayMiddleware::from(&layer);
+            let replay = ReplayMiddleware::try_from(&layer).expect("an actix layer");
             serve_actix(ACTIX_WORKERS, move || {
                 actix_app(handlers.clone(), replay.clone())
             })
