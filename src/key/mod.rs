@@ -57,6 +57,7 @@ pub use header::HeaderKey;
 pub use idempotency::{IdempotencyKey, MAX_IDEMPOTENCY_KEY_LEN};
 pub use path::{MethodPathKey, PathKey};
 pub use principal::PrincipalScopedKey;
+#[cfg(feature = "idempotency")]
 pub(crate) use principal::principal_missing;
 pub use request_view::{HeaderValues, RequestView};
 pub use route::RouteValue;
