@@ -180,10 +180,10 @@ end
 /// Atomic because dropping expired holders, counting the holders, checking the queue and
 /// writing the new holder must see one state.
 ///
-/// Commands, besides `EVALSHA`: nobody holds or waits: 11 (`TIME`, `ZRANGEBYSCORE`,
+/// Commands, besides `EVALSHA`: nobody holds or waits: 12 (`TIME`, `ZRANGEBYSCORE`,
 /// `ZSCORE`, `ZRANGE` head, `ZCARD`, `HGET`, `DEL`, `HSET`, `ZADD`, `ZRANGE` tail,
-/// `PEXPIRE` ×2); beside other shared holders: `ZRANGE` + `HGET` instead of `DEL` when one
-/// holds. A waiter's registration: `TIME`, `ZRANGEBYSCORE`, `ZSCORE`, `ZRANGE` head,
+/// `PEXPIRE` ×2); beside other shared holders 11 (no `DEL`), and `ZRANGE` + `HGET` more
+/// when exactly one holds (is it alone?). A waiter's registration: `TIME`, `ZRANGEBYSCORE`, `ZSCORE`, `ZRANGE` head,
 /// `ZCARD` (and `ZRANGE` + `HGET` with one holder), `ZRANGE` holders, [`ZRANGE` tail],
 /// `ZADD`, `PEXPIRE`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
