@@ -347,3 +347,41 @@ async fn waits_timeouts_and_cancellations_leave_nothing_behind() {
         assert!(permits.holders().await.unwrap().is_empty());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_permit_is_not_upgraded_and_an_exclusive_one_re_enters_as_it_is() {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let engine = engine(&server, "upgrade").await;
+    let doc = engine.permits("doc", 4);
+    let reader = doc.acquire().await.unwrap();
+    let other = doc.acquire().await.unwrap();
+    let upgrade = doc.clone().exclusive().token(reader.token().clone());
+    for attempt in [upgrade.try_acquire().await, upgrade.acquire().await] {
+        assert!(
+            matches!(attempt, Err(LockError::InvalidValue(_))),
+            "{attempt:?}"
+        );
+    }
+    // Nothing changed: both still hold, shared, and nobody waits.
+    let holders = doc.holders().await.unwrap();
+    assert_eq!(holders.len(), 2);
+    assert!(holders.iter().all(|h| !h.exclusive));
+    assert_eq!(doc.waiters().await.unwrap(), 0);
+    reader.release().await.unwrap();
+    other.release().await.unwrap();
+
+    let writer = doc.clone().exclusive().acquire().await.unwrap();
+    let again = doc
+        .clone()
+        .token(writer.token().clone())
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(again.fence(), writer.fence());
+    let holders = doc.holders().await.unwrap();
+    assert!(holders.len() == 1 && holders[0].exclusive);
+    drop(again);
+    drop(writer);
+    until_no_residue(&server, "upgrade").await;
+}

@@ -43,6 +43,9 @@ enum Attempt {
         deadline: u64,
     },
     Full(Option<Duration>),
+    /// A permit re-entry asking to upgrade a shared permit to exclusive (refused; the
+    /// script removed our ticket).
+    NotUpgraded,
     /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
     Unacknowledged {
         acked: u64,
@@ -227,6 +230,7 @@ impl Inner {
                 deadline: u64::try_from(deadline).unwrap_or(0),
             },
             2 => Attempt::Full(remaining(value)),
+            3 => Attempt::NotUpgraded,
             other => {
                 return Err(LockError::Backend(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -421,6 +425,12 @@ impl Inner {
                     // Nothing was registered by this call; an earlier registration expired.
                     cleanup.armed = false;
                     return Err(LockError::QueueFull { retry_after });
+                }
+                Some(Attempt::NotUpgraded) => {
+                    cleanup.armed = false;
+                    return Err(LockError::InvalidValue(
+                        "a shared permit cannot be re-entered as exclusive",
+                    ));
                 }
                 Some(Attempt::Busy { retry_after, .. }) if !waiting => {
                     cleanup.armed = false;

@@ -175,8 +175,10 @@ end
 ///   first holder expires, `-2` if nobody holds; `deadline` names the registered ticket,
 ///   `0` if none); `{2, pttl, 0}` refused because the waiter limit is reached.
 ///
-/// Re-entry (the token holds a permit) refreshes its TTL and returns its fence; it is also
-/// how a waiter whose grant message was lost finds its grant. A request is granted on
+/// Re-entry (the token holds a permit) refreshes its TTL and returns its fence, keeping its
+/// kind; it is also how a waiter whose grant message was lost finds its grant. A token
+/// holding a shared permit that asks for an exclusive one is answered `{3, 0, 0}` (not
+/// upgraded: others may share the key beside it), and its ticket, if any, removed. A request is granted on
 /// arrival only if nobody waits and it fits; a waiter whose ticket the script itself
 /// grants (it reached the head and fits) gets its full TTL.
 ///
@@ -209,15 +211,25 @@ local function search()
   end
   return nil
 end
-drop_expired()
-if redis.call('ZSCORE', KEYS[1], token) then
-  redis.call('ZADD', KEYS[1], now_ms + ttl, token)
-  dirty = true
+local function forget_ticket()
   if named and redis.call('ZREM', KEYS[3], named) == 0 then
     local renamed = search()
     if renamed then redis.call('ZREM', KEYS[3], renamed) end
   end
+end
+drop_expired()
+if redis.call('ZSCORE', KEYS[1], token) then
   local info = redis.call('HGET', KEYS[2], 't:' .. token) or '0'
+  if mode == 'x' and string.sub(info, -1) ~= 'x' then
+    -- Not upgraded: others may hold the key beside this shared permit.
+    forget_ticket()
+    pump(id, channel)
+    settle(margin)
+    return {3, 0, 0}
+  end
+  redis.call('ZADD', KEYS[1], now_ms + ttl, token)
+  dirty = true
+  forget_ticket()
   pump(id, channel)
   settle(margin)
   return {1, tonumber(string.match(info, '^(%d+)')), 0}
