@@ -161,6 +161,7 @@ pub struct Capabilities<'a> {
     pub(crate) numeric: Option<&'a dyn NumericBackend>,
     pub(crate) pools: Option<&'a dyn PoolBackend>,
     pub(crate) records: Option<&'a dyn RecordBackend>,
+    pub(crate) permits: Option<&'a dyn PermitBackend>,
 }
 
 /// A backend that can answer an acquisition or a release on the spot, without a future:
@@ -192,6 +193,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("numeric", &self.numeric.is_some())
             .field("pools", &self.pools.is_some())
             .field("records", &self.records.is_some())
+            .field("permits", &self.permits.is_some())
             .finish()
     }
 }
@@ -223,6 +225,12 @@ impl<'a> Capabilities<'a> {
     /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
     pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
         self.records = Some(records);
+        self
+    }
+
+    /// With permits: N holders per key, shared and exclusive ([`Permits`](super::Permits)).
+    pub fn with_permits(mut self, permits: &'a dyn PermitBackend) -> Self {
+        self.permits = Some(permits);
         self
     }
 }
@@ -311,4 +319,105 @@ pub trait RecordBackend: Send + Sync {
     /// whether there was one (within its retention). The lock on `key` is left as it is:
     /// a holder keeps it, and may still complete and write a new record.
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+}
+
+/// What a backend is asked to do by a permit acquisition ([`Permits`](super::Permits)).
+/// Built by the engine.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PermitRequest {
+    /// Key, token, TTL, wait, FIFO and waiter limit, as for a lock.
+    pub acquire: AcquireRequest,
+    /// How many shared holders the key may have at once (at least 1; `u32::MAX`: no
+    /// limit). Each request brings its own: a shared request is granted only while fewer
+    /// than its own `permits` hold the key.
+    pub permits: u32,
+    /// Take the key alone: granted only when nobody else holds it, and while it is held no
+    /// one else is granted.
+    pub exclusive: bool,
+}
+
+/// One holder of a permit, as seen by [`PermitBackend::permit_holders`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PermitHolder {
+    /// The holder's token.
+    pub token: Token,
+    /// Remaining TTL; `None` when it has no expiry.
+    pub ttl: Option<Duration>,
+    /// Whether it holds the key alone.
+    pub exclusive: bool,
+}
+
+impl PermitHolder {
+    /// A holder record.
+    pub fn new(token: Token, ttl: Option<Duration>, exclusive: bool) -> Self {
+        Self {
+            token,
+            ttl,
+            exclusive,
+        }
+    }
+}
+
+/// Permits per key: up to N shared holders at once, or one exclusive holder alone (see
+/// [`Permits`](super::Permits)). A permit is a lease like a lock's (token, TTL, renewal,
+/// compare-token release) kept apart from the locks: the same key name used as a lock
+/// and as permits names two different things.
+///
+/// The promises, which the conformance suite's permit cases check:
+///
+/// - **Exclusion.** A shared request is granted only when nobody holds the key
+///   exclusively and fewer than its `permits` hold it; an exclusive one only when nobody
+///   holds it at all.
+/// - **Order.** Nobody waiting is overtaken by a newcomer: a request is granted on arrival
+///   only when nobody waits. When holders leave, the queue is granted from its head, as
+///   many as fit, stopping at the first that does not: once an exclusive request waits,
+///   later shared ones queue behind it (no writer starvation). With `fifo` the queue is
+///   in arrival order across nodes.
+/// - **Fences.** Every grant gets a fence greater than every earlier grant's on that key,
+///   shared or exclusive.
+/// - **Leases.** A holder whose TTL runs out holds nothing; waiters then go on. Re-entry
+///   (acquiring with a token that holds a permit) refreshes its TTL and keeps its fence
+///   and its kind; a token holding a shared permit is not upgraded to an exclusive one
+///   ([`LockError::InvalidValue`]), since others may share the key beside it.
+///   A dropped acquire future leaves nothing behind; nothing is left once nobody holds or
+///   waits (bounded-TTL fence tombstones aside).
+pub trait PermitBackend: Send + Sync {
+    /// Acquire a permit of `req.acquire.key` for `req.acquire.token`, waiting as
+    /// `req.acquire.wait` says; errors as [`Backend::acquire`]'s.
+    fn acquire_permit(&self, req: PermitRequest) -> BoxFuture<'_, Result<Grant, LockError>>;
+
+    /// Release `token`'s permit: [`LockError::NotOwned`] if `token` holds none but someone
+    /// does, [`LockError::Expired`] if nobody does. Grants waiters that now fit.
+    fn release_permit<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<(), LockError>>;
+
+    /// Change the remaining TTL of `token`'s permit; returns the new remaining TTL.
+    fn extend_permit<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        ttl: Duration,
+        mode: ExtendMode,
+    ) -> BoxFuture<'a, Result<Duration, LockError>>;
+
+    /// Reset the TTL of many permits at once (the watchdog's batch); per permit, whether
+    /// its token still held it and it is renewed.
+    fn renew_permits<'a>(
+        &'a self,
+        leases: &'a [Renewal],
+    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
+
+    /// Who holds permits of `key` now.
+    fn permit_holders<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Vec<PermitHolder>, LockError>>;
+
+    /// How many callers wait for a permit of `key` now, on every node sharing the backend.
+    fn permit_waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
 }

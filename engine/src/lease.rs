@@ -12,7 +12,7 @@ use std::{
 use tokio::time::Instant;
 
 use super::{
-    ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token,
+    AcquireRequest, ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token,
     lock_engine::EngineShared,
     lost::{Lost, LostSignal},
     options::{after, check_ttl},
@@ -23,8 +23,16 @@ pub(super) fn renew_interval(ttl: Duration) -> Duration {
     ttl / 3
 }
 
+/// What a lease holds: the key's lock, or one of its permits (kept apart on the backend).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseKind {
+    Lock,
+    Permit,
+}
+
 /// What the watchdog and the [`Lease`] share about one live lease.
 pub(crate) struct LeaseState {
+    pub(super) kind: LeaseKind,
     pub(super) key: LockKey,
     pub(super) token: Token,
     /// Lease length used by renewals, in nanoseconds (extend may change it).
@@ -123,13 +131,15 @@ impl fmt::Debug for Lease {
 impl Lease {
     pub(crate) fn new(
         engine: Arc<EngineShared>,
-        key: LockKey,
-        token: Token,
+        req: AcquireRequest,
         grant: Grant,
         waited: Duration,
-        ttl: Duration,
         auto_renew: bool,
+        kind: LeaseKind,
     ) -> Self {
+        let AcquireRequest {
+            key, token, ttl, ..
+        } = req;
         // A short claim (a hand-off) is renewed to the full TTL at a third of the claim,
         // whether or not the lease renews itself later.
         let first = grant.valid_for.map_or(ttl, |v| v.min(ttl));
@@ -139,6 +149,7 @@ impl Lease {
             auto_renew.then(|| after(grant.granted_at, renew_interval(ttl)))
         };
         let state = Arc::new(LeaseState {
+            kind,
             key,
             token,
             ttl_nanos: AtomicU64::new(0),
@@ -227,7 +238,7 @@ impl Lease {
         let engine = self.engine.clone();
         let state = self.state.clone();
         async move {
-            let result = engine.backend.release(&state.key, &state.token).await;
+            let result = engine.release(state.kind, &state.key, &state.token).await;
             tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released");
             result
         }
@@ -248,6 +259,9 @@ impl Lease {
     /// Release on the spot if the backend can (the in-process one): no future to make,
     /// box or poll. `None`: it cannot, and nothing was done.
     fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
+        if self.state.kind != LeaseKind::Lock {
+            return None;
+        }
         let synchronous = self.engine.synchronous.as_deref()?;
         // `stop`, field by field: `synchronous` borrows the engine.
         self.handed_off = true;
@@ -275,14 +289,19 @@ impl Lease {
         let engine = self.engine.clone();
         let state = self.state.clone();
         runtime::Detachable::new(async move {
-            let result = match engine.backend.capabilities().records {
+            let records = match state.kind {
+                LeaseKind::Lock => engine.backend.capabilities().records,
+                // Records live beside locks; a permit has none.
+                LeaseKind::Permit => None,
+            };
+            let result = match records {
                 Some(records) => {
                     records
                         .complete(&state.key, &state.token, &record, retention)
                         .await
                 }
                 None => {
-                    let _ = engine.backend.release(&state.key, &state.token).await;
+                    let _ = engine.release(state.kind, &state.key, &state.token).await;
                     Err(LockError::Unsupported("records"))
                 }
             };
@@ -329,8 +348,7 @@ impl Lease {
         let sent = Instant::now();
         let result = self
             .engine
-            .backend
-            .extend(&self.state.key, &self.state.token, d, mode)
+            .extend(self.state.kind, &self.state.key, &self.state.token, d, mode)
             .await;
         match &result {
             Ok(remaining) => {
@@ -364,8 +382,19 @@ impl Lease {
 
     /// `true` if this lease's token still holds the key on the backend.
     pub async fn owned(&self) -> Result<bool, LockError> {
-        let holder = self.engine.backend.holder(&self.state.key).await?;
-        Ok(holder.is_some_and(|h| h.token == self.state.token))
+        let (key, token) = (&self.state.key, &self.state.token);
+        Ok(match self.state.kind {
+            LeaseKind::Lock => {
+                (self.engine.backend.holder(key).await?).is_some_and(|h| h.token == *token)
+            }
+            LeaseKind::Permit => self
+                .engine
+                .permit_backend()?
+                .permit_holders(key)
+                .await?
+                .iter()
+                .any(|h| h.token == *token),
+        })
     }
 }
 

@@ -64,6 +64,7 @@ mod memory;
 mod mutex;
 mod numeric;
 mod options;
+mod permits;
 mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -76,7 +77,7 @@ pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
-    PoolBackend, PoolHolders, RecordBackend, Renewal,
+    PermitBackend, PermitHolder, PermitRequest, PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
@@ -89,6 +90,7 @@ pub use memory::MemoryBackend;
 pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
+pub use permits::Permits;
 pub use record::Record;
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;

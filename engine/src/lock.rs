@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::{
     AcquireRequest, Grant, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
-    LockStatus, Token, options,
+    LockStatus, PermitRequest, Token, lease::LeaseKind, options,
 };
 
 /// A handle on one key of a [`LockEngine`], with its acquisition options.
@@ -17,10 +17,20 @@ use super::{
 /// yield a [`Lease`], on which release, extend, reacquire and owned live.
 #[derive(Clone, Debug)]
 pub struct Lock {
-    engine: LockEngine,
+    pub(crate) engine: LockEngine,
     key: Result<LockKey, KeyError>,
     options: LockOptions,
     token: Option<Token>,
+    /// Set when this handle takes permits ([`Permits`](super::Permits)) instead of the lock.
+    pub(crate) share: Option<Share>,
+}
+
+/// What a permit acquisition asks for: how many shared holders at most, and whether it
+/// takes the key alone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Share {
+    pub(crate) permits: u32,
+    pub(crate) exclusive: bool,
 }
 
 impl Lock {
@@ -34,6 +44,7 @@ impl Lock {
             key,
             options,
             token: None,
+            share: None,
         }
     }
 
@@ -129,6 +140,9 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
+        if self.share.is_some() {
+            return None;
+        }
         let synchronous = self.engine.shared.synchronous.as_deref()?;
         let (req, started) = match self.request(self.options.wait) {
             Ok(prepared) => prepared,
@@ -143,6 +157,9 @@ impl Lock {
     fn request(&self, wait: Option<Duration>) -> Result<(AcquireRequest, Instant), LockError> {
         let key = self.key()?.clone();
         options::check_ttl(self.options.ttl)?;
+        if self.share.is_some_and(|s| s.permits == 0) {
+            return Err(LockError::InvalidValue("permits must be at least 1"));
+        }
         let token = self.token.clone().unwrap_or_else(Token::random);
         let started = Instant::now();
         // A wait the clock cannot represent is a wait without limit.
@@ -161,21 +178,26 @@ impl Lock {
     /// The lease of a granted `req`.
     fn lease(&self, req: AcquireRequest, grant: Grant, waited: Duration) -> Lease {
         tracing::trace!(key = %req.key, fence = grant.fence.get(), ?waited, "lock acquired");
+        let kind = if self.share.is_some() {
+            LeaseKind::Permit
+        } else {
+            LeaseKind::Lock
+        };
         Lease::new(
             self.engine.shared.clone(),
-            req.key,
-            req.token,
+            req,
             grant,
             waited,
-            self.options.ttl,
             self.options.auto_renew,
+            kind,
         )
     }
 
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
-        if let Some(synchronous) = self.engine.shared.synchronous.as_deref()
+        if self.share.is_none()
+            && let Some(synchronous) = self.engine.shared.synchronous.as_deref()
             && let Some(grant) = synchronous.acquire_now(&req, started)
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
@@ -184,13 +206,20 @@ impl Lock {
         let mut retried = false;
         loop {
             // The backend takes its request by value; the lease needs the key and token back.
-            let grant = self
-                .engine
-                .shared
-                .backend
-                .acquire(req.clone())
-                .instrument(span.clone())
-                .await;
+            let grant = match self.share {
+                None => self.engine.shared.backend.acquire(req.clone()),
+                Some(share) => self
+                    .engine
+                    .shared
+                    .permit_backend()?
+                    .acquire_permit(PermitRequest {
+                        acquire: req.clone(),
+                        permits: share.permits,
+                        exclusive: share.exclusive,
+                    }),
+            }
+            .instrument(span.clone())
+            .await;
             let grant = match grant {
                 Ok(grant) => grant,
                 // A retry (below) of a wait with a limit, which ran out: the whole wait

@@ -1,12 +1,66 @@
 //! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
 
-use std::{any::Any, fmt, sync::Arc};
+use std::{any::Any, fmt, sync::Arc, time::Duration};
 
 use super::{
-    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
-    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
-    SynchronousBackend, lock::Lock, watchdog::Watchdog,
+    AdminBackend, Backend, ExtendMode, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
+    LockPool, MemoryBackend, NumericBackend, NumericKey, PermitBackend, Permits, PoolBackend,
+    Record, RecordBackend, Renewal, SynchronousBackend, Token, lease::LeaseKind, lock::Lock,
+    watchdog::Watchdog,
 };
+
+impl EngineShared {
+    pub(crate) fn permit_backend(&self) -> Result<&dyn PermitBackend, LockError> {
+        self.backend
+            .capabilities()
+            .permits
+            .ok_or(LockError::Unsupported("permits"))
+    }
+
+    /// Release a lease of either kind.
+    pub(crate) async fn release(
+        &self,
+        kind: LeaseKind,
+        key: &LockKey,
+        token: &Token,
+    ) -> Result<(), LockError> {
+        match kind {
+            LeaseKind::Lock => self.backend.release(key, token).await,
+            LeaseKind::Permit => self.permit_backend()?.release_permit(key, token).await,
+        }
+    }
+
+    /// Extend a lease of either kind.
+    pub(crate) async fn extend(
+        &self,
+        kind: LeaseKind,
+        key: &LockKey,
+        token: &Token,
+        ttl: Duration,
+        mode: ExtendMode,
+    ) -> Result<Duration, LockError> {
+        match kind {
+            LeaseKind::Lock => self.backend.extend(key, token, ttl, mode).await,
+            LeaseKind::Permit => {
+                self.permit_backend()?
+                    .extend_permit(key, token, ttl, mode)
+                    .await
+            }
+        }
+    }
+
+    /// Renew a batch of leases of one kind.
+    pub(crate) async fn renew(
+        &self,
+        kind: LeaseKind,
+        batch: &[Renewal],
+    ) -> Result<Vec<bool>, LockError> {
+        match kind {
+            LeaseKind::Lock => self.backend.renew(batch).await,
+            LeaseKind::Permit => self.permit_backend()?.renew_permits(batch).await,
+        }
+    }
+}
 
 pub(crate) struct EngineShared {
     pub(crate) backend: Arc<dyn Backend>,
@@ -110,6 +164,18 @@ impl LockEngine {
     /// A handle on an already validated key.
     pub fn lock_key(&self, key: LockKey) -> Lock {
         Lock::new(self.clone(), Ok(key), self.shared.defaults.clone())
+    }
+
+    /// Permits on `key`: up to `permits` shared holders at once, or one exclusive holder
+    /// alone (see [`Permits`]). `u32::MAX` is no limit on shared holders (a read-write
+    /// lock); `0` makes every acquisition fail with [`LockError::InvalidValue`].
+    pub fn permits(&self, key: impl AsRef<str>, permits: u32) -> Permits {
+        Permits::new(self.lock(key), permits)
+    }
+
+    /// [`permits`](Self::permits) on an already validated key.
+    pub fn permits_key(&self, key: LockKey, permits: u32) -> Permits {
+        Permits::new(self.lock_key(key), permits)
     }
 
     /// A [`KeyMutex`] on `key`: run a closure while holding it, or acquire and release by

@@ -11,7 +11,7 @@ use tokio::{sync::Notify, time::Instant};
 
 use super::{
     Renewal,
-    lease::{LeaseState, renew_interval},
+    lease::{LeaseKind, LeaseState, renew_interval},
     lock_engine::EngineShared,
     options::after,
     runtime,
@@ -187,8 +187,16 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
             let Some(shared) = engine.upgrade() else {
                 return;
             };
-            // A batch in flight must not hold up deadlines of other leases.
-            tokio::spawn(renew_batch(shared, inner.clone(), due, now));
+            // A batch in flight must not hold up deadlines of other leases. Locks and
+            // permits are kept apart on the backend: one batch of each.
+            let (permits, locks): (Vec<Due>, Vec<Due>) = due
+                .into_iter()
+                .partition(|d| d.lease.kind == LeaseKind::Permit);
+            for (kind, due) in [(LeaseKind::Lock, locks), (LeaseKind::Permit, permits)] {
+                if !due.is_empty() {
+                    tokio::spawn(renew_batch(shared.clone(), inner.clone(), kind, due, now));
+                }
+            }
         }
         match next {
             Some(at) => {
@@ -212,6 +220,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
 async fn renew_batch(
     shared: Arc<EngineShared>,
     inner: Arc<WatchInner>,
+    kind: LeaseKind,
     due: Vec<Due>,
     sent_at: Instant,
 ) {
@@ -223,7 +232,7 @@ async fn renew_batch(
             ttl: d.lease.ttl(),
         })
         .collect();
-    let result = shared.backend.renew(&batch).await;
+    let result = shared.renew(kind, &batch).await;
     drop(shared);
     let watchdog = Watchdog { inner };
     match result {

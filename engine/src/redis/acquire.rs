@@ -20,11 +20,20 @@ use super::{
     commands::Conn,
     millis,
     names::Names,
+    permits::{self, Share},
     remaining,
     scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
     wakeup::{Subscription, Woken},
 };
 use crate::{AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, Token};
+
+/// What the wait loop acquires: the key's lock, or one of its permits (`permits`: other
+/// keys and scripts, the same loop, tickets and wake-ups).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Target {
+    Lock,
+    Permit(Share),
+}
 
 enum Attempt {
     Granted(Fence),
@@ -34,6 +43,9 @@ enum Attempt {
         deadline: u64,
     },
     Full(Option<Duration>),
+    /// A permit re-entry asking to upgrade a shared permit to exclusive (refused; the
+    /// script removed our ticket).
+    NotUpgraded,
     /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
     Unacknowledged {
         acked: u64,
@@ -65,6 +77,7 @@ struct Cleanup<'a> {
     ticket: &'a str,
     token: &'a Token,
     ttl_ms: u64,
+    target: Target,
     armed: bool,
     /// Whether a ticket may be registered (then a hand-off may have made us the holder).
     registered: bool,
@@ -93,6 +106,7 @@ impl Drop for Cleanup<'_> {
             known: if self.in_flight { None } else { self.known },
             token: self.token.clone(),
             ttl_ms: self.ttl_ms,
+            target: self.target,
         };
         let pinned = if self.in_flight {
             self.pinned.take()
@@ -131,6 +145,7 @@ pub(super) struct Leaving {
     known: Option<u64>,
     token: Token,
     ttl_ms: u64,
+    target: Target,
 }
 
 impl Inner {
@@ -145,6 +160,8 @@ impl Inner {
             .map_err(LockError::Backend)
     }
 
+    // One argument more than clippy's limit since the loop also runs permits (`target`).
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         names: &Names,
@@ -152,9 +169,13 @@ impl Inner {
         ticket: &str,
         known: Option<u64>,
         renamed: bool,
+        target: Target,
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
-        let mut inv = ACQUIRE.prepare_invoke();
+        let mut inv = match target {
+            Target::Lock => ACQUIRE.prepare_invoke(),
+            Target::Permit(_) => permits::ACQUIRE.prepare_invoke(),
+        };
         inv.key(&names.lock)
             .key(&names.fence)
             .key(&names.queue)
@@ -175,6 +196,12 @@ impl Inner {
         // Only after a failed refresh: an argument costs an allocation on every attempt.
         if renamed {
             inv.arg("1");
+        }
+        if let Target::Permit(share) = target {
+            if !renamed {
+                inv.arg("0");
+            }
+            inv.arg(share.permits).arg(share.mode()).arg(&names.channel);
         }
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
@@ -203,6 +230,7 @@ impl Inner {
                 deadline: u64::try_from(deadline).unwrap_or(0),
             },
             2 => Attempt::Full(remaining(value)),
+            3 => Attempt::NotUpgraded,
             other => {
                 return Err(LockError::Backend(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -236,10 +264,14 @@ impl Inner {
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
-            eval.arg(LEAVE_SOURCE.as_str())
-                .arg(keys.len())
-                .arg(&keys)
-                .arg(&args);
+            let source = match leaving.target {
+                Target::Lock => LEAVE_SOURCE.as_str(),
+                Target::Permit(_) => permits::LEAVE_SOURCE.as_str(),
+            };
+            eval.arg(source).arg(keys.len()).arg(&keys).arg(&args);
+            if let Target::Permit(share) = leaving.target {
+                eval.arg(share.permits).arg(share.mode());
+            }
             match self
                 .commands
                 .query_on::<i64>("leave", &eval, &mut conn)
@@ -251,17 +283,30 @@ impl Inner {
                 Err(e) => return Err(LockError::Backend(e)),
             }
         }
-        let mut inv = LEAVE.prepare_invoke();
+        let mut inv = match leaving.target {
+            Target::Lock => LEAVE.prepare_invoke(),
+            Target::Permit(_) => permits::LEAVE.prepare_invoke(),
+        };
         inv.key(&keys).arg(&args);
+        if let Target::Permit(share) = leaving.target {
+            inv.arg(share.permits).arg(share.mode());
+        }
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }
 
-    pub(super) async fn acquire(self: Arc<Self>, req: AcquireRequest) -> Result<Grant, LockError> {
+    pub(super) async fn acquire(
+        self: Arc<Self>,
+        req: AcquireRequest,
+        target: Target,
+    ) -> Result<Grant, LockError> {
         let started = Instant::now();
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = self.names(&req.key);
+        let names = match target {
+            Target::Lock => self.names(&req.key),
+            Target::Permit(_) => permits::names(&self.prefix, &req.key, self.cluster),
+        };
         let id = TicketId::random();
         let ticket = if waiting { id.as_str() } else { "" };
         let ttl_ms = millis(req.ttl);
@@ -271,6 +316,7 @@ impl Inner {
             ticket,
             token: &req.token,
             ttl_ms,
+            target,
             armed: true,
             registered: false,
             known: None,
@@ -308,6 +354,7 @@ impl Inner {
                     ticket,
                     cleanup.known,
                     failed.is_some(),
+                    target,
                     &mut cleanup.pinned,
                 )
                 .await
@@ -361,6 +408,7 @@ impl Inner {
                         known: None,
                         token: req.token.clone(),
                         ttl_ms,
+                        target,
                     };
                     cleanup.in_flight = true;
                     if self.leave(&names, &leaving, pinned).await.is_ok() {
@@ -377,6 +425,12 @@ impl Inner {
                     // Nothing was registered by this call; an earlier registration expired.
                     cleanup.armed = false;
                     return Err(LockError::QueueFull { retry_after });
+                }
+                Some(Attempt::NotUpgraded) => {
+                    cleanup.armed = false;
+                    return Err(LockError::InvalidValue(
+                        "a shared permit cannot be re-entered as exclusive",
+                    ));
                 }
                 Some(Attempt::Busy { retry_after, .. }) if !waiting => {
                     cleanup.armed = false;
@@ -404,6 +458,7 @@ impl Inner {
                     },
                     token: req.token.clone(),
                     ttl_ms,
+                    target,
                 };
                 // Behind a failed refresh on its connection, so it cannot overtake it.
                 let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
