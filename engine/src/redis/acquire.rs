@@ -82,6 +82,7 @@ impl Drop for Cleanup<'_> {
         }
         let inner = self.inner.clone();
         let names = Names {
+            tag: self.names.tag,
             lock: self.names.lock.clone(),
             fence: self.names.fence.clone(),
             queue: self.names.queue.clone(),
@@ -155,27 +156,36 @@ impl Inner {
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
         let mut inv = ACQUIRE.prepare_invoke();
+        // Flags in one argument (an argument costs an allocation on every attempt).
+        let mut flags = [0u8; 3];
+        let mut n = 0;
+        for (set, flag) in [
+            (req.fifo, b'f'),
+            (self.contended.seen(names.tag), b'h'),
+            // Only after a failed refresh.
+            (renamed, b'r'),
+        ] {
+            if set {
+                flags[n] = flag;
+                n += 1;
+            }
+        }
         inv.key(&names.lock)
             .key(&names.fence)
             .key(&names.queue)
             .arg(req.token.as_str())
             .arg(millis(req.ttl))
             .arg(ticket)
-            .arg(if req.fifo { "1" } else { "0" })
+            .arg(&flags[..n])
             .arg(
                 req.max_waiters
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             )
-            .arg(self.ticket_ttl_ms)
-            .arg(millis(FENCE_MARGIN));
+            .arg(self.ticket_ttl_ms);
         match known {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        // Only after a failed refresh: an argument costs an allocation on every attempt.
-        if renamed {
-            inv.arg("1");
-        }
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
                 None => {
@@ -198,10 +208,14 @@ impl Inner {
                 }
                 _ => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
             },
-            0 => Attempt::Busy {
-                retry_after: remaining(value),
-                deadline: u64::try_from(deadline).unwrap_or(0),
-            },
+            0 => {
+                // Its next acquire looks at the lock first (see `Contended`).
+                self.contended.mark(names.tag);
+                Attempt::Busy {
+                    retry_after: remaining(value),
+                    deadline: u64::try_from(deadline).unwrap_or(0),
+                }
+            }
             2 => Attempt::Full(remaining(value)),
             other => {
                 return Err(LockError::Backend(BackendError::new(

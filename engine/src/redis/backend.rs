@@ -20,11 +20,8 @@ impl RedisBackend {
     /// One [`RENEW`] call for `chunk`: whether each lease was renewed.
     async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
         let mut inv = RENEW.prepare_invoke();
-        inv.arg(millis(FENCE_MARGIN));
         for lease in chunk {
-            let names = Names::lease(&self.inner.prefix, &lease.key);
-            inv.key(names.lock)
-                .key(names.fence)
+            inv.key(object_name(&self.inner.prefix, "lock", &lease.key))
                 .arg(lease.token.as_str())
                 .arg(millis(lease.ttl));
         }
@@ -50,6 +47,18 @@ pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token:
         .arg(millis(FENCE_MARGIN));
 }
 
+impl super::Inner {
+    /// What a release script answered tells which way the key's next acquire should look
+    /// (see [`Contended`](super::contended::Contended)).
+    pub(super) fn released(&self, names: &Names, code: i64) {
+        match code {
+            2 => self.contended.mark(names.tag),
+            1 => self.contended.clear(names.tag),
+            _ => {}
+        }
+    }
+}
+
 impl Backend for RedisBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
         Box::pin(self.inner.clone().acquire(req))
@@ -64,7 +73,9 @@ impl Backend for RedisBackend {
             let names = self.inner.names(key);
             let mut inv = RELEASE.prepare_invoke();
             release_args(&mut inv, &names, token);
-            outcome(self.inner.call("release", &inv).await?)
+            let released = self.inner.call("release", &inv).await?;
+            self.inner.released(&names, released);
+            outcome(released)
         })
     }
 
@@ -76,17 +87,14 @@ impl Backend for RedisBackend {
         mode: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let names = Names::lease(&self.inner.prefix, key);
             let mut inv = EXTEND.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
+            inv.key(object_name(&self.inner.prefix, "lock", key))
                 .arg(token.as_str())
                 .arg(millis(ttl))
                 .arg(match mode {
                     ExtendMode::Add => "add",
                     ExtendMode::Replace => "replace",
-                })
-                .arg(millis(FENCE_MARGIN));
+                });
             let left: i64 = self.inner.call("extend", &inv).await?;
             outcome(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))

@@ -33,8 +33,7 @@ impl AdminBackend for RedisBackend {
             inv.key(&names.lock)
                 .key(&names.fence)
                 .arg(value.as_str())
-                .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)))
-                .arg(millis(FENCE_MARGIN));
+                .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)));
             let _fence: String = self.inner.call("admin set", &inv).await?;
             Ok(())
         })

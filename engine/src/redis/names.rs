@@ -6,6 +6,8 @@ use super::super::LockKey;
 
 /// The Redis names of one lock.
 pub(super) struct Names {
+    /// The FNV-1a hash of the key: its hash tag.
+    pub(super) tag: u64,
     pub(super) lock: String,
     pub(super) fence: String,
     pub(super) queue: String,
@@ -17,19 +19,23 @@ impl Names {
     /// wake-up channel is a sharded one (kind word `swake`, which tells the scripts to
     /// `SPUBLISH`).
     pub(super) fn new(prefix: &str, key: &LockKey, sharded: bool) -> Self {
+        let tag = fnv1a(key.as_str().as_bytes());
         Self {
-            lock: object_name(prefix, "lock", key),
-            fence: object_name(prefix, "fence", key),
-            queue: object_name(prefix, "queue", key),
-            channel: object_name(prefix, if sharded { "swake" } else { "wake" }, key),
+            tag,
+            lock: tagged_name(prefix, tag, "lock", key),
+            fence: tagged_name(prefix, tag, "fence", key),
+            queue: tagged_name(prefix, tag, "queue", key),
+            channel: tagged_name(prefix, tag, if sharded { "swake" } else { "wake" }, key),
         }
     }
 
     /// Only the lock and fence names (renewal, extend, admin set): the others stay empty.
     pub(super) fn lease(prefix: &str, key: &LockKey) -> Self {
+        let tag = fnv1a(key.as_str().as_bytes());
         Self {
-            lock: object_name(prefix, "lock", key),
-            fence: object_name(prefix, "fence", key),
+            tag,
+            lock: tagged_name(prefix, tag, "lock", key),
+            fence: tagged_name(prefix, tag, "fence", key),
             queue: String::new(),
             channel: String::new(),
         }
@@ -40,12 +46,17 @@ impl Names {
 /// `P:{T}:kind:K`, with `T` the 16 hex digits of the key's FNV-1a hash. One allocation of
 /// the exact size, no formatting machinery: four of these are on every lock's request path.
 pub(super) fn object_name(prefix: &str, kind: &str, key: &LockKey) -> String {
+    tagged_name(prefix, fnv1a(key.as_str().as_bytes()), kind, key)
+}
+
+/// [`object_name`] with the key's hash already computed.
+fn tagged_name(prefix: &str, tag: u64, kind: &str, key: &LockKey) -> String {
     let key = key.as_str();
     let mut name = String::with_capacity(prefix.len() + kind.len() + key.len() + 22);
     name.push_str(prefix);
     name.push_str(":{");
     // Writing to a String cannot fail.
-    let _ = write!(name, "{:016x}", fnv1a(key.as_bytes()));
+    let _ = write!(name, "{tag:016x}");
     name.push_str("}:");
     name.push_str(kind);
     name.push(':');

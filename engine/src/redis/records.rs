@@ -98,7 +98,11 @@ impl RecordBackend for RedisBackend {
                 .arg(millis(retention));
             let failed = match self.inner.call("complete", &inv).await {
                 Err(LockError::Backend(e)) if connection_level(&e) => e,
-                first => return outcome(first?),
+                first => {
+                    let code = first?;
+                    self.inner.released(&names, code);
+                    return outcome(code);
+                }
             };
             // The connection died (or stalled) with the completion on it: it may have landed
             // or not. Left there, the key would stay held for the rest of the lease's TTL
@@ -108,7 +112,7 @@ impl RecordBackend for RedisBackend {
             // the record it wrote is what tells.
             tracing::debug!(%key, error = %failed, "completion met a connection failure; sending it again");
             match self.inner.call::<i64>("complete", &inv).await {
-                Ok(1) => Ok(()),
+                Ok(1 | 2) => Ok(()),
                 Ok(code) => match self.record(key).await {
                     Ok(Some(stored)) if same_record(&stored, record) => Ok(()),
                     _ => outcome(code),
