@@ -76,7 +76,7 @@ pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
-    PoolBackend, PoolHolders, RecordBackend, Renewal,
+    PoolBackend, PoolHolders, RecordBackend, RecordOrGrant, Renewal,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
@@ -89,7 +89,7 @@ pub use memory::MemoryBackend;
 pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
-pub use record::Record;
+pub use record::{LeaseOrRecord, Record};
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;
 

@@ -74,7 +74,7 @@ struct Inner {
 }
 
 impl Inner {
-    fn names(&self, key: &LockKey) -> names::Names {
+    fn names<'a>(&'a self, key: &'a LockKey) -> names::Names<'a> {
         names::Names::new(&self.prefix, key, self.cluster)
     }
 }

@@ -40,7 +40,7 @@ mod release;
 
 pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
 pub(crate) use lease::{EXTEND, HOLDER, RENEW, WAITERS};
-pub(crate) use lock::{ACQUIRE, LEAVE, LEAVE_SOURCE};
+pub(crate) use lock::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE};
 pub(crate) use numeric::{COMPARE_AND_SET, NUMERIC_GET};
 pub(crate) use pools::{POOL_HOLDERS, POOL_MEMBERS, POOL_MODIFY};
 pub(crate) use release::{COMPLETE, RELEASE};
@@ -131,9 +131,10 @@ end
 "#;
 
 /// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 15] {
+pub(crate) fn all() -> [&'static Script; 16] {
     [
         &ACQUIRE,
+        &ACQUIRE_OR_RECORD,
         &RELEASE,
         &COMPLETE,
         &LEAVE,

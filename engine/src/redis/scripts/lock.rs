@@ -165,6 +165,31 @@ redis.call('PEXPIRE', KEYS[3], ticket_ttl)
 return {0, pttl, now_ms + ticket_ttl}
 "#;
 
+/// Acquire unless an idempotency record is stored: the record check of a first idempotent
+/// request folded into its acquire.
+///
+/// - `KEYS` as [`ACQUIRE`]'s, then the record (hash) last.
+/// - `ARGV` as [`ACQUIRE`]'s.
+/// - Returns `{3, fingerprint, metadata, body, at}` when a record is stored (nothing else
+///   is done; a field the hash lacks is nil), else what [`ACQUIRE`] returns.
+///
+/// Atomic so that "no record" and the grant are one step: a record is written only with
+/// the release of the key, so a grant made when none was stored stays valid while held.
+///
+/// Commands, besides [`ACQUIRE`]'s: 1 (`HMGET`); a stored record: that one alone.
+pub(crate) static ACQUIRE_OR_RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}local function acquire(){ACQUIRE_BODY}end\n{}",
+        r#"
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'meta', 'body', 'at')
+if rec[1] or rec[2] or rec[3] or rec[4] then
+  return {3, rec[1] or false, rec[2] or false, rec[3] or false, rec[4] or false}
+end
+return acquire()
+"#
+    ))
+});
+
 /// A waiter leaves (timed out, cancelled, or failed), giving back a grant it may have
 /// received unseen.
 ///
