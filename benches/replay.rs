@@ -12,6 +12,9 @@
 //!   replay; `ratio_to_bare` divides by the same load on the bare axum handler.
 //! - `replay/redis` also reports `ratio_to_get`: its rate ÷ `redis-benchmark -t get -c 50`
 //!   on the same server (one replay is one record read: one round trip).
+//! - `round_trips/redis`: Redis round trips per request, counted with `MONITOR` (every
+//!   command a client sent, not those its scripts ran), for sequential first requests
+//!   (fresh keys; goal: 2, a begin and a completion) and for replays (goal: 1).
 //! - `first_request/<size>`: sequential first requests (a fresh key each) with a body of
 //!   1 KiB and 1 MiB, under the layer (in process) and bare; the difference per request is
 //!   what reading and fingerprinting the body and storing the response cost.
@@ -141,6 +144,48 @@ async fn first_requests(addr: SocketAddr, size: usize, n: usize) -> f64 {
     started.elapsed().as_secs_f64() * 1e6 / n as f64
 }
 
+/// The commands clients sent to the server of `url` with `prefix` in them while `op` ran
+/// (not those scripts ran: `MONITOR` tags those `lua`), or `None` if it cannot be watched.
+async fn round_trips<F, Fut>(url: &str, prefix: &str, op: F) -> Option<u64>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    use std::io::{BufRead, BufReader, Write};
+    let hostport = url
+        .strip_prefix("redis://")?
+        .split(['/', '?'])
+        .next()?
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&hostport).ok()?;
+    stream.write_all(b"MONITOR\r\n").ok()?;
+    let mut reader = BufReader::new(stream.try_clone().ok()?);
+    let mut ok = String::new();
+    reader.read_line(&mut ok).ok()?;
+    let prefix = format!("\"{prefix}:");
+    let counter = std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|r| r > 0) {
+            if line.contains("STOP-COUNTING") {
+                break;
+            }
+            if line.contains(&prefix) && !line.contains(" lua]") {
+                n += 1;
+            }
+            line.clear();
+        }
+        n
+    });
+    op().await;
+    // Everything sent before this marker has been echoed before it.
+    let mut marker = std::net::TcpStream::connect(&hostport).ok()?;
+    marker.write_all(b"ECHO STOP-COUNTING\r\n").ok()?;
+    let counted = counter.join().ok();
+    drop(stream);
+    counted
+}
+
 /// `redis-benchmark -t get -c 50` against the server of `url`, in requests per second.
 fn redis_get_rate(url: &str) -> Option<f64> {
     let port = url
@@ -225,6 +270,25 @@ fn main() -> ExitCode {
                     "not_201": bad, "ratio_to_bare": round(redis_rate / bare_rate, 3),
                     "redis_benchmark_get_c50": get.map(|g| round(g, 0)),
                     "ratio_to_get": get.map(|g| round(redis_rate / g, 3)), "goal": ">= 0.5",
+                }));
+            }
+            Err(e) => eprintln!("redis: {e}"),
+        }
+        match server_rt.block_on(support::redis_engine(&url, "bench-rt")) {
+            Ok(engine) => {
+                let addr = serve(&server_rt, replaying(engine));
+                let n = 200;
+                let first = client_rt.block_on(round_trips(&url, "bench-rt", || async {
+                    first_requests(addr, 16, n).await;
+                }));
+                let again = client_rt.block_on(round_trips(&url, "bench-rt", || async {
+                    first_requests(addr, 16, n).await;
+                }));
+                lines.push(json!({
+                    "bench": "replay", "scenario": "round_trips/redis",
+                    "first_request_round_trips": first.map(|c| round(c as f64 / n as f64, 2)),
+                    "replay_round_trips": again.map(|c| round(c as f64 / n as f64, 2)),
+                    "goal": "2 and 1",
                 }));
             }
             Err(e) => eprintln!("redis: {e}"),

@@ -319,6 +319,36 @@ pub trait RecordBackend: Send + Sync {
     /// whether there was one (within its retention). The lock on `key` is left as it is:
     /// a holder keeps it, and may still complete and write a new record.
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// The record stored under `req.key` if there is one (then nothing is acquired);
+    /// otherwise [`Backend::acquire`] of `req`, waiting as it says. A grant means that no
+    /// record was stored when the key became `req.token`'s: a grant after a wait looks
+    /// again (the holder before may have completed), and gives the key back if it finds
+    /// one. One round trip where the backend decides both at once (Redis: one script);
+    /// the engine's [`Lock::acquire_or_record`](super::Lock::acquire_or_record) serves it.
+    ///
+    /// Default: [`LockError::Unsupported`], and the engine reads the record, acquires,
+    /// and reads it again.
+    fn acquire_or_record(
+        &self,
+        req: AcquireRequest,
+    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+        let _ = req;
+        Box::pin(std::future::ready(Err(LockError::Unsupported(
+            "acquire_or_record",
+        ))))
+    }
+}
+
+/// What [`RecordBackend::acquire_or_record`] found: a stored record (nothing acquired),
+/// or a grant of the key with no record stored.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RecordOrGrant {
+    /// A record is stored under the key; the key was not acquired.
+    Record(Record),
+    /// The key was acquired, and no record was stored when it was granted.
+    Granted(Grant),
 }
 
 /// What a backend is asked to do by a permit acquisition ([`Permits`](super::Permits)).

@@ -77,7 +77,8 @@ pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
     AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
-    PermitBackend, PermitHolder, PermitRequest, PoolBackend, PoolHolders, RecordBackend, Renewal,
+    PermitBackend, PermitHolder, PermitRequest, PoolBackend, PoolHolders, RecordBackend,
+    RecordOrGrant, Renewal,
 };
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
@@ -91,7 +92,7 @@ pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
 pub use permits::Permits;
-pub use record::Record;
+pub use record::{LeaseOrRecord, Record};
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use status::LockStatus;
 

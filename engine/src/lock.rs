@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    AcquireRequest, Grant, Holder, KeyError, Lease, LockEngine, LockError, LockKey, LockOptions,
-    LockStatus, PermitRequest, Token, lease::LeaseKind, options,
+    AcquireRequest, Grant, Holder, KeyError, Lease, LeaseOrRecord, LockEngine, LockError, LockKey,
+    LockOptions, LockStatus, PermitRequest, RecordOrGrant, Token, lease::LeaseKind, options,
 };
 
 /// A handle on one key of a [`LockEngine`], with its acquisition options.
@@ -247,6 +247,58 @@ impl Lock {
             tracing::debug!(key = %req.key, "grant ran out before acquire returned; asking again");
             req.wait = wait.map(|w| w.saturating_sub(started.elapsed()));
             retried = true;
+        }
+    }
+
+    /// [`acquire`](Self::acquire), unless a record is stored under the key (see
+    /// [`RecordBackend`](crate::RecordBackend)): then that record, and nothing is held. A
+    /// lease means no record was stored when the key was granted. One round trip for a free
+    /// key or a stored record on a backend that decides both at once (Redis); otherwise
+    /// the record is read, the key acquired, and the record read again.
+    ///
+    /// Errors as [`acquire`](Self::acquire)'s, and [`LockError::Unsupported`] for a backend
+    /// without records.
+    pub async fn acquire_or_record(&self) -> Result<LeaseOrRecord, LockError> {
+        let backend = &self.engine.shared.backend;
+        let Some(records) = backend.capabilities().records else {
+            return Err(LockError::Unsupported("records"));
+        };
+        let key = self.key()?;
+        let (req, started) = self.request(self.options.wait)?;
+        match records.acquire_or_record(req.clone()).await {
+            Ok(RecordOrGrant::Record(record)) => return Ok(LeaseOrRecord::Record(record)),
+            Ok(RecordOrGrant::Granted(grant)) => {
+                let valid = grant
+                    .valid_for
+                    .map_or(self.options.ttl, |v| v.min(self.options.ttl));
+                if Instant::now() < options::after(grant.granted_at, valid) {
+                    return Ok(LeaseOrRecord::Lease(self.lease(
+                        req,
+                        grant,
+                        started.elapsed(),
+                    )));
+                }
+                // Ran out before it got here: asked again below (re-entry if still ours).
+            }
+            Err(LockError::Unsupported(_)) => {
+                if let Some(record) = records.record(key).await? {
+                    return Ok(LeaseOrRecord::Record(record));
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        // The same token: a grant that is still ours is re-entry.
+        let lease = self.clone().token(req.token).acquire().await?;
+        match records.record(key).await {
+            Ok(None) => Ok(LeaseOrRecord::Lease(lease)),
+            Ok(Some(record)) => {
+                let _ = lease.release().await;
+                Ok(LeaseOrRecord::Record(record))
+            }
+            Err(e) => {
+                let _ = lease.release().await;
+                Err(e)
+            }
         }
     }
 

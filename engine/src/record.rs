@@ -81,6 +81,16 @@ impl Record {
     }
 }
 
+/// What [`Lock::acquire_or_record`](super::Lock::acquire_or_record) found: the lease of a
+/// key with no record stored, or the record stored under it (nothing acquired).
+#[derive(Debug)]
+pub enum LeaseOrRecord {
+    /// The key is held, and no record was stored when it was granted.
+    Lease(super::Lease),
+    /// A record is stored under the key; the key was not acquired.
+    Record(Record),
+}
+
 /// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn unix_millis(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)

@@ -110,7 +110,7 @@ impl RequestLocker {
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy).
-    fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
+    pub(super) fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
         let c = &self.shared.config;
         self.backend_answered(&result);
         match result {
@@ -190,7 +190,7 @@ impl RequestLocker {
     }
 
     /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
-    fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
+    pub(super) fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
         // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
         // a waiter limit when it has none) stays the engine's default.
         let options = &self.shared.config.options;

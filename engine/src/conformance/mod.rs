@@ -155,6 +155,8 @@ macro_rules! conformance_tests {
             a_waiter_granted_by_a_completion_finds_the_record,
             records_expire_after_their_retention,
             a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone,
+            acquire_or_record_grants_a_free_key_and_answers_a_stored_record,
+            acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote,
         );
         $crate::permit_conformance_tests!(timed = #[$timed], concurrent = #[$conc], harness = $make);
     };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Lease, LockEngine, LockError, LockKey, Record};
+use crate::{Lease, LeaseOrRecord, LockEngine, LockError, LockKey, Record};
 use bytes::Bytes;
 use tokio::time::{sleep, timeout};
 
@@ -166,5 +166,62 @@ pub async fn a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone(
     assert!(engine.forget_record(&key("rec-f")).await.unwrap());
     assert_eq!(stored(&engine, "rec-f").await, None);
     assert!(engine.forget_record(&key("rec-e")).await.unwrap());
+    assert_no_residue(h).await;
+}
+
+pub async fn acquire_or_record_grants_a_free_key_and_answers_a_stored_record(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let lock = engine.lock("rec-f").ttl(u * 100);
+    let LeaseOrRecord::Lease(lease) = lock.acquire_or_record().await.unwrap() else {
+        panic!("no record yet: the key is granted");
+    };
+    assert!(lease.owned().await.unwrap());
+    // Held: another caller is refused as by `acquire`.
+    let busy = engine.lock("rec-f").try_acquire().await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let rec = record("f");
+    lease.complete(rec.clone(), u * 1000).await.unwrap();
+    match lock.acquire_or_record().await.unwrap() {
+        LeaseOrRecord::Record(got) => assert_eq!(got, rec),
+        LeaseOrRecord::Lease(_) => panic!("a stored record must be answered"),
+    }
+    // Answering the record took nothing.
+    let free = engine.lock("rec-f").try_acquire().await.expect("free");
+    free.release().await.unwrap();
+    assert!(engine.forget_record(&key("rec-f")).await.unwrap());
+    assert_no_residue(h).await;
+}
+
+pub async fn acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let holder = engine.lock("rec-g").ttl(u * 100).acquire().await.unwrap();
+    let waiter = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine
+                .lock("rec-g")
+                .ttl(u * 100)
+                .wait(u * 100)
+                .acquire_or_record()
+                .await
+        })
+    };
+    until_waiters(&engine, "rec-g", 1).await;
+    let rec = record("g");
+    holder.complete(rec.clone(), u * 1000).await.unwrap();
+    match waiter.await.unwrap().unwrap() {
+        LeaseOrRecord::Record(got) => assert_eq!(got, rec),
+        LeaseOrRecord::Lease(_) => panic!("the holder completed first: its record is answered"),
+    }
+    // The waiter was handed the key, found the record, and gave the key back.
+    let free = engine
+        .lock("rec-g")
+        .try_acquire()
+        .await
+        .expect("given back");
+    free.release().await.unwrap();
+    assert!(engine.forget_record(&key("rec-g")).await.unwrap());
     assert_no_residue(h).await;
 }

@@ -16,7 +16,8 @@ use self::{
 };
 use super::MemoryBackend;
 use crate::{
-    BoxFuture, LockError, LockKey, Record, RecordBackend, Token, options::after, unix_millis,
+    AcquireRequest, Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, RecordOrGrant,
+    Token, options::after, unix_millis,
 };
 
 mod queue;
@@ -255,6 +256,31 @@ impl RecordStore {
 impl RecordBackend for MemoryBackend {
     fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>> {
         Box::pin(async move { Ok(self.records.lock().unwrap().get(key, Instant::now())) })
+    }
+
+    fn acquire_or_record(
+        &self,
+        req: AcquireRequest,
+    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+        Box::pin(async move {
+            let stored = self.records.lock().unwrap().get(&req.key, Instant::now());
+            if let Some(record) = stored {
+                return Ok(RecordOrGrant::Record(record));
+            }
+            let (key, token) = (req.key.clone(), req.token.clone());
+            let grant = Backend::acquire(self, req).await?;
+            // A record appears only with the release of the holder that wrote it, in the
+            // same step: a completion between the look above and this grant (the key was
+            // held, and handed to us) is seen now.
+            let stored = self.records.lock().unwrap().get(&key, Instant::now());
+            match stored {
+                None => Ok(RecordOrGrant::Granted(grant)),
+                Some(record) => {
+                    let _ = Backend::release(self, &key, &token).await;
+                    Ok(RecordOrGrant::Record(record))
+                }
+            }
+        })
     }
 
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {

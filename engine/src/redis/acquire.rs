@@ -12,20 +12,22 @@
 
 use std::{sync::Arc, time::Duration};
 
-use redis::ScriptInvocation;
 use tokio::time::Instant;
 
 use super::{
     FALLBACK_CAP, FENCE_MARGIN, Inner,
-    commands::Conn,
+    commands::{Conn, ScriptCall},
     millis,
     names::Names,
     permits::{self, Share},
+    records::{Fields, stored},
     remaining,
-    scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
+    scripts::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE, RELEASE},
     wakeup::{Subscription, Woken},
 };
-use crate::{AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, Token};
+use crate::{
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, RecordOrGrant, Token,
+};
 
 /// What the wait loop acquires: the key's lock, or one of its permits (`permits`: other
 /// keys and scripts, the same loop, tickets and wake-ups).
@@ -37,6 +39,9 @@ pub(super) enum Target {
 
 enum Attempt {
     Granted(Fence),
+    /// A stored record, from the first attempt of [`Inner::acquire_or_record`]: nothing
+    /// was acquired.
+    Record(Fields),
     /// Not granted; `deadline` names the waiter's registered ticket (0: none registered).
     Busy {
         retry_after: Option<Duration>,
@@ -51,6 +56,38 @@ enum Attempt {
         acked: u64,
         wanted: u32,
     },
+}
+
+/// An acquire script's reply: `{status, value, deadline}`, or a stored record's fields
+/// (`{3, fp, meta, body, at}`, from [`ACQUIRE_OR_RECORD`]).
+enum AttemptReply {
+    Status(i64, i64, i64),
+    Record(Fields),
+}
+
+impl redis::FromRedisValue for AttemptReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let redis::Value::Array(items) = v else {
+            return Err("acquire reply is not an array".into());
+        };
+        if items.first() == Some(&redis::Value::Int(3)) {
+            let fields = redis::Value::Array(items.into_iter().skip(1).collect());
+            return Ok(Self::Record(Fields::from_redis_value(fields)?));
+        }
+        let (status, value, deadline) =
+            <(i64, i64, i64)>::from_redis_value(redis::Value::Array(items))?;
+        Ok(Self::Status(status, value, deadline))
+    }
+}
+
+/// What an attempt tells the script of the waiter's ticket.
+struct TicketState<'a> {
+    /// The ticket id (`""`: a plain try).
+    id: &'a str,
+    /// Its registered member's deadline as last reported (`None`: not registered).
+    known: Option<u64>,
+    /// The last refresh failed: the member may have been renamed unseen.
+    renamed: bool,
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -73,7 +110,7 @@ impl TicketId {
 /// so dropping the acquire future never blocks.
 struct Cleanup<'a> {
     inner: &'a Arc<Inner>,
-    names: &'a Names,
+    names: Names<'a>,
     ticket: &'a str,
     token: &'a Token,
     ttl_ms: u64,
@@ -94,12 +131,7 @@ impl Drop for Cleanup<'_> {
             return;
         }
         let inner = self.inner.clone();
-        let names = Names {
-            lock: self.names.lock.clone(),
-            fence: self.names.fence.clone(),
-            queue: self.names.queue.clone(),
-            channel: self.names.channel.clone(),
-        };
+        let key = self.names.key().clone();
         let leaving = Leaving {
             ticket: self.ticket.to_owned(),
             // A refresh in flight may have renamed the ticket.
@@ -123,8 +155,12 @@ impl Drop for Cleanup<'_> {
         crate::runtime::handle().spawn(async move {
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             let mut pinned = pinned;
+            let names = match leaving.target {
+                Target::Lock => inner.names(&key),
+                Target::Permit(_) => inner.names(&key).for_permits(),
+            };
             loop {
-                let Err(error) = inner.leave(&names, &leaving, pinned.take()).await else {
+                let Err(error) = inner.leave(names, &leaving, pinned.take()).await else {
                     return;
                 };
                 let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
@@ -152,7 +188,7 @@ impl Inner {
     pub(super) async fn call<T: redis::FromRedisValue>(
         &self,
         what: &'static str,
-        inv: &ScriptInvocation<'_>,
+        inv: &ScriptCall,
     ) -> Result<T, LockError> {
         self.commands
             .invoke(what, inv)
@@ -164,57 +200,75 @@ impl Inner {
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
-        names: &Names,
+        names: Names<'_>,
         req: &AcquireRequest,
-        ticket: &str,
-        known: Option<u64>,
-        renamed: bool,
+        ticket: TicketState<'_>,
+        with_record: bool,
         target: Target,
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
+        let TicketState {
+            id: ticket,
+            known,
+            renamed,
+        } = ticket;
         let mut inv = match target {
-            Target::Lock => ACQUIRE.prepare_invoke(),
-            Target::Permit(_) => permits::ACQUIRE.prepare_invoke(),
+            Target::Permit(_) => ScriptCall::new(&permits::ACQUIRE, 3),
+            Target::Lock if with_record => ScriptCall::new(&ACQUIRE_OR_RECORD, 4),
+            Target::Lock => ScriptCall::new(&ACQUIRE, 3),
         };
-        inv.key(&names.lock)
-            .key(&names.fence)
-            .key(&names.queue)
-            .arg(req.token.as_str())
+        // Flags in one argument (an argument costs an allocation on every attempt).
+        let mut flags = [0u8; 3];
+        let mut n = 0;
+        for (set, flag) in [
+            (req.fifo, b'f'),
+            (self.contended.seen(names.tag), b'h'),
+            // Only after a failed refresh.
+            (renamed, b'r'),
+        ] {
+            if set {
+                flags[n] = flag;
+                n += 1;
+            }
+        }
+        inv.key(names.lock()).key(names.fence()).key(names.queue());
+        if with_record {
+            inv.key(names.record());
+        }
+        inv.arg(req.token.as_str())
             .arg(millis(req.ttl))
             .arg(ticket)
-            .arg(if req.fifo { "1" } else { "0" })
+            .arg(&flags[..n])
             .arg(
                 req.max_waiters
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             )
-            .arg(self.ticket_ttl_ms)
-            .arg(millis(FENCE_MARGIN));
+            .arg(self.ticket_ttl_ms);
         match known {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        // Only after a failed refresh: an argument costs an allocation on every attempt.
-        if renamed {
-            inv.arg("1");
-        }
         if let Target::Permit(share) = target {
-            if !renamed {
-                inv.arg("0");
-            }
-            inv.arg(share.permits).arg(share.mode()).arg(&names.channel);
+            inv.arg(millis(FENCE_MARGIN))
+                .arg(share.permits)
+                .arg(share.mode())
+                .arg(names.channel());
         }
-        let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
-            match self.replica_ack {
-                None => {
-                    let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;
-                    (reply.map_err(LockError::Backend)?, None)
-                }
-                Some(ack) => {
-                    let reply = self.commands.invoke_acked("acquire", &inv, ack, pin).await;
-                    let (reply, acked) = reply.map_err(LockError::Backend)?;
-                    (reply, Some(acked))
-                }
-            };
+        let (reply, acked): (AttemptReply, Option<u64>) = match self.replica_ack {
+            None => {
+                let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;
+                (reply.map_err(LockError::Backend)?, None)
+            }
+            Some(ack) => {
+                let reply = self.commands.invoke_acked("acquire", &inv, ack, pin).await;
+                let (reply, acked) = reply.map_err(LockError::Backend)?;
+                (reply, Some(acked))
+            }
+        };
+        let (status, value, deadline) = match reply {
+            AttemptReply::Status(status, value, deadline) => (status, value, deadline),
+            AttemptReply::Record(fields) => return Ok(Attempt::Record(fields)),
+        };
         Ok(match status {
             1 => match (acked, self.replica_ack) {
                 (Some(acked), Some(ack)) if acked < u64::from(ack.replicas) => {
@@ -225,12 +279,18 @@ impl Inner {
                 }
                 _ => Attempt::Granted(Fence::new(u64::try_from(value).unwrap_or(0))),
             },
-            0 => Attempt::Busy {
-                retry_after: remaining(value),
-                deadline: u64::try_from(deadline).unwrap_or(0),
-            },
+            0 => {
+                // Its next acquire looks at the lock first (see `Contended`).
+                if let Target::Lock = target {
+                    self.contended.mark(names.tag);
+                }
+                Attempt::Busy {
+                    retry_after: remaining(value),
+                    deadline: u64::try_from(deadline).unwrap_or(0),
+                }
+            }
             2 => Attempt::Full(remaining(value)),
-            3 => Attempt::NotUpgraded,
+            4 => Attempt::NotUpgraded,
             other => {
                 return Err(LockError::Backend(BackendError::new(
                     BackendErrorKind::Protocol,
@@ -242,25 +302,28 @@ impl Inner {
 
     pub(super) async fn leave(
         &self,
-        names: &Names,
+        names: Names<'_>,
         leaving: &Leaving,
         pinned: Option<Conn>,
     ) -> Result<Option<Duration>, LockError> {
-        let keys = [&names.lock, &names.fence, &names.queue];
         let known = leaving.known.map(|d| d.to_string()).unwrap_or_default();
-        let ttl = leaving.ttl_ms.to_string();
-        let margin = millis(FENCE_MARGIN).to_string();
-        let claim = self.ticket_ttl_ms.to_string();
-        let args = [
-            leaving.ticket.as_str(),
-            &known,
-            leaving.token.as_str(),
-            &ttl,
-            "1",
-            &names.channel,
-            &margin,
-            &claim,
-        ];
+        // The keys and arguments, after `numkeys`.
+        let keys_and_args = |cmd: &mut redis::Cmd| {
+            cmd.arg(names.lock())
+                .arg(names.fence())
+                .arg(names.queue())
+                .arg(leaving.ticket.as_str())
+                .arg(known.as_str())
+                .arg(leaving.token.as_str())
+                .arg(leaving.ttl_ms)
+                .arg("1")
+                .arg(names.channel())
+                .arg(millis(FENCE_MARGIN))
+                .arg(self.ticket_ttl_ms);
+            if let Target::Permit(share) = leaving.target {
+                cmd.arg(share.permits).arg(share.mode());
+            }
+        };
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
@@ -268,10 +331,8 @@ impl Inner {
                 Target::Lock => LEAVE_SOURCE.as_str(),
                 Target::Permit(_) => permits::LEAVE_SOURCE.as_str(),
             };
-            eval.arg(source).arg(keys.len()).arg(&keys).arg(&args);
-            if let Target::Permit(share) = leaving.target {
-                eval.arg(share.permits).arg(share.mode());
-            }
+            eval.arg(source).arg(3);
+            keys_and_args(&mut eval);
             match self
                 .commands
                 .query_on::<i64>("leave", &eval, &mut conn)
@@ -284,13 +345,10 @@ impl Inner {
             }
         }
         let mut inv = match leaving.target {
-            Target::Lock => LEAVE.prepare_invoke(),
-            Target::Permit(_) => permits::LEAVE.prepare_invoke(),
+            Target::Lock => ScriptCall::new(&LEAVE, 3),
+            Target::Permit(_) => ScriptCall::new(&permits::LEAVE, 3),
         };
-        inv.key(&keys).arg(&args);
-        if let Target::Permit(share) = leaving.target {
-            inv.arg(share.permits).arg(share.mode());
-        }
+        keys_and_args(inv.keys_and_args());
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }
@@ -300,19 +358,90 @@ impl Inner {
         req: AcquireRequest,
         target: Target,
     ) -> Result<Grant, LockError> {
+        match self.acquire_inner(req, false, target).await?.0 {
+            RecordOrGrant::Granted(grant) => Ok(grant),
+            RecordOrGrant::Record(_) => Err(LockError::Backend(BackendError::new(
+                BackendErrorKind::Protocol,
+                "acquire script answered a record",
+            ))),
+        }
+    }
+
+    /// [`RecordBackend::acquire_or_record`](crate::RecordBackend::acquire_or_record): the
+    /// first attempt reads the record in the same script; a grant after a wait reads it
+    /// again (the holder before may have completed), and gives the key back if it is there.
+    pub(super) async fn acquire_or_record(
+        self: Arc<Self>,
+        req: AcquireRequest,
+    ) -> Result<RecordOrGrant, LockError> {
+        let (key, token) = (req.key.clone(), req.token.clone());
+        let (found, at_once) = self.clone().acquire_inner(req, true, Target::Lock).await?;
+        let grant = match found {
+            RecordOrGrant::Granted(grant) if !at_once => grant,
+            decided => return Ok(decided),
+        };
+        let names = self.names(&key);
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(names.record())
+            .arg("fp")
+            .arg("meta")
+            .arg("body")
+            .arg("at");
+        let read = self.commands.query::<Fields>("record", &cmd).await;
+        let fields = match read {
+            Ok(fields) => fields,
+            Err(e) => {
+                self.give_back(names, &token).await;
+                return Err(LockError::Backend(e));
+            }
+        };
+        match stored(fields.0, fields.1, fields.2, fields.3) {
+            Ok(None) => Ok(RecordOrGrant::Granted(grant)),
+            Ok(Some(record)) => {
+                self.give_back(names, &token).await;
+                Ok(RecordOrGrant::Record(record))
+            }
+            Err(e) => {
+                self.give_back(names, &token).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Release a grant nobody will use (best effort: the lease's TTL frees it otherwise).
+    async fn give_back(&self, names: Names<'_>, token: &Token) {
+        let mut inv = super::backend::release_call(&RELEASE, names, 0);
+        super::backend::release_args(&mut inv, names, token);
+        match self.call::<i64>("release", &inv).await {
+            Ok(code) => self.released(names, code),
+            Err(error) => tracing::debug!(%error, "giving back a grant failed; its TTL frees it"),
+        }
+    }
+
+    /// The acquire loop. With `with_record`, the first attempt also reads the record
+    /// ([`ACQUIRE_OR_RECORD`]). Also says whether the first attempt decided.
+    async fn acquire_inner(
+        self: Arc<Self>,
+        req: AcquireRequest,
+        with_record: bool,
+        target: Target,
+    ) -> Result<(RecordOrGrant, bool), LockError> {
         let started = Instant::now();
+        let mut first = true;
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
         let names = match target {
             Target::Lock => self.names(&req.key),
-            Target::Permit(_) => permits::names(&self.prefix, &req.key, self.cluster),
+            Target::Permit(_) => self.names(&req.key).for_permits(),
         };
+        // The wake-up channel's name, made only when the first attempt did not decide.
+        let mut channel: Option<String> = None;
         let id = TicketId::random();
         let ticket = if waiting { id.as_str() } else { "" };
         let ttl_ms = millis(req.ttl);
         let mut cleanup = Cleanup {
             inner: &self,
-            names: &names,
+            names,
             ticket,
             token: &req.token,
             ttl_ms,
@@ -339,7 +468,7 @@ impl Inner {
         loop {
             // Where the wake-up channel stands before this attempt goes out (see `covered`).
             let mark = match &subscription {
-                None if waiting => self.wakeup.mark(&names.channel),
+                None if waiting => names.channel().with_str(|c| self.wakeup.mark(c)),
                 _ => None,
             };
             cleanup.in_flight = true;
@@ -349,11 +478,14 @@ impl Inner {
             // or a refresh renamed our ticket (the script finds it again by its id).
             let outcome = match self
                 .attempt(
-                    &names,
+                    names,
                     &req,
-                    ticket,
-                    cleanup.known,
-                    failed.is_some(),
+                    TicketState {
+                        id: ticket,
+                        known: cleanup.known,
+                        renamed: failed.is_some(),
+                    },
+                    with_record && first,
                     target,
                     &mut cleanup.pinned,
                 )
@@ -365,7 +497,7 @@ impl Inner {
                         && last_ok.elapsed() < Duration::from_millis(self.ticket_ttl_ms) =>
                 {
                     tracing::debug!(
-                        channel = %names.channel,
+                        channel = %names.channel(),
                         error = %e,
                         "lock waiter's refresh failed; retrying within its wait"
                     );
@@ -388,17 +520,27 @@ impl Inner {
             let retry_after = match outcome {
                 // The refresh failed: wait for a wake-up or the fallback period, then retry.
                 None => None,
+                Some(Attempt::Record(fields)) => {
+                    cleanup.armed = false;
+                    return match stored(fields.0, fields.1, fields.2, fields.3)? {
+                        Some(record) => Ok((RecordOrGrant::Record(record), true)),
+                        None => Err(LockError::Backend(BackendError::new(
+                            BackendErrorKind::Protocol,
+                            "acquire script answered an empty record",
+                        ))),
+                    };
+                }
                 Some(Attempt::Granted(fence)) => {
                     cleanup.armed = false;
                     if by_timer && !subscription.as_ref().is_some_and(Subscription::granted) {
                         // A hand-off whose message has not come (lost, or just late), or a
                         // lease that ran out: found at the cost of up to FALLBACK_CAP.
                         tracing::debug!(
-                            channel = %names.channel,
+                            channel = %names.channel(),
                             "lock granted on the fallback timer's retry, not by a wake-up"
                         );
                     }
-                    return Ok(Grant::new(fence, sent));
+                    return Ok((RecordOrGrant::Granted(Grant::new(fence, sent)), first));
                 }
                 Some(Attempt::Unacknowledged { acked, wanted }) => {
                     // Give the grant back (and drop our ticket) behind the script, on its
@@ -411,7 +553,7 @@ impl Inner {
                         target,
                     };
                     cleanup.in_flight = true;
-                    if self.leave(&names, &leaving, pinned).await.is_ok() {
+                    if self.leave(names, &leaving, pinned).await.is_ok() {
                         cleanup.armed = false;
                     }
                     return Err(LockError::Backend(BackendError::new(
@@ -446,6 +588,7 @@ impl Inner {
                     retry_after
                 }
             };
+            first = false;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 let leaving = Leaving {
@@ -462,7 +605,7 @@ impl Inner {
                 };
                 // Behind a failed refresh on its connection, so it cannot overtake it.
                 let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
-                let left = self.leave(&names, &leaving, behind).await;
+                let left = self.leave(names, &leaving, behind).await;
                 let retry_after = match left {
                     Ok(left) => {
                         cleanup.armed = false;
@@ -487,7 +630,8 @@ impl Inner {
             let woken = match subscription.as_ref() {
                 Some(sub) => woken_by(sub, wake_at).await,
                 None => {
-                    let sub = self.wakeup.subscribe(&names.channel, ticket, mark);
+                    let channel = channel.get_or_insert_with(|| names.channel().to_string());
+                    let sub = self.wakeup.subscribe(channel, ticket, mark);
                     let woken = if sub.covered() {
                         // Subscribed since before the attempt: a grant after it is heard.
                         woken_by(&sub, wake_at).await
@@ -526,7 +670,8 @@ impl Inner {
                 // counted from before the attempt that registered the ticket it granted: never
                 // later than the server's. Not our own settings: the server decided.
                 let valid = Duration::from_millis(px);
-                return Ok(Grant::new(Fence::new(fence), last_sent).valid_for(valid));
+                let grant = Grant::new(Fence::new(fence), last_sent).valid_for(valid);
+                return Ok((RecordOrGrant::Granted(grant), false));
             }
         }
     }

@@ -2,13 +2,12 @@
 
 use std::time::Duration;
 
-use redis::ScriptInvocation;
-
 use super::{
     FENCE_MARGIN, RENEW_CHUNK, RedisBackend,
     acquire::Target,
+    commands::ScriptCall,
     malformed_token, millis,
-    names::{Names, object_name},
+    names::Names,
     outcome, remaining,
     scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
 };
@@ -21,14 +20,12 @@ use crate::{BackendError, BackendErrorKind};
 impl RedisBackend {
     /// One [`RENEW`] call for `chunk`: whether each lease was renewed.
     async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        let mut inv = RENEW.prepare_invoke();
-        inv.arg(millis(FENCE_MARGIN));
+        let mut inv = ScriptCall::new(&RENEW, chunk.len());
         for lease in chunk {
-            let names = Names::lease(&self.inner.prefix, &lease.key);
-            inv.key(names.lock)
-                .key(names.fence)
-                .arg(lease.token.as_str())
-                .arg(millis(lease.ttl));
+            inv.key(self.inner.names(&lease.key).lock());
+        }
+        for lease in chunk {
+            inv.arg(lease.token.as_str()).arg(millis(lease.ttl));
         }
         let results: Vec<i64> = self.inner.call("renew", &inv).await?;
         if results.len() != chunk.len() {
@@ -43,13 +40,34 @@ impl RedisBackend {
 
 /// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
 /// also takes first. (A hand-off lasts the waiter's claim period, which its ticket carries.)
-pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token: &Token) {
-    inv.key(&names.lock)
-        .key(&names.fence)
-        .key(&names.queue)
-        .arg(token.as_str())
-        .arg(&names.channel)
+/// `extra_keys`: keys the caller adds after these (before any argument).
+pub(super) fn release_call(
+    script: &redis::Script,
+    names: Names<'_>,
+    extra_keys: usize,
+) -> ScriptCall {
+    let mut inv = ScriptCall::new(script, 3 + extra_keys);
+    inv.key(names.lock()).key(names.fence()).key(names.queue());
+    inv
+}
+
+/// The arguments of [`RELEASE`], after every key.
+pub(super) fn release_args(inv: &mut ScriptCall, names: Names<'_>, token: &Token) {
+    inv.arg(token.as_str())
+        .arg(names.channel())
         .arg(millis(FENCE_MARGIN));
+}
+
+impl super::Inner {
+    /// What a release script answered tells which way the key's next acquire should look
+    /// (see [`Contended`](super::contended::Contended)).
+    pub(super) fn released(&self, names: Names<'_>, code: i64) {
+        match code {
+            2 => self.contended.mark(names.tag),
+            1 => self.contended.clear(names.tag),
+            _ => {}
+        }
+    }
 }
 
 impl Backend for RedisBackend {
@@ -64,9 +82,11 @@ impl Backend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = RELEASE.prepare_invoke();
-            release_args(&mut inv, &names, token);
-            outcome(self.inner.call("release", &inv).await?)
+            let mut inv = release_call(&RELEASE, names, 0);
+            release_args(&mut inv, names, token);
+            let released = self.inner.call("release", &inv).await?;
+            self.inner.released(names, released);
+            outcome(released)
         })
     }
 
@@ -78,17 +98,14 @@ impl Backend for RedisBackend {
         mode: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let names = Names::lease(&self.inner.prefix, key);
-            let mut inv = EXTEND.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
+            let mut inv = ScriptCall::new(&EXTEND, 1);
+            inv.key(self.inner.names(key).lock())
                 .arg(token.as_str())
                 .arg(millis(ttl))
                 .arg(match mode {
                     ExtendMode::Add => "add",
                     ExtendMode::Replace => "replace",
-                })
-                .arg(millis(FENCE_MARGIN));
+                });
             let left: i64 = self.inner.call("extend", &inv).await?;
             outcome(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
@@ -121,8 +138,8 @@ impl Backend for RedisBackend {
 
     fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
         Box::pin(async move {
-            let mut inv = HOLDER.prepare_invoke();
-            inv.key(object_name(&self.inner.prefix, "lock", key));
+            let mut inv = ScriptCall::new(&HOLDER, 1);
+            inv.key(self.inner.names(key).lock());
             let (token, pttl): (String, i64) = self.inner.call("holder", &inv).await?;
             if token.is_empty() {
                 return Ok(None);
@@ -134,8 +151,8 @@ impl Backend for RedisBackend {
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
-            let mut inv = WAITERS.prepare_invoke();
-            inv.key(object_name(&self.inner.prefix, "queue", key));
+            let mut inv = ScriptCall::new(&WAITERS, 1);
+            inv.key(self.inner.names(key).queue());
             let n: i64 = self.inner.call("waiters", &inv).await?;
             Ok(usize::try_from(n).unwrap_or(0))
         })

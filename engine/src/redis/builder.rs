@@ -280,6 +280,7 @@ impl RedisBackendBuilder {
                 ticket_ttl_ms: millis(ticket_ttl),
                 replica_ack,
                 cluster,
+                contended: super::contended::Contended::new(),
             }),
         })
     }

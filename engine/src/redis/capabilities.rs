@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use redis::ScriptInvocation;
-
 use super::{
-    FENCE_MARGIN, RedisBackend, malformed_member, malformed_token, millis,
-    names::{Names, object_name},
+    FENCE_MARGIN, RedisBackend,
+    commands::ScriptCall,
+    malformed_member, malformed_token, millis,
+    names::object_name,
     remaining,
     scripts::{
         ADMIN_SET, COMPARE_AND_SET, FORCE_RELEASE, NUMERIC_GET, POOL_HOLDERS, POOL_MEMBERS,
@@ -28,13 +28,12 @@ impl AdminBackend for RedisBackend {
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let names = Names::lease(&self.inner.prefix, key);
-            let mut inv = ADMIN_SET.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
+            let names = self.inner.names(key);
+            let mut inv = ScriptCall::new(&ADMIN_SET, 2);
+            inv.key(names.lock())
+                .key(names.fence())
                 .arg(value.as_str())
-                .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)))
-                .arg(millis(FENCE_MARGIN));
+                .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)));
             let _fence: String = self.inner.call("admin set", &inv).await?;
             Ok(())
         })
@@ -43,11 +42,11 @@ impl AdminBackend for RedisBackend {
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = FORCE_RELEASE.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
-                .key(&names.queue)
-                .arg(&names.channel)
+            let mut inv = ScriptCall::new(&FORCE_RELEASE, 3);
+            inv.key(names.lock())
+                .key(names.fence())
+                .key(names.queue())
+                .arg(names.channel())
                 .arg(millis(FENCE_MARGIN));
             let was_held: i64 = self.inner.call("force release", &inv).await?;
             Ok(was_held == 1)
@@ -70,7 +69,7 @@ impl NumericBackend for RedisBackend {
                 ),
                 NumericAction::Delete => ("del", -1),
             };
-            let mut inv = COMPARE_AND_SET.prepare_invoke();
+            let mut inv = ScriptCall::new(&COMPARE_AND_SET, 1);
             // `{:e}` is the shortest text that reads back as the same f64, in Lua and Rust.
             inv.key(&name)
                 .arg(op.compare.as_str())
@@ -89,7 +88,7 @@ impl NumericBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
         Box::pin(async move {
             let name = object_name(&self.inner.prefix, "num", key);
-            let mut inv = NUMERIC_GET.prepare_invoke();
+            let mut inv = ScriptCall::new(&NUMERIC_GET, 1);
             inv.key(&name);
             let text: Option<String> = self.inner.call("numeric get", &inv).await?;
             text.map(|t| {
@@ -116,9 +115,9 @@ impl PoolBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
-            let mut inv = POOL_MODIFY.prepare_invoke();
+            let mut inv = ScriptCall::new(&POOL_MODIFY, 1);
             inv.key(&name);
-            let with_locks = |inv: &mut ScriptInvocation<'_>, keys: &[LockKey]| {
+            let with_locks = |inv: &mut ScriptCall, keys: &[LockKey]| {
                 for k in keys {
                     inv.arg(k.as_str())
                         .arg(object_name(&self.inner.prefix, "lock", k));
@@ -154,7 +153,7 @@ impl PoolBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
         Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
-            let mut inv = POOL_MEMBERS.prepare_invoke();
+            let mut inv = ScriptCall::new(&POOL_MEMBERS, 1);
             inv.key(&name);
             let members: Vec<String> = self.inner.call("pool members", &inv).await?;
             let mut members = members
@@ -172,7 +171,7 @@ impl PoolBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
         Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
-            let mut inv = POOL_HOLDERS.prepare_invoke();
+            let mut inv = ScriptCall::new(&POOL_HOLDERS, 1);
             inv.key(&name);
             let flat: Vec<(String, String, i64)> = self.inner.call("pool holders", &inv).await?;
             let mut out = Vec::with_capacity(flat.len());

@@ -7,7 +7,7 @@
 
 use std::{task::Poll, time::Duration};
 
-use redis::{FromRedisValue, RedisError, ScriptInvocation, Value, aio::ConnectionLike};
+use redis::{FromRedisValue, RedisError, Script, ToRedisArgs, Value, aio::ConnectionLike};
 use tokio::time::Instant;
 
 use crate::{BackendError, BackendErrorKind, BoxFuture};
@@ -129,14 +129,57 @@ pub(crate) struct Commands {
     timeout: Duration,
 }
 
+/// One script call (`EVALSHA sha numkeys keys... args...`), built as the one command it
+/// is: its keys and arguments are written into the command's buffer as they are added, so
+/// a call costs the command's two buffers and nothing per argument (redis-rs's
+/// `ScriptInvocation` keeps a `Vec` per argument, then copies them into a command).
+pub(crate) struct ScriptCall {
+    cmd: redis::Cmd,
+    /// Keys still to add before the first argument.
+    keys_left: usize,
+}
+
+impl ScriptCall {
+    /// A call of `script` with `keys` keys (added first, with [`key`](Self::key)).
+    pub(crate) fn new(script: &Script, keys: usize) -> Self {
+        let mut cmd = redis::Cmd::with_capacity(3 + keys + 8, 96 + 64 * keys);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        Self {
+            cmd,
+            keys_left: keys,
+        }
+    }
+
+    /// Add a key (`KEYS[i]`).
+    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        debug_assert!(self.keys_left > 0, "more keys than announced");
+        self.keys_left = self.keys_left.saturating_sub(1);
+        self.cmd.arg(key);
+        self
+    }
+
+    /// The command, to write every key and then every argument into at once.
+    pub(crate) fn keys_and_args(&mut self) -> &mut redis::Cmd {
+        self.keys_left = 0;
+        &mut self.cmd
+    }
+
+    /// Add an argument (`ARGV[i]`), after every key.
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
+        self.cmd.arg(arg);
+        self
+    }
+}
+
 #[derive(Clone, Copy)]
-enum Call<'a, 'b> {
-    Script(&'a ScriptInvocation<'b>),
+enum Call<'a> {
+    Script(&'a ScriptCall),
     /// A plain command: for reads that need no script (a script call costs the server
     /// several times a plain command's time).
     Command(&'a redis::Cmd),
     /// The script with `WAIT` pipelined right behind it (see [`Commands::invoke_acked`]).
-    ScriptThenWait(&'a ScriptInvocation<'b>, ReplicaAck),
+    ScriptThenWait(&'a ScriptCall, ReplicaAck),
 }
 
 /// `WAIT replicas timeout`: how many replicas must acknowledge a write, and how long the
@@ -188,7 +231,7 @@ impl Commands {
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         what: &'static str,
-        inv: &ScriptInvocation<'_>,
+        inv: &ScriptCall,
     ) -> Result<T, BackendError> {
         let value = self.run(what, Call::Script(inv), None).await?;
         T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
@@ -211,7 +254,7 @@ impl Commands {
     pub(crate) async fn invoke_pinned<T: FromRedisValue>(
         &self,
         what: &'static str,
-        inv: &ScriptInvocation<'_>,
+        inv: &ScriptCall,
         pin: &mut Option<Conn>,
     ) -> Result<T, BackendError> {
         let value = self.run(what, Call::Script(inv), Some(pin)).await?;
@@ -226,7 +269,7 @@ impl Commands {
     pub(crate) async fn invoke_acked<T: FromRedisValue>(
         &self,
         what: &'static str,
-        inv: &ScriptInvocation<'_>,
+        inv: &ScriptCall,
         ack: ReplicaAck,
         pin: &mut Option<Conn>,
     ) -> Result<(T, u64), BackendError> {
@@ -252,7 +295,7 @@ impl Commands {
     async fn run(
         &self,
         what: &'static str,
-        call: Call<'_, '_>,
+        call: Call<'_>,
         mut pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
@@ -343,18 +386,33 @@ pub(crate) fn timed_out(what: &'static str, timeout: Duration) -> BackendError {
 /// reload sends `SCRIPT LOAD` to every primary of a cluster, and hangs while one of them
 /// is unreachable, which is exactly when promoted replicas lack scripts.)
 async fn script(
-    inv: &ScriptInvocation<'_>,
+    call: &ScriptCall,
     ack: Option<ReplicaAck>,
     conn: &mut Conn,
 ) -> Result<Value, RedisError> {
-    for load in [false, true] {
+    if ack.is_none() {
+        // The common case: the one command, no pipeline around it.
+        match conn.req_packed_command(&call.cmd).await {
+            Ok(Value::ServerError(e)) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {}
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {}
+            Ok(Value::ServerError(e)) => return Err(e.into()),
+            reply => return reply,
+        }
+    }
+    // Without WAIT, the command alone has met NOSCRIPT already: the loading pipeline only.
+    let loads: &[bool] = if ack.is_none() {
+        &[true]
+    } else {
+        &[false, true]
+    };
+    for &load in loads {
         let mut pipe = redis::pipe();
         if load {
             for script in super::scripts::all() {
                 pipe.load_script(script).ignore();
             }
         }
-        pipe.invoke_script(inv);
+        pipe.add_command(call.cmd.clone());
         if let Some(ack) = ack {
             let timeout_ms = u64::try_from(ack.timeout.as_millis())
                 .unwrap_or(u64::MAX)

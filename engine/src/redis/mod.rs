@@ -10,6 +10,7 @@ mod capabilities;
 mod cluster;
 mod commands;
 mod connector;
+mod contended;
 mod names;
 mod permits;
 mod pool;
@@ -44,7 +45,8 @@ pub const MAX_PREFIX_LEN: usize = 64;
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Waiters retry at least this often, whatever the pub/sub connection does.
 pub(super) const FALLBACK_CAP: Duration = Duration::from_millis(250);
-/// How much longer than the lease the fence tombstone lives.
+/// How long the tombstone of a key that had waiters, or was set by an admin, lives after
+/// its release (an unmarked key's tombstone keeps what was left of its lease).
 const FENCE_MARGIN: Duration = Duration::from_secs(10);
 /// Leases renewed per script call.
 const RENEW_CHUNK: usize = 256;
@@ -68,10 +70,12 @@ struct Inner {
     replica_ack: Option<commands::ReplicaAck>,
     /// On a Redis Cluster: sharded wake-up channels, one script call per slot.
     cluster: bool,
+    /// The keys seen contended lately: their acquire looks at the lock first.
+    contended: contended::Contended,
 }
 
 impl Inner {
-    fn names(&self, key: &LockKey) -> names::Names {
+    fn names<'a>(&'a self, key: &'a LockKey) -> names::Names<'a> {
         names::Names::new(&self.prefix, key, self.cluster)
     }
 }

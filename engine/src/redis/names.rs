@@ -1,56 +1,146 @@
 //! Redis key and channel names: the prefix, the engine's hash tag, the kind word, the key.
+//!
+//! A lock's names are written straight into the command that carries them ([`Name`] is a
+//! redis-rs argument): a script call costs no allocation per name.
 
-use std::fmt::Write;
+use std::{fmt, io::Write as _};
+
+use redis::{RedisWrite, ToRedisArgs, ToSingleRedisArg};
 
 use super::super::LockKey;
 
-/// The Redis names of one lock.
-pub(super) struct Names {
-    pub(super) lock: String,
-    pub(super) fence: String,
-    pub(super) queue: String,
-    pub(super) channel: String,
+/// The Redis names of one lock: the prefix, the key and its hash, from which each name is
+/// written where it is needed. `Copy`: it borrows them.
+#[derive(Clone, Copy)]
+pub(super) struct Names<'a> {
+    prefix: &'a str,
+    key: &'a LockKey,
+    /// The FNV-1a hash of the key: its hash tag.
+    pub(super) tag: u64,
+    sharded: bool,
+    /// The names of the key's permits (`pholders`, `pfence`, `pqueue`, `pwake`) in the
+    /// lock's slots, for the wait loop both share.
+    permits: bool,
 }
 
-impl Names {
+impl<'a> Names<'a> {
     /// Every name of `key`. `sharded`: the backend runs on a Redis Cluster, and the
     /// wake-up channel is a sharded one (kind word `swake`, which tells the scripts to
     /// `SPUBLISH`).
-    pub(super) fn new(prefix: &str, key: &LockKey, sharded: bool) -> Self {
+    pub(super) fn new(prefix: &'a str, key: &'a LockKey, sharded: bool) -> Self {
         Self {
-            lock: object_name(prefix, "lock", key),
-            fence: object_name(prefix, "fence", key),
-            queue: object_name(prefix, "queue", key),
-            channel: object_name(prefix, if sharded { "swake" } else { "wake" }, key),
+            prefix,
+            key,
+            tag: fnv1a(key.as_str().as_bytes()),
+            sharded,
+            permits: false,
         }
     }
 
-    /// Only the lock and fence names (renewal, extend, admin set): the others stay empty.
-    pub(super) fn lease(prefix: &str, key: &LockKey) -> Self {
-        Self {
-            lock: object_name(prefix, "lock", key),
-            fence: object_name(prefix, "fence", key),
-            queue: String::new(),
-            channel: String::new(),
+    /// The names of the key's permits instead of its lock: `lock` names the holders,
+    /// `fence` the fence hash, `queue` the queue, `channel` the wake-up channel.
+    pub(super) fn for_permits(mut self) -> Self {
+        self.permits = true;
+        self
+    }
+
+    /// The key these are the names of.
+    pub(super) fn key(&self) -> &'a LockKey {
+        self.key
+    }
+
+    fn name(&self, kind: &'static str) -> Name<'a> {
+        Name {
+            prefix: self.prefix,
+            tag: self.tag,
+            kind,
+            key: self.key.as_str(),
         }
+    }
+
+    pub(super) fn lock(&self) -> Name<'a> {
+        self.name(if self.permits { "pholders" } else { "lock" })
+    }
+
+    pub(super) fn fence(&self) -> Name<'a> {
+        self.name(if self.permits { "pfence" } else { "fence" })
+    }
+
+    pub(super) fn queue(&self) -> Name<'a> {
+        self.name(if self.permits { "pqueue" } else { "queue" })
+    }
+
+    /// The idempotency record (a hash).
+    pub(super) fn record(&self) -> Name<'a> {
+        self.name("rec")
+    }
+
+    pub(super) fn channel(&self) -> Name<'a> {
+        self.name(match (self.permits, self.sharded) {
+            (false, false) => "wake",
+            (false, true) => "swake",
+            (true, false) => "pwake",
+            (true, true) => "pswake",
+        })
     }
 }
 
+/// One Redis name, `P:{T}:kind:K`: written into a command as one argument, or displayed.
+#[derive(Clone, Copy)]
+pub(super) struct Name<'a> {
+    prefix: &'a str,
+    tag: u64,
+    kind: &'static str,
+    key: &'a str,
+}
+
+impl Name<'_> {
+    /// `f` with this name as a `&str`, built on the stack (no allocation: names are at most
+    /// 64 + 22 + 5 + 512 bytes).
+    pub(super) fn with_str<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        let mut buf = [0u8; 640];
+        let mut cursor = std::io::Cursor::new(&mut buf[..]);
+        // Fits: the prefix and the key are bounded (see `MAX_PREFIX_LEN`, `MAX_KEY_LEN`).
+        let _ = write!(cursor, "{self}");
+        let len = usize::try_from(cursor.position()).unwrap_or(0);
+        f(std::str::from_utf8(&buf[..len]).unwrap_or_default())
+    }
+}
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{{{:016x}}}:{}:{}",
+            self.prefix, self.tag, self.kind, self.key
+        )
+    }
+}
+
+impl ToRedisArgs for Name<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut w = out.writer_for_next_arg();
+        // Writing to a command's buffer cannot fail.
+        let _ = write!(w, "{self}");
+    }
+}
+
+impl ToSingleRedisArg for Name<'_> {}
+
 /// The Redis name of one kind of object of `key` (`lock`, `num`, `pool`, ...):
-/// `P:{T}:kind:K`, with `T` the 16 hex digits of the key's FNV-1a hash. One allocation of
-/// the exact size, no formatting machinery: four of these are on every lock's request path.
-pub(super) fn object_name(prefix: &str, kind: &str, key: &LockKey) -> String {
-    let key = key.as_str();
-    let mut name = String::with_capacity(prefix.len() + kind.len() + key.len() + 22);
-    name.push_str(prefix);
-    name.push_str(":{");
-    // Writing to a String cannot fail.
-    let _ = write!(name, "{:016x}", fnv1a(key.as_bytes()));
-    name.push_str("}:");
-    name.push_str(kind);
-    name.push(':');
-    name.push_str(key);
-    name
+/// `P:{T}:kind:K`, with `T` the 16 hex digits of the key's FNV-1a hash, as a `String`
+/// (for the calls off the lock's request path, and the pool's stored names).
+pub(super) fn object_name(prefix: &str, kind: &'static str, key: &LockKey) -> String {
+    Name {
+        prefix,
+        tag: fnv1a(key.as_str().as_bytes()),
+        kind,
+        key: key.as_str(),
+    }
+    .to_string()
 }
 
 /// FNV-1a, 64 bits: stable across processes and versions (unlike `std`'s hasher), which
@@ -69,22 +159,26 @@ mod tests {
     fn user_braces_never_reach_the_hash_tag() {
         let key = LockKey::new("}{evil}").unwrap();
         let n = Names::new("app", &key, false);
-        let tag = &n.lock[n.lock.find('{').unwrap()..=n.lock.find('}').unwrap()];
+        let lock = n.lock().to_string();
+        let tag = &lock[lock.find('{').unwrap()..=lock.find('}').unwrap()];
         assert_eq!(tag.len(), 18, "{tag}");
         assert!(tag[1..17].bytes().all(|b| b.is_ascii_hexdigit()));
-        for name in [&n.fence, &n.queue, &n.channel] {
-            assert!(name.starts_with(&n.lock[..n.lock.find('}').unwrap() + 1]));
+        for name in [n.fence(), n.queue(), n.channel(), n.record()] {
+            assert!(
+                name.to_string()
+                    .starts_with(&lock[..lock.find('}').unwrap() + 1])
+            );
         }
     }
 
     #[test]
     fn user_keys_cannot_spell_engine_keys() {
         // "queue:x" as a user key must not produce the queue key of "x".
-        let a = Names::new("p", &LockKey::new("queue:x").unwrap(), false);
-        let b = Names::new("p", &LockKey::new("x").unwrap(), false);
-        for x in [&a.lock, &a.fence, &a.queue] {
-            for y in [&b.lock, &b.fence, &b.queue] {
-                assert_ne!(x, y);
+        let (ka, kb) = (LockKey::new("queue:x").unwrap(), LockKey::new("x").unwrap());
+        let (a, b) = (Names::new("p", &ka, false), Names::new("p", &kb, false));
+        for x in [a.lock(), a.fence(), a.queue()] {
+            for y in [b.lock(), b.fence(), b.queue()] {
+                assert_ne!(x.to_string(), y.to_string());
             }
         }
     }
@@ -92,9 +186,23 @@ mod tests {
     #[test]
     fn the_layout_is_prefix_tag_kind_key() {
         let key = LockKey::new("k").unwrap();
+        let want = format!("p:{{{:016x}}}:lock:k", fnv1a(b"k"));
+        assert_eq!(object_name("p", "lock", &key), want);
+        let names = Names::new("p", &key, false);
+        names.lock().with_str(|s| assert_eq!(s, want));
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(names.lock());
         assert_eq!(
-            object_name("p", "lock", &key),
-            format!("p:{{{:016x}}}:lock:k", fnv1a(b"k"))
+            cmd.args_iter().nth(1),
+            Some(redis::Arg::Simple(want.as_bytes()))
         );
+    }
+
+    #[test]
+    fn the_longest_name_fits_the_stack_buffer() {
+        let key = LockKey::new("k".repeat(crate::MAX_KEY_LEN)).unwrap();
+        let prefix = "p".repeat(super::super::MAX_PREFIX_LEN);
+        let name = Names::new(&prefix, &key, true).channel();
+        name.with_str(|s| assert_eq!(s, name.to_string()));
     }
 }

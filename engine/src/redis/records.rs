@@ -6,11 +6,14 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{
-    RedisBackend, backend::release_args, millis, names::object_name, outcome, scripts::COMPLETE,
+    RedisBackend,
+    backend::{release_args, release_call},
+    millis, outcome,
+    scripts::COMPLETE,
 };
 use crate::{
-    Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, Token, from_unix_millis,
-    unix_millis,
+    AcquireRequest, Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, RecordOrGrant,
+    Token, from_unix_millis, unix_millis,
 };
 use crate::{BackendError, BackendErrorKind};
 
@@ -19,42 +22,26 @@ impl RecordBackend for RedisBackend {
         Box::pin(async move {
             // A plain HMGET: one round trip, and a fraction of a script's server time.
             let mut cmd = redis::cmd("HMGET");
-            cmd.arg(object_name(&self.inner.prefix, "rec", key))
+            cmd.arg(self.inner.names(key).record())
                 .arg("fp")
                 .arg("meta")
                 .arg("body")
                 .arg("at");
-            type Fields = (
-                Option<Vec<u8>>,
-                Option<Vec<u8>>,
-                Option<Vec<u8>>,
-                Option<i64>,
-            );
             let (fp, meta, body, at): Fields = self
                 .inner
                 .commands
                 .query("record", &cmd)
                 .await
                 .map_err(LockError::Backend)?;
-            match (fp, meta, body, at) {
-                (Some(fp), Some(meta), Some(body), Some(at)) => {
-                    let (completed, kept) = from_at(at);
-                    Ok(Some(Record {
-                        fingerprint: Bytes::from(fp),
-                        meta: Bytes::from(meta),
-                        body: Bytes::from(body),
-                        completed_at: from_unix_millis(completed),
-                        kept,
-                    }))
-                }
-                (None, None, None, None) => Ok(None),
-                // Written in one HSET: a partial hash is not ours, and is never served.
-                _ => Err(LockError::Backend(BackendError::new(
-                    BackendErrorKind::Protocol,
-                    "record hash is missing fields",
-                ))),
-            }
+            stored(fp, meta, body, at)
         })
+    }
+
+    fn acquire_or_record(
+        &self,
+        req: AcquireRequest,
+    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+        Box::pin(self.inner.clone().acquire_or_record(req))
     }
 
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
@@ -63,7 +50,7 @@ impl RecordBackend for RedisBackend {
             // under other names, so a holder keeps the key. An expired hash is already
             // gone, so the count is "one within its retention".
             let mut cmd = redis::cmd("DEL");
-            cmd.arg(object_name(&self.inner.prefix, "rec", key));
+            cmd.arg(self.inner.names(key).record());
             let deleted: u64 = self
                 .inner
                 .commands
@@ -83,22 +70,26 @@ impl RecordBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = COMPLETE.prepare_invoke();
-            release_args(&mut inv, &names, token);
+            let mut inv = release_call(&COMPLETE, names, 1);
+            inv.key(names.record());
+            release_args(&mut inv, names, token);
             // A tombstone keeps no output, whatever the record carries.
             let (meta, body) = match record.kept {
                 true => (&record.meta[..], &record.body[..]),
                 false => (&[][..], &[][..]),
             };
-            inv.key(object_name(&self.inner.prefix, "rec", key))
-                .arg(&record.fingerprint[..])
+            inv.arg(&record.fingerprint[..])
                 .arg(meta)
                 .arg(body)
                 .arg(to_at(record))
                 .arg(millis(retention));
             let failed = match self.inner.call("complete", &inv).await {
                 Err(LockError::Backend(e)) if connection_level(&e) => e,
-                first => return outcome(first?),
+                first => {
+                    let code = first?;
+                    self.inner.released(names, code);
+                    return outcome(code);
+                }
             };
             // The connection died (or stalled) with the completion on it: it may have landed
             // or not. Left there, the key would stay held for the rest of the lease's TTL
@@ -108,7 +99,7 @@ impl RecordBackend for RedisBackend {
             // the record it wrote is what tells.
             tracing::debug!(%key, error = %failed, "completion met a connection failure; sending it again");
             match self.inner.call::<i64>("complete", &inv).await {
-                Ok(1) => Ok(()),
+                Ok(1 | 2) => Ok(()),
                 Ok(code) => match self.record(key).await {
                     Ok(Some(stored)) if same_record(&stored, record) => Ok(()),
                     _ => outcome(code),
@@ -124,6 +115,41 @@ impl RecordBackend for RedisBackend {
                 }
             }
         })
+    }
+}
+
+/// The fields of a record hash, as `HMGET fp meta body at` reads them.
+pub(super) type Fields = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Option<i64>,
+);
+
+/// The record the fields of a hash make, if any.
+pub(super) fn stored(
+    fp: Option<Vec<u8>>,
+    meta: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
+    at: Option<i64>,
+) -> Result<Option<Record>, LockError> {
+    match (fp, meta, body, at) {
+        (Some(fp), Some(meta), Some(body), Some(at)) => {
+            let (completed, kept) = from_at(at);
+            Ok(Some(Record {
+                fingerprint: Bytes::from(fp),
+                meta: Bytes::from(meta),
+                body: Bytes::from(body),
+                completed_at: from_unix_millis(completed),
+                kept,
+            }))
+        }
+        (None, None, None, None) => Ok(None),
+        // Written in one HSET: a partial hash is not ours, and is never served.
+        _ => Err(LockError::Backend(BackendError::new(
+            BackendErrorKind::Protocol,
+            "record hash is missing fields",
+        ))),
     }
 }
 

@@ -16,10 +16,12 @@
 //! exponent notation.
 //!
 //! Key kinds (see the module docs of `redis` for the full layout):
-//! - `lock`: a string `"<fence> <token>"`, with the lease's TTL. The fence is the first
-//!   word, so a release learns the holder and its fence in one `GET`.
-//! - `fence`: a string, the last fence granted (the short-lived tombstone); it always
-//!   outlives the lock by the margin, so it always exists while the key is held.
+//! - `lock`: a string `"<fence> <token>"` (`"<fence>+ <token>"` when the key may have
+//!   waiters), with the lease's TTL. The fence is the first word, so a release learns the
+//!   holder, its fence and whether to look at the queue in one `GET`.
+//! - `fence`: the tombstone of a released key nobody waits for: the released lock's value
+//!   (its fence first), for what was left of its lease (see the prelude). It exists only
+//!   while the key is free and nobody waits, and the next grant takes it.
 //! - `queue`: a zset of waiter tickets scored by arrival; each member is
 //!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
 //!   grant the key to that waiter without asking anyone, the waiter's own claim period
@@ -38,14 +40,27 @@ mod release;
 
 pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
 pub(crate) use lease::{EXTEND, HOLDER, RENEW, WAITERS};
-pub(crate) use lock::{ACQUIRE, LEAVE, LEAVE_SOURCE};
+pub(crate) use lock::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE};
 pub(crate) use numeric::{COMPARE_AND_SET, NUMERIC_GET};
 pub(crate) use pools::{POOL_HOLDERS, POOL_MEMBERS, POOL_MODIFY};
 pub(crate) use release::{COMPLETE, RELEASE};
 
-/// Shared prelude: the server clock (read at most once, and only when needed), the
-/// hand-off to the next waiter, and the removal of dead tickets at the queue's head (all
-/// but the caller's own: `live_head(id)`, at most 100 per call to bound the script).
+/// Shared prelude: the server clock (read at most once, and only when needed), the lock
+/// value's parts, the hand-off to the next waiter or the tombstone of a key nobody waits
+/// for, and the removal of dead tickets at the queue's head (all but the caller's own:
+/// `live_head(id)`, at most 100 per call to bound the script).
+///
+/// A lock value is `"<fence> <token>"`, or `"<fence>+ <token>"` when the key may have
+/// waiters (the mark): a key whose value has no mark has none, so its release skips the
+/// queue. A registration marks the holder's value; a hand-off and an admin `set` always
+/// mark (a mark on a key with no waiters costs its release one `ZPOPMIN`, nothing more).
+///
+/// The tombstone is the released lock's value, renamed (`RENAME`) to the fence key: one
+/// command deletes the lock and keeps its fence, with the TTL the lease had left (a
+/// marked release also gives it [`FENCE_MARGIN`](super::FENCE_MARGIN), so that a holding
+/// made with no TTL, an admin `set`, leaves no key without one). It exists only while
+/// the key is free with nobody waiting: every grant consumes it (`GETDEL`), and no
+/// waiter can register while it exists (a free key with an empty queue is granted).
 ///
 /// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
 /// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
@@ -61,7 +76,11 @@ local function clock()
     now_ms = math.floor(now_us / 1000)
   end
 end
-local function handoff(fence, member, channel, margin)
+local function parse(held)
+  local fence, mark, token = string.match(held, '^(%d+)(%+?) (.*)$')
+  return tonumber(fence), mark, token
+end
+local function handoff(fence, member, channel)
   local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not id then
     -- A ticket of a version that did not carry its claim: the shortest claim period.
@@ -71,8 +90,8 @@ local function handoff(fence, member, channel, margin)
   -- The waiter's own claim period, from its ticket: the releaser's settings play no part.
   local grant = string.format('%.0f', math.min(tonumber(ttl), tonumber(claim)))
   local text = string.format('%.0f', fence + 1)
-  redis.call('SET', KEYS[2], text, 'PX', tonumber(grant) + margin)
-  redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', grant)
+  -- Marked: more waiters may follow.
+  redis.call('SET', KEYS[1], text .. '+ ' .. token, 'PX', grant)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
@@ -82,14 +101,20 @@ local function handoff(fence, member, channel, margin)
   -- its fallback retry (re-entry).
   redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
 end
-local function free_or_handoff(fence, channel, margin)
+-- Returns 2 when the key went to a waiter, 1 when it is free.
+local function free_or_handoff(fence, mark, channel, margin)
+  if mark == '' then
+    redis.call('RENAME', KEYS[1], KEYS[2])
+    return 1
+  end
   local next = redis.call('ZPOPMIN', KEYS[3])
   if next[1] then
-    handoff(fence, next[1], channel, margin)
-  else
-    redis.call('DEL', KEYS[1])
-    redis.call('PEXPIRE', KEYS[2], margin)
+    handoff(fence, next[1], channel)
+    return 2
   end
+  redis.call('RENAME', KEYS[1], KEYS[2])
+  redis.call('PEXPIRE', KEYS[2], margin)
+  return 1
 end
 local function live_head(id)
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -109,6 +134,7 @@ end
 pub(crate) fn all() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![
         &ACQUIRE,
+        &ACQUIRE_OR_RECORD,
         &RELEASE,
         &COMPLETE,
         &LEAVE,

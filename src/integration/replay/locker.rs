@@ -5,6 +5,7 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::HeaderValue;
+use tokio::time::Instant;
 
 use super::{
     Completion, ReplayDecision,
@@ -13,7 +14,7 @@ use super::{
     record_codec::{self, Stored},
 };
 use crate::{
-    engine::{LockError, LockKey, Record},
+    engine::{LeaseOrRecord, LockError, LockKey, Record},
     integration::{Outcome, RequestLocker},
     key::RequestView,
     reject::{Rejection, RejectionKind},
@@ -149,10 +150,12 @@ impl ReplayLocker {
     /// Decide for the request with `key` and `fingerprint`: a completed record is
     /// replayed (or refused `422` when the fingerprint differs) without taking the lock;
     /// otherwise the key is locked as the layer is configured (`409` for a duplicate in
-    /// flight, or a wait), and checked again once held, because the request that held it
-    /// before may have completed meanwhile. Records are written only together with the
-    /// release of the lock that guarded them, so that second look, made while holding
-    /// the key, is final.
+    /// flight, or a wait). The record check and the acquisition are one step
+    /// ([`Lock::acquire_or_record`](crate::engine::Lock::acquire_or_record): one round
+    /// trip on Redis, for a first request as for a replay), and a grant after a wait looks
+    /// again, because the request that held the key before may have completed meanwhile.
+    /// Records are written only together with the release of the lock that guarded them,
+    /// so a look made while holding the key is final.
     ///
     /// The returned future borrows nothing; dropping it gives up the wait.
     pub fn begin(
@@ -165,6 +168,26 @@ impl ReplayLocker {
     }
 
     async fn decide(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
+        let locker = &self.shared.locker;
+        if locker.shared.local.is_some() {
+            // Not reached by the preset (it refuses the degrade policy): the steps apart.
+            return self.decide_in_steps(key, fingerprint).await;
+        }
+        match locker.clone().lock_or_record(key).await {
+            Ok(Outcome::Locked(guard)) => {
+                ReplayDecision::Run(Completion::new(guard, fingerprint, self.shared.clone()))
+            }
+            Ok(Outcome::Unlocked) => ReplayDecision::Unlocked,
+            Ok(Outcome::Rejected(rejection)) => ReplayDecision::Rejected(rejection),
+            Err(record) => {
+                locker.backend_ok();
+                self.answer(record, &fingerprint)
+            }
+        }
+    }
+
+    /// [`decide`](Self::decide) as a read, an acquisition and a second read.
+    async fn decide_in_steps(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
         let locker = &self.shared.locker;
         let engine = locker.engine().clone();
         // Most retries find a completed record: answered in one read, without the lock.
@@ -269,6 +292,19 @@ impl ReplayLocker {
 
 /// What only replay asks of the lock core.
 impl RequestLocker {
+    /// Lock `key` as [`lock`](Self::lock) does, unless a record is stored under it:
+    /// `Err(record)`, and nothing is held.
+    pub(super) async fn lock_or_record(self, key: LockKey) -> Result<Outcome, Record> {
+        let started = Instant::now();
+        let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+        let result = match lock.acquire_or_record().await {
+            Ok(LeaseOrRecord::Record(record)) => return Err(record),
+            Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
+            Err(error) => Err(error),
+        };
+        Ok(self.settle(result, started))
+    }
+
     /// The backend failed outside an acquisition (idempotency replay's record read): the
     /// same outage log as a failed acquisition.
     pub(super) fn backend_failed(&self, error: &LockError) {

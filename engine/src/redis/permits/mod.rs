@@ -30,12 +30,8 @@ use std::time::Duration;
 pub(super) use scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE, all as scripts};
 
 use super::{
-    FENCE_MARGIN, Inner, RENEW_CHUNK, RedisBackend,
-    acquire::Target,
-    malformed_token, millis,
-    names::{Names, object_name},
-    outcome,
-    scripts::WAITERS,
+    FENCE_MARGIN, Inner, RENEW_CHUNK, RedisBackend, acquire::Target, commands::ScriptCall,
+    malformed_token, millis, names::Names, outcome, scripts::WAITERS,
 };
 use crate::{
     BackendError, BackendErrorKind, BoxFuture, ExtendMode, Grant, LockError, LockKey,
@@ -56,31 +52,22 @@ impl Share {
     }
 }
 
-/// The Redis names of one key's permits, in the lock's slots of [`Names`]: `lock` the
-/// holders, `fence` the fence hash, `queue` the queue, `channel` the wake-up channel.
-pub(super) fn names(prefix: &str, key: &LockKey, sharded: bool) -> Names {
-    Names {
-        lock: object_name(prefix, "pholders", key),
-        fence: object_name(prefix, "pfence", key),
-        queue: object_name(prefix, "pqueue", key),
-        channel: object_name(prefix, if sharded { "pswake" } else { "pwake" }, key),
-    }
-}
-
 impl Inner {
-    fn permit_names(&self, key: &LockKey) -> Names {
-        names(&self.prefix, key, self.cluster)
+    /// The Redis names of one key's permits (see [`Names::for_permits`]).
+    fn permit_names<'a>(&'a self, key: &'a LockKey) -> Names<'a> {
+        self.names(key).for_permits()
     }
 
     /// One [`RENEW`](scripts::RENEW) call for `chunk`: whether each permit was renewed.
     async fn renew_permit_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        let mut inv = scripts::RENEW.prepare_invoke();
+        let mut inv = ScriptCall::new(&scripts::RENEW, 2 * chunk.len());
+        for lease in chunk {
+            let names = self.permit_names(&lease.key);
+            inv.key(names.lock()).key(names.fence());
+        }
         inv.arg(millis(FENCE_MARGIN));
         for lease in chunk {
-            inv.key(object_name(&self.prefix, "pholders", &lease.key))
-                .key(object_name(&self.prefix, "pfence", &lease.key))
-                .arg(lease.token.as_str())
-                .arg(millis(lease.ttl));
+            inv.arg(lease.token.as_str()).arg(millis(lease.ttl));
         }
         let results: Vec<i64> = self.call("renew permits", &inv).await?;
         if results.len() != chunk.len() {
@@ -113,12 +100,12 @@ impl PermitBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             let names = self.inner.permit_names(key);
-            let mut inv = scripts::RELEASE.prepare_invoke();
-            inv.key(&names.lock)
-                .key(&names.fence)
-                .key(&names.queue)
+            let mut inv = ScriptCall::new(&scripts::RELEASE, 3);
+            inv.key(names.lock())
+                .key(names.fence())
+                .key(names.queue())
                 .arg(token.as_str())
-                .arg(&names.channel)
+                .arg(names.channel())
                 .arg(millis(FENCE_MARGIN));
             outcome(self.inner.call("release permit", &inv).await?)
         })
@@ -132,9 +119,10 @@ impl PermitBackend for RedisBackend {
         mode: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let mut inv = scripts::EXTEND.prepare_invoke();
-            inv.key(object_name(&self.inner.prefix, "pholders", key))
-                .key(object_name(&self.inner.prefix, "pfence", key))
+            let names = self.inner.permit_names(key);
+            let mut inv = ScriptCall::new(&scripts::EXTEND, 2);
+            inv.key(names.lock())
+                .key(names.fence())
                 .arg(token.as_str())
                 .arg(millis(ttl))
                 .arg(match mode {
@@ -176,9 +164,9 @@ impl PermitBackend for RedisBackend {
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<Vec<PermitHolder>, LockError>> {
         Box::pin(async move {
-            let mut inv = scripts::HOLDERS.prepare_invoke();
-            inv.key(object_name(&self.inner.prefix, "pholders", key))
-                .key(object_name(&self.inner.prefix, "pfence", key));
+            let names = self.inner.permit_names(key);
+            let mut inv = ScriptCall::new(&scripts::HOLDERS, 2);
+            inv.key(names.lock()).key(names.fence());
             let flat: Vec<(String, i64, String)> = self.inner.call("permit holders", &inv).await?;
             flat.into_iter()
                 .map(|(token, pttl, mode)| {
@@ -193,8 +181,8 @@ impl PermitBackend for RedisBackend {
     fn permit_waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
             // The lock's script: the tickets carry their deadline in the same place.
-            let mut inv = WAITERS.prepare_invoke();
-            inv.key(object_name(&self.inner.prefix, "pqueue", key));
+            let mut inv = ScriptCall::new(&WAITERS, 1);
+            inv.key(self.inner.permit_names(key).queue());
             let n: i64 = self.inner.call("permit waiters", &inv).await?;
             Ok(usize::try_from(n).unwrap_or(0))
         })
@@ -216,21 +204,19 @@ mod tests {
         let key = LockKey::new("}{tenant:7}").unwrap();
         for sharded in [false, true] {
             let lock = Names::new("app", &key, sharded);
-            let permits = names("app", &key, sharded);
-            let all = [
-                &permits.lock,
-                &permits.fence,
-                &permits.queue,
-                &permits.channel,
-            ];
-            for name in all {
-                assert_eq!(tag(name), tag(&lock.lock), "{name}");
-                for other in [&lock.lock, &lock.fence, &lock.queue, &lock.channel] {
+            let permits = lock.for_permits();
+            let text = |names: Names<'_>| {
+                [names.lock(), names.fence(), names.queue(), names.channel()].map(|n| n.to_string())
+            };
+            let (lock, permits) = (text(lock), text(permits));
+            for name in &permits {
+                assert_eq!(tag(name), tag(&lock[0]), "{name}");
+                for other in &lock {
                     assert_ne!(name, other);
                 }
             }
             // The scripts publish with SPUBLISH on a Cluster, told by the kind word.
-            assert_eq!(permits.channel.contains("}:pswake:"), sharded);
+            assert_eq!(permits[3].contains("}:pswake:"), sharded);
         }
     }
 }

@@ -164,20 +164,20 @@ end
 /// Acquire a permit, or register / refresh a waiter.
 ///
 /// - `KEYS[1]` holders, `KEYS[2]` fence hash, `KEYS[3]` queue.
-/// - `ARGV[1]`–`ARGV[8]` as the lock's acquire script: token, lease TTL (ms), ticket id
-///   (`''`: a plain try that never registers), `'1'` for FIFO, max waiters (`-1`: no
-///   limit), ticket TTL (ms; also the claim period), tombstone margin (ms), the deadline of
-///   the registered ticket as last reported (`''`: not registered); `ARGV[9]` `'1'` when the
-///   last refresh failed (the ticket is then looked for by its id), else `'0'`;
-///   `ARGV[10]` permits (how many shared holders at most), `ARGV[11]` `'x'` exclusive or
-///   `'s'` shared, `ARGV[12]` the wake-up channel (waiters this script grants are told).
+/// - `ARGV[1]`–`ARGV[7]` as the lock's acquire script: token, lease TTL (ms), ticket id
+///   (`''`: a plain try that never registers), flags (`f` FIFO, `r` the last refresh
+///   failed: the ticket is then looked for by its id; others ignored), max waiters (`-1`:
+///   no limit), ticket TTL (ms; also the claim period), the deadline of the registered
+///   ticket as last reported (`''`: not registered); `ARGV[8]` tombstone margin (ms),
+///   `ARGV[9]` permits (how many shared holders at most), `ARGV[10]` `'x'` exclusive or
+///   `'s'` shared, `ARGV[11]` the wake-up channel (waiters this script grants are told).
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (`pttl`: when the
 ///   first holder expires, `-2` if nobody holds; `deadline` names the registered ticket,
 ///   `0` if none); `{2, pttl, 0}` refused because the waiter limit is reached.
 ///
 /// Re-entry (the token holds a permit) refreshes its TTL and returns its fence, keeping its
 /// kind; it is also how a waiter whose grant message was lost finds its grant. A token
-/// holding a shared permit that asks for an exclusive one is answered `{3, 0, 0}` (not
+/// holding a shared permit that asks for an exclusive one is answered `{4, 0, 0}` (not
 /// upgraded: others may share the key beside it), and its ticket, if any, removed. A request is granted on
 /// arrival only if nobody waits and it fits; a waiter whose ticket the script itself
 /// grants (it reached the head and fits) gets its full TTL.
@@ -195,15 +195,16 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
-local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
-local permits, mode, channel = tonumber(ARGV[10]), ARGV[11], ARGV[12]
-local tail = '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[10] .. '|' .. mode .. '|' .. token
+local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[7]
+local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[8])
+local permits, mode, channel = tonumber(ARGV[9]), ARGV[10], ARGV[11]
+local fifo, renamed = string.find(ARGV[4], 'f', 1, true), string.find(ARGV[4], 'r', 1, true)
+local tail = '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[9] .. '|' .. mode .. '|' .. token
 local named = id ~= '' and known ~= '' and (id .. '|' .. known .. tail)
 -- Our registered member when the one the last reply named is gone and a refresh whose
 -- reply was lost may have renamed it: whichever member carries our ticket id.
 local function search()
-  if ARGV[9] ~= '1' then return nil end
+  if not renamed then return nil end
   local prefix = id .. '|'
   local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do
@@ -225,7 +226,7 @@ if redis.call('ZSCORE', KEYS[1], token) then
     forget_ticket()
     pump(id, channel)
     settle(margin)
-    return {3, 0, 0}
+    return {4, 0, 0}
   end
   redis.call('ZADD', KEYS[1], now_ms + ttl, token)
   dirty = true
@@ -264,7 +265,7 @@ else
     if redis.call('ZCARD', KEYS[3]) >= max then return {2, pttl, 0} end
   end
   score = now_us
-  if ARGV[4] == '1' then
+  if fifo then
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     if last[2] then score = math.max(score, tonumber(last[2]) + 1) end
   end

@@ -9,27 +9,26 @@ use super::PRELUDE;
 /// Admin: make a value the holder of a key, whoever holds it now.
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone.
-/// - `ARGV[1]` value (owner token), `ARGV[2]` TTL (ms; `-1`: no expiry), `ARGV[3]`
-///   tombstone margin (ms).
+/// - `ARGV[1]` value (owner token), `ARGV[2]` TTL (ms; `-1`: no expiry).
 /// - Returns the new fence.
 ///
-/// Atomic so the new holding gets a fence above every earlier one, as an acquire would.
-/// Without a TTL the tombstone has none either (it must outlive the holding); a release
-/// gives it its usual short life. Waiters keep waiting: the next release hands them the key.
+/// Atomic so the new holding gets a fence above every earlier one, as an acquire would:
+/// `max(last + 1, server time in µs)`, the last fence being the holder's or the
+/// tombstone's (which it consumes, as a grant does). The value is marked (see the
+/// prelude): its release looks at the queue, and gives the tombstone a TTL even when this
+/// holding had none. Waiters keep waiting: the next release hands them the key.
 pub(crate) static ADMIN_SET: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = tonumber(redis.call('GET', KEYS[2]) or '0')
-local fence = string.format('%.0f', math.max(last + 1, now_us))
+local last = redis.call('GETDEL', KEYS[2]) or redis.call('GET', KEYS[1]) or '0'
+local fence = string.format('%.0f', math.max(tonumber(string.match(last, '^%d+')) + 1, now_us))
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
-  redis.call('SET', KEYS[1], fence .. ' ' .. ARGV[1], 'PX', ttl)
-  redis.call('SET', KEYS[2], fence, 'PX', ttl + tonumber(ARGV[3]))
+  redis.call('SET', KEYS[1], fence .. '+ ' .. ARGV[1], 'PX', ttl)
 else
-  redis.call('SET', KEYS[1], fence .. ' ' .. ARGV[1])
-  redis.call('SET', KEYS[2], fence)
+  redis.call('SET', KEYS[1], fence .. '+ ' .. ARGV[1])
 end
 return fence
 "#,
@@ -50,8 +49,8 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
-local sp = string.find(held, ' ', 1, true)
-free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[1], tonumber(ARGV[2]))
+local fence, mark = parse(held)
+free_or_handoff(fence, mark, ARGV[1], tonumber(ARGV[2]))
 return 1
 "#
     ))

@@ -7,14 +7,13 @@ use redis::Script;
 
 /// Extend (add to, or replace, the remaining TTL).
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone.
-/// - `ARGV[1]` token, `ARGV[2]` duration (ms), `ARGV[3]` `'add'` or `'replace'`,
-///   `ARGV[4]` tombstone margin (ms).
+/// - `KEYS[1]` lock.
+/// - `ARGV[1]` token, `ARGV[2]` duration (ms), `ARGV[3]` `'add'` or `'replace'`.
 /// - Returns the new remaining TTL in ms (≥ 1), `-1` held by another token, `-2` nobody
 ///   holds it.
 ///
-/// Atomic so the compare-token and the new expiry are one step; the tombstone is kept at
-/// least a margin longer than the lease.
+/// Atomic so the compare-token and the new expiry are one step. (The fence lives in the
+/// lock's value: there is no other key to keep alive.)
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -28,7 +27,6 @@ if ARGV[3] == 'add' then
 end
 if ttl < 1 then ttl = 1 end
 redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl + tonumber(ARGV[4]))
 return ttl
 "#,
     )
@@ -36,9 +34,8 @@ return ttl
 
 /// Renew a batch of leases (the watchdog's one call for many leases).
 ///
-/// - `KEYS[2i-1]` lock of lease `i`, `KEYS[2i]` its fence tombstone.
-/// - `ARGV[1]` tombstone margin (ms); `ARGV[2i]` token of lease `i`, `ARGV[2i+1]` its TTL
-///   (ms).
+/// - `KEYS[i]` lock of lease `i`.
+/// - `ARGV[2i-1]` token of lease `i`, `ARGV[2i]` its TTL (ms).
 /// - Returns one `1` (renewed) or `0` (no longer held by that token) per lease.
 ///
 /// A renewal never shortens a lease (the expiry becomes the later of the current one and
@@ -47,21 +44,20 @@ return ttl
 /// lease's short claim into its full TTL.
 ///
 /// Atomic per lease (compare-token, then expire); one script so a batch costs one round
-/// trip.
+/// trip. Commands per lease: 1 (`GET`) when not held, else 2 or 3 (`GET`, `PTTL`,
+/// [`PEXPIRE`]).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-local margin = tonumber(ARGV[1])
 local out = {}
-for i = 1, #KEYS / 2 do
-  local lock, fence = KEYS[2 * i - 1], KEYS[2 * i]
-  local ttl = tonumber(ARGV[2 * i + 1])
+for i = 1, #KEYS do
+  local lock = KEYS[i]
+  local ttl = tonumber(ARGV[2 * i])
   local held = redis.call('GET', lock)
-  if held and string.sub(held, string.find(held, ' ', 1, true) + 1) == ARGV[2 * i] then
+  if held and string.sub(held, string.find(held, ' ', 1, true) + 1) == ARGV[2 * i - 1] then
     local left = redis.call('PTTL', lock)
     if left >= 0 and left < ttl then
       redis.call('PEXPIRE', lock, ttl)
-      redis.call('PEXPIRE', fence, ttl + margin)
     end
     out[i] = 1
   else

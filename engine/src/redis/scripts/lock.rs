@@ -10,13 +10,13 @@ use super::PRELUDE;
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
 /// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket id (`''`: a plain try
-///   that never registers), `ARGV[4]` `'1'` for FIFO, `ARGV[5]` max waiters (`-1`: no
-///   limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its ticket
-///   carries), `ARGV[7]` tombstone margin (ms), `ARGV[8]` the deadline of this waiter's
-///   registered member as the last reply gave it (`''`: not registered; a registration is
-///   a new one), `ARGV[9]` `'1'` (absent otherwise) when the waiter's last refresh failed: it may have landed
-///   unseen and renamed the member, so a member by that name that is gone is looked for by
-///   its ticket id (and keeps its place).
+///   that never registers), `ARGV[4]` flags: `f` FIFO, `h` the key was contended lately
+///   (look at the lock before the tombstone), `r` the waiter's last refresh failed (it may
+///   have landed unseen and renamed the member, so a member by the name `ARGV[7]` gives
+///   that is gone is looked for by its ticket id, and keeps its place); `ARGV[5]` max
+///   waiters (`-1`: no limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period,
+///   which its ticket carries), `ARGV[7]` the deadline of this waiter's registered member
+///   as the last reply gave it (`''`: not registered; a registration is a new one).
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, deadline}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `deadline` names its member, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
@@ -26,38 +26,56 @@ use super::PRELUDE;
 /// write of the new holder must see one state: two clients doing this in separate commands
 /// could both see the key free.
 ///
-/// The fence is `max(last fence + 1, server time in µs)`: the tombstone keeps the last
-/// fence for the lease TTL plus a margin, so fences strictly increase per key without a
-/// permanent key per lock name; after the tombstone is gone, the clock has moved past the
-/// last fence unless the server clock stepped back by more than the margin. The tombstone
-/// is written with `SET … GET` (Redis ≥ 6.2), which returns the last fence: only when that
-/// is not below the clock (same microsecond, or a clock step back) is it written twice.
+/// The fence: a tombstone (the key was released and nobody waits) gives `last + 1`, and
+/// the grant consumes it; a key with no tombstone (never held, or idle past it, or its
+/// holder's lease ran out) gives the server time in µs. Fences so strictly increase per
+/// key without a permanent key per lock name: every fence is at most the server time at
+/// its grant (a grant takes more than a microsecond, and each `+ 1` follows a clock
+/// reading), so the clock has moved past the last one whenever no tombstone carries it,
+/// unless the server clock stepped back (by more than the time since that grant).
 ///
 /// Re-entry (the token already holds the key) refreshes the TTL and returns the stored
 /// fence; it is also how a waiter whose grant message was lost finds its grant. Only the
 /// queue's head may take a free key, FIFO or not, so no waiter is ever overtaken by a
-/// newcomer; dead tickets at the head are dropped first.
+/// newcomer; dead tickets at the head are dropped first. A registration marks the
+/// holder's value (see the prelude), so that its release looks at the queue.
 ///
 /// A new FIFO ticket is scored `max(now, last score + 1)`, so arrival order survives a
 /// server clock step back; a non-FIFO one is scored `now` (one command less).
 ///
-/// Commands, besides `EVALSHA`: free key, nobody waiting: 5 (`GET`, `ZRANGE`, `TIME`,
-/// `SET … GET`, `SET`). A waiter's first registration: 5 FIFO, 4 non-FIFO (`GET`, `TIME`,
-/// [`ZRANGE` tail], `ZADD`, `PEXPIRE`). A refresh: 8 (`GET`, `PTTL`, `ZRANGE` head, `TIME`,
-/// `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a `ZRANGE` of the queue after a failed one
-/// when the named member is gone.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{PRELUDE}{}",
-        r#"
-local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[8]
-local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[7])
+/// Commands, besides `EVALSHA`: a free key nobody waits for, released before (the
+/// tombstone): 2 (`GETDEL`, `SET`); `GET` first when `h`: 3. A key with no tombstone: 5
+/// (`GETDEL`, `GET`, `ZRANGE`, `TIME`, `SET`). A waiter's first registration: 5 FIFO, 4
+/// non-FIFO (`GET`, `TIME`, [`ZRANGE` tail], `ZADD`, `PEXPIRE`), one more without `h`
+/// (`GETDEL`), and a `SET` of the mark when the holder's value had none. A refresh: 8
+/// (`GET`, `PTTL`, `ZRANGE` head, `TIME`, `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a
+/// `ZRANGE` of the queue after a failed one when the named member is gone.
+pub(crate) static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
+
+/// The body of [`ACQUIRE`], shared with [`ACQUIRE_OR_RECORD`] (which runs it as a
+/// function).
+const ACQUIRE_BODY: &str = r#"
+local token, ttl, id, flags, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[7]
+local ticket_ttl = tonumber(ARGV[6])
 local named = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
+-- A tombstone: the key is free and nobody waits. Granted at once, the tombstone taken.
+local function from_tombstone()
+  local last = redis.call('GETDEL', KEYS[2])
+  if not last then return nil end
+  local fence = tonumber(string.match(last, '^%d+')) + 1
+  -- `NX`: a lock key beside a tombstone is not this version's layout (a node of an
+  -- earlier one shares the prefix): then the key is looked at as usual.
+  if not redis.call('SET', KEYS[1], string.format('%.0f', fence) .. ' ' .. token, 'NX', 'PX', ttl) then
+    return nil
+  end
+  return {1, fence, 0}
+end
 -- Our registered member when the one the last reply named is gone and a refresh whose
 -- reply was lost may have renamed it: whichever member carries our ticket id, with its
 -- score.
 local function search()
-  if ARGV[9] ~= '1' then return nil end
+  if not string.find(flags, 'r', 1, true) then return nil end
   local prefix = id .. '|'
   local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
   for i = 1, #all, 2 do
@@ -65,18 +83,25 @@ local function search()
   end
   return nil
 end
+-- A waiter already registered saw the key held: the lock first. So does a caller whose
+-- key was contended lately.
+local lock_first = named or string.find(flags, 'h', 1, true)
+if not lock_first then
+  local granted = from_tombstone()
+  if granted then return granted end
+end
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
+local fence, mark, holder
 if held then
-  local sp = string.find(held, ' ', 1, true)
-  if string.sub(held, sp + 1) == token then
+  fence, mark, holder = parse(held)
+  if holder == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('PEXPIRE', KEYS[2], ttl + margin)
     if named and redis.call('ZREM', KEYS[3], named) == 0 then
       local renamed = search()
       if renamed then redis.call('ZREM', KEYS[3], renamed) end
     end
-    return {1, tonumber(string.sub(held, 1, sp - 1)), 0}
+    return {1, fence, 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
   if named then
@@ -86,20 +111,21 @@ if held then
     live_head(id)
   end
 else
+  if lock_first then
+    local granted = from_tombstone()
+    if granted then return granted end
+  end
+  -- Free, and no tombstone: the queue may have a head.
   local head = live_head(id)
   if not head or (id ~= '' and string.sub(head, 1, #id + 1) == id .. '|') then
     clock()
-    local fence = now_us
-    local text = string.format('%.0f', fence)
-    local last = redis.call('SET', KEYS[2], text, 'PX', ttl + margin, 'GET')
-    if last and tonumber(last) >= fence then
-      fence = tonumber(last) + 1
-      text = string.format('%.0f', fence)
-      redis.call('SET', KEYS[2], text, 'PX', ttl + margin)
+    local mark = ''
+    if head then
+      redis.call('ZREM', KEYS[3], head)
+      mark = '+'
     end
-    redis.call('SET', KEYS[1], text .. ' ' .. token, 'PX', ttl)
-    if head then redis.call('ZREM', KEYS[3], head) end
-    return {1, fence, 0}
+    redis.call('SET', KEYS[1], string.format('%.0f', now_us) .. mark .. ' ' .. token, 'PX', ttl)
+    return {1, now_us, 0}
   end
   if id == '' then return {0, -2, 0} end
   pttl = -2
@@ -124,15 +150,42 @@ else
     end
   end
   score = now_us
-  if ARGV[4] == '1' then
+  if string.find(flags, 'f', 1, true) then
     local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
     if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
   end
   score = string.format('%.0f', score)
 end
+if held and mark == '' then
+  -- The holder's release must look at the queue from now on.
+  redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+ ' .. holder, 'KEEPTTL')
+end
 redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
 redis.call('PEXPIRE', KEYS[3], ticket_ttl)
 return {0, pttl, now_ms + ticket_ttl}
+"#;
+
+/// Acquire unless an idempotency record is stored: the record check of a first idempotent
+/// request folded into its acquire.
+///
+/// - `KEYS` as [`ACQUIRE`]'s, then the record (hash) last.
+/// - `ARGV` as [`ACQUIRE`]'s.
+/// - Returns `{3, fingerprint, metadata, body, at}` when a record is stored (nothing else
+///   is done; a field the hash lacks is nil), else what [`ACQUIRE`] returns.
+///
+/// Atomic so that "no record" and the grant are one step: a record is written only with
+/// the release of the key, so a grant made when none was stored stays valid while held.
+///
+/// Commands, besides [`ACQUIRE`]'s: 1 (`HMGET`); a stored record: that one alone.
+pub(crate) static ACQUIRE_OR_RECORD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{PRELUDE}local function acquire(){ACQUIRE_BODY}end\n{}",
+        r#"
+local rec = redis.call('HMGET', KEYS[4], 'fp', 'meta', 'body', 'at')
+if rec[1] or rec[2] or rec[3] or rec[4] then
+  return {3, rec[1] or false, rec[2] or false, rec[3] or false, rec[4] or false}
+end
+return acquire()
 "#
     ))
 });
@@ -176,9 +229,9 @@ if id ~= '' then
 end
 local held = redis.call('GET', KEYS[1])
 if not held then return -2 end
-local sp = string.find(held, ' ', 1, true)
-if ARGV[5] == '1' and string.sub(held, sp + 1) == token then
-  free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[6], tonumber(ARGV[7]))
+local fence, mark, holder = parse(held)
+if ARGV[5] == '1' and holder == token then
+  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]))
   return -2
 end
 return redis.call('PTTL', KEYS[1])

@@ -10,15 +10,16 @@ use super::PRELUDE;
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
 /// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms).
-/// - Returns `1` released, `-1` held by another token (nothing changed), `0` nobody holds it.
+/// - Returns `1` released (the key is free), `2` released and handed to the next waiter,
+///   `-1` held by another token (nothing changed), `0` nobody holds it.
 ///
 /// Atomic so that the compare-token and the delete are one step (a late release can never
 /// delete the next holder's lease), and so that the key passes to the queue's head with
 /// no moment in which it is free: nobody can take it in between.
 ///
 /// The hand-off: the head's ticket names its token, lease TTL and claim period, so the
-/// script makes it the holder itself (fence = last fence + 1: the tombstone exists while
-/// the key is held, and one grant per microsecond never outruns the clock) and publishes
+/// script makes it the holder itself (fence = last fence + 1, the holder's fence being in
+/// the lock's value, and one grant per microsecond never outruns the clock) and publishes
 /// `"<id>|<deadline> <fence> <px>"` on the wake-up channel. The woken waiter already holds
 /// the lease and needs no round trip. Its lease first runs for `px = min(TTL, claim
 /// period)`, both the waiter's own (from its ticket, whatever the releaser's settings),
@@ -28,8 +29,9 @@ use super::PRELUDE;
 /// before the claim runs out, and one whose message was lost finds the grant with its next
 /// retry (re-entry).
 ///
-/// Commands, besides `EVALSHA`: nobody waiting: 4 (`GET`, `ZPOPMIN`, `DEL`, `PEXPIRE`); a
-/// hand-off: 5 (`GET`, `ZPOPMIN`, `SET` fence, `SET` lock, `PUBLISH`).
+/// Commands, besides `EVALSHA`: a key with no mark (nobody registered while it was held):
+/// 2 (`GET`, `RENAME` to the tombstone); marked, nobody waiting: 4 (`GET`, `ZPOPMIN`,
+/// `RENAME`, `PEXPIRE`); a hand-off: 4 (`GET`, `ZPOPMIN`, `SET` lock, `PUBLISH`).
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
 
@@ -37,10 +39,9 @@ pub(crate) static RELEASE: LazyLock<Script> =
 const RELEASE_BODY: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
-local sp = string.find(held, ' ', 1, true)
-if string.sub(held, sp + 1) ~= ARGV[1] then return -1 end
-free_or_handoff(tonumber(string.sub(held, 1, sp - 1)), ARGV[2], tonumber(ARGV[3]))
-return 1
+local fence, mark, holder = parse(held)
+if holder ~= ARGV[1] then return -1 end
+return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]))
 "#;
 
 /// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
@@ -50,7 +51,11 @@ return 1
 /// - `KEYS` as [`RELEASE`]'s, then the record (hash) last.
 /// - `ARGV` as [`RELEASE`]'s, then five more last: fingerprint, metadata, body, completion
 ///   time (Unix ms), retention (ms).
-/// - Returns what [`RELEASE`] returns; the record is written only on `1`.
+/// - Returns what [`RELEASE`] returns; the record is written only when it released (`1`
+///   or `2`).
+///
+/// Commands, besides [`RELEASE`]'s: 2 (`HSET` of every field, which replaces the whole
+/// record, and `PEXPIRE`).
 ///
 /// The record's arguments are addressed from the end so that this wrapper stays valid
 /// whatever [`RELEASE`] takes.
@@ -59,9 +64,9 @@ pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
         "{PRELUDE}local function release_lock(){RELEASE_BODY}end\n{}",
         r#"
 local r = release_lock()
-if r == 1 then
+if r > 0 then
   local rec, n = KEYS[#KEYS], #ARGV
-  redis.call('DEL', rec)
+  -- Every field a record has: the hash is replaced whole.
   redis.call('HSET', rec, 'fp', ARGV[n - 4], 'meta', ARGV[n - 3], 'body', ARGV[n - 2], 'at', ARGV[n - 1])
   redis.call('PEXPIRE', rec, tonumber(ARGV[n]))
 end
