@@ -1,5 +1,5 @@
 //! The in-process backend's optional capabilities: admin operations, numeric
-//! compare-and-set and lock pools.
+//! compare-and-set and lock pools (permits and records have files of their own).
 
 use std::time::Duration;
 

@@ -18,9 +18,11 @@ use super::{
 };
 
 mod capabilities;
+mod permits;
 mod records;
 mod table;
 
+use permits::PermitTable;
 use records::RecordStore;
 use table::{Entry, HeldBy, Shard, Waiter};
 
@@ -40,6 +42,8 @@ pub struct MemoryBackend {
     numbers: Mutex<HashMap<LockKey, (f64, Option<Instant>)>>,
     pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
     records: Mutex<RecordStore>,
+    /// The permits ([`PermitBackend`](crate::PermitBackend)), kept apart from the locks.
+    permits: PermitTable,
 }
 
 impl Default for MemoryBackend {
@@ -90,6 +94,7 @@ impl MemoryBackend {
             numbers: Mutex::default(),
             pools: Mutex::default(),
             records: Mutex::new(RecordStore::new(bytes)),
+            permits: PermitTable::default(),
         }
     }
 
@@ -115,7 +120,8 @@ impl MemoryBackend {
     }
 
     /// How many keys have an entry (held, or waited for, or expired and not yet swept),
-    /// counting numeric values, pools, and records and tombstones within their retention.
+    /// counting numeric values, pools, records and tombstones within their retention, and
+    /// keys whose permits are held or waited for.
     pub fn key_count(&self) -> usize {
         let now = Instant::now();
         let locks: usize = self
@@ -129,7 +135,8 @@ impl MemoryBackend {
             numbers.len()
         };
         let records = self.records.lock().unwrap().live(now);
-        locks + numbers + self.pools.lock().unwrap().len() + records
+        let permits = self.permits.key_count();
+        locks + numbers + self.pools.lock().unwrap().len() + records + permits
     }
 
     /// The members of `pool`, sorted (a copy: the pool lock is not held while the
@@ -445,6 +452,7 @@ impl Backend for MemoryBackend {
             .with_numeric(self)
             .with_pools(self)
             .with_records(self)
+            .with_permits(self)
     }
 }
 
