@@ -2,9 +2,12 @@
 //! every moment that broke a permit layer's promises (more than N shared holders, an
 //! exclusive holder beside anyone).
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicUsize, Ordering::SeqCst},
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering::SeqCst},
+    },
+    time::Duration,
 };
 
 use tokio::sync::watch;
@@ -40,8 +43,8 @@ impl Occupancy {
 
     /// A handler's visit, holding its permit: `exclusive` or shared. A shared visit stays
     /// until `hold_until` shared holders have been inside at once (since the occupancy was
-    /// made), so that a test can insist that N run side by side: it never ends if the layer
-    /// admits fewer. Every visit yields a few times inside, giving another holder every
+    /// made), so that a test can insist that N run side by side: if the layer admits fewer,
+    /// it gives up after 10 s, a violation. Every visit yields a few times inside, giving another holder every
     /// chance to overlap it.
     pub async fn visit(&self, exclusive: bool, hold_until: usize) {
         if exclusive {
@@ -57,9 +60,16 @@ impl Occupancy {
                 self.violation(format!("{readers} shared holders, at most {}", self.limit));
             }
             self.check_no_writer("entering");
-            self.most_shared.send_modify(|most| *most = (*most).max(readers));
+            self.most_shared
+                .send_modify(|most| *most = (*most).max(readers));
             let mut most = self.most_shared.subscribe();
-            let _ = most.wait_for(|most| *most >= hold_until).await;
+            let held = most.wait_for(|most| *most >= hold_until);
+            if tokio::time::timeout(Duration::from_secs(10), held)
+                .await
+                .is_err()
+            {
+                self.violation(format!("{hold_until} shared holders never inside at once"));
+            }
             yield_a_few().await;
             self.check_no_writer("leaving");
             self.shared.fetch_sub(1, SeqCst);
@@ -79,9 +89,7 @@ impl Occupancy {
     fn check_no_writer(&self, when: &str) {
         let writers = self.exclusive.load(SeqCst);
         if writers != 0 {
-            self.violation(format!(
-                "a shared holder {when} beside {writers} exclusive"
-            ));
+            self.violation(format!("a shared holder {when} beside {writers} exclusive"));
         }
     }
 
@@ -97,7 +105,7 @@ impl Occupancy {
     /// Wait until `n` shared holders have been inside at once (panics after 10 s).
     pub async fn reached(&self, n: usize) {
         let mut most = self.most_shared.subscribe();
-        tokio::time::timeout(std::time::Duration::from_secs(10), most.wait_for(|m| *m >= n))
+        tokio::time::timeout(Duration::from_secs(10), most.wait_for(|m| *m >= n))
             .await
             .unwrap_or_else(|_| panic!("{n} shared holders inside at once within 10 s"))
             .unwrap();
@@ -113,7 +121,11 @@ impl Occupancy {
         let violations = self.violations.lock().unwrap();
         assert!(violations.is_empty(), "violations: {violations:?}");
         assert_eq!(self.shared.load(SeqCst), 0, "shared holders still inside");
-        assert_eq!(self.exclusive.load(SeqCst), 0, "exclusive holders still inside");
+        assert_eq!(
+            self.exclusive.load(SeqCst),
+            0,
+            "exclusive holders still inside"
+        );
     }
 }
 

@@ -10,8 +10,7 @@ use http_body_util::BodyExt;
 use tokio::task::JoinHandle;
 use tower::{ServiceExt, service_fn, util::BoxCloneService};
 use tower_lock::{
-    ConfigError, IdempotencyLayer, LeaseInfo, LockEngine, LockLayer, LockLayerBuilder,
-    LockedBody,
+    ConfigError, IdempotencyLayer, LeaseInfo, LockEngine, LockLayer, LockLayerBuilder, LockedBody,
 };
 use tower_lock_test_support::{
     gate::{Gate, GateControl, gate},
@@ -35,14 +34,21 @@ fn occupied(layer: &LockLayer, occupancy: &Arc<Occupancy>, shared_for_get: bool)
     let handler = service_fn(move |req: Request<String>| {
         let occupancy = occupancy.clone();
         async move {
-            assert!(req.extensions().get::<LeaseInfo>().is_some(), "ran unlocked");
+            assert!(
+                req.extensions().get::<LeaseInfo>().is_some(),
+                "ran unlocked"
+            );
             let exclusive = shared_for_get && req.method() != Method::GET;
             let hold = header_usize(&req, "x-hold");
             occupancy.visit(exclusive, hold).await;
             Ok::<_, Infallible>(Response::new(String::new()))
         }
     });
-    BoxCloneService::new(tower::ServiceBuilder::new().layer(layer.clone()).service(handler))
+    BoxCloneService::new(
+        tower::ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(handler),
+    )
 }
 
 /// `layer` around a handler that waits at `gate`, reporting the request's `x-seq`.
@@ -56,7 +62,11 @@ fn gated(layer: &LockLayer, gate: &Gate) -> Service {
             Ok::<_, Infallible>(Response::new(String::new()))
         }
     });
-    BoxCloneService::new(tower::ServiceBuilder::new().layer(layer.clone()).service(handler))
+    BoxCloneService::new(
+        tower::ServiceBuilder::new()
+            .layer(layer.clone())
+            .service(handler),
+    )
 }
 
 fn header_usize(req: &Request<String>, name: &str) -> usize {
@@ -203,7 +213,11 @@ pub(crate) async fn permits_with_shared_for_bound_the_readers_and_keep_writers_a
         occupancy.reached(2).await;
         let mixed: Vec<_> = (0..12)
             .map(|i| {
-                let method = if i % 4 == 0 { Method::DELETE } else { Method::GET };
+                let method = if i % 4 == 0 {
+                    Method::DELETE
+                } else {
+                    Method::GET
+                };
                 spawn_send(&service, method, &key, &[])
             })
             .collect();
@@ -245,13 +259,20 @@ pub(crate) async fn a_waiting_writer_goes_before_readers_that_came_after_it(back
             .map(|seq| spawn_send(&service, Method::GET, &key, &[("x-seq", seq)]))
             .collect();
         until_waiting(&engine, &lock, 3).await;
-        assert_eq!(control.try_arrived(), None, "a later reader overtook the writer");
+        assert_eq!(
+            control.try_arrived(),
+            None,
+            "a later reader overtook the writer"
+        );
         control.let_one();
         control.let_one();
         assert_eq!(next_arrival(&mut control).await, "w", "round {round}");
         assert_eq!(control.inside(), 1, "the writer is alone");
         control.let_one();
-        let mut after = vec![next_arrival(&mut control).await, next_arrival(&mut control).await];
+        let mut after = vec![
+            next_arrival(&mut control).await,
+            next_arrival(&mut control).await,
+        ];
         after.sort();
         assert_eq!(after, ["r3", "r4"]);
         control.open();
@@ -363,7 +384,10 @@ mod in_process {
 #[test]
 fn shared_methods_are_locked_even_where_the_default_leaves_them_unlocked() {
     let engine = LockEngine::in_memory();
-    let plain = LockLayer::builder(engine.clone()).key(header_key()).build().unwrap();
+    let plain = LockLayer::builder(engine.clone())
+        .key(header_key())
+        .build()
+        .unwrap();
     assert!(!plain.locker().locks_method("GET"));
     let rw = LockLayer::builder(engine.clone())
         .key(header_key())
@@ -389,7 +413,10 @@ fn shared_methods_are_locked_even_where_the_default_leaves_them_unlocked() {
 fn zero_permits_an_empty_shared_list_and_permits_under_idempotency_are_refused() {
     let engine = LockEngine::in_memory();
     let layer = || LockLayer::builder(engine.clone()).key(header_key());
-    assert_eq!(layer().permits(0).build().unwrap_err(), ConfigError::ZeroPermits);
+    assert_eq!(
+        layer().permits(0).build().unwrap_err(),
+        ConfigError::ZeroPermits
+    );
     let none: [&str; 0] = [];
     assert_eq!(
         layer().shared_for(none).build().unwrap_err(),
