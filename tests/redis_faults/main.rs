@@ -12,6 +12,7 @@
 
 mod faults;
 mod handoff;
+mod permits;
 mod replay;
 mod replica_ack;
 mod runtimes;

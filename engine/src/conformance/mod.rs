@@ -4,8 +4,9 @@
 //! to list what the backend still keeps; [`BackendHarness`] is one for any [`Backend`](crate::Backend))
 //! and one macro call in its own test file: [`core_conformance_tests!`](crate::core_conformance_tests) for the core cases
 //! every backend must pass, [`conformance_tests!`](crate::conformance_tests) for those and the capability cases
-//! (admin operations, numeric compare-and-set, lock pools, records). A backend that lacks
-//! a capability instantiates the core cases and the capability cases it has, by name.
+//! (admin operations, numeric compare-and-set, lock pools, records, permits). A backend that
+//! lacks a capability instantiates the core cases and the capability cases it has, by name
+//! ([`permit_conformance_tests!`](crate::permit_conformance_tests) for the permit cases).
 //!
 //! ```
 //! use std::time::Duration;
@@ -28,7 +29,7 @@
 //!
 //! The cases are written once per capability: the core lock operations, FIFO order,
 //! fences, leases over time, waiters, mutual exclusion under load and `KeyMutex` (the
-//! core); admin, numeric, pools and records (the capabilities). Each case's name is its
+//! core); admin, numeric, pools, records and permits (the capabilities). Each case's name is its
 //! specification.
 
 // The cases are public for the macros' sake; each one's name is its specification.
@@ -49,6 +50,7 @@ mod leases;
 mod lock;
 mod mutex;
 mod numeric;
+mod permits;
 mod pools;
 mod records;
 mod waiters;
@@ -62,6 +64,7 @@ pub use leases::*;
 pub use lock::*;
 pub use mutex::*;
 pub use numeric::*;
+pub use permits::*;
 pub use pools::*;
 pub use records::*;
 pub use waiters::*;
@@ -104,8 +107,34 @@ macro_rules! core_conformance_tests {
     };
 }
 
+/// Instantiate the permit cases only (the [`PermitBackend`](crate::PermitBackend)
+/// capability): for a backend that adds permits to the core cases, or whose other
+/// capability cases are listed by name. [`conformance_tests!`](crate::conformance_tests)
+/// includes them.
+#[macro_export]
+macro_rules! permit_conformance_tests {
+    (timed = #[$timed:meta], concurrent = #[$conc:meta], harness = $make:expr $(,)?) => {
+        $crate::conformance_tests!(@cases [$timed] $make;
+            n_permits_are_held_at_once_and_no_more,
+            permit_grants_follow_arrival_order,
+            an_exclusive_waiter_is_not_starved_by_a_stream_of_shared_ones,
+            a_departed_exclusive_waiter_lets_the_shared_ones_behind_it_in,
+            permit_fences_strictly_increase_per_key,
+            an_expired_permit_is_freed_for_a_waiter_on_time,
+            dropped_permit_waiters_leave_nothing,
+            a_grant_to_a_dropped_permit_waiter_goes_on_to_the_next,
+            permit_waits_are_busy_timed_out_or_queue_full,
+            permit_release_extend_and_renew_compare_the_token,
+        );
+        $crate::conformance_tests!(@cases [$conc] $make;
+            permits_never_exceed_n_nor_share_an_exclusive_holder,
+            fifo_permits_never_exceed_n_nor_share_an_exclusive_holder,
+        );
+    };
+}
+
 /// Instantiate every conformance case as a test: the core cases and the capability cases
-/// (admin operations, numeric compare-and-set, lock pools, records).
+/// (admin operations, numeric compare-and-set, lock pools, records, permits).
 ///
 /// `timed` is the test attribute for cases about TTLs and ordering; `concurrent` the one
 /// for many-task cases; `harness` an async expression building a fresh harness.
@@ -126,6 +155,7 @@ macro_rules! conformance_tests {
             records_expire_after_their_retention,
             a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone,
         );
+        $crate::permit_conformance_tests!(timed = #[$timed], concurrent = #[$conc], harness = $make);
     };
     (@cases [$attr:meta] $make:expr; $($case:ident),* $(,)?) => {
         $(

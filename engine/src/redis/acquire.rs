@@ -20,11 +20,20 @@ use super::{
     commands::Conn,
     millis,
     names::Names,
+    permits::{self, Share},
     remaining,
     scripts::{ACQUIRE, LEAVE, LEAVE_SOURCE},
     wakeup::{Subscription, Woken},
 };
 use crate::{AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, Token};
+
+/// What the wait loop acquires: the key's lock, or one of its permits (`permits`: other
+/// keys and scripts, the same loop, tickets and wake-ups).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Target {
+    Lock,
+    Permit(Share),
+}
 
 enum Attempt {
     Granted(Fence),
@@ -65,6 +74,7 @@ struct Cleanup<'a> {
     ticket: &'a str,
     token: &'a Token,
     ttl_ms: u64,
+    target: Target,
     armed: bool,
     /// Whether a ticket may be registered (then a hand-off may have made us the holder).
     registered: bool,
@@ -93,6 +103,7 @@ impl Drop for Cleanup<'_> {
             known: if self.in_flight { None } else { self.known },
             token: self.token.clone(),
             ttl_ms: self.ttl_ms,
+            target: self.target,
         };
         let pinned = if self.in_flight {
             self.pinned.take()
@@ -131,6 +142,7 @@ pub(super) struct Leaving {
     known: Option<u64>,
     token: Token,
     ttl_ms: u64,
+    target: Target,
 }
 
 impl Inner {
@@ -152,9 +164,13 @@ impl Inner {
         ticket: &str,
         known: Option<u64>,
         renamed: bool,
+        target: Target,
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
-        let mut inv = ACQUIRE.prepare_invoke();
+        let mut inv = match target {
+            Target::Lock => ACQUIRE.prepare_invoke(),
+            Target::Permit(_) => permits::ACQUIRE.prepare_invoke(),
+        };
         inv.key(&names.lock)
             .key(&names.fence)
             .key(&names.queue)
@@ -175,6 +191,12 @@ impl Inner {
         // Only after a failed refresh: an argument costs an allocation on every attempt.
         if renamed {
             inv.arg("1");
+        }
+        if let Target::Permit(share) = target {
+            if !renamed {
+                inv.arg("0");
+            }
+            inv.arg(share.permits).arg(share.mode()).arg(&names.channel);
         }
         let ((status, value, deadline), acked): ((i64, i64, i64), Option<u64>) =
             match self.replica_ack {
@@ -236,10 +258,14 @@ impl Inner {
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
-            eval.arg(LEAVE_SOURCE.as_str())
-                .arg(keys.len())
-                .arg(&keys)
-                .arg(&args);
+            let source = match leaving.target {
+                Target::Lock => LEAVE_SOURCE.as_str(),
+                Target::Permit(_) => permits::LEAVE_SOURCE.as_str(),
+            };
+            eval.arg(source).arg(keys.len()).arg(&keys).arg(&args);
+            if let Target::Permit(share) = leaving.target {
+                eval.arg(share.permits).arg(share.mode());
+            }
             match self
                 .commands
                 .query_on::<i64>("leave", &eval, &mut conn)
@@ -251,17 +277,30 @@ impl Inner {
                 Err(e) => return Err(LockError::Backend(e)),
             }
         }
-        let mut inv = LEAVE.prepare_invoke();
+        let mut inv = match leaving.target {
+            Target::Lock => LEAVE.prepare_invoke(),
+            Target::Permit(_) => permits::LEAVE.prepare_invoke(),
+        };
         inv.key(&keys).arg(&args);
+        if let Target::Permit(share) = leaving.target {
+            inv.arg(share.permits).arg(share.mode());
+        }
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }
 
-    pub(super) async fn acquire(self: Arc<Self>, req: AcquireRequest) -> Result<Grant, LockError> {
+    pub(super) async fn acquire(
+        self: Arc<Self>,
+        req: AcquireRequest,
+        target: Target,
+    ) -> Result<Grant, LockError> {
         let started = Instant::now();
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = self.names(&req.key);
+        let names = match target {
+            Target::Lock => self.names(&req.key),
+            Target::Permit(_) => permits::names(&self.prefix, &req.key, self.cluster),
+        };
         let id = TicketId::random();
         let ticket = if waiting { id.as_str() } else { "" };
         let ttl_ms = millis(req.ttl);
@@ -271,6 +310,7 @@ impl Inner {
             ticket,
             token: &req.token,
             ttl_ms,
+            target,
             armed: true,
             registered: false,
             known: None,
@@ -308,6 +348,7 @@ impl Inner {
                     ticket,
                     cleanup.known,
                     failed.is_some(),
+                    target,
                     &mut cleanup.pinned,
                 )
                 .await
@@ -361,6 +402,7 @@ impl Inner {
                         known: None,
                         token: req.token.clone(),
                         ttl_ms,
+                        target,
                     };
                     cleanup.in_flight = true;
                     if self.leave(&names, &leaving, pinned).await.is_ok() {
@@ -404,6 +446,7 @@ impl Inner {
                     },
                     token: req.token.clone(),
                     ttl_ms,
+                    target,
                 };
                 // Behind a failed refresh on its connection, so it cannot overtake it.
                 let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();

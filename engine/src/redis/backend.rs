@@ -5,7 +5,9 @@ use std::time::Duration;
 use redis::ScriptInvocation;
 
 use super::{
-    FENCE_MARGIN, RENEW_CHUNK, RedisBackend, malformed_token, millis,
+    FENCE_MARGIN, RENEW_CHUNK, RedisBackend,
+    acquire::Target,
+    malformed_token, millis,
     names::{Names, object_name},
     outcome, remaining,
     scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
@@ -52,7 +54,7 @@ pub(super) fn release_args(inv: &mut ScriptInvocation<'_>, names: &Names, token:
 
 impl Backend for RedisBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        Box::pin(self.inner.clone().acquire(req))
+        Box::pin(self.inner.clone().acquire(req, Target::Lock))
     }
 
     fn release<'a>(
@@ -143,7 +145,8 @@ impl Backend for RedisBackend {
         let capabilities = Capabilities::none()
             .with_admin(self)
             .with_numeric(self)
-            .with_records(self);
+            .with_records(self)
+            .with_permits(self);
         if self.inner.cluster {
             // A pool's holders are read in one script over every member's lock key, which
             // lie in as many slots: not valid in a cluster (see the module docs).

@@ -11,6 +11,7 @@ mod cluster;
 mod commands;
 mod connector;
 mod names;
+mod permits;
 mod pool;
 mod records;
 mod scripts;

@@ -105,9 +105,9 @@ local function live_head(id)
 end
 "#;
 
-/// Every script, for loading them all at start-up.
-pub(crate) fn all() -> [&'static Script; 15] {
-    [
+/// Every script, permits' included, for loading them all at start-up (and on `NOSCRIPT`).
+pub(crate) fn all() -> Vec<&'static Script> {
+    let mut all: Vec<&'static Script> = vec![
         &ACQUIRE,
         &RELEASE,
         &COMPLETE,
@@ -123,5 +123,7 @@ pub(crate) fn all() -> [&'static Script; 15] {
         &POOL_MODIFY,
         &POOL_MEMBERS,
         &POOL_HOLDERS,
-    ]
+    ];
+    all.extend(super::permits::scripts());
+    all
 }

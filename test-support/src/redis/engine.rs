@@ -22,11 +22,11 @@ pub async fn engine(server: &RedisServer, prefix: &str, timeout: Option<Duration
     )
 }
 
-/// Whether `key` is a fence tombstone: documented, short-lived (it has a TTL), and kept so
-/// that fences never repeat.
+/// Whether `key` is a fence tombstone (a lock's `fence`, or permits' `pfence`):
+/// documented, short-lived (it has a TTL), and kept so that fences never repeat.
 pub fn is_fence_tombstone(key: &str) -> bool {
     key.split_once("}:")
-        .is_some_and(|(_, rest)| rest.starts_with("fence:"))
+        .is_some_and(|(_, rest)| rest.starts_with("fence:") || rest.starts_with("pfence:"))
 }
 
 /// The keys under `prefix` other than fence tombstones, each of which must carry a TTL
