@@ -340,3 +340,15 @@ mod actix_in_process {
     use super::*;
     every_case!(Actix, InProcess);
 }
+
+#[cfg(feature = "redis")]
+mod axum_redis {
+    use super::*;
+    every_case!(Tower, Redis);
+}
+
+#[cfg(feature = "redis")]
+mod actix_redis {
+    use super::*;
+    every_case!(Actix, Redis);
+}

@@ -381,6 +381,12 @@ mod in_process {
     every_case!(InProcess);
 }
 
+#[cfg(feature = "redis")]
+mod redis {
+    use super::*;
+    every_case!(Redis);
+}
+
 #[test]
 fn shared_methods_are_locked_even_where_the_default_leaves_them_unlocked() {
     let engine = LockEngine::in_memory();
