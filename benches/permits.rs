@@ -22,7 +22,7 @@ mod support;
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst},
     },
     time::{Duration, Instant},
@@ -279,20 +279,16 @@ fn main() -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let lines = Mutex::new(Vec::new());
-    runtime.block_on(async {
-        lines
-            .lock()
-            .unwrap()
-            .push(run("memory", LockEngine::in_memory(), s).await);
+    let lines = runtime.block_on(async {
+        let mut lines = vec![run("memory", LockEngine::in_memory(), s).await];
         if let Some(url) = &url {
-            let engine =
-                redis_engine(url, &format!("bench-permits-{}", std::process::id())).await?;
-            lines.lock().unwrap().push(run("redis", engine, s).await);
+            let prefix = format!("bench-permits-{}", std::process::id());
+            let engine = redis_engine(url, &prefix).await?;
+            lines.push(run("redis", engine, s).await);
         }
-        Ok::<_, String>(())
+        Ok::<_, String>(lines)
     })?;
-    for line in lines.into_inner().unwrap() {
+    for line in lines {
         println!("{line}");
     }
     Ok(())

@@ -75,7 +75,7 @@ fn header_usize(req: &Request<String>, name: &str) -> usize {
         .map_or(0, |v| v.to_str().unwrap().parse().unwrap())
 }
 
-fn request(method: &Method, key: &str, headers: &[(&str, &str)]) -> Request<String> {
+fn request(method: Method, key: &str, headers: &[(&str, &str)]) -> Request<String> {
     let mut req = Request::builder()
         .method(method)
         .uri("/doc")
@@ -93,7 +93,7 @@ fn spawn_send(
     key: &str,
     headers: &[(&str, &str)],
 ) -> JoinHandle<(StatusCode, Response<LockedBody<String>>)> {
-    let req = request(&method, key, headers);
+    let req = request(method, key, headers);
     let service = service.clone();
     tokio::spawn(async move {
         let res = service.oneshot(req).await.unwrap();
