@@ -169,16 +169,21 @@ async fn a_waiting_exclusive_request_holds_back_later_shared_ones() {
     until_no_residue(&server, "writer").await;
 }
 
+/// One of two holders crashes (its lease neither renewed nor released) while the other
+/// lives on, so the holders' key stays: the crashed permit must be dropped by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
     let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     const TTL: Duration = Duration::from_millis(1500);
-    // The crashed node: its lease is neither renewed nor released.
+    let survivor = engine(&server, "crash").await;
+    let permits = survivor.permits("k", 2).ttl(Duration::from_secs(30));
+    let live = permits.acquire().await.unwrap();
+    // The crashed node.
     let crashed = engine(&server, "crash").await;
     let started = Instant::now();
     let lease = crashed
-        .permits("k", 1)
+        .permits("k", 2)
         .ttl(TTL)
         .auto_renew(false)
         .acquire()
@@ -188,12 +193,12 @@ async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
     std::mem::forget(lease);
     drop(crashed);
 
-    let survivor = engine(&server, "crash").await;
-    let waiter = survivor
-        .permits("k", 1)
-        .ttl(Duration::from_secs(30))
-        .wait(Duration::from_secs(10));
-    let granted = waiter.acquire().await.expect("the crashed permit frees");
+    let granted = permits
+        .clone()
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the crashed permit frees");
     let after = started.elapsed();
     assert!(
         after >= TTL,
@@ -206,7 +211,9 @@ async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
         "granted {after:?} after the crash"
     );
     assert!(granted.fence() > stale_fence);
+    assert_eq!(permits.holders().await.unwrap().len(), 2);
     granted.release().await.unwrap();
+    live.release().await.unwrap();
     until_no_residue(&server, "crash").await;
 }
 

@@ -121,6 +121,7 @@ macro_rules! permit_conformance_tests {
             a_departed_exclusive_waiter_lets_the_shared_ones_behind_it_in,
             permit_fences_strictly_increase_per_key,
             an_expired_permit_is_freed_for_a_waiter_on_time,
+            a_permit_waiter_follows_a_shorter_successor_lease,
             dropped_permit_waiters_leave_nothing,
             a_grant_to_a_dropped_permit_waiter_goes_on_to_the_next,
             permit_waits_are_busy_timed_out_or_queue_full,

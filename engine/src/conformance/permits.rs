@@ -493,6 +493,42 @@ pub async fn an_expired_permit_is_freed_for_a_waiter_on_time(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
+/// After a hand-off to a holder with a shorter lease than the ones a waiter first saw, the
+/// waiter is granted when that shorter lease runs out, not when the first one would have.
+pub async fn a_permit_waiter_follows_a_shorter_successor_lease(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let permits = engine.permits("successor", 1).fifo(true).auto_renew(false);
+    let first = permits.clone().ttl(u * 60).acquire().await.unwrap();
+    // The successor: a short lease it never renews nor releases.
+    let successor = {
+        let p = permits.clone().ttl(u * 2).wait(u * 60);
+        tokio::spawn(async move { p.acquire().await })
+    };
+    until_permit_waiters(&engine, "successor", 1).await;
+    let last = {
+        let p = permits.clone().ttl(u * 3).wait(u * 30);
+        tokio::spawn(async move { p.acquire().await })
+    };
+    until_permit_waiters(&engine, "successor", 2).await;
+    first.release().await.unwrap();
+    let successor = successor.await.unwrap().expect("the successor is next");
+    let last = last
+        .await
+        .unwrap()
+        .expect("granted once the successor's short lease ran out");
+    assert!(last.fence() > successor.fence());
+    assert!(
+        last.waited() < u * 20,
+        "waited {:?} for a lease of {:?}",
+        last.waited(),
+        u * 2
+    );
+    drop(successor);
+    last.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
 /// Aborted and timed-out waiters leave no waiter behind, and take no permit with them.
 pub async fn dropped_permit_waiters_leave_nothing(h: &impl Harness) {
     let engine = h.engine();

@@ -157,6 +157,8 @@ impl Inner {
             .map_err(LockError::Backend)
     }
 
+    // One argument more than clippy's limit since the loop also runs permits (`target`).
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         names: &Names,

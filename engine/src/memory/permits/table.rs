@@ -234,13 +234,7 @@ impl PermitShard {
         if self.map.len() < self.sweep_at {
             return;
         }
-        self.purge(now);
-        self.sweep_at = (self.map.len() * 2).max(64);
-    }
-
-    /// Drop every idle entry now; how many entries are left.
-    pub(in crate::memory) fn purge(&mut self, now: Instant) -> usize {
         self.map.retain(|_, e| !e.idle(now));
-        self.map.len()
+        self.sweep_at = (self.map.len() * 2).max(64);
     }
 }

@@ -200,3 +200,37 @@ impl PermitBackend for RedisBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text between the first `{` and the next `}`: what Redis Cluster hashes.
+    fn tag(name: &str) -> &str {
+        let open = name.find('{').unwrap();
+        &name[open..=open + name[open..].find('}').unwrap()]
+    }
+
+    #[test]
+    fn permit_keys_share_the_locks_hash_tag_and_never_its_names() {
+        let key = LockKey::new("}{tenant:7}").unwrap();
+        for sharded in [false, true] {
+            let lock = Names::new("app", &key, sharded);
+            let permits = names("app", &key, sharded);
+            let all = [
+                &permits.lock,
+                &permits.fence,
+                &permits.queue,
+                &permits.channel,
+            ];
+            for name in all {
+                assert_eq!(tag(name), tag(&lock.lock), "{name}");
+                for other in [&lock.lock, &lock.fence, &lock.queue, &lock.channel] {
+                    assert_ne!(name, other);
+                }
+            }
+            // The scripts publish with SPUBLISH on a Cluster, told by the kind word.
+            assert_eq!(permits.channel.contains("}:pswake:"), sharded);
+        }
+    }
+}

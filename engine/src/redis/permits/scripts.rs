@@ -51,12 +51,14 @@ end
 local dirty = false
 -- How many hold, and whether one holds alone (nil: not read yet, or changed).
 local held, alone
+-- A holder runs while its expiry is not before the clock's millisecond: `now_ms` is
+-- rounded down, so a permit never ends before its TTL has fully run.
 local function drop_expired()
   clock()
-  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_ms)
   if gone[1] then
     for _, t in ipairs(gone) do redis.call('HDEL', KEYS[2], 't:' .. t) end
-    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_ms)
     dirty = true
   end
 end
@@ -140,7 +142,8 @@ end
 local function expire(holders, fences, margin)
   local top = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if top[2] then
-    local px = math.max(tonumber(top[2]) - now_ms, 1)
+    -- The latest holder runs through its expiry's millisecond (see `drop_expired`).
+    local px = tonumber(top[2]) - now_ms + 1
     redis.call('PEXPIRE', holders, px)
     redis.call('PEXPIRE', fences, px + margin)
   else
@@ -180,10 +183,10 @@ end
 /// Atomic because dropping expired holders, counting the holders, checking the queue and
 /// writing the new holder must see one state.
 ///
-/// Commands, besides `EVALSHA`: nobody holds or waits: 11 (`TIME`, `ZRANGEBYSCORE`,
+/// Commands, besides `EVALSHA`: nobody holds or waits: 12 (`TIME`, `ZRANGEBYSCORE`,
 /// `ZSCORE`, `ZRANGE` head, `ZCARD`, `HGET`, `DEL`, `HSET`, `ZADD`, `ZRANGE` tail,
-/// `PEXPIRE` ×2); beside other shared holders: `ZRANGE` + `HGET` instead of `DEL` when one
-/// holds. A waiter's registration: `TIME`, `ZRANGEBYSCORE`, `ZSCORE`, `ZRANGE` head,
+/// `PEXPIRE` ×2); beside other shared holders 11 (no `DEL`), and `ZRANGE` + `HGET` more
+/// when exactly one holds (is it alone?). A waiter's registration: `TIME`, `ZRANGEBYSCORE`, `ZSCORE`, `ZRANGE` head,
 /// `ZCARD` (and `ZRANGE` + `HGET` with one holder), `ZRANGE` holders, [`ZRANGE` tail],
 /// `ZADD`, `PEXPIRE`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -364,8 +367,8 @@ pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
         r#"
 clock()
 local score = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
-if score <= now_ms then
-  if redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'LIMIT', 0, 1)[1] then return -1 end
+if score < now_ms then
+  if redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, '+inf', 'LIMIT', 0, 1)[1] then return -1 end
   return -2
 end
 local ttl = tonumber(ARGV[2])
@@ -401,7 +404,7 @@ for i = 1, #KEYS / 2 do
   local holders, fences = KEYS[2 * i - 1], KEYS[2 * i]
   local token, ttl = ARGV[2 * i], tonumber(ARGV[2 * i + 1])
   local score = tonumber(redis.call('ZSCORE', holders, token) or '0')
-  if score > now_ms then
+  if score >= now_ms then
     if score < now_ms + ttl then
       redis.call('ZADD', holders, now_ms + ttl, token)
       expire(holders, fences, margin)
@@ -429,11 +432,11 @@ pub(crate) static HOLDERS: LazyLock<Script> = LazyLock::new(|| {
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {}
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now_ms, '+inf', 'WITHSCORES')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now_ms, '+inf', 'WITHSCORES')
 for i = 1, #live, 2 do
   local info = redis.call('HGET', KEYS[2], 't:' .. live[i]) or ''
   out[#out + 1] = live[i]
-  out[#out + 1] = tonumber(live[i + 1]) - now_ms
+  out[#out + 1] = math.max(tonumber(live[i + 1]) - now_ms, 1)
   out[#out + 1] = string.sub(info, -1) == 'x' and 'x' or 's'
 end
 return out
