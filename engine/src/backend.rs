@@ -378,7 +378,9 @@ impl PermitHolder {
 /// - **Fences.** Every grant gets a fence greater than every earlier grant's on that key,
 ///   shared or exclusive.
 /// - **Leases.** A holder whose TTL runs out holds nothing; waiters then go on. Re-entry
-///   (acquiring with a token that holds a permit) refreshes its TTL and keeps its fence.
+///   (acquiring with a token that holds a permit) refreshes its TTL and keeps its fence
+///   and its kind; a token holding a shared permit is not upgraded to an exclusive one
+///   ([`LockError::InvalidValue`]), since others may share the key beside it.
 ///   A dropped acquire future leaves nothing behind; nothing is left once nobody holds or
 ///   waits (bounded-TTL fence tombstones aside).
 pub trait PermitBackend: Send + Sync {

@@ -121,7 +121,9 @@ impl Permits {
     }
 
     /// Acquire with this owner token instead of a fresh random one; acquiring with a token
-    /// that already holds a permit of the key refreshes its TTL and keeps its fence.
+    /// that already holds a permit of the key refreshes its TTL and keeps its fence. A
+    /// shared permit is not upgraded: asking for an exclusive one with its token is
+    /// [`LockError::InvalidValue`].
     pub fn token(mut self, token: Token) -> Self {
         self.lock = self.lock.token(token);
         self

@@ -33,6 +33,13 @@ async fn missing_capabilities_are_unsupported_and_change_nothing() {
     assert!(unsupported(engine.pool("p").add(["a"]).await.map(drop)));
     assert!(unsupported(engine.pool("p").members().await.map(drop)));
     assert!(unsupported(engine.pool("p").health().await.map(drop)));
+    let permits = engine.permits("p", 2);
+    assert!(unsupported(permits.acquire().await.map(drop)));
+    assert!(unsupported(
+        permits.clone().exclusive().try_acquire().await.map(drop)
+    ));
+    assert!(unsupported(permits.holders().await.map(drop)));
+    assert!(unsupported(permits.waiters().await.map(drop)));
     assert_eq!(h.backend_ref().inner.key_count(), 0, "nothing was stored");
     // The lock itself works.
     let lease = engine.lock("k").acquire().await.unwrap();

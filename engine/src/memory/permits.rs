@@ -311,3 +311,27 @@ impl PermitBackend for MemoryBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{LockEngine, LockError};
+
+    #[tokio::test]
+    async fn a_shared_permit_is_not_upgraded_to_exclusive() {
+        let engine = LockEngine::in_memory();
+        let doc = engine.permits("doc", 4);
+        let reader = doc.acquire().await.unwrap();
+        let upgrade = doc.clone().exclusive().token(reader.token().clone());
+        assert!(matches!(
+            upgrade.try_acquire().await,
+            Err(LockError::InvalidValue(_))
+        ));
+        // An exclusive holder asking again as shared re-enters what it holds.
+        reader.release().await.unwrap();
+        let writer = doc.clone().exclusive().acquire().await.unwrap();
+        let again = doc.clone().token(writer.token().clone()).acquire().await;
+        assert_eq!(again.unwrap().fence(), writer.fence());
+        let holders = doc.holders().await.unwrap();
+        assert!(holders.len() <= 1 && holders.iter().all(|h| h.exclusive));
+    }
+}
