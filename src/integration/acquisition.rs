@@ -54,7 +54,12 @@ impl RequestLocker {
                 Acquisition::Decided(Outcome::Unlocked)
             }
             Ok(Some(key)) => {
-                let take = self.take(req.method());
+                // The method is asked again only by a layer with permits: the plain lock's
+                // path stays as it was.
+                let take = match &self.shared.config.sharing {
+                    None => Take::Lock,
+                    Some(sharing) => sharing.take(req.method()),
+                };
                 // A free key on the in-process engine is granted right here, with no future
                 // (boxed or not): the request goes straight to the inner service. Not under
                 // the degrade policy, which takes two locks in turn, nor for permits, which
@@ -97,14 +102,6 @@ impl RequestLocker {
                     Poll::Pending => Acquisition::Pending(acquire),
                 }
             }
-        }
-    }
-
-    /// How a request with `method` takes its key: the lock, or a permit.
-    fn take(&self, method: &str) -> Take {
-        match &self.shared.config.sharing {
-            None => Take::Lock,
-            Some(sharing) => sharing.take(method),
         }
     }
 
