@@ -352,6 +352,39 @@ pub(crate) async fn contention_is_answered_423_at_once_or_429_when_the_queue_is_
     }
 }
 
+/// Under the degrade policy a Redis that is down leaves the node's own permits: n at once
+/// per key on this node, the next one `423`.
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn degraded_permits_still_admit_n_per_key_on_the_node() {
+    let redis = Arc::new(tower_lock_test_support::redis::RedisServer::start());
+    let timeout = Some(Duration::from_millis(200));
+    let table = LockTable::on_redis(redis.clone(), "permits-degrade", timeout).await;
+    let layer = table
+        .layer()
+        .permits(2)
+        .on_backend_failure(tower_lock::BackendFailurePolicy::Degrade)
+        .build()
+        .unwrap();
+    tokio::task::block_in_place(|| redis.kill());
+    let (gate, mut control) = gate();
+    let service = gated(&layer, &gate);
+    let a = spawn_send(&service, Method::POST, "k", &[("x-seq", "a")]);
+    let b = spawn_send(&service, Method::POST, "k", &[("x-seq", "b")]);
+    control.arrived().await;
+    control.arrived().await;
+    assert_eq!(layer.metrics().snapshot().shared_permits, 2);
+    let (status, _) = spawn_send(&service, Method::POST, "k", &[("x-seq", "c")])
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::LOCKED);
+    control.open();
+    for sent in [a, b] {
+        assert_eq!(finish(sent).await, StatusCode::OK);
+    }
+    assert_eq!(layer.metrics().snapshot().degraded, 2);
+}
+
 /// Instantiate the cases above on one backend, each on a multi-threaded runtime.
 macro_rules! permit_cases {
     ($backend:ident; $($case:ident),* $(,)?) => {
