@@ -420,5 +420,26 @@ for c in engine/memory/acquire_release engine/memory/acquire_release_fifo \
     ns=$(crit_ns "$c" || true)
     row "criterion $c (ns)" "${ns:+$(calc "$ns" 0)}" "" ""
 done
+# --- permits (benches/permits.rs): N = 4 with 16 workers, readers beside a writer, each
+# against the single lock in the same run; in process, and on our Redis. Self-contained:
+# it builds, runs and prints its own rows.
+PERMITS_URL=()
+[ "$REDIS_BACKEND" = yes ] && PERMITS_URL=(--redis-url "$REDIS_URL")
+log "permits bench"
+if cargo bench -q --bench permits -- "${PERMITS_URL[@]}" >"$OUT/permits.jsonl" 2>"$OUT/permits.log"; then
+    permits_get() { grep "\"backend\":\"$1\"" "$OUT/permits.jsonl" | jget "$2"; }
+    for b in memory redis; do
+        row "$b permits N=4 16w/1ms: hand-off p99 (us)" "$(permits_get $b permits_handoff_p99_us)" "" ""
+        row "$b permits hand-off p99 / the lock's" "$(permits_get $b handoff_p99_ratio)" "<=" 1.5
+        row "$b permits N=4 16w/1ms: cycles/s" "$(permits_get $b permits_cycles_per_s)" "" ""
+        row "$b permits cycles/s / the lock's" "$(permits_get $b cycles_ratio)" ">=" 3
+        row "$b readers/s beside a writer" "$(permits_get $b readers_per_s)" "" ""
+        row "$b readers/s beside a writer / the lock's cycles/s" \
+            "$(permits_get $b readers_ratio_to_lock)" "" ""
+        row "$b permits: exclusion violations" "$(permits_get $b violations)" "==" 0
+    done
+else
+    log "the permits bench failed: $OUT/permits.log"
+fi
 echo
 echo "raw results: $OUT/ (a JSON object per contention run, JSON lines for http)"

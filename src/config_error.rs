@@ -62,6 +62,13 @@ pub enum ConfigError {
     /// Idempotency replay: a failure policy other than fail-closed would run a request
     /// without its record, so a completed request could run twice.
     IdempotencyFailurePolicy(BackendFailurePolicy),
+    /// `permits(0)`: no request could ever hold a key.
+    ZeroPermits,
+    /// `shared_for` was given an empty list (for no shared methods, do not call it).
+    NoSharedMethods,
+    /// `permits` or `shared_for` on the idempotency preset: two requests with one
+    /// idempotency key must never run at once.
+    IdempotencyPermits,
 }
 
 impl fmt::Display for ConfigError {
@@ -124,6 +131,13 @@ impl fmt::Display for ConfigError {
                 "the key `{kind}` reads a principal from the request's http extensions, which actix-web requests do not carry, so no request would have a key: \
                  scope by a header instead (`ScopedKey::new(\"x-tenant-id\", key)`, or `.scope_by(HeaderKey::new(\"x-tenant-id\"))` for the idempotency preset) \
                  set by a gateway that vouches for it, or by a `key::from_fn` closure that reads actix's extensions through `tower_lock_actix::http_request`"
+            ),
+            Self::ZeroPermits => f.write_str("`permits` must be at least 1"),
+            Self::NoSharedMethods => f.write_str(
+                "`shared_for` needs at least one method (for none, do not call it)",
+            ),
+            Self::IdempotencyPermits => f.write_str(
+                "the idempotency preset takes its key alone: `permits` and `shared_for` would run two requests with one idempotency key at once",
             ),
             Self::Namespace(e) => write!(f, "invalid key namespace: {e}"),
         }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use crate::{
     config_error::ConfigError,
     engine::{LockEngine, LockKey, LockOptions},
-    integration::{Config, LockedMethods, RejectHook, RequestLocker},
+    integration::{Config, LockedMethods, RejectHook, RequestLocker, Sharing},
     key::{self, KeyExtractor},
     options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint},
     reject::{Rejection, RejectionKind},
@@ -50,6 +50,12 @@ pub(crate) struct LockSettings {
     /// The first value a setter could not take (a header name that is not one): setters
     /// return the builder, so the build reports it.
     refused: Option<ConfigError>,
+    /// `permits(n)`: up to `n` holders per key (`None`: one, the plain lock; or, with
+    /// `shared_for`, no limit on the shared ones).
+    pub(crate) permits: Option<u32>,
+    /// `shared_for([..])`: the methods that share the key, as given; the other locked
+    /// methods take it alone.
+    pub(crate) shared_for: Option<Vec<String>>,
 }
 
 impl LockSettings {
@@ -71,6 +77,8 @@ impl LockSettings {
             metrics_name: None,
             replaying: false,
             refused: None,
+            permits: None,
+            shared_for: None,
         }
     }
 
@@ -125,6 +133,11 @@ impl LockSettings {
     pub(crate) fn methods<M: AsRef<str>>(&mut self, methods: impl IntoIterator<Item = M>) {
         let names = methods.into_iter().map(|m| m.as_ref().to_owned());
         self.methods = Some(names.collect());
+    }
+
+    pub(crate) fn shared_for<M: AsRef<str>>(&mut self, methods: impl IntoIterator<Item = M>) {
+        let names = methods.into_iter().map(|m| m.as_ref().to_owned());
+        self.shared_for = Some(names.collect());
     }
 
     pub(crate) fn problem_type_base(&mut self, base: String) {
@@ -193,6 +206,13 @@ impl LockSettings {
             base => base.map(Arc::from),
         };
         let methods = LockedMethods::from_names(self.methods)?;
+        if self.busy == RejectionKind::Conflict
+            && (self.permits.is_some() || self.shared_for.is_some())
+        {
+            // Two requests with one idempotency key must never run at once.
+            return Err(ConfigError::IdempotencyPermits);
+        }
+        let (methods, sharing) = Sharing::from_settings(methods, self.permits, self.shared_for)?;
         if wait.is_zero() && options.waiter_limit().is_some() {
             return Err(ConfigError::NeedsWait("max_waiters"));
         }
@@ -226,6 +246,7 @@ impl LockSettings {
                 retry_after_fallback: self.retry_after_fallback,
                 on_reject: self.on_reject,
                 methods,
+                sharing,
                 problem_type_base,
                 name,
             },

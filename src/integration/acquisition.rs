@@ -10,10 +10,10 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker};
+use super::{LockGuard, Outcome, RequestLocker, Take};
 use crate::{
     LockError,
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey},
+    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Permits},
     key::RequestView,
     lease_info::LeaseInfo,
     options::BackendFailurePolicy,
@@ -54,15 +54,22 @@ impl RequestLocker {
                 Acquisition::Decided(Outcome::Unlocked)
             }
             Ok(Some(key)) => {
+                // The method is asked again only by a layer with permits: the plain lock's
+                // path stays as it was.
+                let take = match &self.shared.config.sharing {
+                    None => Take::Lock,
+                    Some(sharing) => sharing.take(req.method()),
+                };
                 // A free key on the in-process engine is granted right here, with no future
                 // (boxed or not): the request goes straight to the inner service. Not under
-                // the degrade policy, which takes two locks in turn.
-                if self.shared.local.is_none() {
+                // the degrade policy, which takes two locks in turn, nor for permits, which
+                // the engine grants in a future.
+                if self.shared.local.is_none() && take == Take::Lock {
                     let started = Instant::now();
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
                         let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        return Acquisition::Decided(self.settle(result, started));
+                        return Acquisition::Decided(self.settle(result, take, started));
                     }
                 }
                 // It must wait (or the backend answers over the network): one boxed future,
@@ -71,7 +78,7 @@ impl RequestLocker {
                 // is first polled: FIFO order is the order of calls.
                 let span = tracing::debug_span!("tower_lock.acquire", %key);
                 let metrics = self.shared.metrics.clone();
-                let lock = self.clone().lock(key);
+                let lock = self.clone().lock_as(key, take);
                 let mut acquire: BoxFuture<'static, Outcome> = Box::pin(
                     async move {
                         let mut lock = std::pin::pin!(lock);
@@ -98,23 +105,35 @@ impl RequestLocker {
         }
     }
 
+    /// Take `key` with the lock (idempotency replay's way: its layers have no permits).
+    #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) async fn lock(self, key: LockKey) -> Outcome {
+        self.lock_as(key, Take::Lock).await
+    }
+
+    /// Take `key` as `take` says.
+    async fn lock_as(self, key: LockKey, take: Take) -> Outcome {
         let started = Instant::now();
         if let Some(local) = &self.shared.local {
-            return self.lock_degradable(local, key, started).await;
+            return self.lock_degradable(local, key, take, started).await;
         }
         let result = self
-            .lock_on(&self.shared.engine, &key, self.shared.config.wait)
+            .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
             .await;
-        self.settle(result, started)
+        self.settle(result, take, started)
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy).
-    pub(super) fn settle(&self, result: Result<Lease, LockError>, started: Instant) -> Outcome {
+    pub(super) fn settle(
+        &self,
+        result: Result<Lease, LockError>,
+        take: Take,
+        started: Instant,
+    ) -> Outcome {
         let c = &self.shared.config;
         self.backend_answered(&result);
         match result {
-            Ok(lease) => self.held(lease, None, started, false),
+            Ok(lease) => self.held(lease, None, take, started, false),
             Err(LockError::Backend(error)) => match c.backend_failure {
                 // (A degrading locker locks in `lock_degradable`.)
                 BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
@@ -142,9 +161,15 @@ impl RequestLocker {
     /// The degrade policy: the node-local lock first, then the backend's. The node-local
     /// lease is kept for the whole request, so the node stays serialized per key even
     /// when the backend stalls while some requests hold its lock and others fall back.
-    async fn lock_degradable(&self, local: &LockEngine, key: LockKey, started: Instant) -> Outcome {
+    async fn lock_degradable(
+        &self,
+        local: &LockEngine,
+        key: LockKey,
+        take: Take,
+        started: Instant,
+    ) -> Outcome {
         let c = &self.shared.config;
-        let node = match self.lock_on(local, &key, c.wait).await {
+        let node = match self.lock_on(local, &key, c.wait, take).await {
             Ok(lease) => lease,
             Err(e) => return self.refuse(&e),
         };
@@ -157,16 +182,16 @@ impl RequestLocker {
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_millis(1))
         };
-        let result = self.lock_on(&self.shared.engine, &key, wait).await;
+        let result = self.lock_on(&self.shared.engine, &key, wait, take).await;
         self.backend_answered(&result);
         match result {
-            Ok(lease) => self.held(lease, Some(node), started, false),
+            Ok(lease) => self.held(lease, Some(node), take, started, false),
             Err(LockError::Backend(error)) => {
                 self.shared
                     .outage
                     .failed(&c.name, &error, BackendFailurePolicy::Degrade);
                 self.shared.metrics.degraded();
-                self.held(node, None, started, true)
+                self.held(node, None, take, started, true)
             }
             Err(e) => self.refuse(&e),
         }
@@ -185,8 +210,41 @@ impl RequestLocker {
         engine: &LockEngine,
         key: &LockKey,
         wait: Duration,
+        take: Take,
     ) -> Result<Lease, LockError> {
-        self.lock_handle(engine, key, wait).acquire().await
+        match take {
+            Take::Lock => self.lock_handle(engine, key, wait).acquire().await,
+            Take::Shared(permits) => {
+                let permits = self.permits_handle(engine, key, wait, permits);
+                permits.acquire().await
+            }
+            Take::Exclusive => {
+                // The limit on shared holders does not bound an exclusive one.
+                let permits = self.permits_handle(engine, key, wait, 1).exclusive();
+                permits.acquire().await
+            }
+        }
+    }
+
+    /// The permits this locker takes on `key` (at most `permits` shared holders), waiting
+    /// up to `wait`, with the same options as [`lock_handle`](Self::lock_handle)'s.
+    fn permits_handle(
+        &self,
+        engine: &LockEngine,
+        key: &LockKey,
+        wait: Duration,
+        permits: u32,
+    ) -> Permits {
+        let options = &self.shared.config.options;
+        let handle = engine
+            .permits_key(key.clone(), permits)
+            .ttl(options.lease_ttl())
+            .fifo(options.is_fifo())
+            .wait(wait);
+        match options.waiter_limit() {
+            Some(max) => handle.max_waiters(max),
+            None => handle,
+        }
     }
 
     /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
@@ -205,7 +263,14 @@ impl RequestLocker {
         }
     }
 
-    fn held(&self, lease: Lease, node: Option<Lease>, started: Instant, degraded: bool) -> Outcome {
+    fn held(
+        &self,
+        lease: Lease,
+        node: Option<Lease>,
+        take: Take,
+        started: Instant,
+        degraded: bool,
+    ) -> Outcome {
         let now = Instant::now();
         let waited = now.saturating_duration_since(started);
         // A non-waiting acquire that succeeded found the key free. A waiting one: the
@@ -213,6 +278,11 @@ impl RequestLocker {
         // is counted as contended.
         let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
+        let permit = match take {
+            Take::Lock => None,
+            Take::Shared(_) => Some(self.shared.metrics.permit(false)),
+            Take::Exclusive => Some(self.shared.metrics.permit(true)),
+        };
         if contended {
             tracing::debug!(
                 fence = lease.fence().get(),
@@ -237,6 +307,7 @@ impl RequestLocker {
             now,
             self.shared.metrics.clone(),
             self.shared.config.release,
+            permit,
         ))
     }
 

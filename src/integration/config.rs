@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 
-use super::LockedMethods;
+use super::{LockedMethods, Sharing};
 use crate::{
     engine::LockOptions,
     key::KeyExtractor,
@@ -40,6 +40,9 @@ pub(crate) struct Config {
     pub(crate) on_reject: Option<RejectHook>,
     /// The methods that take a lock.
     pub(crate) methods: LockedMethods,
+    /// Permits instead of the lock (`permits(n)`, `shared_for([..])`): `None` for the
+    /// plain lock.
+    pub(crate) sharing: Option<Sharing>,
     /// The base of problem `type` URIs (`None`: the `urn:tower-lock:problem:` URNs).
     pub(crate) problem_type_base: Option<Arc<str>>,
     /// The layer's name: the `layer` label of its metrics and a field of its outage logs.

@@ -4,7 +4,12 @@ use std::fmt;
 
 use tokio::time::Instant;
 
-use crate::{engine::Lease, lease_info::LeaseInfo, metrics::LockMetrics, options::ReleasePoint};
+use crate::{
+    engine::Lease,
+    lease_info::LeaseInfo,
+    metrics::{LockMetrics, PermitInUse},
+    options::ReleasePoint,
+};
 
 /// The lease a [`RequestLocker`](super::RequestLocker) took for one request (under the
 /// degrade policy, both of its leases). [`LockGuard::release`] releases the key and
@@ -22,6 +27,9 @@ pub struct LockGuard {
     metrics: LockMetrics,
     /// The layer's release point, which [`LockGuard::after_head`] follows.
     release: ReleasePoint,
+    /// Counts the lease in the layer's permits gauge while the guard lives, when it is a
+    /// permit.
+    _permit: Option<PermitInUse>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -40,6 +48,7 @@ impl LockGuard {
         granted: Instant,
         metrics: LockMetrics,
         release: ReleasePoint,
+        permit: Option<PermitInUse>,
     ) -> Self {
         Self {
             lease: Some(lease),
@@ -48,6 +57,7 @@ impl LockGuard {
             granted,
             metrics,
             release,
+            _permit: permit,
         }
     }
 

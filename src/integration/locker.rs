@@ -55,6 +55,11 @@ impl fmt::Debug for RequestLocker {
             .field("max_waiters", &c.options.waiter_limit())
             .field("backend_failure", &c.backend_failure)
             .field("release", &c.release)
+            .field("permits", &c.sharing.as_ref().map(|s| s.permits()))
+            .field(
+                "shared_for",
+                &c.sharing.as_ref().and_then(|s| s.shared_methods()),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -30,6 +30,9 @@ pub(crate) enum LockedMethods {
     Unsafe,
     /// Exactly these (the builder's `methods([..])`), safe ones included if named.
     Only(Box<[Method]>),
+    /// Every method but the safe ones, and these too (the default with `shared_for([..])`,
+    /// whose methods are locked, shared, whatever the default says of them).
+    UnsafeAnd(Box<[Method]>),
 }
 
 impl LockedMethods {
@@ -42,24 +45,57 @@ impl LockedMethods {
         if names.is_empty() {
             return Err(ConfigError::NoMethods);
         }
-        let methods = names
-            .into_iter()
-            .map(|name| match Method::from_bytes(name.as_bytes()) {
-                // `post` parses as an extension method that no client sends for `POST`.
-                Ok(method) if !is_miscased(&name) => Ok(method),
-                _ => Err(ConfigError::InvalidMethod(name)),
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Self::Only(methods))
+        Ok(Self::Only(parse(names)?))
+    }
+
+    /// These methods and `more` (added when not named already).
+    pub(crate) fn and(self, more: &[Method]) -> Self {
+        let add = |methods: Vec<Method>| {
+            let mut methods = methods;
+            for m in more {
+                if !methods.contains(m) {
+                    methods.push(m.clone());
+                }
+            }
+            methods.into_boxed_slice()
+        };
+        match self {
+            Self::Unsafe => Self::UnsafeAnd(add(Vec::new())),
+            Self::Only(methods) => Self::Only(add(methods.into_vec())),
+            Self::UnsafeAnd(methods) => Self::UnsafeAnd(add(methods.into_vec())),
+        }
     }
 
     /// Whether a request with `method` takes a lock.
     pub(crate) fn locks(&self, method: &str) -> bool {
         match self {
-            Self::Unsafe => !SAFE.iter().any(|safe| safe.as_str() == method),
-            Self::Only(methods) => methods.iter().any(|m| m.as_str() == method),
+            Self::Unsafe => !is_safe(method),
+            Self::Only(methods) => names(methods, method),
+            Self::UnsafeAnd(more) => !is_safe(method) || names(more, method),
         }
     }
+}
+
+fn is_safe(method: &str) -> bool {
+    SAFE.iter().any(|safe| safe.as_str() == method)
+}
+
+/// Whether `methods` holds the method spelled `method`.
+pub(crate) fn names(methods: &[Method], method: &str) -> bool {
+    methods.iter().any(|m| m.as_str() == method)
+}
+
+/// Method names as given to a builder, checked: each a method token, none a standard
+/// method in the wrong case.
+pub(crate) fn parse(names: Vec<String>) -> Result<Box<[Method]>, ConfigError> {
+    names
+        .into_iter()
+        .map(|name| match Method::from_bytes(name.as_bytes()) {
+            // `post` parses as an extension method that no client sends for `POST`.
+            Ok(method) if !is_miscased(&name) => Ok(method),
+            _ => Err(ConfigError::InvalidMethod(name)),
+        })
+        .collect()
 }
 
 /// Whether `name` is a standard method spelled in another case (`post`, `Get`).
@@ -93,6 +129,18 @@ mod tests {
         let methods = LockedMethods::from_names(names(&["GET", "PURGE"])).unwrap();
         assert!(methods.locks("GET") && methods.locks("PURGE"));
         assert!(!methods.locks("POST") && !methods.locks("get"));
+    }
+
+    #[test]
+    fn more_methods_are_added_to_the_default_or_to_a_list() {
+        let more = [Method::GET];
+        let default = LockedMethods::from_names(None).unwrap().and(&more);
+        assert!(default.locks("GET") && default.locks("POST") && default.locks("PURGE"));
+        assert!(!default.locks("HEAD") && !default.locks("OPTIONS"));
+        let list = LockedMethods::from_names(names(&["PUT"]))
+            .unwrap()
+            .and(&more);
+        assert!(list.locks("GET") && list.locks("PUT") && !list.locks("POST"));
     }
 
     #[test]

@@ -43,6 +43,7 @@ mod methods;
 mod misconfig_log;
 mod outage;
 mod outcome;
+mod sharing;
 // Gated once here; its public items are re-exported below.
 #[cfg(feature = "idempotency")]
 pub(crate) mod replay;
@@ -60,3 +61,4 @@ pub use replay::{
     Abandoned, Capture, CapturingBody, Chunk, ChunkSource, Completion, Drain, KeepRunning,
     ReplayDecision, ReplayLocker, ReplayResponse,
 };
+pub(crate) use sharing::{Sharing, Take};

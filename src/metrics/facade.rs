@@ -25,6 +25,8 @@ pub(super) struct Facade {
     hold: Key,
     holding: Key,
     waiting: Key,
+    /// `tower_lock_permits_in_use`, `mode` = `shared` and `exclusive`.
+    permits: [Key; 2],
     /// The descriptions are given to the recorder of the layer's first event.
     described: Once,
 }
@@ -60,6 +62,15 @@ impl Facade {
             hold: key("tower_lock_hold_seconds"),
             holding: key("tower_lock_requests_holding"),
             waiting: key("tower_lock_requests_waiting"),
+            permits: ["shared", "exclusive"].map(|mode| {
+                Key::from_parts(
+                    "tower_lock_permits_in_use",
+                    vec![
+                        Label::new("layer", layer.to_owned()),
+                        Label::from_static_parts("mode", mode),
+                    ],
+                )
+            }),
             described: Once::new(),
         }
     }
@@ -105,6 +116,11 @@ impl Facade {
                     self.waiting.name_shared(),
                     Some(Unit::Count),
                     "Requests whose lock acquisition is under way now.".into(),
+                );
+                r.describe_gauge(
+                    self.permits[0].name_shared(),
+                    Some(Unit::Count),
+                    "Requests holding a permit of their lock key now, by mode.".into(),
                 );
             });
         });
@@ -163,6 +179,12 @@ impl Facade {
     pub(super) fn waiting(&self, delta: f64) {
         self.describe();
         metrics::with_recorder(|r| r.register_gauge(&self.waiting, &METADATA).increment(delta));
+    }
+
+    pub(super) fn permits(&self, exclusive: bool, delta: f64) {
+        self.describe();
+        let key = &self.permits[usize::from(exclusive)];
+        metrics::with_recorder(|r| r.register_gauge(key, &METADATA).increment(delta));
     }
 }
 

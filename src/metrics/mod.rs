@@ -26,6 +26,7 @@
 //! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
 //! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
 //! | `tower_lock_requests_waiting` | gauge | `layer` | requests whose acquisition is under way now (waiting for a held key, or for the backend's answer) |
+//! | `tower_lock_permits_in_use` | gauge | `layer`, `mode` | requests holding a permit of their key now (a layer with [`permits`](crate::LockLayerBuilder::permits) or [`shared_for`](crate::LockLayerBuilder::shared_for)), by `mode`: `shared` or `exclusive` |
 //!
 //! Install the recorder before serving: gauges are moved up and down by events, so a
 //! recorder installed while requests hold or wait starts from their later decrements. For
@@ -89,6 +90,8 @@ struct Inner {
     hold: Histogram,
     holding: AtomicI64,
     waiting: AtomicI64,
+    /// Permits held now by the layer's requests: shared, and exclusive.
+    permits: [AtomicI64; 2],
     /// The hold times `Retry-After` is derived from.
     recent_holds: RecentHolds,
     facade: Facade,
@@ -155,6 +158,8 @@ impl LockMetrics {
             hold: i.hold.snapshot(),
             holding: gauge(&i.holding),
             waiting: gauge(&i.waiting),
+            shared_permits: gauge(&i.permits[0]),
+            exclusive_permits: gauge(&i.permits[1]),
         }
     }
 
@@ -214,6 +219,17 @@ impl LockMetrics {
         }
     }
 
+    /// A request holds a permit of its key (`exclusive`: alone) until the returned guard
+    /// is dropped.
+    pub(crate) fn permit(&self, exclusive: bool) -> PermitInUse {
+        self.inner.permits[usize::from(exclusive)].fetch_add(1, Relaxed);
+        self.inner.facade.permits(exclusive, 1.0);
+        PermitInUse {
+            metrics: self.clone(),
+            exclusive,
+        }
+    }
+
     /// The layer's recent hold-time percentile, for `Retry-After`.
     pub(crate) fn recent_hold(&self) -> Option<Duration> {
         self.inner.recent_holds.percentile()
@@ -248,6 +264,20 @@ impl Drop for Waiting {
     }
 }
 
+/// Counts one request in the permits gauge while it lives.
+pub(crate) struct PermitInUse {
+    metrics: LockMetrics,
+    exclusive: bool,
+}
+
+impl Drop for PermitInUse {
+    fn drop(&mut self) {
+        let i = &self.metrics.inner;
+        i.permits[usize::from(self.exclusive)].fetch_sub(1, Relaxed);
+        i.facade.permits(self.exclusive, -1.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +294,21 @@ mod tests {
         m.held(MS);
         drop(waiting);
         assert_eq!((m.snapshot().holding, m.snapshot().waiting), (1, 0));
+    }
+
+    #[test]
+    fn permits_gauge_counts_shared_and_exclusive_holders() {
+        let m = LockMetrics::default();
+        let a = m.permit(false);
+        let b = m.permit(false);
+        let w = m.permit(true);
+        let snap = m.snapshot();
+        assert_eq!((snap.shared_permits, snap.exclusive_permits), (2, 1));
+        drop((a, w));
+        let snap = m.snapshot();
+        assert_eq!((snap.shared_permits, snap.exclusive_permits), (1, 0));
+        drop(b);
+        assert_eq!(m.snapshot().shared_permits, 0);
     }
 
     #[test]

@@ -27,6 +27,8 @@ impl Facade {
     pub(super) fn rejected(&self, _kind: RejectionKind, _contended: bool) {}
 
     pub(super) fn waiting(&self, _delta: f64) {}
+
+    pub(super) fn permits(&self, _exclusive: bool, _delta: f64) {}
 }
 
 /// Idempotency replay's events.

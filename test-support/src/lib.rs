@@ -8,6 +8,7 @@
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
 //! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/engine` (`lease_lifecycle`, the core-only conformance run), `tests/layer/outage_log.rs`, `tests/replay/tower_level.rs` |
 //! | [`conformance`] | the engine's conformance suite (`tower_lock_engine::conformance`, with `conformance_tests!` / `core_conformance_tests!`) re-exported, and the harnesses of the core-only and Redis backends | `tests/engine/conformance_*.rs` |
+//! | [`occupancy`] | who is inside one key's handlers at once, shared or exclusive, and every violation of the permits' promises | `tests/layer/permits.rs`, `tests/integrations/permits.rs` |
 //! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!`, `replay_scenarios!` | `tests/layer`, `tests/replay`, `tests/integrations` |
 //! | [`cycling`] | workers cycling one lock under faults, checking exclusion, fences and answer times on every grant | the Cluster and Sentinel fault tests (`tests/scale`) |
 //! | [`fallbacks`] | counts the waiters served by the fallback timer rather than by a wake-up message | the wake-up, runtime, Cluster and Sentinel tests (`tests/redis_faults`, `tests/scale`) |
@@ -64,6 +65,7 @@ pub mod cycling;
 pub mod fallbacks;
 pub mod gate;
 pub mod http;
+pub mod occupancy;
 pub mod redis;
 pub mod scenarios;
 pub mod scripted;

@@ -13,3 +13,4 @@ mod actix_replay;
 mod axum;
 #[cfg(feature = "redis")]
 mod axum_redis;
+mod permits;

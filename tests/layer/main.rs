@@ -11,6 +11,7 @@ mod in_process;
 mod key_namespace;
 mod methods;
 mod outage_log;
+mod permits;
 mod poll;
 mod problem_json;
 #[cfg(feature = "redis")]

@@ -116,6 +116,28 @@
 //! # }
 //! ```
 //!
+//! # Permits
+//!
+//! The layer's [`permits`](tower_lock::LockLayerBuilder::permits) and
+//! [`shared_for`](tower_lock::LockLayerBuilder::shared_for) work here as under the tower
+//! layer (N requests per key at once; some methods sharing a key, the others alone), with
+//! methods named as text or as actix's own `Method`:
+//!
+//! ```
+//! use actix_web::http::Method;
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_actix::{LockMiddleware, RouteKey};
+//!
+//! // Reads of one document side by side; a PUT or DELETE waits for them and runs alone.
+//! let documents: LockMiddleware = LockLayer::builder(LockEngine::in_memory())
+//!     .key(RouteKey::param("id"))
+//!     .shared_for([Method::GET, Method::HEAD])
+//!     .build()
+//!     .unwrap()
+//!     .into();
+//! assert!(documents.locker().locks_method("GET"));
+//! ```
+//!
 //! # Client disconnects
 //!
 //! A client that leaves while the body streams frees the key as soon as actix drops the

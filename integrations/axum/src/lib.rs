@@ -22,6 +22,32 @@
 //! # }
 //! ```
 //!
+//! # Permits
+//!
+//! N requests per key at once ([`permits`](tower_lock::LockLayerBuilder::permits)), or
+//! reads side by side and each write alone
+//! ([`shared_for`](tower_lock::LockLayerBuilder::shared_for)), on the same routes:
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{Router, http::Method, routing::get};
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_axum::RouteKey;
+//!
+//! # fn main() -> Result<(), tower_lock::ConfigError> {
+//! let documents = LockLayer::builder(LockEngine::in_memory())
+//!     .key(RouteKey::param("id"))
+//!     .shared_for([Method::GET, Method::HEAD])
+//!     .wait(Duration::from_secs(5))
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/documents/{id}", get(|| async { "read" }).put(|| async { "written" }))
+//!     .route_layer(documents);
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # `route_layer`, not `layer`
 //!
 //! Install the lock with [`Router::route_layer`](axum::Router::route_layer). It then runs

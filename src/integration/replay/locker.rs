@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     engine::{LeaseOrRecord, LockError, LockKey, Record},
-    integration::{Outcome, RequestLocker},
+    integration::{Outcome, RequestLocker, sharing::Take},
     key::RequestView,
     reject::{Rejection, RejectionKind},
 };
@@ -302,7 +302,7 @@ impl RequestLocker {
             Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, started))
+        Ok(self.settle(result, Take::Lock, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

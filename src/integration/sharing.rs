@@ -1,0 +1,141 @@
+//! [`Sharing`]: how a layer with permits takes its keys (`permits(n)`, `shared_for([..])`):
+//! which methods share a key, how many at once, and which take it alone.
+
+use http::Method;
+
+use super::{LockedMethods, methods};
+use crate::config_error::ConfigError;
+
+/// A layer's permits: its requests take a key as one of N shared holders, or alone.
+#[derive(Debug)]
+pub(crate) struct Sharing {
+    /// Shared holders per key at once (`u32::MAX`: no limit).
+    permits: u32,
+    /// The methods that share a key (`None`: every locked method); the other locked
+    /// methods take it alone.
+    shared: Option<Box<[Method]>>,
+}
+
+/// How one request takes its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// The lock: one holder at a time (a layer without permits).
+    Lock,
+    /// One of this many permits, beside other shared holders.
+    Shared(u32),
+    /// The key alone: no other holder, shared or exclusive.
+    Exclusive,
+}
+
+impl Sharing {
+    /// The permits the settings ask for (`None`: the plain lock), and the methods locked
+    /// with them: those of `shared_for` are locked too, whatever `methods` says.
+    pub(crate) fn from_settings(
+        locked: LockedMethods,
+        permits: Option<u32>,
+        shared_for: Option<Vec<String>>,
+    ) -> Result<(LockedMethods, Option<Self>), ConfigError> {
+        if permits == Some(0) {
+            return Err(ConfigError::ZeroPermits);
+        }
+        let shared = match shared_for {
+            None => None,
+            Some(names) if names.is_empty() => return Err(ConfigError::NoSharedMethods),
+            Some(names) => Some(methods::parse(names)?),
+        };
+        Ok(match (permits, shared) {
+            (None, None) => (locked, None),
+            (Some(permits), None) => (
+                locked,
+                Some(Self {
+                    permits,
+                    shared: None,
+                }),
+            ),
+            (permits, Some(shared)) => (
+                locked.and(&shared),
+                Some(Self {
+                    permits: permits.unwrap_or(u32::MAX),
+                    shared: Some(shared),
+                }),
+            ),
+        })
+    }
+
+    /// How a request with `method` (one the layer locks) takes its key.
+    pub(crate) fn take(&self, method: &str) -> Take {
+        match &self.shared {
+            Some(shared) if !methods::names(shared, method) => Take::Exclusive,
+            _ => Take::Shared(self.permits),
+        }
+    }
+
+    /// Shared holders per key at once (`u32::MAX`: no limit).
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The methods that share a key (`None`: every locked method).
+    pub(crate) fn shared_methods(&self) -> Option<&[Method]> {
+        self.shared.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Option<Vec<String>> {
+        Some(names.iter().map(|&n| n.to_owned()).collect())
+    }
+
+    fn sharing(permits: Option<u32>, shared: Option<Vec<String>>) -> (LockedMethods, Sharing) {
+        let locked = LockedMethods::from_names(None).unwrap();
+        let (locked, sharing) = Sharing::from_settings(locked, permits, shared).unwrap();
+        (locked, sharing.expect("permits"))
+    }
+
+    #[test]
+    fn neither_setting_is_the_plain_lock() {
+        let locked = LockedMethods::from_names(None).unwrap();
+        let (_, sharing) = Sharing::from_settings(locked, None, None).unwrap();
+        assert!(sharing.is_none());
+    }
+
+    #[test]
+    fn permits_alone_share_every_locked_method() {
+        let (locked, s) = sharing(Some(3), None);
+        assert_eq!(s.take("POST"), Take::Shared(3));
+        assert_eq!(s.take("PUT"), Take::Shared(3));
+        assert!(!locked.locks("GET"), "the default methods are unchanged");
+    }
+
+    #[test]
+    fn shared_for_alone_admits_any_number_of_readers_and_one_writer() {
+        let (locked, s) = sharing(None, names(&["GET", "HEAD"]));
+        assert_eq!(s.take("GET"), Take::Shared(u32::MAX));
+        assert_eq!(s.take("HEAD"), Take::Shared(u32::MAX));
+        assert_eq!(s.take("PUT"), Take::Exclusive);
+        assert!(locked.locks("GET") && locked.locks("HEAD") && locked.locks("PUT"));
+        assert!(!locked.locks("OPTIONS"));
+    }
+
+    #[test]
+    fn both_limit_the_readers() {
+        let (_, s) = sharing(Some(4), names(&["GET"]));
+        assert_eq!(s.take("GET"), Take::Shared(4));
+        assert_eq!(s.take("DELETE"), Take::Exclusive);
+    }
+
+    #[test]
+    fn zero_permits_and_bad_shared_methods_are_refused() {
+        let locked = || LockedMethods::from_names(None).unwrap();
+        let err = |p, s| Sharing::from_settings(locked(), p, s).unwrap_err();
+        assert_eq!(err(Some(0), None), ConfigError::ZeroPermits);
+        assert_eq!(err(None, names(&[])), ConfigError::NoSharedMethods);
+        assert_eq!(
+            err(None, names(&["get"])),
+            ConfigError::InvalidMethod("get".to_owned())
+        );
+    }
+}
