@@ -606,10 +606,11 @@ async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_que
 
     let mut shared = Vec::new();
     for (name, waiter) in [("a", a), ("b", b)] {
-        let (granted, lease, counted) = timeout(all_free - Instant::now(), waiter)
-            .await
-            .unwrap_or_else(|_| panic!("{name} is not granted a dead permit in time"))
-            .unwrap();
+        let (granted, lease, counted) =
+            timeout(all_free.saturating_duration_since(Instant::now()), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{name} is not granted a dead permit in time"))
+                .unwrap();
         assert!(
             granted >= first_free,
             "{name} was granted {:?} before the dead permits' TTL ran out",
