@@ -4,8 +4,13 @@
 //! - once an exclusive request waits, later shared ones queue behind it;
 //! - a holder that crashed (its lease no longer renewed) frees its permit once its TTL
 //!   runs out, and a waiter is granted it then, not a lease TTL later;
+//! - a holder process SIGKILLed mid-run frees its permits once their TTL runs out, to the
+//!   waiters in order, never more than N at once nor anyone beside the exclusive one;
 //! - with Redis paused mid-run, never more than N hold at once, nor anyone beside an
 //!   exclusive holder;
+//! - with Redis restarted mid-run (its data gone), calls fail as backend errors during the
+//!   outage, the work resumes after it, and of the restarted server's grants never more
+//!   than N hold at once, nor anyone beside an exclusive holder;
 //! - nothing is left behind once nobody holds or waits, the fence tombstones aside (and
 //!   they keep only the last fence, with a TTL).
 //!
@@ -13,15 +18,19 @@
 #![cfg(feature = "redis")]
 
 use std::{
+    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use tokio::time::{Instant, timeout};
-use tower_lock::{LockEngine, LockError, engine::Permits};
+use tower_lock::{
+    LockEngine, LockError,
+    engine::{Permits, redis::RedisBackend},
+};
 use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 use tower_lock_test_support::serial;
@@ -384,4 +393,429 @@ async fn a_shared_permit_is_not_upgraded_and_an_exclusive_one_re_enters_as_it_is
     drop(again);
     drop(writer);
     until_no_residue(&server, "upgrade").await;
+}
+
+/// Holders counted as they hold, per key: never more than `n` shared, never anyone beside
+/// an exclusive one. [`Census::enter`] panics on a violation.
+#[derive(Debug, Default)]
+struct Census {
+    shared: AtomicUsize,
+    exclusive: AtomicUsize,
+}
+
+/// One holder counted by a [`Census`], until dropped.
+struct Counted {
+    census: Arc<Census>,
+    exclusive: bool,
+}
+
+impl Census {
+    fn enter(self: &Arc<Self>, exclusive: bool, n: usize) -> Counted {
+        if exclusive {
+            assert_eq!(
+                self.exclusive.fetch_add(1, Ordering::SeqCst),
+                0,
+                "two exclusive holders"
+            );
+            assert_eq!(
+                self.shared.load(Ordering::SeqCst),
+                0,
+                "an exclusive holder beside shared ones"
+            );
+        } else {
+            let now = self.shared.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(now <= n, "{now} shared holders of {n}");
+            assert_eq!(
+                self.exclusive.load(Ordering::SeqCst),
+                0,
+                "a shared holder beside an exclusive one"
+            );
+        }
+        Counted {
+            census: self.clone(),
+            exclusive,
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let count = if self.exclusive {
+            &self.census.exclusive
+        } else {
+            &self.census.shared
+        };
+        count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Wait until `n` permits of `permits`' key are held (backend state, no event).
+async fn until_holders(permits: &Permits, n: usize) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while permits.holders().await.unwrap().len() != n {
+        assert!(Instant::now() < give_up, "never saw {n} permit holders");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Set in a child process started by [`spawn_holder`]: the prefix of its engine's keys.
+const HOLDER_PREFIX: &str = "TOWER_LOCK_TEST_PERMIT_HOLDER";
+/// The child's permits: two of [`KILLED_N`] of key `k`, renewed while it lives.
+const KILLED_N: u32 = 3;
+const KILLED_TTL: Duration = Duration::from_millis(1500);
+
+/// A child process (this test binary again, running [`permit_holder_process`]), SIGKILLed
+/// when dropped if it still runs.
+struct Holder(std::process::Child);
+
+impl Holder {
+    /// SIGKILL: no release, no clean-up; its leases are simply no longer renewed.
+    fn kill(&mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Re-run this test binary as a child process holding two permits (see
+/// [`permit_holder_process`]), as faults' `spawn_child` does for its roles.
+fn spawn_holder(server: &RedisServer, prefix: &str) -> Holder {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            // libtest names a test by its module path, without the crate's name.
+            &format!(
+                "{}::permit_holder_process",
+                module_path!().split_once("::").unwrap().1
+            ),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HOLDER_PREFIX, prefix)
+        .env("TOWER_LOCK_TEST_REDIS", server.url())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn child test process");
+    Holder(child)
+}
+
+/// The entry point of [`spawn_holder`]'s child process: it takes two permits of key `k`
+/// (auto-renewed, so held for as long as it lives) and waits to be killed. In the parent
+/// run it checks nothing and returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permit_holder_process() {
+    let Ok(prefix) = std::env::var(HOLDER_PREFIX) else {
+        return;
+    };
+    let url = std::env::var("TOWER_LOCK_TEST_REDIS").unwrap();
+    let backend = RedisBackend::builder(url)
+        .prefix(prefix)
+        .build()
+        .await
+        .unwrap();
+    let engine = LockEngine::new(backend);
+    let permits = engine.permits("k", KILLED_N).ttl(KILLED_TTL);
+    let _held = (
+        permits.acquire().await.unwrap(),
+        permits.acquire().await.unwrap(),
+    );
+    // Renewed by the watchdog until killed.
+    std::future::pending::<()>().await;
+}
+
+/// A process holding two of three permits is SIGKILLed while the third is held here (so
+/// the holders' key lives on: the dead permits must be dropped by the scripts) and four
+/// requests wait in order: shared `a` and `b`, exclusive `x`, shared `c`. The dead permits
+/// go to `a` and `b` once their TTL has run out (not before, and not much later); `x` only
+/// once everyone has left, alone; `c` after `x`. Nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_queue_in_order() {
+    let _group = serial::group(module_path!()).await;
+    const N: usize = KILLED_N as usize;
+    let server = RedisServer::start();
+    let engine = engine(&server, "killed").await;
+    let permits = engine
+        .permits("k", KILLED_N)
+        .fifo(true)
+        .wait(Duration::from_secs(20));
+    let census = Arc::new(Census::default());
+
+    let mut child = spawn_holder(&server, "killed");
+    until_holders(&permits, 2).await;
+    let live = permits
+        .clone()
+        .ttl(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let live_counted = census.enter(false, N);
+    assert!(matches!(
+        permits.try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiter = |name: &'static str, exclusive: bool| {
+        let (census, order) = (census.clone(), order.clone());
+        let permits = if exclusive {
+            permits.clone().exclusive()
+        } else {
+            permits.clone()
+        };
+        tokio::spawn(async move {
+            let lease = permits.acquire().await.unwrap();
+            let granted = Instant::now();
+            let counted = census.enter(exclusive, N);
+            order.lock().unwrap().push(name);
+            (granted, lease, counted)
+        })
+    };
+    let a = waiter("a", false);
+    until_waiters(&permits, 1).await;
+    let b = waiter("b", false);
+    until_waiters(&permits, 2).await;
+    let x = waiter("x", true);
+    until_waiters(&permits, 3).await;
+    let c = waiter("c", false);
+    until_waiters(&permits, 4).await;
+
+    tokio::task::block_in_place(|| child.kill());
+    // The dead permits' remaining TTLs, as the server sees them once nobody renews them.
+    let seen = Instant::now();
+    let dead: Vec<Duration> = permits
+        .holders()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|h| &h.token != live.token())
+        .map(|h| h.ttl.expect("a permit has a TTL"))
+        .collect();
+    assert_eq!(dead.len(), 2, "the child's permits: {dead:?}");
+    assert!(dead.iter().all(|ttl| *ttl <= KILLED_TTL));
+    // The server's clock is read in whole milliseconds: a little slack either way.
+    let first_free = seen + *dead.iter().min().unwrap() - Duration::from_millis(5);
+    // The fallback retry notices the expiry: at most one fallback period late (250 ms),
+    // with room for a loaded machine.
+    let all_free = seen + *dead.iter().max().unwrap() + Duration::from_secs(1);
+
+    let mut shared = Vec::new();
+    for (name, waiter) in [("a", a), ("b", b)] {
+        let (granted, lease, counted) =
+            timeout(all_free.saturating_duration_since(Instant::now()), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("{name} is not granted a dead permit in time"))
+                .unwrap();
+        assert!(
+            granted >= first_free,
+            "{name} was granted {:?} before the dead permits' TTL ran out",
+            first_free - granted
+        );
+        shared.push((lease, counted));
+    }
+    let holders = permits.holders().await.unwrap();
+    assert_eq!(holders.len(), N, "{holders:?}");
+    assert!(holders.iter().all(|h| !h.exclusive));
+    assert_eq!(permits.waiters().await.unwrap(), 2, "x and c still wait");
+
+    // Everyone leaves: x is granted, alone, and c still waits behind it.
+    for (lease, counted) in shared {
+        drop(counted);
+        lease.release().await.unwrap();
+    }
+    drop(live_counted);
+    live.release().await.unwrap();
+    let (_, x_lease, x_counted) = timeout(Duration::from_secs(5), x)
+        .await
+        .expect("x is granted once everyone has left")
+        .unwrap();
+    let holders = permits.holders().await.unwrap();
+    assert!(
+        holders.len() == 1 && holders[0].exclusive,
+        "x is not alone: {holders:?}"
+    );
+    assert_eq!(permits.waiters().await.unwrap(), 1, "c still waits");
+    let x_fence = x_lease.fence();
+    drop(x_counted);
+    x_lease.release().await.unwrap();
+    let (_, c_lease, c_counted) = timeout(Duration::from_secs(5), c)
+        .await
+        .expect("c is granted after x")
+        .unwrap();
+    assert!(c_lease.fence() > x_fence);
+    let order = order.lock().unwrap().clone();
+    assert!(
+        order == ["a", "b", "x", "c"] || order == ["b", "a", "x", "c"],
+        "{order:?}"
+    );
+    drop(c_counted);
+    c_lease.release().await.unwrap();
+    until_no_residue(&server, "killed").await;
+}
+
+/// Now as microseconds since the epoch: the clock Redis `TIME` reads too.
+fn now_us() -> u64 {
+    u64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros(),
+    )
+    .unwrap()
+}
+
+/// Shared and exclusive holders on three nodes; mid-run the server is killed, and restarted
+/// empty (no persistence): whatever was held or queued is gone with it. What must hold:
+/// during the outage calls fail as backend errors (or a wait runs out), nothing panics or
+/// hangs; the same engines work again after the restart; and among the restarted server's
+/// grants, never more than `N` hold at once, nor anyone beside an exclusive holder (the
+/// old server's grants, still in hand across the restart, are not its holders).
+///
+/// A grant is told the old server's or the new one's by its fence: fences are at least the
+/// server's clock in µs, so the new server's are past the moment the old one was seen dead,
+/// and the old one's are before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_restarted_mid_run_fails_as_backend_errors_then_never_lets_more_than_n_hold() {
+    let _group = serial::group(module_path!()).await;
+    const N: usize = 3;
+    let server = RedisServer::start();
+    let nodes = [
+        engine(&server, "restart").await,
+        engine(&server, "restart").await,
+        engine(&server, "restart").await,
+    ];
+    // Holders of the old server's grants, and of the new one's.
+    let (old, new) = (Arc::new(Census::default()), Arc::new(Census::default()));
+    let (old_grants, new_grants) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let backend_errors = Arc::new(AtomicUsize::new(0));
+    let timed_out = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Set before the kill; then, once the old server is dead, the moment (µs) it was seen so.
+    let killing = Arc::new(AtomicBool::new(false));
+    let (died_tx, died) = tokio::sync::watch::channel(None::<u64>);
+    let mut tasks = Vec::new();
+    for w in 0..12 {
+        let node = nodes[w % 3].clone();
+        let (old, new, old_grants, new_grants) = (
+            old.clone(),
+            new.clone(),
+            old_grants.clone(),
+            new_grants.clone(),
+        );
+        let (backend_errors, timed_out, stop, killing, mut died) = (
+            backend_errors.clone(),
+            timed_out.clone(),
+            stop.clone(),
+            killing.clone(),
+            died.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let alone = w % 6 == 0;
+            let mut permits = node
+                .permits("k", N as u32)
+                .fifo(w % 2 == 0)
+                .ttl(Duration::from_secs(5))
+                .wait(Duration::from_secs(5));
+            if alone {
+                permits = permits.exclusive();
+            }
+            while !stop.load(Ordering::SeqCst) {
+                let lease = match permits.acquire().await {
+                    Ok(lease) => lease,
+                    Err(LockError::Backend(_)) => {
+                        backend_errors.fetch_add(1, Ordering::SeqCst);
+                        // Redis is down: calls fail at once; do not spin on them.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    Err(LockError::TimedOut { .. }) => {
+                        timed_out.fetch_add(1, Ordering::SeqCst);
+                        continue;
+                    }
+                    Err(other) => panic!("worker {w}: {other:?}"),
+                };
+                let from_new = if killing.load(Ordering::SeqCst) {
+                    let died = *died.wait_for(Option::is_some).await.unwrap();
+                    lease.fence().get() > died.unwrap()
+                } else {
+                    // Granted before the kill began: the old server's.
+                    false
+                };
+                let (census, grants) = if from_new {
+                    (&new, &new_grants)
+                } else {
+                    (&old, &old_grants)
+                };
+                let counted = census.enter(alone, N);
+                grants.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                drop(counted);
+                let released = lease.release().await;
+                if from_new {
+                    // The new server is not restarted again: its grants are released.
+                    released.unwrap_or_else(|e| panic!("worker {w}: release: {e:?}"));
+                }
+            }
+        }));
+    }
+    let until = |count: &Arc<AtomicUsize>, n: usize, within: Duration, what: &'static str| {
+        let count = count.clone();
+        async move {
+            let give_up = Instant::now() + within;
+            while count.load(Ordering::SeqCst) < n {
+                assert!(Instant::now() < give_up, "only {count:?} {what}");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    until(&old_grants, 100, Duration::from_secs(30), "grants before").await;
+
+    killing.store(true, Ordering::SeqCst);
+    tokio::task::block_in_place(|| server.kill());
+    died_tx.send_replace(Some(now_us()));
+    // The outage: the workers' calls fail, as backend errors.
+    let failed = backend_errors.load(Ordering::SeqCst);
+    until(
+        &backend_errors,
+        failed + 3,
+        Duration::from_secs(5),
+        "backend errors during the outage",
+    )
+    .await;
+    tokio::task::block_in_place(|| server.restart());
+    // The same engines, not rebuilt, work again.
+    until(
+        &new_grants,
+        1,
+        Duration::from_secs(5),
+        "grants within 5 s of the restart",
+    )
+    .await;
+    until(&new_grants, 100, Duration::from_secs(30), "grants after").await;
+
+    stop.store(true, Ordering::SeqCst);
+    // A worker's acquire waits 5 s at most: none hangs.
+    let all = futures_util::future::join_all(tasks);
+    for t in timeout(Duration::from_secs(15), all)
+        .await
+        .expect("the workers finish")
+    {
+        t.expect("no worker saw a violation or an unexpected error");
+    }
+    eprintln!(
+        "grants: {} before, {} after; backend errors {}, timed out {}",
+        old_grants.load(Ordering::SeqCst),
+        new_grants.load(Ordering::SeqCst),
+        backend_errors.load(Ordering::SeqCst),
+        timed_out.load(Ordering::SeqCst),
+    );
+    until_no_residue(&server, "restart").await;
+    let permits = nodes[0].permits("k", N as u32);
+    assert_eq!(permits.waiters().await.unwrap(), 0);
+    assert!(permits.holders().await.unwrap().is_empty());
 }
