@@ -53,6 +53,9 @@ pub enum ConfigError {
     /// Idempotency replay: the engine's backend does not keep records
     /// ([`RecordBackend`](crate::engine::RecordBackend)).
     RecordsUnsupported,
+    /// `permits` or `shared_for` on an engine whose backend has no permits
+    /// ([`PermitBackend`](crate::engine::PermitBackend)).
+    PermitsUnsupported,
     /// Idempotency replay: the named limit (or the retention) is zero.
     ZeroLimit(&'static str),
     /// Idempotency replay: no scope was chosen, so one caller could be handed another's
@@ -75,6 +78,9 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
+            Self::PermitsUnsupported => f.write_str(
+                "`permits` and `shared_for` need a backend with permits (the in-process and Redis backends have them)",
+            ),
             Self::RecordsUnsupported => f.write_str(
                 "idempotency replay needs a backend that keeps records (the in-process and Redis backends do); use .without_replay() otherwise",
             ),

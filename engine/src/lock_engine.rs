@@ -262,6 +262,11 @@ impl LockEngine {
         self.record_backend().is_ok()
     }
 
+    /// Whether the backend has permits ([`PermitBackend`], for [`Permits`]).
+    pub fn has_permits(&self) -> bool {
+        self.shared.permit_backend().is_ok()
+    }
+
     pub(crate) fn record_backend(&self) -> Result<&dyn RecordBackend, LockError> {
         self.shared
             .backend

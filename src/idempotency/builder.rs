@@ -30,7 +30,9 @@ use crate::{
 /// `fifo`, `max_waiters`, `on_backend_failure`, `retry_after_fallback`, `on_reject`,
 /// `problem_type_base`, `metrics_name`), except two that are its own: the key (here the
 /// idempotency key within a scope, [`key`](Self::key)) and the release point (a request
-/// that runs under its key is released when its response is stored).
+/// that runs under its key is released when its response is stored). It has no `permits`
+/// or `shared_for`: two requests with one idempotency key never run at once (after
+/// [`without_replay`](Self::without_replay) they are refused by `build()`).
 ///
 /// ```
 /// use std::time::Duration;

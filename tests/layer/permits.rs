@@ -465,6 +465,20 @@ fn zero_permits_an_empty_shared_list_and_permits_under_idempotency_are_refused()
         layer().shared_for(["get"]).build().unwrap_err(),
         ConfigError::InvalidMethod("get".to_owned())
     );
+    // A backend without permits is refused by `build()`, not answered 503 per request.
+    let bare = LockEngine::new(tower_lock_test_support::unavailable::UnavailableBackend);
+    for built in [
+        LockLayer::builder(bare.clone())
+            .key(header_key())
+            .permits(2)
+            .build(),
+        LockLayer::builder(bare)
+            .key(header_key())
+            .shared_for(["GET"])
+            .build(),
+    ] {
+        assert_eq!(built.unwrap_err(), ConfigError::PermitsUnsupported);
+    }
     let idempotency = || IdempotencyLayer::builder(engine.clone()).without_replay();
     assert_eq!(
         idempotency().permits(2).build().unwrap_err(),
