@@ -134,7 +134,8 @@
 //!     .shared_for([Method::GET, Method::HEAD])
 //!     .build()
 //!     .unwrap()
-//!     .into();
+//!     .try_into()
+//!     .unwrap();
 //! assert!(documents.locker().locks_method("GET"));
 //! ```
 //!
