@@ -21,6 +21,7 @@ mod capabilities;
 mod permits;
 mod records;
 mod table;
+mod wait;
 
 use permits::PermitTable;
 use records::RecordStore;
@@ -183,6 +184,12 @@ struct WaitGuard<'a> {
     rx: Option<oneshot::Receiver<Grant>>,
 }
 
+impl wait::Queued for WaitGuard<'_> {
+    fn receiver(&mut self) -> &mut Option<oneshot::Receiver<Grant>> {
+        &mut self.rx
+    }
+}
+
 impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else {
@@ -305,56 +312,31 @@ impl MemoryBackend {
             let changed = entry.changed.get_or_insert_with(Arc::default).clone();
             (rx, id, changed)
         };
-        let mut guard = WaitGuard {
+        let guard = WaitGuard {
             backend: self,
             key: &req.key,
             token: &req.token,
             id,
             rx: Some(rx),
         };
-        // A wait too long for the clock is a wait without limit.
-        let deadline = req.wait.and_then(|w| started.checked_add(w));
-        loop {
-            // Listening before the expiry is read, so a change in between is not missed.
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let holder_expires = {
+        let table = wait::Table {
+            // Expiring the holder (if its TTL ran out) grants the head waiter.
+            expire: || {
                 let mut shard = self.shard(&req.key);
-                // Expiring the holder (if its TTL ran out) grants the head waiter.
                 shard.map.get_mut(&req.key).and_then(|entry| {
                     entry.expire(Instant::now(), self);
                     entry.holder.as_ref().and_then(|h| h.expires)
                 })
-            };
-            let rx = guard.rx.as_mut().expect("receiver present while waiting");
-            tokio::select! {
-                biased;
-                granted = rx => {
-                    guard.rx = None;
-                    // The sender is only dropped after a send or by our own guard.
-                    return granted.map_err(|_| LockError::Expired);
-                }
-                _ = &mut notified => {}
-                _ = sleep_until_opt(holder_expires) => {}
-                _ = sleep_until_opt(deadline) => {
-                    let retry_after = {
-                        let shard = self.shard(&req.key);
-                        shard.map.get(&req.key).and_then(|e| e.remaining(Instant::now()))
-                    };
-                    // Dropping the guard removes us (or passes on a grant that raced in).
-                    drop(guard);
-                    return Err(LockError::TimedOut { waited: started.elapsed(), retry_after });
-                }
-            }
-        }
-    }
-}
-
-async fn sleep_until_opt(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
+            },
+            remaining: || {
+                let shard = self.shard(&req.key);
+                shard
+                    .map
+                    .get(&req.key)
+                    .and_then(|e| e.remaining(Instant::now()))
+            },
+        };
+        wait::for_grant(guard, changed, started, req.wait, table).await
     }
 }
 

@@ -16,7 +16,7 @@ use std::{
 use tokio::{sync::oneshot, time::Instant};
 
 use self::table::{Holding, PermitShard, PermitWaiter};
-use super::{MemoryBackend, SHARDS, sleep_until_opt};
+use super::{MemoryBackend, SHARDS, wait};
 use crate::{
     BoxFuture, ExtendMode, Grant, LockError, LockKey, PermitBackend, PermitHolder, PermitRequest,
     Renewal, Token, options::after,
@@ -120,49 +120,31 @@ impl MemoryBackend {
             let changed = entry.changed.get_or_insert_with(Arc::default).clone();
             (rx, id, changed)
         };
-        let mut guard = PermitWaitGuard {
+        let guard = PermitWaitGuard {
             backend: self,
             key: &req.key,
             token: &req.token,
             id,
             rx: Some(rx),
         };
-        // A wait too long for the clock is a wait without limit.
-        let deadline = req.wait.and_then(|w| started.checked_add(w));
-        loop {
-            // Listening before the expiry is read, so a change in between is not missed.
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let earliest = {
+        let table = wait::Table {
+            // Expiring holders whose TTL ran out grants the waiters that now fit.
+            expire: || {
                 let mut shard = self.permit_shard(&req.key);
-                // Expiring holders whose TTL ran out grants the waiters that now fit.
                 shard.map.get_mut(&req.key).and_then(|entry| {
                     entry.expire(Instant::now(), self);
                     entry.earliest()
                 })
-            };
-            let rx = guard.rx.as_mut().expect("receiver present while waiting");
-            tokio::select! {
-                biased;
-                granted = rx => {
-                    guard.rx = None;
-                    // The sender is only dropped after a send or by our own guard.
-                    return granted.map_err(|_| LockError::Expired);
-                }
-                _ = &mut notified => {}
-                _ = sleep_until_opt(earliest) => {}
-                _ = sleep_until_opt(deadline) => {
-                    let retry_after = {
-                        let shard = self.permit_shard(&req.key);
-                        shard.map.get(&req.key).and_then(|e| e.remaining(Instant::now()))
-                    };
-                    // Dropping the guard removes us (or passes on a grant that raced in).
-                    drop(guard);
-                    return Err(LockError::TimedOut { waited: started.elapsed(), retry_after });
-                }
-            }
-        }
+            },
+            remaining: || {
+                let shard = self.permit_shard(&req.key);
+                shard
+                    .map
+                    .get(&req.key)
+                    .and_then(|e| e.remaining(Instant::now()))
+            },
+        };
+        wait::for_grant(guard, changed, started, req.wait, table).await
     }
 
     /// Run `change` on `key`'s entry (its expired holders dropped first), then drop the
@@ -192,6 +174,12 @@ struct PermitWaitGuard<'a> {
     token: &'a Token,
     id: u64,
     rx: Option<oneshot::Receiver<Grant>>,
+}
+
+impl wait::Queued for PermitWaitGuard<'_> {
+    fn receiver(&mut self) -> &mut Option<oneshot::Receiver<Grant>> {
+        &mut self.rx
+    }
 }
 
 impl Drop for PermitWaitGuard<'_> {
