@@ -3,10 +3,7 @@
 //! crashed FIFO waiter. Each test owns its redis-server.
 #![cfg(feature = "redis")]
 
-use std::{
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
 use tokio::time::{Instant, timeout};
 use tower_lock::{BackendErrorKind, LockEngine, LockError, engine::redis::RedisBackend};
@@ -636,23 +633,13 @@ async fn twenty_processes_increment_a_shared_counter_exactly() {
 
 /// Re-run this test binary as a child process playing `role` (see [`child_process_entry`]).
 fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            // libtest names a test by its module path, without the crate's name.
-            &format!(
-                "{}::child_process_entry",
-                module_path!().split_once("::").unwrap().1
-            ),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ROLE, role)
-        .env("TOWER_LOCK_TEST_REDIS", server.url())
-        .env("TOWER_LOCK_TEST_PREFIX", prefix)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn child test process")
+    let url = server.url();
+    let env = [
+        (CHILD_ROLE, role),
+        ("TOWER_LOCK_TEST_REDIS", url.as_str()),
+        ("TOWER_LOCK_TEST_PREFIX", prefix),
+    ];
+    crate::child::rerun(module_path!(), "child_process_entry", &env)
 }
 
 /// The entry point of child processes; in the parent run it checks nothing and returns.

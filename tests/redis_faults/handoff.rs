@@ -14,7 +14,6 @@
 #![cfg(feature = "redis")]
 
 use std::{
-    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -543,23 +542,13 @@ async fn fifo_order_survives_cancellations_around_hand_offs() {
 
 /// Re-run this test binary as a child process playing `role` (see [`child_process_entry`]).
 fn spawn_child(role: &str, server: &RedisServer, prefix: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            // libtest names a test by its module path, without the crate's name.
-            &format!(
-                "{}::child_process_entry",
-                module_path!().split_once("::").unwrap().1
-            ),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ROLE, role)
-        .env("TOWER_LOCK_TEST_REDIS", server.url())
-        .env("TOWER_LOCK_TEST_PREFIX", prefix)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn child test process")
+    let url = server.url();
+    let env = [
+        (CHILD_ROLE, role),
+        ("TOWER_LOCK_TEST_REDIS", url.as_str()),
+        ("TOWER_LOCK_TEST_PREFIX", prefix),
+    ];
+    crate::child::rerun(module_path!(), "child_process_entry", &env)
 }
 
 /// The entry point of child processes; in the parent run it checks nothing and returns.

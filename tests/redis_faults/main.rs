@@ -10,6 +10,7 @@
 //! run beside each other only, as before.
 #![cfg(feature = "redis")]
 
+mod child;
 mod faults;
 mod handoff;
 mod permits;

@@ -18,7 +18,6 @@
 #![cfg(feature = "redis")]
 
 use std::{
-    process::{Command, Stdio},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -486,22 +485,12 @@ impl Drop for Holder {
 /// Re-run this test binary as a child process holding two permits (see
 /// [`permit_holder_process`]), as faults' `spawn_child` does for its roles.
 fn spawn_holder(server: &RedisServer, prefix: &str) -> Holder {
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            // libtest names a test by its module path, without the crate's name.
-            &format!(
-                "{}::permit_holder_process",
-                module_path!().split_once("::").unwrap().1
-            ),
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HOLDER_PREFIX, prefix)
-        .env("TOWER_LOCK_TEST_REDIS", server.url())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn child test process");
+    let url = server.url();
+    let env = [
+        (HOLDER_PREFIX, prefix),
+        ("TOWER_LOCK_TEST_REDIS", url.as_str()),
+    ];
+    let child = crate::child::rerun(module_path!(), "permit_holder_process", &env);
     Holder(child)
 }
 
