@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use super::layer::IdempotencyLayer;
 use crate::{
     BackendFailurePolicy, ConfigError, LockLayerBuilder,
-    engine::{LockEngine, MAX_TTL},
+    engine::LockEngine,
     integration::{
         ReplayLocker,
         replay::{
@@ -54,6 +54,10 @@ pub struct IdempotencyLayerBuilder {
     options: ReplayOptions,
     /// The idempotency key within the scope.
     key: Arc<dyn KeyExtractor>,
+    /// Whether `key` is an [`IdempotencyKey`], whose values are at most
+    /// [`MAX_IDEMPOTENCY_KEY_LEN`](crate::key::MAX_IDEMPOTENCY_KEY_LEN) bytes: `build` then
+    /// makes sure the longest fits.
+    bounded_key: bool,
     /// `None` until the user decides; `build` refuses that.
     scope: Option<Scope>,
 }
@@ -101,12 +105,13 @@ impl IdempotencyLayerBuilder {
                 retention: DEFAULT_RETENTION,
                 max_drain_time: DEFAULT_MAX_DRAIN_TIME,
                 fingerprint_headers: Vec::new(),
-                fingerprint: FingerprintKind::Sha256,
+                fingerprint: FingerprintKind::default(),
                 store_if: None,
                 on_replay: None,
                 scope: Scope::Unscoped,
             },
             key: Arc::new(IdempotencyKey::new()),
+            bounded_key: true,
             scope: None,
         }
     }
@@ -124,32 +129,7 @@ impl IdempotencyLayerBuilder {
         parsed
     }
 
-    /// Scope records by the authenticated principal: the `P` an authentication layer put
-    /// in the request extensions (its `Display` is the scope). A stored response is then
-    /// replayed only to requests of the same principal; a request without a `P` has no
-    /// key (`400`). Put the authentication layer outside this one. (actix-web requests
-    /// carry no `http` extensions: scope them with [`scope_by`](Self::scope_by) and
-    /// `tower_lock_actix::http_request`.)
-    ///
-    /// ```
-    /// use std::fmt;
-    /// use tower_lock::{IdempotencyLayer, LockEngine};
-    ///
-    /// #[derive(Clone)]
-    /// struct UserId(u64);
-    ///
-    /// impl fmt::Display for UserId {
-    ///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    ///         write!(f, "{}", self.0)
-    ///     }
-    /// }
-    ///
-    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
-    ///     .per_principal::<UserId>()
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
+    #[doc = include_str!("../docs/per_principal.md")]
     pub fn per_principal<P>(self) -> Self
     where
         P: std::fmt::Display + Send + Sync + 'static,
@@ -206,6 +186,7 @@ impl IdempotencyLayerBuilder {
     /// [`scope_by`](Self::scope_by) or [`unscoped`](Self::unscoped).
     pub fn key(mut self, extractor: impl KeyExtractor) -> Self {
         self.key = Arc::new(extractor);
+        self.bounded_key = false;
         self
     }
 
@@ -226,7 +207,10 @@ impl IdempotencyLayerBuilder {
     /// ```
     pub fn key_header(mut self, name: impl AsRef<str>) -> Self {
         match self.header_name("key_header", name.as_ref()) {
-            Some(name) => self.key(IdempotencyKey::header(name)),
+            Some(name) => Self {
+                bounded_key: true,
+                ..self.key(IdempotencyKey::header(name))
+            },
             None => self,
         }
     }
@@ -245,21 +229,30 @@ impl IdempotencyLayerBuilder {
     }
 
     /// Also store (and replay) `5xx` responses, as Stripe does (default: not stored, so a
-    /// retry runs again). A `5xx` with `Retry-After` is never stored, nor `503`.
+    /// retry runs again). A `5xx` with `Retry-After` is never stored, nor `503`: they say
+    /// "try again".
     pub fn store_server_errors(mut self, store: bool) -> Self {
         self.options.store_server_errors = store;
         self
     }
 
-    /// Decide which of the remaining responses are stored. Responses that mean "this did
-    /// not happen, try again" are never stored, whatever `f` says: `408`, `409`, `423`,
-    /// `425`, `429`, `503`, any other `5xx` (unless
-    /// [`store_server_errors`](Self::store_server_errors)), anything with `Retry-After`, and
-    /// any response carrying the [`NotStored`](crate::NotStored) mark. For the rest `f`
-    /// decides; the default stores everything but a request that could not be processed as
+    /// Decide which of the remaining responses are stored: `f` is asked about every
+    /// response the fixed policy does not forbid, and its answer is final for those.
+    ///
+    /// The fixed policy: the status says whether an answer means "this did not happen, try
+    /// again", and those are never stored, whatever `f` says: `408`, `409`, `423`, `425`,
+    /// `429`, `503`, and any other `5xx` (unless
+    /// [`store_server_errors`](Self::store_server_errors), and then still not one with
+    /// `Retry-After`); nor is a response carrying the [`NotStored`](crate::NotStored) mark.
+    /// A `Retry-After` counts only on those statuses: a `202 Accepted` with `Retry-After`
+    /// (an asynchronous job the client polls) is a job that exists, so `f` is asked about it
+    /// (and it is stored by default), and the client's retry never queues a second job.
+    ///
+    /// Without `f`, everything else is stored but a request that could not be processed as
     /// sent (`400`, `413`, `415`, `422`: an extractor's rejection, a validation error;
     /// nothing happened, and Stripe keeps nothing then either) and an answer about
-    /// credentials (`401`, `403`, `407`: the retry after logging in must run).
+    /// credentials (`401`, `403`, `407`: the retry after logging in must run). `f` replaces
+    /// that default: it may store a `401`, or refuse a `202`.
     ///
     /// ```
     /// use http::StatusCode;
@@ -373,12 +366,13 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// Fingerprint a JSON body by its meaning rather than its bytes: object keys sorted,
-    /// whitespace dropped, strings written in one form, so `{"a":1, "b":2}` and
-    /// `{"b": 2,"a":1}` are the same request (numbers stay as written: `1` and `1.0`
-    /// differ). The rest of the fingerprint (method,
-    /// target, authority, content type, named headers) is unchanged. A body that is not
-    /// JSON is fingerprinted by its bytes.
+    /// Fingerprint a JSON body in one form rather than by its bytes: whitespace between
+    /// tokens dropped, object members sorted by name, strings written in one form, so
+    /// `{"a":1, "b":2}` and `{"b": 2,"a":1}` are the same request. Nothing else is
+    /// forgiven: numbers stay exactly as written, never through a float (`1` and `1.0`
+    /// differ, and so do `0.1` and `0.10000000000000001`), array order counts, and a member
+    /// sent twice counts twice, in its order (`{"to":"a","to":"b"}` is not `{"to":"b"}`).
+    /// The rest of the fingerprint is unchanged; a body that is not JSON counts by its bytes.
     ///
     /// ```
     /// use tower_lock::{IdempotencyLayer, LockEngine};
@@ -391,36 +385,40 @@ impl IdempotencyLayerBuilder {
     /// # let _ = layer;
     /// ```
     pub fn canonical_json(mut self) -> Self {
-        self.options.fingerprint = FingerprintKind::CanonicalJson;
+        self.options.fingerprint.canonical_json = true;
         self
     }
 
-    /// Replace the default fingerprint (SHA-256 over the method, the full target, the
-    /// authority, the content type, the [named headers](Self::fingerprint_headers) and the
-    /// body) with `f`, which gets the request and its whole body. Two requests are the same
-    /// request when `f` returns the same bytes for them, so leave out only what cannot
-    /// change what the request does: for JSON formatting (whitespace between tokens, key
-    /// order), [`canonical_json`](Self::canonical_json) already does it safely; dropping
-    /// every whitespace byte would make `{"name":"a b"}` and `{"name":"ab"}` one request.
+    /// Add a part of the application's own to the fingerprint: `f` gets the request and
+    /// its whole body, and what it returns counts besides the default fingerprint (SHA-256
+    /// over the method, the full original target with its query, the authority, the
+    /// content type, the [named headers](Self::fingerprint_headers) and the body, or its
+    /// [canonical JSON](Self::canonical_json)), never instead of it. Two requests with one
+    /// key are the same request only when both agree, so a part can tell apart requests
+    /// the default would take for one (what an earlier layer put in the extensions, a
+    /// setting the handler reads from elsewhere), and can never make a request with
+    /// another query, host or route the same as the stored one.
     ///
     /// ```
     /// use tower_lock::{IdempotencyLayer, LockEngine, bytes::Bytes, key::RequestView};
     ///
-    /// /// The method, the path and the body, less one trailing newline (some clients end
-    /// /// a body with one, some do not); nothing inside the body is dropped.
-    /// fn fingerprint(req: &dyn RequestView, body: &[u8]) -> Bytes {
-    ///     let body = body.strip_suffix(b"\n").unwrap_or(body);
-    ///     let target = [req.method(), " ", req.path(), "\0"].concat();
-    ///     Bytes::from([target.as_bytes(), body].concat())
+    /// /// The API version a gateway layer resolved for the caller (from its account
+    /// /// settings, not a header), which changes what the handler does.
+    /// #[derive(Clone)]
+    /// struct ApiVersion(&'static str);
+    ///
+    /// fn api_version(req: &dyn RequestView, _body: &[u8]) -> Bytes {
+    ///     let version = req.extensions().and_then(|e| e.get::<ApiVersion>());
+    ///     Bytes::from_static(version.map_or("", |v| v.0).as_bytes())
     /// }
     ///
-    /// let req = tower_lock::http::Request::post("/orders").body(()).unwrap();
-    /// assert_eq!(fingerprint(&req, b"{\"name\":\"a b\"}\n"), fingerprint(&req, b"{\"name\":\"a b\"}"));
-    /// assert_ne!(fingerprint(&req, b"{\"name\":\"a b\"}"), fingerprint(&req, b"{\"name\":\"ab\"}"));
+    /// let mut req = tower_lock::http::Request::post("/orders").body(()).unwrap();
+    /// req.extensions_mut().insert(ApiVersion("2026-11-01"));
+    /// assert_eq!(api_version(&req, b"{}"), "2026-11-01");
     ///
     /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
     ///     .unscoped()
-    ///     .fingerprint_with(fingerprint)
+    ///     .fingerprint_with(api_version)
     ///     .build()
     ///     .unwrap();
     /// # let _ = layer;
@@ -430,16 +428,17 @@ impl IdempotencyLayerBuilder {
         F: Fn(&dyn RequestView, &[u8]) -> Bytes + Send + Sync + 'static,
     {
         let f: FingerprintFn = Arc::new(f);
-        self.options.fingerprint = FingerprintKind::Custom(f);
+        self.options.fingerprint.extra = Some(f);
         self
     }
 
     /// Check the configuration and build the layer. Besides the lock settings' checks: the
     /// header names must be valid ([`ConfigError::InvalidHeaderName`]), a scope must have
-    /// been chosen ([`ConfigError::IdempotencyScope`]), the failure policy
-    /// must be fail-closed ([`ConfigError::IdempotencyFailurePolicy`]), the engine's
-    /// backend must keep records ([`ConfigError::RecordsUnsupported`]), the limits must be
-    /// above zero and the retention at most [`MAX_TTL`].
+    /// been chosen ([`ConfigError::IdempotencyScope`]), the failure policy must be
+    /// fail-closed ([`ConfigError::IdempotencyFailurePolicy`]), the engine's backend must
+    /// keep records ([`ConfigError::RecordsUnsupported`]), the limits must be above zero,
+    /// the retention at most [`MAX_TTL`](crate::engine::MAX_TTL), and the namespace must
+    /// leave room for the longest legal key under any scope ([`ConfigError::Namespace`]).
     pub fn build(self) -> Result<IdempotencyLayer, ConfigError> {
         self.build_replay_locker().map(IdempotencyLayer::new)
     }
@@ -455,29 +454,14 @@ impl IdempotencyLayerBuilder {
         if policy != BackendFailurePolicy::FailClosed {
             return Err(ConfigError::IdempotencyFailurePolicy(policy));
         }
-        let o = &self.options;
-        for (name, value) in [
-            ("max_request_body", o.max_request_body),
-            ("max_response_body", o.max_response_body),
-            ("max_response_headers", o.max_response_headers),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::ZeroLimit(name));
-            }
-        }
-        if o.retention < Duration::from_millis(1) {
-            return Err(ConfigError::ZeroLimit("retention"));
-        }
-        if o.max_drain_time.is_zero() {
-            return Err(ConfigError::ZeroLimit("max_drain_time"));
-        }
-        if o.retention > MAX_TTL {
-            return Err(ConfigError::TooLong("retention"));
-        }
+        self.options.check()?;
         if !self.engine.has_records() {
             return Err(ConfigError::RecordsUnsupported);
         }
         let key = scope.key(self.key);
+        if self.bounded_key {
+            scope.check_room(&self.settings.namespace, key.kind())?;
+        }
         let locker = self
             .settings
             .replaying()

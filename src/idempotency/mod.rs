@@ -22,9 +22,10 @@
 //! A client that disconnects does not cancel the request: the handler runs to completion,
 //! the response is stored (its body read for at most
 //! [`max_drain_time`](IdempotencyLayerBuilder::max_drain_time)), then the key is released.
-//! Answers that mean "try again" are never stored (`408`, `409`, `423`, `425`, `429`,
-//! `5xx`, anything with `Retry-After`, anything marked [`NotStored`]; by default not
-//! `400`, `401`, `403`, `407`, `413`, `415`, `422`), nor are handler errors, panics and
+//! Answers whose status means "try again" are never stored (`408`, `409`, `423`, `425`,
+//! `429`, `5xx`; a `Retry-After` counts only on those, so a `202` with one is stored), nor
+//! is anything marked [`NotStored`] (and by default not `400`, `401`, `403`, `407`,
+//! `413`, `415`, `422`), nor are handler errors, panics and
 //! bodies that fail: the retry runs again. A response over the limits is recorded as completed but not stored: a retry
 //! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and

@@ -8,12 +8,15 @@ use super::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
 /// Another extractor's key, scoped by the principal of type `P` found in the request
 /// extensions (put there by an authentication middleware that runs before the lock
 /// layer): two principals sending the same inner key lock different keys. A request
-/// without a `P` has no key (`400` under the idempotency preset; see
-/// [`IdempotencyLayerBuilder::per_principal`](crate::IdempotencyLayerBuilder::per_principal)).
+/// without a `P` is the server's mistake (the authentication layer is missing or runs
+/// inside this one): it is answered `500` with the `misconfigured` problem type and one
+/// throttled `error!` log, as under
+/// [`IdempotencyLayerBuilder::per_principal`](crate::IdempotencyLayerBuilder::per_principal).
 ///
 /// The value is `<principal>/<inner value>`, the principal (its `Display`) escaped as in
-/// the [lock key](crate::key#the-lock-key); the kind is `principal(<type of P>,<inner
-/// kind>)`. Framework integrations without `http` extensions (actix) find no principal.
+/// the [lock key](crate::key#the-lock-key), or written as its SHA-256 when it is long;
+/// the kind is `principal(<type of P>,<inner kind>)`. Framework integrations without
+/// `http` extensions (actix) find no principal.
 pub struct PrincipalScopedKey<P, K> {
     inner: K,
     kind: String,

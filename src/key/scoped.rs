@@ -13,7 +13,8 @@ use super::{
 ///
 /// The value is `<scope>/<inner value>`, with `%` and `/` in the scope escaped as in the
 /// [lock key](crate::key#the-lock-key), so that a scope containing `/` cannot pose as another
-/// scope's keys. The kind is `scoped(<scope header>,<inner kind>)`.
+/// scope's keys, and a long scope written as its SHA-256. The kind is
+/// `scoped(<scope header>,<inner kind>)`.
 #[derive(Debug, Clone)]
 pub struct ScopedKey<K> {
     scope: Result<HeaderName, String>,

@@ -9,6 +9,7 @@
 mod extractors;
 mod in_process;
 mod key_namespace;
+mod long_scopes;
 mod methods;
 mod outage_log;
 mod permits;

@@ -13,6 +13,8 @@ mod in_process {
     tower_lock_test_support::scenario_tests!(
         (tower_lock_test_support::scenarios::Backend::InProcess);
         nested_routers_bind_records_to_the_full_target,
+        a_custom_fingerprint_in_a_nested_router_keeps_the_full_target,
+        the_longest_key_works_per_long_principal,
     );
 }
 
@@ -22,6 +24,8 @@ mod redis {
     tower_lock_test_support::scenario_tests!(
         (tower_lock_test_support::scenarios::Backend::Redis);
         nested_routers_bind_records_to_the_full_target,
+        a_custom_fingerprint_in_a_nested_router_keeps_the_full_target,
+        the_longest_key_works_per_long_principal,
     );
 }
 

@@ -45,8 +45,8 @@ impl Completion {
     }
 
     /// Start capturing the response with this status and headers. A response that is
-    /// not stored (one that means "try again": `408`, `409`, `423`, `425`, `429`, `5xx`
-    /// unless the layer stores server errors, anything with `Retry-After`; by default
+    /// not stored (one whose status means "try again": `408`, `409`, `423`, `425`, `429`,
+    /// `503`, other `5xx` unless the layer stores them without `Retry-After`; by default
     /// `400`, `401`, `403`, `407`, `413`, `415`, `422`; whatever the layer's `store_if`
     /// refuses) is not captured: the
     /// key is released at the end of the body, with no record, and a retry runs again.

@@ -7,65 +7,25 @@ use bytes::Bytes;
 use http::HeaderName;
 use sha2::{Digest, Sha256};
 
+use super::canonical_json::canonical_json;
 use crate::key::RequestView;
 
-/// A user-supplied fingerprint: the request's head and its whole body in, any bytes out
-/// (for example a hash of canonical JSON, so that key order or whitespace do not count).
-/// Two requests with one idempotency key and different fingerprints are answered `422`.
+/// A part an application adds to the fingerprint: the request's head and its whole body
+/// in, any bytes out (a value an earlier layer put in the extensions, a route parameter).
+/// Two requests with one idempotency key are the same request when the default
+/// fingerprint and this part both agree; otherwise the second is answered `422`.
 pub type FingerprintFn = Arc<dyn Fn(&dyn RequestView, &[u8]) -> Bytes + Send + Sync>;
 
-/// Which fingerprint a layer takes.
-#[derive(Clone)]
-pub(crate) enum FingerprintKind {
-    /// [`Hasher`] over the body's bytes.
-    Sha256,
-    /// [`Hasher`] over the body's canonical JSON (its bytes when it is not JSON).
-    CanonicalJson,
-    /// The user's own.
-    Custom(FingerprintFn),
-}
-
-/// A JSON document written in one form: object keys sorted (by their UTF-8 bytes), no
-/// whitespace, strings and numbers as `serde_json` writes them. `None` if `body` is not
-/// JSON.
-pub(crate) fn canonical_json(body: &[u8]) -> Option<Vec<u8>> {
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let mut out = Vec::with_capacity(body.len());
-    write_canonical(&value, &mut out);
-    Some(out)
-}
-
-fn write_canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
-    use serde_json::Value;
-    match value {
-        Value::Array(items) => {
-            out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(b']');
-        }
-        Value::Object(map) => {
-            // Sorted here, whatever map type `serde_json` was built with (its
-            // `preserve_order` feature keeps insertion order).
-            let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                serde_json::to_writer(&mut *out, key).expect("a string serializes");
-                out.push(b':');
-                write_canonical(item, out);
-            }
-            out.push(b'}');
-        }
-        scalar => serde_json::to_writer(&mut *out, scalar).expect("a scalar serializes"),
-    }
+/// Which fingerprint a layer takes: the default one, over the body's bytes or its
+/// canonical JSON, and the application's part, if any. There is no way to leave out a part
+/// of the default: a fingerprint that forgot the query, the host or the full target would
+/// replay one request's response to another.
+#[derive(Clone, Default)]
+pub(crate) struct FingerprintKind {
+    /// The body as canonical JSON (its bytes when it is not JSON), not its bytes.
+    pub(crate) canonical_json: bool,
+    /// The application's part.
+    pub(crate) extra: Option<FingerprintFn>,
 }
 
 /// The default fingerprint, fed while the body streams in: SHA-256 over length-delimited
@@ -140,12 +100,12 @@ fn optional(sha: &mut Sha256, bytes: Option<&[u8]>) {
     }
 }
 
-/// The default or the user's fingerprint, fed while the body streams in.
-pub(crate) enum Fingerprinter {
-    Sha256(Hasher),
+/// A request's fingerprint, fed while the body streams in.
+pub(crate) struct Fingerprinter {
+    hasher: Hasher,
     /// Fed the whole body at the end, as canonical JSON.
-    Json(Hasher),
-    Custom(FingerprintFn),
+    json: bool,
+    extra: Option<FingerprintFn>,
 }
 
 impl Fingerprinter {
@@ -155,31 +115,38 @@ impl Fingerprinter {
         headers: &[HeaderName],
         req: &dyn RequestView,
     ) -> Self {
-        match kind {
-            FingerprintKind::Custom(f) => Self::Custom(f.clone()),
-            FingerprintKind::Sha256 => Self::Sha256(Hasher::new(req, headers)),
-            FingerprintKind::CanonicalJson => Self::Json(Hasher::new(req, headers)),
+        Self {
+            hasher: Hasher::new(req, headers),
+            json: kind.canonical_json,
+            extra: kind.extra.clone(),
         }
     }
 
     pub(crate) fn update(&mut self, chunk: &[u8]) {
-        if let Self::Sha256(h) = self {
-            h.update(chunk);
+        if !self.json {
+            self.hasher.update(chunk);
         }
     }
 
-    pub(crate) fn finish(self, req: &dyn RequestView, body: &[u8]) -> Bytes {
-        match self {
-            Self::Sha256(h) => h.finish(),
-            Self::Json(mut h) => {
-                match canonical_json(body) {
-                    Some(canonical) => h.update(&canonical),
-                    None => h.update(body),
-                }
-                h.finish()
+    /// The fingerprint, once `body` (the whole body) has been fed.
+    pub(crate) fn finish(mut self, req: &dyn RequestView, body: &[u8]) -> Bytes {
+        if self.json {
+            match canonical_json(body) {
+                Some(canonical) => self.hasher.update(&canonical),
+                None => self.hasher.update(body),
             }
-            Self::Custom(f) => f(req, body),
         }
+        let default = self.hasher.finish();
+        let Some(extra) = self.extra else {
+            return default;
+        };
+        // Both parts, length-delimited, under a tag of their own: no request with a part
+        // shares a fingerprint with one without, and the part cannot pose as the default.
+        let mut sha = Sha256::new();
+        field(&mut sha, b"tower-lock fingerprint v2 with a part");
+        field(&mut sha, &default);
+        field(&mut sha, &extra(req, body));
+        Bytes::copy_from_slice(&sha.finalize())
     }
 }
 
@@ -229,19 +196,6 @@ mod tests {
         assert_eq!(base, fp("/a?x=1", &[("x-trace", "1")], &[b"body"], &[]));
         // Empty query and no query differ.
         assert_ne!(fp("/a?", &[], &[], &[]), fp("/a", &[], &[], &[]));
-    }
-
-    #[test]
-    fn canonical_json_ignores_key_order_and_whitespace_only() {
-        let c = |s: &str| canonical_json(s.as_bytes());
-        assert_eq!(
-            c(r#"{"a":1, "b":[2, {"d":1,"c":2}]}"#),
-            c(r#"{ "b":[2,{"c":2,"d":1}],"a":1}"#)
-        );
-        assert_eq!(c(r#"{"b":1,"a":2}"#).unwrap(), br#"{"a":2,"b":1}"#);
-        assert_ne!(c(r#"{"a":1}"#), c(r#"{"a":2}"#));
-        assert_ne!(c(r#"[1,2]"#), c(r#"[2,1]"#), "array order counts");
-        assert_eq!(c("not json"), None);
     }
 
     #[test]

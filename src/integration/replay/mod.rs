@@ -10,6 +10,7 @@
 //! [`ReplayResponse`] and [`ChunkSource`], and keeps only its body adapter, its spawner and
 //! its header conversion.
 
+mod canonical_json;
 mod capture;
 mod capturing_body;
 mod chunks;

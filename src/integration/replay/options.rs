@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::{fingerprint::FingerprintKind, scope::Scope};
+use crate::{ConfigError, engine::MAX_TTL};
 
 /// The user's say over which responses are stored (see
 /// [`IdempotencyLayerBuilder::store_if`](crate::IdempotencyLayerBuilder::store_if)).
@@ -32,13 +33,41 @@ pub(crate) struct ReplayOptions {
 }
 
 impl ReplayOptions {
-    /// Whether a response with this head is stored for replay. Answers that mean "this
-    /// did not happen, try again" never are, whatever the user's predicate says: a
-    /// replay would freeze a transient answer for the whole retention.
+    /// The limits are above zero, the retention at most [`MAX_TTL`].
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("max_request_body", self.max_request_body),
+            ("max_response_body", self.max_response_body),
+            ("max_response_headers", self.max_response_headers),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::ZeroLimit(name));
+            }
+        }
+        if self.retention < Duration::from_millis(1) {
+            return Err(ConfigError::ZeroLimit("retention"));
+        }
+        if self.max_drain_time.is_zero() {
+            return Err(ConfigError::ZeroLimit("max_drain_time"));
+        }
+        if self.retention > MAX_TTL {
+            return Err(ConfigError::TooLong("retention"));
+        }
+        Ok(())
+    }
+
+    /// Whether a response with this head is stored for replay. The status alone says
+    /// whether an answer means "this did not happen, try again": those are never stored,
+    /// whatever the user's predicate says, since a replay would freeze a transient answer
+    /// for the whole retention. A `Retry-After` counts only on them (it tells a `5xx`
+    /// stored by `store_server_errors` from a lasting one); on a `2xx` it is the
+    /// asynchronous job's "poll again later", and that job exists: its retry must be
+    /// answered with the stored `202`, not queue a second job. The user's predicate is
+    /// asked about everything else.
     pub(super) fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
         let transient = matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429 | 503)
-            || (status.is_server_error() && !self.store_server_errors)
-            || headers.contains_key(http::header::RETRY_AFTER);
+            || (status.is_server_error()
+                && (!self.store_server_errors || headers.contains_key(http::header::RETRY_AFTER)));
         if transient {
             return false;
         }

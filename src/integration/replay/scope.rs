@@ -9,7 +9,14 @@
 
 use std::{fmt, marker::PhantomData, sync::Arc};
 
-use crate::key::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
+use crate::{
+    ConfigError, KeyError,
+    engine::MAX_KEY_LEN,
+    key::{
+        ExtractError, KeyExtractor, MAX_IDEMPOTENCY_KEY_LEN, RequestView,
+        encoding::{MAX_SCOPE_LEN, key_head, scoped},
+    },
+};
 
 /// The scope a builder was given.
 #[derive(Clone)]
@@ -36,6 +43,24 @@ impl Scope {
             Self::Unscoped => key,
             Self::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
         }
+    }
+
+    /// Whether a layer with `namespace` and key `kind` (the kind of [`key`](Self::key)'s
+    /// extractor) has room in its lock keys for the longest legal idempotency key under
+    /// this scope: a scope takes at most [`MAX_SCOPE_LEN`] bytes (a longer one is written as
+    /// its digest), and the namespace and the kind are the server's, so a key too long for
+    /// them must be refused here rather than blamed on the client.
+    pub(crate) fn check_room(&self, namespace: &str, kind: &str) -> Result<(), ConfigError> {
+        let scope = match self {
+            Self::Unscoped => 0,
+            Self::By(_) => MAX_SCOPE_LEN + "/".len(),
+        };
+        let len = key_head(namespace, kind).len() + scope + MAX_IDEMPOTENCY_KEY_LEN;
+        if len > MAX_KEY_LEN {
+            let max = MAX_KEY_LEN;
+            return Err(ConfigError::Namespace(KeyError::TooLong { len, max }));
+        }
+        Ok(())
     }
 
     /// The value a scoped layer's key has for `scope` and idempotency key `key`, for
@@ -168,6 +193,44 @@ mod tests {
             Scope::By(Arc::new(Principal::<User>::new())).value(Some("a/b"), "c"),
             Some("a%2Fb/c".to_owned())
         );
+    }
+
+    #[test]
+    fn the_namespace_must_leave_room_for_the_longest_key_under_any_scope() {
+        let by = Scope::By(Arc::new(Principal::<User>::new()));
+        let kind = by.key(Arc::new(IdempotencyKey::new())).kind().to_owned();
+        assert!(by.check_room("", &kind).is_ok());
+        assert!(by.check_room(&"n".repeat(150), &kind).is_ok());
+        let too_long = by.check_room(&"n".repeat(200), &kind);
+        assert!(
+            matches!(
+                too_long,
+                Err(ConfigError::Namespace(KeyError::TooLong {
+                    len: 556,
+                    max: 512
+                }))
+            ),
+            "{too_long:?}"
+        );
+        assert!(
+            Scope::Unscoped
+                .check_room(&"n".repeat(200), "idempotency-key")
+                .is_ok()
+        );
+        let build = |namespace: &str| {
+            crate::IdempotencyLayer::builder(crate::LockEngine::in_memory())
+                .namespace(namespace)
+                .per_principal::<User>()
+        };
+        assert!(build(&"n".repeat(150)).build().is_ok());
+        assert!(matches!(
+            build(&"n".repeat(200)).build(),
+            Err(ConfigError::Namespace(_))
+        ));
+        // A key of the application's own has no known bound: its values are checked per
+        // request, as in any layer.
+        let custom = build(&"n".repeat(200)).key(crate::key::HeaderKey::new("x-key"));
+        assert!(custom.build().is_ok());
     }
 
     #[test]

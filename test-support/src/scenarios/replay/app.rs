@@ -318,7 +318,8 @@ pub(super) fn created(n: usize, body: &str) -> Response {
 }
 
 /// What `POST /answer` answers: the status named by the request's `x-status` header
-/// (`201` without one), a `Retry-After` when it has `x-retry-after`, `X-Run`, and the body
+/// (`201` without one), a `Retry-After` when it has `x-retry-after`, a `Location` when it
+/// has `x-location`, `X-Run`, and the body
 /// `answer <run>`; marked [`NotStored`](tower_lock::idempotency::NotStored) when the
 /// request has `x-not-stored`.
 fn answer_parts(n: usize, req: &http::HeaderMap) -> (StatusCode, Vec<(String, String)>, String) {
@@ -330,6 +331,9 @@ fn answer_parts(n: usize, req: &http::HeaderMap) -> (StatusCode, Vec<(String, St
     let mut headers = vec![("x-run".to_owned(), n.to_string())];
     if let Some(after) = req.get("x-retry-after").and_then(|v| v.to_str().ok()) {
         headers.push(("retry-after".to_owned(), after.to_owned()));
+    }
+    if let Some(location) = req.get("x-location").and_then(|v| v.to_str().ok()) {
+        headers.push(("location".to_owned(), location.to_owned()));
     }
     (status, headers, format!("answer {n}"))
 }

@@ -9,6 +9,10 @@
 //! | `fingerprint` | a key reused with another request is `422` |
 //! | `scope` | a stored response goes to its own caller only |
 //! | `storage` | which answers are stored |
+//! | `status_policy` | the status decides what "it did not happen" is; `store_if` the rest |
+//! | `canonical_json` | JSON formatting is forgiven, numbers and repeated members are not |
+//! | `custom_fingerprint` | a custom fingerprint adds to the default one |
+//! | `long_keys` | any legal key works under any scope |
 //! | `keep_running` | the handler outlives its client; panics cost one request |
 
 use std::time::Duration;
@@ -20,17 +24,25 @@ use super::idempotency_lock_key;
 use crate::http::{Reply, TestServer};
 
 mod app;
+mod canonical_json;
+mod custom_fingerprint;
 mod fingerprint;
 mod keep_running;
+mod long_keys;
 mod protocol;
 mod scope;
+mod status_policy;
 mod storage;
 
 pub use app::{ReplayApp, replay_app};
+pub use canonical_json::*;
+pub use custom_fingerprint::*;
 pub use fingerprint::*;
 pub use keep_running::*;
+pub use long_keys::*;
 pub use protocol::*;
 pub use scope::*;
+pub use status_policy::*;
 pub use storage::*;
 
 fn key(k: &str) -> [(&'static str, String); 1] {
@@ -101,6 +113,11 @@ macro_rules! replay_scenarios {
             a_scoped_preset_replays_only_to_the_caller_who_made_it,
             the_application_decides_what_else_is_stored,
             a_custom_key_header_replay_hook_canonical_json_and_record_removal,
+            an_accepted_job_with_retry_after_is_stored,
+            store_if_is_asked_about_everything_the_fixed_policy_allows,
+            canonical_json_never_lets_one_number_or_member_stand_for_another,
+            a_custom_fingerprint_keeps_the_query_and_the_host,
+            the_longest_key_works_under_a_long_scope,
         );
     };
     (@cases $framework:ident $backend:ident; $($case:ident),* $(,)?) => {
