@@ -47,7 +47,7 @@ return fence
 /// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms).
 /// - Returns `1` if the key was held, `0` if not.
 ///
-/// Atomic for the same reason as [`RELEASE`]: the key passes to the queue's head with no
+/// Atomic for the same reason as [`RELEASE`](super::RELEASE): the key passes to the queue's head with no
 /// moment in which it is free.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
