@@ -314,7 +314,7 @@ for b in redis memory; do
     row "$b FIFO 8w/1key/1ms: cycles/s" "$(F $b-fifo cycles_per_s)" ">=" 800
     if [ $b = redis ]; then
         row "$b FIFO 8w/1key/1ms: Redis commands per cycle" \
-            "$(F $b-fifo redis_commands_per_cycle)" "<=" 10
+            "$(F $b-fifo redis_commands_per_cycle)" "<=" 13
     fi
     row "$b FIFO 8w/1key/1ms: longest run by one worker (worst)" "$(Fmax $b-fifo longest_run)" "" ""
     row "$b FIFO / non-FIFO throughput" \
@@ -331,7 +331,7 @@ for h in spin sleep; do
     row "redis non-FIFO 8 engines ($h): longest wait (ms)" "$(Fmax $r longest_wait_ms)" "<=" 50
     row "redis non-FIFO 8 engines ($h): hand-off p99 (us)" "$(F $r handoff_p99_us)" "<=" 400
     row "redis non-FIFO 8 engines ($h): Redis commands per cycle" \
-        "$(F $r redis_commands_per_cycle)" "<=" 12
+        "$(F $r redis_commands_per_cycle)" "<=" 14
     row "redis non-FIFO 8 engines ($h): longest run by one worker" "$(Fmax $r longest_run)" "" ""
 done
 row "redis baseline lock (SET NX PX + CAD) 1 client: cycles/s" \
@@ -339,7 +339,7 @@ row "redis baseline lock (SET NX PX + CAD) 1 client: cycles/s" \
 row "redis uncontended 1 client / baseline lock" \
     "$(ratio "$(F redis-1client cycles_per_s)" "$(F redis-baseline-1client cycles_per_s)")" ">=" 0.95
 row "redis uncontended 1 client: Redis commands per cycle" \
-    "$(F redis-1client redis_commands_per_cycle)" "<=" 6
+    "$(F redis-1client redis_commands_per_cycle)" "<=" 7
 row "redis uncontended 1 client: cycles/s" "$(F redis-1client cycles_per_s)" ">=" \
     "$(calc "0.9 * $HALF_C1" 0)"
 row "redis   ... as a fraction of SET -c 1 / 2" \
@@ -349,7 +349,7 @@ row "redis 50 workers, distinct keys: cycles/s" "$(F redis-50distinct cycles_per
 row "redis   ... as a fraction of SET -c 50 / 2" \
     "$(ratio "$(F redis-50distinct cycles_per_s)" "$HALF_C50")" ">=" 0.9
 row "redis 50 workers, distinct keys: Redis commands per cycle" \
-    "$(F redis-50distinct redis_commands_per_cycle)" "<=" 6
+    "$(F redis-50distinct redis_commands_per_cycle)" "<=" 7
 CLUSTER_SET_C50=$(max "${CLUSTER_SET_C50_FIRST:-}" "${CLUSTER_SET_C50_LAST:-}")
 row "cluster 50 workers, distinct keys: cycles/s" "$(F cluster-50distinct cycles_per_s)" "" ""
 row "cluster   ... as a fraction of SET --cluster -c 50 / 2" \

@@ -7,10 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # redis-server (with redis-cli, and Sentinel as `redis-server --sentinel`) for the Redis
-# tests; openssl for the TLS test's certificates.
+# tests; openssl for the TLS test's certificates; faketime (libfaketime) for the tests
+# that step a redis-server's clock.
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
+command -v faketime >/dev/null 2>&1 || missing="$missing faketime"
 if [ -n "$missing" ]; then
     echo "installing from Debian's packages:$missing" >&2
     SUDO=""

@@ -10,11 +10,15 @@
 //! run beside each other only, as before.
 #![cfg(feature = "redis")]
 
+mod arrival_order;
 mod child;
+mod dead_tickets;
 mod faults;
+mod fence_bound;
 mod handoff;
 mod permits;
 mod replay;
 mod replica_ack;
 mod runtimes;
+mod vanished;
 mod wakeup;

@@ -218,10 +218,10 @@ impl Inner {
             Target::Lock => ScriptCall::new(&ACQUIRE, 3),
         };
         // Flags in one argument (an argument costs an allocation on every attempt).
-        let mut flags = [0u8; 3];
+        // No FIFO flag: every ticket, FIFO or not, is queued in arrival order.
+        let mut flags = [0u8; 2];
         let mut n = 0;
         for (set, flag) in [
-            (req.fifo, b'f'),
             (self.contended.seen(names.tag), b'h'),
             // Only after a failed refresh.
             (renamed, b'r'),

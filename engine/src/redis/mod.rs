@@ -45,8 +45,8 @@ pub const MAX_PREFIX_LEN: usize = 64;
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// Waiters retry at least this often, whatever the pub/sub connection does.
 pub(super) const FALLBACK_CAP: Duration = Duration::from_millis(250);
-/// How long the tombstone of a key that had waiters, or was set by an admin, lives after
-/// its release (an unmarked key's tombstone keeps what was left of its lease).
+/// How long a fence tombstone lives after its release (and a hand-off's fence after the
+/// claim it granted), on every path.
 const FENCE_MARGIN: Duration = Duration::from_secs(10);
 /// Leases renewed per script call.
 const RENEW_CHUNK: usize = 256;

@@ -20,8 +20,10 @@
 //!   waiters), with the lease's TTL. The fence is the first word, so a release learns the
 //!   holder, its fence and whether to look at the queue in one `GET`.
 //! - `fence`: the tombstone of a released key nobody waits for: the released lock's value
-//!   (its fence first), for what was left of its lease (see the prelude). It exists only
-//!   while the key is free and nobody waits, and the next grant takes it.
+//!   (its fence first), for 10 s after the release (see the prelude). It exists only while
+//!   the key is free and nobody waits, and the next grant takes it. While a hand-off's
+//!   claim runs (and 10 s after), it holds that hand-off's fence instead,
+//!   `"<fence>@<expiry ms>"`, which no acquire mistakes for a tombstone.
 //! - `queue`: a zset of waiter tickets scored by arrival; each member is
 //!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
 //!   grant the key to that waiter without asking anyone, the waiter's own claim period
@@ -56,11 +58,23 @@ pub(crate) use release::{COMPLETE, RELEASE};
 /// mark (a mark on a key with no waiters costs its release one `ZPOPMIN`, nothing more).
 ///
 /// The tombstone is the released lock's value, renamed (`RENAME`) to the fence key: one
-/// command deletes the lock and keeps its fence, with the TTL the lease had left (a
-/// marked release also gives it [`FENCE_MARGIN`](super::FENCE_MARGIN), so that a holding
-/// made with no TTL, an admin `set`, leaves no key without one). It exists only while
-/// the key is free with nobody waiting: every grant consumes it (`GETDEL`), and no
-/// waiter can register while it exists (a free key with an empty queue is granted).
+/// command deletes the lock and keeps its fence; it lives [`FENCE_MARGIN`](super::FENCE_MARGIN)
+/// (10 s) after the release, whatever the lease had left (a holding made with no TTL, an
+/// admin `set`, included). It exists only while the key is free with nobody waiting: every
+/// grant consumes it (`GETDEL`), and no waiter can register while it exists (a free key
+/// with an empty queue is granted).
+///
+/// A hand-off writes the fence key too, as `"<fence>@<expiry ms>"` (the *hand-off fence*),
+/// expiring the margin after the claim it granted: a waiter that has gone lets its claim
+/// lapse with no release, and the next grant must still see that fence. It is not a
+/// tombstone: an acquire that meets it puts it back (`PXAT` its expiry) and looks at the
+/// key as usual, and a fresh grant takes `max(now, its fence + 1)` and deletes it; the
+/// holder's release overwrites it with the tombstone.
+///
+/// A release or a hand-off skips the tickets of waiters that have gone (their deadline,
+/// kept alive by the waiter's refreshes, is past by the server clock): a dead ticket never
+/// costs the key a claim period. At most 100 are dropped per call, to bound the script
+/// (the 100th is handed the key, as before).
 ///
 /// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
 /// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
@@ -80,7 +94,7 @@ local function parse(held)
   local fence, mark, token = string.match(held, '^(%d+)(%+?) (.*)$')
   return tonumber(fence), mark, token
 end
-local function handoff(fence, member, channel)
+local function handoff(fence, member, channel, margin)
   local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not id then
     -- A ticket of a version that did not carry its claim: the shortest claim period.
@@ -92,6 +106,11 @@ local function handoff(fence, member, channel)
   local text = string.format('%.0f', fence + 1)
   -- Marked: more waiters may follow.
   redis.call('SET', KEYS[1], text .. '+ ' .. token, 'PX', grant)
+  -- The hand-off fence: should the claim lapse unreleased (the waiter gone), the next
+  -- grant still sees this fence for the margin after it (see above).
+  clock()
+  local expiry = string.format('%.0f', now_ms + tonumber(grant) + margin)
+  redis.call('SET', KEYS[2], text .. '@' .. expiry, 'PXAT', expiry)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
@@ -103,14 +122,18 @@ local function handoff(fence, member, channel)
 end
 -- Returns 2 when the key went to a waiter, 1 when it is free.
 local function free_or_handoff(fence, mark, channel, margin)
-  if mark == '' then
-    redis.call('RENAME', KEYS[1], KEYS[2])
-    return 1
-  end
-  local next = redis.call('ZPOPMIN', KEYS[3])
-  if next[1] then
-    handoff(fence, next[1], channel)
-    return 2
+  if mark ~= '' then
+    for i = 1, 100 do
+      local next = redis.call('ZPOPMIN', KEYS[3])[1]
+      if not next then break end
+      clock()
+      local deadline = tonumber(string.match(next, '^[^|]*|(%d+)|'))
+      -- A ticket whose waiter has gone is dropped, not handed the key for a claim period.
+      if i == 100 or not deadline or deadline > now_ms then
+        handoff(fence, next, channel, margin)
+        return 2
+      end
+    end
   end
   redis.call('RENAME', KEYS[1], KEYS[2])
   redis.call('PEXPIRE', KEYS[2], margin)

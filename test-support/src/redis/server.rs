@@ -7,6 +7,8 @@
 //! server.freeze(Duration::from_millis(800)).join().unwrap(); // DEBUG SLEEP
 //! server.kill();    // SIGKILL: a crash, not a shutdown
 //! server.restart(); // same port, empty data set
+//! let stepped = RedisServer::start_with_clock();
+//! stepped.set_clock(-5); // the server's clock 5 s behind the real one
 //! ```
 //!
 //! The server runs under a tiny `sh` guardian that reads our end of a pipe: when the test
@@ -17,9 +19,10 @@
 use std::{
     io::{BufRead, BufReader, Read, Write},
     net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream},
+    path::PathBuf,
     process::{Child, ChildStdin, Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 /// A redis-server process owned by the test.
@@ -30,6 +33,8 @@ pub struct RedisServer {
     /// `redis-server` arguments; kept for a restart.
     config: Option<String>,
     args: Vec<String>,
+    /// The file the server's clock offset is read from (see [`RedisServer::start_with_clock`]).
+    clock: Option<PathBuf>,
     running: Mutex<Option<Guardian>>,
 }
 
@@ -54,7 +59,45 @@ impl RedisServer {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Self::start_from(None, args.into_iter().map(Into::into).collect())
+        Self::start_from(None, args.into_iter().map(Into::into).collect(), None)
+    }
+
+    /// A server whose clock the test steps with [`RedisServer::set_clock`]: `TIME`, the
+    /// scripts' clock and key expiry all follow it (libfaketime, package `faketime`).
+    pub fn start_with_clock() -> Self {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file =
+            std::env::temp_dir().join(format!("tower-lock-clock-{}-{n}", std::process::id()));
+        std::fs::write(&file, "+0").expect("write the clock offset file");
+        let server = Self::start_from(None, Vec::new(), Some(file));
+        server.set_clock(0);
+        server
+    }
+
+    /// Step the clock of a [`RedisServer::start_with_clock`] server to `offset_secs` from
+    /// the real time (negative: behind it), at once, and check that `TIME` follows.
+    pub fn set_clock(&self, offset_secs: i64) {
+        let file = self
+            .clock
+            .as_ref()
+            .expect("a server started with start_with_clock");
+        std::fs::write(file, format!("{offset_secs:+}s")).expect("write the clock offset");
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let time = self.cli(["TIME"]);
+        let server: i64 = time
+            .lines()
+            .next()
+            .and_then(|l| l.parse().ok())
+            .expect("TIME");
+        let expected = i64::try_from(real).unwrap() + offset_secs;
+        assert!(
+            (server - expected).abs() <= 1,
+            "the server's clock did not follow the step to {offset_secs:+} s: {server} vs {expected}"
+        );
     }
 
     /// A Sentinel (`redis-server <config> --sentinel`) on a free port; `config` is written
@@ -64,19 +107,21 @@ impl RedisServer {
         Self::start_from(
             Some(path.to_string_lossy().into_owned()),
             vec!["--sentinel".to_owned()],
+            None,
         )
     }
 
-    fn start_from(config: Option<String>, args: Vec<String>) -> Self {
+    fn start_from(config: Option<String>, args: Vec<String>, clock: Option<PathBuf>) -> Self {
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
-            match Guardian::spawn(port, config.as_deref(), &args) {
+            match Guardian::spawn(port, config.as_deref(), &args, clock.as_ref()) {
                 Ok(g) => {
                     return Self {
                         port,
                         config,
                         args,
+                        clock,
                         running: Mutex::new(Some(g)),
                     };
                 }
@@ -142,8 +187,13 @@ impl RedisServer {
     /// Start the server again on the same port (empty data set: persistence is off).
     pub fn restart(&self) {
         self.kill();
-        let g = Guardian::spawn(self.port, self.config.as_deref(), &self.args)
-            .expect("restart redis-server on the same port");
+        let g = Guardian::spawn(
+            self.port,
+            self.config.as_deref(),
+            &self.args,
+            self.clock.as_ref(),
+        )
+        .expect("restart redis-server on the same port");
         *self.running.lock().unwrap() = Some(g);
     }
 
@@ -263,11 +313,61 @@ impl Drop for RedisServer {
         if let Some(mut g) = self.running.get_mut().unwrap().take() {
             g.kill();
         }
+        if let Some(file) = &self.clock {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
+/// The environment that runs `redis-server` on libfaketime, its offset read from `file`
+/// at every clock reading.
+///
+/// Debian's `redis-server` allocates with the system jemalloc, whose first allocation (in
+/// a library constructor, before libfaketime's own) reads the clock: libfaketime then
+/// resolves the real clock functions, which allocates, and the process deadlocks. glibc's
+/// `libc_malloc_debug`, preloaded first, serves `malloc` instead (jemalloc is then only
+/// reached by Redis's statistics), which breaks that cycle.
+fn faketime_env(file: &std::path::Path) -> Vec<(String, String)> {
+    let find = |name: &str| {
+        let dirs = std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().ends_with("-linux-gnu"));
+        dirs.flat_map(|d| [d.join(name), d.join("faketime").join(name)])
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{name} not found (install the faketime package)"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    vec![
+        (
+            "LD_PRELOAD".to_owned(),
+            format!(
+                "{} {}",
+                find("libc_malloc_debug.so.0"),
+                find("libfaketime.so.1")
+            ),
+        ),
+        (
+            "FAKETIME_TIMESTAMP_FILE".to_owned(),
+            file.to_string_lossy().into_owned(),
+        ),
+        ("FAKETIME_NO_CACHE".to_owned(), "1".to_owned()),
+        // Redis's own timers and the event loop keep the real monotonic clock.
+        ("DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_owned(), "1".to_owned()),
+    ]
+}
+
 impl Guardian {
-    fn spawn(port: u16, config: Option<&str>, extra: &[String]) -> Result<Self, String> {
+    fn spawn(
+        port: u16,
+        config: Option<&str>,
+        extra: &[String],
+        clock: Option<&PathBuf>,
+    ) -> Result<Self, String> {
         let script = r#"redis-server "$@" >/dev/null 2>&1 & echo $!; read _; kill -9 $! 2>/dev/null; wait $!"#;
         let mut shell = Command::new("sh")
             .args(["-c", script, "sh"])
@@ -278,6 +378,7 @@ impl Guardian {
             // DEBUG SLEEP (see `freeze`) from loopback clients; Redis 7 refuses it otherwise.
             .args(["--enable-debug-command", "local"])
             .args(extra)
+            .envs(clock.map(|f| faketime_env(f)).unwrap_or_default())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

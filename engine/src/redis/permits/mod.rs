@@ -12,7 +12,7 @@
 //! | `P:{T}:pqueue:K`       | zset    | waiter tickets by arrival, `"<id>\|<deadline>\|<TTL>\|<claim>\|<permits>\|<s\|x>\|<token>"`; while someone waits, one ticket TTL after the last registration |
 //! | `P:{T}:pwake:K`        | channel | grants, in the lock's format `"<id>\|<deadline> <fence> <px>"`; on a Cluster the sharded `P:{T}:pswake:K` |
 //!
-//! The scripts are in [`scripts`]. Acquisition runs the lock's wait loop (`acquire`) with
+//! The scripts are in [`scripts`](mod@scripts). Acquisition runs the lock's wait loop (`acquire`) with
 //! these keys and scripts: a waiter registers a ticket, subscribes to the channel, and is
 //! made a holder by whichever script frees room (a release, a leave, any script that finds
 //! an expired holder), which publishes the grant; the fallback retry (at most 250 ms

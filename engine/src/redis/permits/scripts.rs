@@ -165,8 +165,8 @@ end
 ///
 /// - `KEYS[1]` holders, `KEYS[2]` fence hash, `KEYS[3]` queue.
 /// - `ARGV[1]`–`ARGV[7]` as the lock's acquire script: token, lease TTL (ms), ticket id
-///   (`''`: a plain try that never registers), flags (`f` FIFO, `r` the last refresh
-///   failed: the ticket is then looked for by its id; others ignored), max waiters (`-1`:
+///   (`''`: a plain try that never registers), flags (`r` the last refresh failed: the
+///   ticket is then looked for by its id; others ignored), max waiters (`-1`:
 ///   no limit), ticket TTL (ms; also the claim period), the deadline of the registered
 ///   ticket as last reported (`''`: not registered); `ARGV[8]` tombstone margin (ms),
 ///   `ARGV[9]` permits (how many shared holders at most), `ARGV[10]` `'x'` exclusive or
@@ -189,7 +189,7 @@ end
 /// `ZSCORE`, `ZRANGE` head, `ZCARD`, `HGET`, `DEL`, `HSET`, `ZADD`, `ZRANGE` tail,
 /// `PEXPIRE` ×2); beside other shared holders 11 (no `DEL`), and `ZRANGE` + `HGET` more
 /// when exactly one holds (is it alone?). A waiter's registration: `TIME`, `ZRANGEBYSCORE`, `ZSCORE`, `ZRANGE` head,
-/// `ZCARD` (and `ZRANGE` + `HGET` with one holder), `ZRANGE` holders, [`ZRANGE` tail],
+/// `ZCARD` (and `ZRANGE` + `HGET` with one holder), `ZRANGE` holders, `ZRANGE` tail,
 /// `ZADD`, `PEXPIRE`.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -198,7 +198,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 local token, ttl, id, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[7]
 local ticket_ttl, margin = tonumber(ARGV[6]), tonumber(ARGV[8])
 local permits, mode, channel = tonumber(ARGV[9]), ARGV[10], ARGV[11]
-local fifo, renamed = string.find(ARGV[4], 'f', 1, true), string.find(ARGV[4], 'r', 1, true)
+local renamed = string.find(ARGV[4], 'r', 1, true)
 local tail = '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[9] .. '|' .. mode .. '|' .. token
 local named = id ~= '' and known ~= '' and (id .. '|' .. known .. tail)
 -- Our registered member when the one the last reply named is gone and a refresh whose
@@ -264,11 +264,11 @@ else
     end
     if redis.call('ZCARD', KEYS[3]) >= max then return {2, pttl, 0} end
   end
+  -- Behind the last ticket whatever the clock says, FIFO or not: arrival order holds
+  -- through a server clock step back for every ticket.
   score = now_us
-  if fifo then
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    if last[2] then score = math.max(score, tonumber(last[2]) + 1) end
-  end
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  if last[2] then score = math.max(score, tonumber(last[2]) + 1) end
   score = string.format('%.0f', score)
 end
 redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. tail)

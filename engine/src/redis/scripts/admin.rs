@@ -13,8 +13,9 @@ use super::PRELUDE;
 /// - Returns the new fence.
 ///
 /// Atomic so the new holding gets a fence above every earlier one, as an acquire would:
-/// `max(last + 1, server time in µs)`, the last fence being the holder's or the
-/// tombstone's (which it consumes, as a grant does). The value is marked (see the
+/// `max(last + 1, server time in µs)`, the last fence being the greater of the holder's
+/// and the fence key's (a tombstone or a hand-off's fence, which it consumes, as a grant
+/// does). The value is marked (see the
 /// prelude): its release looks at the queue, and gives the tombstone a TTL even when this
 /// holding had none. Waiters keep waiting: the next release hands them the key.
 pub(crate) static ADMIN_SET: LazyLock<Script> = LazyLock::new(|| {
@@ -22,8 +23,13 @@ pub(crate) static ADMIN_SET: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local clock = redis.call('TIME')
 local now_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-local last = redis.call('GETDEL', KEYS[2]) or redis.call('GET', KEYS[1]) or '0'
-local fence = string.format('%.0f', math.max(tonumber(string.match(last, '^%d+')) + 1, now_us))
+-- The tombstone, or a hand-off's fence (which the holder's value may have outgrown), and
+-- the holder's value: the greatest.
+local last = 0
+for _, v in ipairs({redis.call('GETDEL', KEYS[2]) or '0', redis.call('GET', KEYS[1]) or '0'}) do
+  last = math.max(last, tonumber(string.match(v, '^%d+')))
+end
+local fence = string.format('%.0f', math.max(last + 1, now_us))
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('SET', KEYS[1], fence .. '+ ' .. ARGV[1], 'PX', ttl)
@@ -41,7 +47,7 @@ return fence
 /// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms).
 /// - Returns `1` if the key was held, `0` if not.
 ///
-/// Atomic for the same reason as [`RELEASE`]: the key passes to the queue's head with no
+/// Atomic for the same reason as [`RELEASE`](super::RELEASE): the key passes to the queue's head with no
 /// moment in which it is free.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(

@@ -45,7 +45,7 @@ return ttl
 ///
 /// Atomic per lease (compare-token, then expire); one script so a batch costs one round
 /// trip. Commands per lease: 1 (`GET`) when not held, else 2 or 3 (`GET`, `PTTL`,
-/// [`PEXPIRE`]).
+/// \[`PEXPIRE`\]).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"

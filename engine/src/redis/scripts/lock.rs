@@ -10,7 +10,7 @@ use super::PRELUDE;
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
 /// - `ARGV[1]` token, `ARGV[2]` lease TTL (ms), `ARGV[3]` ticket id (`''`: a plain try
-///   that never registers), `ARGV[4]` flags: `f` FIFO, `h` the key was contended lately
+///   that never registers), `ARGV[4]` flags: `h` the key was contended lately
 ///   (look at the lock before the tombstone), `r` the waiter's last refresh failed (it may
 ///   have landed unseen and renamed the member, so a member by the name `ARGV[7]` gives
 ///   that is gone is looked for by its ticket id, and keeps its place); `ARGV[5]` max
@@ -28,11 +28,13 @@ use super::PRELUDE;
 ///
 /// The fence: a tombstone (the key was released and nobody waits) gives `last + 1`, and
 /// the grant consumes it; a key with no tombstone (never held, or idle past it, or its
-/// holder's lease ran out) gives the server time in µs. Fences so strictly increase per
-/// key without a permanent key per lock name: every fence is at most the server time at
-/// its grant (a grant takes more than a microsecond, and each `+ 1` follows a clock
-/// reading), so the clock has moved past the last one whenever no tombstone carries it,
-/// unless the server clock stepped back (by more than the time since that grant).
+/// holder's lease ran out) gives the server time in µs, or the hand-off fence + 1 when a
+/// hand-off's claim lapsed unreleased and its fence is higher (see the prelude). Fences so
+/// strictly increase per key without a permanent key per lock name: every fence is at most
+/// the server time at its grant (a grant takes more than a microsecond, and each `+ 1`
+/// follows a clock reading), so the clock has moved past the last one whenever the fence
+/// key does not carry it, unless the server clock stepped back (by more than the time
+/// since that grant).
 ///
 /// Re-entry (the token already holds the key) refreshes the TTL and returns the stored
 /// fence; it is also how a waiter whose grant message was lost finds its grant. Only the
@@ -40,16 +42,17 @@ use super::PRELUDE;
 /// newcomer; dead tickets at the head are dropped first. A registration marks the
 /// holder's value (see the prelude), so that its release looks at the queue.
 ///
-/// A new FIFO ticket is scored `max(now, last score + 1)`, so arrival order survives a
-/// server clock step back; a non-FIFO one is scored `now` (one command less).
+/// A new ticket, FIFO or not, is scored `max(now, last score + 1)`, so arrival order
+/// survives a server clock step back for every ticket.
 ///
 /// Commands, besides `EVALSHA`: a free key nobody waits for, released before (the
 /// tombstone): 2 (`GETDEL`, `SET`); `GET` first when `h`: 3. A key with no tombstone: 5
-/// (`GETDEL`, `GET`, `ZRANGE`, `TIME`, `SET`). A waiter's first registration: 5 FIFO, 4
-/// non-FIFO (`GET`, `TIME`, [`ZRANGE` tail], `ZADD`, `PEXPIRE`), one more without `h`
-/// (`GETDEL`), and a `SET` of the mark when the holder's value had none. A refresh: 8
-/// (`GET`, `PTTL`, `ZRANGE` head, `TIME`, `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a
-/// `ZRANGE` of the queue after a failed one when the named member is gone.
+/// (`GETDEL`, `GET`, `ZRANGE`, `TIME`, `SET`); 2 more when the fence key holds a hand-off's
+/// fence (`SET` it back, and `DEL` it with the grant). A waiter's first registration: 5
+/// (`GET`, `TIME`, `ZRANGE` tail, `ZADD`, `PEXPIRE`), one more without `h` (`GETDEL`), and
+/// a `SET` of the mark when the holder's value had none. A refresh: 8 (`GET`, `PTTL`,
+/// `ZRANGE` head, `TIME`, `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a `ZRANGE` of the queue
+/// after a failed one when the named member is gone.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
 
@@ -59,10 +62,20 @@ const ACQUIRE_BODY: &str = r#"
 local token, ttl, id, flags, known = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[7]
 local ticket_ttl = tonumber(ARGV[6])
 local named = id ~= '' and known ~= '' and (id .. '|' .. known .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
+-- A hand-off fence (see the prelude) met on the way: the fence a fresh grant must exceed.
+local floor
 -- A tombstone: the key is free and nobody waits. Granted at once, the tombstone taken.
 local function from_tombstone()
   local last = redis.call('GETDEL', KEYS[2])
   if not last then return nil end
+  local handed, expiry = string.match(last, '^(%d+)@(%d+)$')
+  if handed then
+    -- Not a tombstone: a hand-off's fence, kept until its expiry. The key is looked at as
+    -- usual.
+    redis.call('SET', KEYS[2], last, 'PXAT', expiry)
+    floor = tonumber(handed)
+    return nil
+  end
   local fence = tonumber(string.match(last, '^%d+')) + 1
   -- `NX`: a lock key beside a tombstone is not this version's layout (a node of an
   -- earlier one shares the prefix): then the key is looked at as usual.
@@ -124,8 +137,14 @@ else
       redis.call('ZREM', KEYS[3], head)
       mark = '+'
     end
-    redis.call('SET', KEYS[1], string.format('%.0f', now_us) .. mark .. ' ' .. token, 'PX', ttl)
-    return {1, now_us, 0}
+    local fence = now_us
+    if floor then
+      -- A hand-off whose claim lapsed unreleased: its fence, not the clock, is the last.
+      fence = math.max(fence, floor + 1)
+      redis.call('DEL', KEYS[2])
+    end
+    redis.call('SET', KEYS[1], string.format('%.0f', fence) .. mark .. ' ' .. token, 'PX', ttl)
+    return {1, fence, 0}
   end
   if id == '' then return {0, -2, 0} end
   pttl = -2
@@ -149,11 +168,11 @@ else
       return {2, held and redis.call('PTTL', KEYS[1]) or -2, 0}
     end
   end
+  -- Behind the last ticket whatever the clock says, FIFO or not: arrival order holds
+  -- through a server clock step back for every ticket.
   score = now_us
-  if string.find(flags, 'f', 1, true) then
-    local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
-  end
+  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
   score = string.format('%.0f', score)
 end
 if held and mark == '' then

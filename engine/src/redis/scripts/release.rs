@@ -29,9 +29,14 @@ use super::PRELUDE;
 /// before the claim runs out, and one whose message was lost finds the grant with its next
 /// retry (re-entry).
 ///
+/// The hand-off skips the tickets of waiters that have gone (deadline past), and writes the
+/// hand-off fence (see the prelude), so that a claim that lapses unreleased still leaves
+/// the fence for 10 s. Whatever the key's path, the tombstone lives 10 s after the release.
+///
 /// Commands, besides `EVALSHA`: a key with no mark (nobody registered while it was held):
-/// 2 (`GET`, `RENAME` to the tombstone); marked, nobody waiting: 4 (`GET`, `ZPOPMIN`,
-/// `RENAME`, `PEXPIRE`); a hand-off: 4 (`GET`, `ZPOPMIN`, `SET` lock, `PUBLISH`).
+/// 3 (`GET`, `RENAME` to the tombstone, `PEXPIRE`); marked, nobody waiting: 4 (`GET`,
+/// `ZPOPMIN`, `RENAME`, `PEXPIRE`); a hand-off: 6 (`GET`, `ZPOPMIN`, `TIME`, `SET` lock,
+/// `SET` hand-off fence, `PUBLISH`), and a `ZPOPMIN` more per dead ticket skipped.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
 
