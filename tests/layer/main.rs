@@ -19,3 +19,4 @@ mod redis;
 #[cfg(feature = "redis-cluster")]
 mod redis_cluster;
 mod retry_after;
+mod scenario_tables;
