@@ -12,11 +12,11 @@ pub enum Backend {
     /// The in-process backend: one lock table per scenario.
     InProcess,
     /// The Redis backend on the test binary's shared redis-server: one key prefix per
-    /// scenario.
+    /// table, so per scenario instance.
     #[cfg(feature = "redis")]
     Redis,
     /// The Redis backend on the test binary's shared Redis Cluster: one key prefix per
-    /// scenario.
+    /// table, so per scenario instance.
     #[cfg(feature = "redis-cluster")]
     RedisCluster,
 }
