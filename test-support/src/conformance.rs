@@ -25,14 +25,11 @@ pub async fn core_only() -> BackendHarness<Scripted> {
 /// The time unit is short but comfortably above a loopback round trip.
 #[cfg(feature = "redis")]
 pub async fn redis() -> BackendHarness<tower_lock_engine::redis::RedisBackend> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use tower_lock_engine::redis::RedisBackend;
 
     use crate::redis::{RedisServer, is_fence_tombstone};
 
-    static CASES: AtomicUsize = AtomicUsize::new(0);
-    let prefix = format!("conformance-{}", CASES.fetch_add(1, Ordering::Relaxed));
+    let prefix = crate::prefix::unique("conformance");
     let backend = RedisBackend::builder(RedisServer::shared().url())
         .prefix(&prefix)
         .build()
@@ -57,14 +54,11 @@ pub async fn redis() -> BackendHarness<tower_lock_engine::redis::RedisBackend> {
 /// its own. Lock pools are not offered on a cluster (see the backend's docs).
 #[cfg(feature = "redis-cluster")]
 pub async fn redis_cluster() -> BackendHarness<tower_lock_engine::redis::RedisBackend> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use tower_lock_engine::redis::RedisBackend;
 
     use crate::redis::{RedisCluster, is_fence_tombstone};
 
-    static CASES: AtomicUsize = AtomicUsize::new(0);
-    let prefix = format!("cluster-{}", CASES.fetch_add(1, Ordering::Relaxed));
+    let prefix = crate::prefix::unique("cluster");
     let cluster = tokio::task::spawn_blocking(RedisCluster::shared)
         .await
         .unwrap();

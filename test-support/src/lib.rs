@@ -8,6 +8,7 @@
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
 //! | [`scripted`] | the in-process backend with hooks that hold or fail chosen calls | `tests/engine` (`lease_lifecycle`, the core-only conformance run), `tests/layer/outage_log.rs`, `tests/replay/tower_level.rs` |
 //! | [`conformance`] | the engine's conformance suite (`tower_lock_engine::conformance`, with `conformance_tests!` / `core_conformance_tests!`) re-exported, and the harnesses of the core-only and Redis backends | `tests/engine/conformance_*.rs` |
+//! | [`prefix`] | a key prefix of its own on a shared server, for every scenario table, conformance harness and test that shares the binary's redis-server or Cluster | the scenarios' [`Backend`](scenarios::Backend), [`conformance`], `tests/engine/conformance_redis.rs` |
 //! | [`occupancy`] | who is inside one key's handlers at once, shared or exclusive, and every violation of the permits' promises | `tests/layer/permits.rs`, `tests/integrations/permits.rs` |
 //! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!`, `replay_scenarios!` | `tests/layer`, `tests/replay`, `tests/integrations` |
 //! | [`cycling`] | workers cycling one lock under faults, checking exclusion, fences and answer times on every grant | the Cluster and Sentinel fault tests (`tests/scale`) |
@@ -66,6 +67,7 @@ pub mod fallbacks;
 pub mod gate;
 pub mod http;
 pub mod occupancy;
+pub mod prefix;
 pub mod redis;
 pub mod scenarios;
 pub mod scripted;

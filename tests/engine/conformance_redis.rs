@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tower_lock_test_support::{
     conformance::redis,
-    conformance_tests,
+    conformance_tests, prefix,
     redis::{RedisServer, engine},
 };
 
@@ -25,7 +25,8 @@ async fn fifo_order_holds_across_nodes() {
     use std::sync::{Arc, Mutex};
 
     let server = RedisServer::shared();
-    let node = || engine(server, "fifo-across-nodes", None);
+    let prefix = prefix::unique("fifo-across-nodes");
+    let node = || engine(server, &prefix, None);
     let nodes = [node().await, node().await, node().await];
     let holder = nodes[0].lock("k").fifo(true).acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));

@@ -20,7 +20,7 @@ use tower_lock_test_support::{
     gate::{Gate, GateControl, gate},
     http::{Reply, TestServer, serve, serve_actix},
     occupancy::Occupancy,
-    scenarios::{Backend, Framework, LockTable, assert_problem, bounded, lock_key},
+    scenarios::{Backend, Framework, LockTable, Stack, assert_problem, bounded, lock_key},
 };
 
 /// How many rounds each concurrent case runs.
@@ -181,7 +181,9 @@ async fn permits_admit_n_requests_per_key_at_once_and_never_more(
     framework: Framework,
     backend: Backend,
 ) {
-    let table = backend.table("sockets-permits-n").await;
+    let table = Stack::new(framework, backend)
+        .table("sockets-permits-n")
+        .await;
     let layer = table.layer().permits(3).wait(WAIT).build().unwrap();
     let (probe, _control) = Probe::new(false, 3);
     let server = serve_probe(framework, &layer, &probe).await;
@@ -202,7 +204,9 @@ async fn shared_for_runs_reads_side_by_side_and_each_write_alone(
     framework: Framework,
     backend: Backend,
 ) {
-    let table = backend.table("sockets-shared-for").await;
+    let table = Stack::new(framework, backend)
+        .table("sockets-shared-for")
+        .await;
     let layer = table
         .layer()
         .shared_for(["GET"])
@@ -232,7 +236,9 @@ async fn a_waiting_writer_goes_before_readers_that_came_after_it(
     framework: Framework,
     backend: Backend,
 ) {
-    let table = backend.table("sockets-writer-first").await;
+    let table = Stack::new(framework, backend)
+        .table("sockets-writer-first")
+        .await;
     let layer = table
         .layer()
         .shared_for(["GET"])
@@ -270,7 +276,9 @@ async fn contention_is_answered_423_at_once_or_429_when_the_queue_is_full(
     framework: Framework,
     backend: Backend,
 ) {
-    let table = backend.table("sockets-permits-contention").await;
+    let table = Stack::new(framework, backend)
+        .table("sockets-permits-contention")
+        .await;
     let (probe, mut control) = Probe::new(true, usize::MAX);
     // No wait: a reader beside a reader, a writer 423.
     let rw = table.layer().shared_for(["GET"]).build().unwrap();

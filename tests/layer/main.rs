@@ -19,4 +19,6 @@ mod problem_json;
 mod redis;
 #[cfg(feature = "redis-cluster")]
 mod redis_cluster;
+mod residue_check;
 mod retry_after;
+mod scenario_tables;

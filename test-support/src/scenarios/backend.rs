@@ -12,11 +12,11 @@ pub enum Backend {
     /// The in-process backend: one lock table per scenario.
     InProcess,
     /// The Redis backend on the test binary's shared redis-server: one key prefix per
-    /// scenario.
+    /// table, so per scenario instance.
     #[cfg(feature = "redis")]
     Redis,
     /// The Redis backend on the test binary's shared Redis Cluster: one key prefix per
-    /// scenario.
+    /// table, so per scenario instance.
     #[cfg(feature = "redis-cluster")]
     RedisCluster,
 }
@@ -44,7 +44,11 @@ enum Place {
 }
 
 impl Backend {
-    /// A fresh lock table for the scenario `name` (unique in the test binary).
+    /// A fresh lock table for the scenario `name`, apart from every other table: in
+    /// process a table of its own; on the shared server or cluster a key prefix of its own
+    /// (`scenario-{name}-…`, [`prefix::unique`](crate::prefix::unique)), so two tables made
+    /// with one name (one scenario instantiated twice, run at once) never share a lock or a
+    /// residue check.
     pub async fn table(self, name: &str) -> LockTable {
         match self {
             Self::InProcess => {
@@ -59,11 +63,12 @@ impl Backend {
             #[cfg(feature = "redis")]
             Self::Redis => {
                 let server = crate::redis::RedisServer::shared().clone();
-                LockTable::on_redis(server, &format!("scenario-{name}"), None).await
+                let prefix = crate::prefix::unique(&format!("scenario-{name}"));
+                LockTable::on_redis(server, &prefix, None).await
             }
             #[cfg(feature = "redis-cluster")]
             Self::RedisCluster => {
-                let prefix = format!("scenario-{name}");
+                let prefix = crate::prefix::unique(&format!("scenario-{name}"));
                 LockTable {
                     engine: cluster_engine(&prefix).await,
                     place: Place::RedisCluster { prefix },
@@ -75,7 +80,8 @@ impl Backend {
 
 impl LockTable {
     /// The keys under `prefix` on `server`, through engines with the backend's default
-    /// command timeout or `timeout`.
+    /// command timeout or `timeout`. The prefix is used as given: for a server of the
+    /// test's own; on a shared one, make it with [`prefix::unique`](crate::prefix::unique).
     #[cfg(feature = "redis")]
     pub async fn on_redis(
         server: Arc<crate::redis::RedisServer>,

@@ -22,9 +22,14 @@ impl Stack {
         Self { framework, backend }
     }
 
-    /// A fresh lock table for the scenario `name` (see [`Backend::table`]).
+    /// A fresh lock table for the scenario `name` (see [`Backend::table`]), its prefix
+    /// naming the framework too, so a residue message says which instance left a key.
     pub async fn table(self, name: &str) -> LockTable {
-        self.backend.table(name).await
+        let framework = match self.framework {
+            Framework::Tower => "tower",
+            Framework::Actix => "actix",
+        };
+        self.backend.table(&format!("{framework}-{name}")).await
     }
 
     /// Serve `routes` (see [`Framework::serve`]).
