@@ -14,6 +14,7 @@ mod child;
 mod faults;
 mod handoff;
 mod permits;
+mod refusals;
 mod replay;
 mod replica_ack;
 mod runtimes;

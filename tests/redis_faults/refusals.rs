@@ -1,0 +1,229 @@
+//! A completion that Redis refuses for a while (`-BUSY` while a script runs, `-READONLY`
+//! while the server is a replica): it is not lost. The lease stays under watch and the
+//! completion is sent again, with backoff, until it is stored (a retry then gets the
+//! replay, the handler having run once) or the lease has run out (then it is "not stored",
+//! counted, and a retry runs again). Each test owns its redis-server.
+#![cfg(feature = "redis")]
+
+use std::{sync::atomic::Ordering, time::Duration};
+
+use http::StatusCode;
+use tower_lock::{
+    IdempotencyLayer, LockEngine, LockKey,
+    engine::{Record, redis::RedisBackend},
+};
+use tower_lock_test_support::{
+    http::TestServer,
+    redis::{RedisServer, engine as redis_engine},
+    scenarios::{Backend, Framework, Stack, idempotency_lock_key, replay_app},
+    serial,
+};
+
+/// An idempotency layer on `engine` whose duplicates wait up to 5 s for the first request
+/// (then get its replay), with lease length `ttl`.
+fn layer(engine: LockEngine, ttl: Duration) -> IdempotencyLayer {
+    IdempotencyLayer::builder(engine)
+        .unscoped()
+        .ttl(ttl)
+        .wait(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+async fn slow(server: &TestServer, k: &str) -> tower_lock_test_support::http::Reply {
+    let header = format!("\"{k}\"");
+    server
+        .send_body(
+            "POST",
+            "/slow",
+            &[("idempotency-key", header.as_str())],
+            "{}",
+        )
+        .await
+}
+
+/// How many commands the server has refused with `code` so far (`INFO errorstats`).
+fn refused(server: &RedisServer, code: &str) -> u64 {
+    let info = server.cli(["INFO", "errorstats"]);
+    let prefix = format!("errorstat_{code}:count=");
+    info.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(prefix.as_str())?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The request's handler answers while the server refuses everything with `-BUSY` for
+/// 1.5 s, longer than the lease's first renewal interval (1 s of a 3 s lease): the
+/// completion is refused, sent again until the server takes it, and stored. A duplicate
+/// sent meanwhile waits and gets the replay; the handler ran once.
+async fn a_completion_refused_with_busy_is_stored_once_the_server_takes_it(framework: Framework) {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let engine = redis_engine(&server, "busy", None).await;
+    let mut app = replay_app(
+        Stack::new(framework, Backend::Redis),
+        layer(engine.clone(), Duration::from_secs(3)),
+    )
+    .await;
+    let first = {
+        let server = app.server.clone();
+        tokio::spawn(async move {
+            server
+                .send_body("POST", "/slow", &[("idempotency-key", "\"b1\"")], "{}")
+                .await
+        })
+    };
+    app.control.arrived().await;
+    let busy = tokio::task::block_in_place(|| server.busy(Duration::from_millis(1500)));
+    let before = tokio::task::block_in_place(|| refused(&server, "BUSY"));
+    app.control.let_one();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    tokio::task::block_in_place(|| busy.join().unwrap());
+    // The server answers again; the completion may still be on its way: a duplicate waits
+    // for the key, then gets the replay. (Should it run again, it finds the gate open.)
+    app.control.open();
+    let retry = slow(&app.server, "b1").await;
+    assert!(
+        tokio::task::block_in_place(|| refused(&server, "BUSY")) > before,
+        "nothing was refused: the test did not test"
+    );
+    assert_eq!(
+        retry.status,
+        StatusCode::CREATED,
+        "the retry after a refused completion: {}",
+        retry.text()
+    );
+    assert_eq!(
+        retry.header("idempotent-replayed"),
+        Some("true"),
+        "the retry ran the request again ({} runs) instead of getting its replay",
+        app.runs.load(Ordering::SeqCst)
+    );
+    assert_eq!(retry.text(), first.text());
+    assert_eq!(app.runs.load(Ordering::SeqCst), 1, "the handler ran again");
+    let key = LockKey::new(idempotency_lock_key("b1")).unwrap();
+    assert!(!engine.lock_key(key).locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_with_busy_is_stored_once_the_server_takes_it_on_tower() {
+    a_completion_refused_with_busy_is_stored_once_the_server_takes_it(Framework::Tower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_with_busy_is_stored_once_the_server_takes_it_on_actix() {
+    a_completion_refused_with_busy_is_stored_once_the_server_takes_it(Framework::Actix).await;
+}
+
+/// The server refuses for longer than the lease can last (2.5 s against a 1 s lease that
+/// is never renewed meanwhile): the completion gives up once the lease's validity has run
+/// out, the response is not stored (counted as discarded), and once the server answers
+/// again the key has expired and a retry runs the request again.
+async fn a_completion_refused_past_its_lease_is_not_stored(framework: Framework) {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let engine = redis_engine(&server, "gone", None).await;
+    let layer = layer(engine.clone(), Duration::from_secs(1));
+    let metrics = layer.metrics();
+    let mut app = replay_app(Stack::new(framework, Backend::Redis), layer).await;
+    let first = {
+        let server = app.server.clone();
+        tokio::spawn(async move {
+            server
+                .send_body("POST", "/slow", &[("idempotency-key", "\"g1\"")], "{}")
+                .await
+        })
+    };
+    app.control.arrived().await;
+    let busy = tokio::task::block_in_place(|| server.busy(Duration::from_millis(2500)));
+    app.control.let_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    tokio::task::block_in_place(|| busy.join().unwrap());
+    let key = LockKey::new(idempotency_lock_key("g1")).unwrap();
+    assert!(
+        !engine.lock_key(key.clone()).locked().await.unwrap(),
+        "the lease outlived its TTL"
+    );
+    // The completion gave up at the lease's deadline, inside the refusal.
+    assert_eq!(
+        metrics.snapshot().discarded,
+        1,
+        "a response lost to a lease that ran out is counted as discarded"
+    );
+    assert!(engine.record(&key).await.unwrap().is_none());
+    let retry = slow(&app.server, "g1");
+    let retry = {
+        let control = &mut app.control;
+        let (reply, _) = tokio::join!(retry, async {
+            control.arrived().await;
+            control.let_one();
+        });
+        reply
+    };
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(app.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_past_its_lease_is_not_stored_on_tower() {
+    a_completion_refused_past_its_lease_is_not_stored(Framework::Tower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_past_its_lease_is_not_stored_on_actix() {
+    a_completion_refused_past_its_lease_is_not_stored(Framework::Actix).await;
+}
+
+/// The engine's own [`Lease::complete`](tower_lock::engine::Lease::complete), on a server
+/// demoted to a replica (`-READONLY` to every write) until it is promoted back: the
+/// completion is stored and the key released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again() {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let engine = LockEngine::new(
+        RedisBackend::builder(server.url())
+            .prefix("readonly")
+            .build()
+            .await
+            .unwrap(),
+    );
+    let key = LockKey::new("k").unwrap();
+    let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
+    // A primary that is nowhere: the server keeps its data and refuses writes.
+    let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    tokio::task::block_in_place(|| server.cli(["REPLICAOF", "127.0.0.1", &nowhere]));
+    let record = Record::new(
+        bytes::Bytes::from_static(b"fingerprint"),
+        bytes::Bytes::from_static(b"meta"),
+        bytes::Bytes::from_static(b"body"),
+    );
+    let complete = tokio::spawn(lease.complete(record.clone(), Duration::from_secs(60)));
+    // Until the server has refused it at least once.
+    while tokio::task::block_in_place(|| refused(&server, "READONLY")) == 0 {
+        assert!(
+            !complete.is_finished(),
+            "the completion ended while refused"
+        );
+        tokio::task::yield_now().await;
+    }
+    tokio::task::block_in_place(|| server.cli(["REPLICAOF", "NO", "ONE"]));
+    let completed = complete.await.unwrap();
+    assert!(completed.is_ok(), "{completed:?}");
+    let stored = engine.record(&key).await.unwrap().expect("the record");
+    assert_eq!(stored.body, record.body);
+    assert!(!engine.lock_key(key).locked().await.unwrap());
+}
