@@ -18,6 +18,7 @@ use tower_lock_test_support::{
     scenarios::{Backend, Framework, Stack, idempotency_lock_key, replay_app},
     serial,
 };
+use tracing_subscriber::prelude::*;
 
 /// An idempotency layer on `engine` whose duplicates wait up to 5 s for the first request
 /// (then get its replay), with lease length `ttl`.
@@ -125,9 +126,78 @@ async fn a_completion_refused_with_busy_is_stored_once_the_server_takes_it_on_ac
 /// The server refuses for longer than the lease can last (2.5 s against a 1 s lease that
 /// is never renewed meanwhile): the completion gives up once the lease's validity has run
 /// out, the response is not stored (counted as discarded), and once the server answers
-/// again the key has expired and a retry runs the request again.
-async fn a_completion_refused_past_its_lease_is_not_stored(framework: Framework) {
+/// again the key has expired and a retry runs the request again. Run in a child process
+/// (see [`not_stored_child`]), whose log this checks: it says what happened, and never
+/// that the key was released.
+fn a_completion_refused_past_its_lease_is_not_stored(framework: &str) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            &format!(
+                "{}::not_stored_child",
+                module_path!().split_once("::").unwrap().1
+            ),
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, framework)
+        .output()
+        .expect("run the child test process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let logs: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("log: "))
+        .collect();
+    assert!(
+        logs.iter().any(
+            |l| l.contains("refused to store the response until the lease ran out")
+                && l.contains("not stored")
+                && l.contains("the key was not released")
+        ),
+        "no log says what happened: {logs:#?}"
+    );
+    assert!(
+        !logs.iter().any(|l| l.contains("the key is released")),
+        "a log claims a release that did not happen: {logs:#?}"
+    );
+    assert!(
+        out.status.success(),
+        "the child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_past_its_lease_is_not_stored_on_tower() {
     let _group = serial::group(module_path!()).await;
+    tokio::task::block_in_place(|| a_completion_refused_past_its_lease_is_not_stored("tower"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_past_its_lease_is_not_stored_on_actix() {
+    let _group = serial::group(module_path!()).await;
+    tokio::task::block_in_place(|| a_completion_refused_past_its_lease_is_not_stored("actix"));
+}
+
+/// Set (to the framework) in the child process of
+/// [`a_completion_refused_past_its_lease_is_not_stored`].
+const CHILD: &str = "TOWER_LOCK_REFUSAL_CHILD";
+
+/// The child process: the scenario under a subscriber of its own, which prints the
+/// warnings of tower-lock as `log: ...` lines. In the parent run it checks nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_stored_child() {
+    let Ok(framework) = std::env::var(CHILD) else {
+        return;
+    };
+    let framework = match framework.as_str() {
+        "tower" => Framework::Tower,
+        _ => Framework::Actix,
+    };
+    tracing_subscriber::registry()
+        .with(PrintWarnings)
+        .try_init()
+        .expect("the child's own subscriber");
     let server = RedisServer::start();
     let engine = redis_engine(&server, "gone", None).await;
     let layer = layer(engine.clone(), Duration::from_secs(1));
@@ -135,11 +205,7 @@ async fn a_completion_refused_past_its_lease_is_not_stored(framework: Framework)
     let mut app = replay_app(Stack::new(framework, Backend::Redis), layer).await;
     let first = {
         let server = app.server.clone();
-        tokio::spawn(async move {
-            server
-                .send_body("POST", "/slow", &[("idempotency-key", "\"g1\"")], "{}")
-                .await
-        })
+        tokio::spawn(async move { slow(&server, "g1").await })
     };
     app.control.arrived().await;
     let busy = tokio::task::block_in_place(|| server.busy(Duration::from_millis(2500)));
@@ -158,28 +224,33 @@ async fn a_completion_refused_past_its_lease_is_not_stored(framework: Framework)
         "a response lost to a lease that ran out is counted as discarded"
     );
     assert!(engine.record(&key).await.unwrap().is_none());
-    let retry = slow(&app.server, "g1");
-    let retry = {
-        let control = &mut app.control;
-        let (reply, _) = tokio::join!(retry, async {
-            control.arrived().await;
-            control.let_one();
-        });
-        reply
-    };
+    app.control.open();
+    let retry = slow(&app.server, "g1").await;
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(app.runs.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_refused_past_its_lease_is_not_stored_on_tower() {
-    a_completion_refused_past_its_lease_is_not_stored(Framework::Tower).await;
-}
+/// Prints each warning of tower-lock's own modules as one `log: ` line: its message and
+/// its other fields.
+struct PrintWarnings;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_refused_past_its_lease_is_not_stored_on_actix() {
-    a_completion_refused_past_its_lease_is_not_stored(Framework::Actix).await;
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PrintWarnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let meta = event.metadata();
+        if *meta.level() > tracing::Level::WARN || !meta.target().starts_with("tower_lock") {
+            return;
+        }
+        struct Line(String);
+        impl tracing::field::Visit for Line {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={value:?}", field.name()));
+            }
+        }
+        let mut line = Line(String::new());
+        event.record(&mut line);
+        println!("log:{}", line.0);
+    }
 }
 
 /// The engine's own [`Lease::complete`](tower_lock::engine::Lease::complete), on a server
