@@ -146,7 +146,7 @@ fn a_completion_refused_past_its_lease_is_not_stored(framework: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let logs: Vec<&str> = stdout
         .lines()
-        .filter_map(|l| l.strip_prefix("log: "))
+        .filter_map(|l| Some(l.split_once("log: ")?.1))
         .collect();
     assert!(
         logs.iter().any(
