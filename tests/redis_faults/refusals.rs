@@ -8,10 +8,7 @@
 use std::{sync::atomic::Ordering, time::Duration};
 
 use http::StatusCode;
-use tower_lock::{
-    IdempotencyLayer, LockEngine, LockKey,
-    engine::{Record, redis::RedisBackend},
-};
+use tower_lock::{IdempotencyLayer, LockEngine, LockKey, engine::Record};
 use tower_lock_test_support::{
     http::TestServer,
     redis::{RedisServer, engine as redis_engine},
@@ -254,29 +251,27 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PrintWarnings {
 }
 
 /// The engine's own [`Lease::complete`](tower_lock::engine::Lease::complete), on a server
-/// demoted to a replica (`-READONLY` to every write) until it is promoted back: the
-/// completion is stored and the key released.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again() {
+/// demoted to a replica of a primary that is nowhere until it is promoted back: it refuses
+/// every write with `-READONLY` or, told not to serve stale data, every script with
+/// `-MASTERDOWN` (`code`). The completion is stored and the key released.
+async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again(code: &str) {
     let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
-    let engine = LockEngine::new(
-        RedisBackend::builder(server.url())
-            .prefix("readonly")
-            .build()
-            .await
-            .unwrap(),
-    );
+    let engine = redis_engine(&server, "replica", None).await;
     let key = LockKey::new("k").unwrap();
     let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
-    // A primary that is nowhere: the server keeps its data and refuses writes.
     let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
         .to_string();
-    tokio::task::block_in_place(|| server.cli(["REPLICAOF", "127.0.0.1", &nowhere]));
+    tokio::task::block_in_place(|| {
+        if code == "MASTERDOWN" {
+            server.cli(["CONFIG", "SET", "replica-serve-stale-data", "no"]);
+        }
+        server.cli(["REPLICAOF", "127.0.0.1", &nowhere]);
+    });
     let record = Record::new(
         bytes::Bytes::from_static(b"fingerprint"),
         bytes::Bytes::from_static(b"meta"),
@@ -284,10 +279,11 @@ async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again(
     );
     let complete = tokio::spawn(lease.complete(record.clone(), Duration::from_secs(60)));
     // Until the server has refused it at least once.
-    while tokio::task::block_in_place(|| refused(&server, "READONLY")) == 0 {
+    while tokio::task::block_in_place(|| refused(&server, code)) == 0 {
         assert!(
             !complete.is_finished(),
-            "the completion ended while refused"
+            "the completion ended while refused: {:?}",
+            complete.await
         );
         tokio::task::yield_now().await;
     }
@@ -297,4 +293,14 @@ async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again(
     let stored = engine.record(&key).await.unwrap().expect("the record");
     assert_eq!(stored.body, record.body);
     assert!(!engine.lock_key(key).locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_with_readonly_is_stored_once_the_server_is_a_primary_again() {
+    a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again("READONLY").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_refused_with_masterdown_is_stored_once_the_server_is_a_primary_again() {
+    a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again("MASTERDOWN").await;
 }
