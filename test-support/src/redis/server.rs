@@ -255,8 +255,9 @@ impl RedisServer {
     /// Make the server refuse every other client with `-BUSY` for about `d`: a read-only
     /// script busy-loops on `TIME` (past the `busy-reply-threshold`, set to 100 ms here, the
     /// server answers `-BUSY` instead of queueing). Unlike [`freeze`](Self::freeze), the
-    /// server answers at once, with a refusal. Returns once a PING is refused; join the
-    /// handle to wait for the end (`SCRIPT KILL` ends it early).
+    /// server answers at once, with a refusal. Returns once a PING is refused (so `d` must
+    /// be well over 100 ms); join the handle to wait for the end (`SCRIPT KILL` ends it
+    /// early).
     pub fn busy(&self, d: Duration) -> std::thread::JoinHandle<()> {
         self.cli(["CONFIG", "SET", "busy-reply-threshold", "100"]);
         let port = self.port;
