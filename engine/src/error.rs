@@ -139,6 +139,8 @@ impl StdError for KeyError {}
 #[derive(Debug, Clone)]
 pub struct BackendError {
     kind: BackendErrorKind,
+    /// The server answered that it cannot serve the call now (see [`Self::is_refusal`]).
+    refusal: bool,
     message: String,
     source: Option<std::sync::Arc<dyn StdError + Send + Sync>>,
 }
@@ -169,9 +171,26 @@ impl BackendError {
     pub fn new(kind: BackendErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
+            refusal: false,
             message: message.into(),
             source: None,
         }
+    }
+
+    /// Mark this failure as a [refusal](Self::is_refusal).
+    pub fn refused(mut self) -> Self {
+        self.refusal = true;
+        self
+    }
+
+    /// `true` when the server answered that it cannot serve the call for now, and so did
+    /// not run it: a Redis busy running a script (`BUSY`), loading its data (`LOADING`), a
+    /// replica (`READONLY`, `MASTERDOWN`), a cluster slot moving or down (`TRYAGAIN`,
+    /// `CLUSTERDOWN`). Unlike a broken connection or a timeout, nothing is in doubt: the
+    /// same call may be sent again, and usually succeeds within moments. Such a failure is
+    /// of kind [`Unavailable`](BackendErrorKind::Unavailable).
+    pub fn is_refusal(&self) -> bool {
+        self.refusal
     }
 
     /// Attach the underlying error.

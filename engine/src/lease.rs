@@ -279,35 +279,28 @@ impl Lease {
     /// record is never overwritten. A backend without records answers
     /// [`LockError::Unsupported`] and the key is released without one.
     ///
+    /// A backend that [refuses](super::BackendError::is_refusal) it for a moment (a Redis
+    /// busy with a script, loading, a replica) is asked again, with backoff, while the
+    /// lease stays renewed, until the step is taken or the lease's validity runs out: then
+    /// the refusal is the error, nothing was written, and the key frees itself with its
+    /// TTL.
+    ///
     /// Cancellation-safe like [`release`](Self::release).
     pub fn complete(
         mut self,
         record: Record,
         retention: Duration,
     ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        self.stop();
-        let engine = self.engine.clone();
-        let state = self.state.clone();
-        runtime::Detachable::new(async move {
-            let records = match state.kind {
-                LeaseKind::Lock => engine.backend.capabilities().records,
-                // Records live beside locks; a permit has none.
-                LeaseKind::Permit => None,
-            };
-            let result = match records {
-                Some(records) => {
-                    records
-                        .complete(&state.key, &state.token, &record, retention)
-                        .await
-                }
-                None => {
-                    let _ = engine.release(state.kind, &state.key, &state.token).await;
-                    Err(LockError::Unsupported("records"))
-                }
-            };
-            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released with a record");
-            result
-        })
+        // Not `stop`: the lease stays under watch while a refused completion is retried.
+        self.handed_off = true;
+        self.state.released.store(true, Ordering::Release);
+        runtime::Detachable::new(super::completion::complete(
+            self.engine.clone(),
+            self.state.clone(),
+            self.id,
+            record,
+            retention,
+        ))
     }
 
     /// Add `by` to the remaining TTL. The new remaining TTL also becomes the length the

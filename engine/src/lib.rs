@@ -50,6 +50,7 @@
 
 mod admin;
 mod backend;
+mod completion;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;

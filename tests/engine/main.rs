@@ -15,3 +15,4 @@ mod conformance_redis_cluster;
 mod lease_lifecycle;
 #[cfg(feature = "redis")]
 mod redis_bring_your_own;
+mod refused_completion;

@@ -17,6 +17,7 @@ mod faults;
 mod fence_bound;
 mod handoff;
 mod permits;
+mod refusals;
 mod replay;
 mod replica_ack;
 mod runtimes;

@@ -450,19 +450,18 @@ async fn script(
 
 /// Classify a redis-rs error.
 pub(crate) fn map_error(what: &'static str, e: RedisError) -> BackendError {
+    // The server's "not now": the command did not run (a refusal, not an ambiguity).
+    let refusal = matches!(
+        e.code(),
+        Some("BUSY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY")
+    );
     let kind = if e.is_timeout() {
         BackendErrorKind::Timeout
-    } else if e.is_io_error()
-        || e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || matches!(
-            e.code(),
-            Some("BUSY" | "LOADING" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "READONLY")
-        )
-    {
+    } else if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || refusal {
         BackendErrorKind::Unavailable
     } else {
         BackendErrorKind::Protocol
     };
-    BackendError::new(kind, format!("redis {what} failed")).with_source(e)
+    let error = BackendError::new(kind, format!("redis {what} failed")).with_source(e);
+    if refusal { error.refused() } else { error }
 }

@@ -154,12 +154,13 @@ pub(super) fn stored(
 }
 
 /// A failure that says nothing about whether the call ran: the connection broke or the
-/// reply did not come in time.
+/// reply did not come in time. (A refusal says it did not run: the lease sends it again,
+/// with backoff, see [`Lease::complete`](crate::Lease::complete).)
 fn connection_level(e: &BackendError) -> bool {
     matches!(
         e.kind(),
         BackendErrorKind::Unavailable | BackendErrorKind::Timeout
-    )
+    ) && !e.is_refusal()
 }
 
 /// Whether `stored` is the record this completion wrote (same request, same response, same

@@ -95,9 +95,11 @@ impl Capture {
     }
 
     /// The body is complete: store the record and release the key, in one atomic step.
-    /// Begins in this call; finishes even if the returned future is dropped. A holder
-    /// whose lease ran out before this writes nothing (logged, and counted as
-    /// `discarded` in the metrics).
+    /// Begins in this call; finishes even if the returned future is dropped. A backend
+    /// that refuses it for a moment is asked again while the lease lasts (see
+    /// [`Lease::complete`](crate::engine::Lease::complete)). A holder whose lease ran out
+    /// before this, or while the backend refused it, writes nothing (logged, and counted
+    /// as `discarded` in the metrics).
     pub fn finish(self) -> impl Future<Output = ()> + Send + 'static {
         let Self { completion, state } = self;
         let Completion {
@@ -122,14 +124,19 @@ impl Capture {
                 let metrics = shared.locker.metrics();
                 let complete = guard.complete(record, shared.options.retention);
                 Box::pin(async move {
+                    // Each message says what became of the key: a retry's fate follows.
                     match complete.await {
                         Ok(()) => {}
                         Err(LockError::NotOwned | LockError::Expired) => {
                             metrics.discarded();
-                            tracing::warn!(%key, "the lease ran out before the response was stored; not stored");
+                            tracing::warn!(%key, "the lease ran out before the response was stored: not stored; the key is no longer this request's, and a retry runs the request again");
+                        }
+                        Err(LockError::Backend(error)) if error.is_refusal() => {
+                            metrics.discarded();
+                            tracing::warn!(%key, %error, "the backend refused to store the response until the lease ran out: not stored; the key was not released, its TTL frees it, and a retry then runs the request again");
                         }
                         Err(error) => {
-                            tracing::warn!(%key, %error, "storing the response failed (sent twice); the key is released without a record, so a retry runs the request again");
+                            tracing::warn!(%key, %error, "storing the response failed: not stored; the key is given back by token if the backend takes that, else its TTL frees it, and a retry then runs the request again");
                         }
                     }
                 })

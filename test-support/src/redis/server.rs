@@ -302,6 +302,44 @@ impl RedisServer {
         }
     }
 
+    /// Make the server refuse every other client with `-BUSY` for about `d`: a read-only
+    /// script busy-loops on `TIME` (past the `busy-reply-threshold`, set to 100 ms here, the
+    /// server answers `-BUSY` instead of queueing). Unlike [`freeze`](Self::freeze), the
+    /// server answers at once, with a refusal. Returns once a PING is refused (so `d` must
+    /// be well over 100 ms); join the handle to wait for the end (`SCRIPT KILL` ends it
+    /// early).
+    pub fn busy(&self, d: Duration) -> std::thread::JoinHandle<()> {
+        self.cli(["CONFIG", "SET", "busy-reply-threshold", "100"]);
+        let port = self.port;
+        let micros = d.as_micros().to_string();
+        let script = "local t = redis.call('TIME') \
+            local stop = t[1] * 1000000 + t[2] + tonumber(ARGV[1]) \
+            repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop \
+            return 1";
+        let looper = std::thread::spawn(move || {
+            let out = Command::new("redis-cli")
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args(["EVAL", script, "0", &micros])
+                .stderr(Stdio::null())
+                .output()
+                .expect("run redis-cli");
+            // Killed (SCRIPT KILL) is an end too; anything else is a broken fixture.
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.trim() == "1" || text.contains("killed"), "{text}");
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            s.write_all(b"PING\r\n").unwrap();
+            let mut buf = [0u8; 64];
+            let n = s.read(&mut buf).unwrap_or(0);
+            if buf[..n].starts_with(b"-BUSY") {
+                return looper;
+            }
+            assert!(Instant::now() < deadline, "the server never answered BUSY");
+        }
+    }
+
     /// Block until the server answers PING (for example after `CLIENT PAUSE`).
     pub fn wait_ready(&self) {
         wait_for_ping(self.port, Duration::from_secs(10)).expect("redis-server answers PING");
