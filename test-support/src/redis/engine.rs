@@ -39,7 +39,10 @@ pub fn residue(server: &RedisServer, prefix: &str) -> Vec<String> {
             let ttl: i64 = server.cli(["PTTL", &key]).parse().unwrap();
             assert_ne!(ttl, -1, "tombstone {key} has no TTL");
             // A tombstone outlives its release by at most 10 s, on every path.
-            assert!(ttl <= 10_000, "tombstone {key} lives {ttl} ms more, over 10 s");
+            assert!(
+                ttl <= 10_000,
+                "tombstone {key} lives {ttl} ms more, over 10 s"
+            );
         } else {
             left.push(key);
         }
