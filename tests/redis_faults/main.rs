@@ -17,4 +17,5 @@ mod permits;
 mod replay;
 mod replica_ack;
 mod runtimes;
+mod started_early;
 mod wakeup;

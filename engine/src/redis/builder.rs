@@ -175,8 +175,11 @@ impl RedisBackendBuilder {
     /// For a service whose Redis may start after it (a pod next to its Redis): the backend
     /// is built anyway, calls fail at once with an `Unavailable` error while the server is
     /// unreachable, one background probe looks for it, and calls work once it answers. The
-    /// scripts are loaded on first use. Configuration errors (a bad URL, prefix or
-    /// timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
+    /// scripts are loaded on first use. The checks [`build`](Self::build) runs (eviction
+    /// policy, channel rights) run on the first call that reaches the server, and no call
+    /// goes through before they pass; a server or user they refuse fails every call with
+    /// the [`BackendErrorKind::Config`] error `build()` would have given (logged once, at
+    /// `error`). Configuration errors (a bad URL, prefix or timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
     /// discover the others: its build still fails while none answers.
     pub fn start_before_redis(mut self, allow: bool) -> Self {
         self.start_before_redis = allow;
@@ -238,16 +241,25 @@ impl RedisBackendBuilder {
             tls::provider_installed()?;
         }
         let cluster = self.target.is_cluster();
-        let (commands, subscriber) = self
+        let (mut commands, subscriber) = self
             .target
             .connect(self.command_timeout, self.pool_size)
             .await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
-        let reachable = match commands.load(&scripts::all()).await {
-            Ok(()) => true,
+        match commands.load(&scripts::all()).await {
+            // A server that would not keep what it is given, or a user that could neither
+            // hear nor send grants, is refused now rather than found out under load.
+            Ok(()) => {
+                if !self.allow_evicting_policy {
+                    server_checks::eviction(&commands).await?;
+                }
+                server_checks::channels(&commands, &self.prefix, cluster).await?;
+            }
             // Unreachable for now: the pool's probe looks for the server, and calls fail at
             // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
+            // The same checks run on the first call that reaches it, and no call gets
+            // through before they pass.
             Err(e)
                 if self.start_before_redis
                     && matches!(
@@ -255,18 +267,14 @@ impl RedisBackendBuilder {
                         BackendErrorKind::Unavailable | BackendErrorKind::Timeout
                     ) =>
             {
-                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are not checked");
-                false
+                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are checked once it answers");
+                commands.defer_checks(server_checks::Deferred::new(
+                    self.prefix.clone(),
+                    cluster,
+                    !self.allow_evicting_policy,
+                ));
             }
             Err(e) => return Err(e),
-        };
-        // A server that would not keep what it is given, or a user that could neither hear
-        // nor send grants, is refused now rather than found out under load.
-        if reachable {
-            if !self.allow_evicting_policy {
-                server_checks::eviction(&commands).await?;
-            }
-            server_checks::channels(&commands, &self.prefix, cluster).await?;
         }
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.

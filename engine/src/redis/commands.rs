@@ -10,6 +10,7 @@ use std::{task::Poll, time::Duration};
 use redis::{FromRedisValue, RedisError, Script, ToRedisArgs, Value, aio::ConnectionLike};
 use tokio::time::Instant;
 
+use super::server_checks::Deferred;
 use crate::{BackendError, BackendErrorKind, BoxFuture};
 
 /// Where the connection of each call comes from: a pool of connections to one server, or
@@ -127,6 +128,9 @@ impl Source {
 pub(crate) struct Commands {
     connections: Source,
     timeout: Duration,
+    /// The server checks of a backend built before its server answered: every call waits
+    /// for them to pass (see [`Deferred`]).
+    checks: Option<Deferred>,
 }
 
 /// One script call (`EVALSHA sha numkeys keys... args...`), built as the one command it
@@ -196,6 +200,7 @@ impl Commands {
         Self {
             connections: Source::Server(pool),
             timeout,
+            checks: None,
         }
     }
 
@@ -206,7 +211,19 @@ impl Commands {
         Self {
             connections: Source::Other(Box::new(connections)),
             timeout,
+            checks: None,
         }
+    }
+
+    /// Run `checks` before the first call that reaches the server, and let no call through
+    /// until they pass (for a backend built before its server answered).
+    pub(crate) fn defer_checks(&mut self, checks: Deferred) {
+        self.checks = Some(checks);
+    }
+
+    /// The command timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Load scripts into the server's cache (also proves the server answers).
@@ -244,6 +261,20 @@ impl Commands {
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
         let value = self.run(what, Call::Command(cmd), None).await?;
+        T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
+    }
+
+    /// [`query`](Self::query), ahead of any deferred server checks: for the checks' own
+    /// commands.
+    pub(crate) async fn query_unchecked<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, BackendError> {
+        let deadline = Instant::now() + self.timeout;
+        let value = self
+            .run_at(what, Call::Command(cmd), None, deadline)
+            .await?;
         T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
     }
 
@@ -296,13 +327,27 @@ impl Commands {
         &self,
         what: &'static str,
         call: Call<'_>,
-        mut pin: Option<&mut Option<Conn>>,
+        pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
         if let Call::ScriptThenWait(_, ack) = &call {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
         }
+        // Nothing is granted by a server the checks have not vouched for.
+        if let Some(checks) = &self.checks {
+            checks.passed(self, deadline).await?;
+        }
+        self.run_at(what, call, pin, deadline).await
+    }
+
+    async fn run_at(
+        &self,
+        what: &'static str,
+        call: Call<'_>,
+        mut pin: Option<&mut Option<Conn>>,
+        deadline: Instant,
+    ) -> Result<Value, BackendError> {
         // At most twice: again only when the first connection turned out to be closed
         // before the call was sent on it.
         let mut fresh = false;
