@@ -13,6 +13,7 @@
 mod child;
 mod faults;
 mod handoff;
+mod lost_on_reset;
 mod permits;
 mod replay;
 mod replica_ack;

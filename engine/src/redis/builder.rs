@@ -8,7 +8,9 @@ use super::{
     connector::{ClientSource, Connector},
     millis,
     pool::ServerPool,
-    scripts, server_checks, tls,
+    scripts, server_checks,
+    session::Session,
+    tls,
     wakeup::{self, Subscriber, Wakeup},
 };
 use crate::{BackendError, BackendErrorKind, BoxFuture};
@@ -280,8 +282,23 @@ impl RedisBackendBuilder {
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
         let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
+        // On one server (or Sentinel's primary), a watch on the server tells the engine the
+        // moment it can no longer vouch for a lease.
+        let (resets, session) = match commands.connector() {
+            Some(connector) => {
+                let resets = crate::Resets::new();
+                let channel = format!("{}:{{session}}:wake:", self.prefix);
+                let (session, watch) =
+                    Session::start(connector, channel, self.command_timeout, resets.clone()).await;
+                commands.watched_by(watch);
+                (Some(resets), Some(session))
+            }
+            None => (None, None),
+        };
         Ok(RedisBackend {
             inner: Arc::new(Inner {
+                resets,
+                _session: session,
                 wakeup: Wakeup::new(subscriber, self.command_timeout),
                 commands,
                 prefix: self.prefix,

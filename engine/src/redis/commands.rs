@@ -5,12 +5,12 @@
 //! `EVALSHA`, reloaded on `NOSCRIPT`; `WAIT` may follow it in the same round trip), and
 //! retires the connections a connection-level failure may have broken.
 
-use std::{task::Poll, time::Duration};
+use std::{sync::Arc, task::Poll, time::Duration};
 
 use redis::{FromRedisValue, RedisError, Script, ToRedisArgs, Value, aio::ConnectionLike};
 use tokio::time::Instant;
 
-use super::server_checks::Deferred;
+use super::{server_checks::Deferred, session::Watch};
 use crate::{BackendError, BackendErrorKind, BoxFuture};
 
 /// Where the connection of each call comes from: a pool of connections to one server, or
@@ -131,6 +131,8 @@ pub(crate) struct Commands {
     /// The server checks of a backend built before its server answered: every call waits
     /// for them to pass (see [`Deferred`]).
     checks: Option<Deferred>,
+    /// The session watch: no call goes out while it is down (see [`Watch`]).
+    watch: Option<Arc<Watch>>,
 }
 
 /// One script call (`EVALSHA sha numkeys keys... args...`), built as the one command it
@@ -201,6 +203,7 @@ impl Commands {
             connections: Source::Server(pool),
             timeout,
             checks: None,
+            watch: None,
         }
     }
 
@@ -212,6 +215,7 @@ impl Commands {
             connections: Source::Other(Box::new(connections)),
             timeout,
             checks: None,
+            watch: None,
         }
     }
 
@@ -219,6 +223,19 @@ impl Commands {
     /// until they pass (for a backend built before its server answered).
     pub(crate) fn defer_checks(&mut self, checks: Deferred) {
         self.checks = Some(checks);
+    }
+
+    /// Let no call go out while `watch` is down.
+    pub(crate) fn watched_by(&mut self, watch: Arc<Watch>) {
+        self.watch = Some(watch);
+    }
+
+    /// The connector of one server's connections (none for a cluster).
+    pub(crate) fn connector(&self) -> Option<Arc<super::connector::Connector>> {
+        match &self.connections {
+            Source::Server(pool) => Some(pool.connector().clone()),
+            Source::Other(_) => None,
+        }
     }
 
     /// The command timeout.
@@ -333,6 +350,11 @@ impl Commands {
         if let Call::ScriptThenWait(_, ack) = &call {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
+        }
+        // Nothing is granted unwatched: a lease the watch never saw could outlive, unseen,
+        // the server that granted it.
+        if let Some(watch) = &self.watch {
+            watch.up(what, deadline).await?;
         }
         // Nothing is granted by a server the checks have not vouched for.
         if let Some(checks) = &self.checks {

@@ -19,6 +19,7 @@ mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod server_checks;
+mod session;
 mod tls;
 mod wakeup;
 
@@ -72,6 +73,11 @@ struct Inner {
     cluster: bool,
     /// The keys seen contended lately: their acquire looks at the lock first.
     contended: contended::Contended,
+    /// Where the session watch reports resets (one server or Sentinel: a cluster has no
+    /// watch yet).
+    resets: Option<crate::Resets>,
+    /// The session watch (see [`session`]); dropped with the backend.
+    _session: Option<session::Session>,
 }
 
 impl Inner {
