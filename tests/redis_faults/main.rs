@@ -13,6 +13,8 @@
 mod child;
 mod faults;
 mod handoff;
+#[cfg(feature = "redis-sentinel")]
+mod lost_on_failover;
 mod lost_on_reset;
 mod permits;
 mod replay;
