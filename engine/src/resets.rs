@@ -78,3 +78,99 @@ impl Resets {
         self.inner.notify.notified()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{
+        AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockEngine, LockError,
+        LockKey, MemoryBackend, Renewal, Token,
+    };
+
+    /// The in-process backend, plus resets the test reports by hand.
+    struct Resetting {
+        memory: MemoryBackend,
+        resets: Resets,
+    }
+
+    impl Backend for Resetting {
+        fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+            self.memory.acquire(req)
+        }
+
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+        ) -> BoxFuture<'a, Result<(), LockError>> {
+            self.memory.release(key, token)
+        }
+
+        fn extend<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            ttl: Duration,
+            mode: ExtendMode,
+        ) -> BoxFuture<'a, Result<Duration, LockError>> {
+            self.memory.extend(key, token, ttl, mode)
+        }
+
+        fn renew<'a>(
+            &'a self,
+            leases: &'a [Renewal],
+        ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+            self.memory.renew(leases)
+        }
+
+        fn holder<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+            self.memory.holder(key)
+        }
+
+        fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
+            self.memory.waiters(key)
+        }
+
+        fn resets(&self) -> Option<Resets> {
+            Some(self.resets.clone())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reset_loses_every_lease_granted_before_it_at_once_and_no_later_one() {
+        let resets = Resets::new();
+        let engine = LockEngine::new(Resetting {
+            memory: MemoryBackend::new(),
+            resets: resets.clone(),
+        });
+        let ttl = Duration::from_secs(30);
+        let before = [
+            engine.lock("a").ttl(ttl).acquire().await.unwrap(),
+            engine
+                .lock("b")
+                .ttl(ttl)
+                .auto_renew(false)
+                .acquire()
+                .await
+                .unwrap(),
+        ];
+        assert!(before.iter().all(|l| !l.is_lost()));
+
+        resets.reset("test");
+        for lease in &before {
+            tokio::time::timeout(Duration::from_secs(1), lease.lost())
+                .await
+                .expect("a lease granted before a reset is lost at once");
+        }
+        let after = engine.lock("c").ttl(ttl).acquire().await.unwrap();
+        assert!(!after.is_lost(), "granted after the reset");
+        assert!(resets.last().is_some_and(|r| r < Instant::now()));
+        assert!(!resets.vouch_for(Instant::now() - Duration::from_secs(1)));
+        assert!(resets.vouch_for(Instant::now()));
+    }
+}
