@@ -15,6 +15,7 @@ mod names;
 mod permits;
 mod pool;
 mod records;
+mod script_call;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
