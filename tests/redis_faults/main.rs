@@ -13,6 +13,8 @@
 mod child;
 mod faults;
 mod handoff;
+#[cfg(feature = "redis-cluster")]
+mod lost_on_cluster_failover;
 #[cfg(feature = "redis-sentinel")]
 mod lost_on_failover;
 mod lost_on_reset;

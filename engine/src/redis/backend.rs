@@ -159,7 +159,7 @@ impl Backend for RedisBackend {
     }
 
     fn resets(&self) -> Option<crate::Resets> {
-        self.inner.resets.clone()
+        Some(self.inner.resets.clone())
     }
 
     fn capabilities(&self) -> Capabilities<'_> {

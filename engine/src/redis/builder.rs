@@ -46,6 +46,18 @@ pub(super) trait Target: fmt::Debug + Send + Sync {
 
     /// Whether its connections speak TLS (then rustls needs a crypto provider: [`tls`]).
     fn uses_tls(&self) -> bool;
+
+    /// A watch on the servers that reports a reset on `resets` the moment a connection to
+    /// one of them drops, kept alive as long as what it returns (see [`session`](super::session));
+    /// `None` where the kind watches through the command connector instead (one server,
+    /// Sentinel).
+    fn watch(
+        &self,
+        _timeout: Duration,
+        _resets: crate::Resets,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 /// One server: a URL, or a client or connection settings the application configured.
@@ -284,21 +296,28 @@ impl RedisBackendBuilder {
         let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
         // On one server (or Sentinel's primary), a watch on the server tells the engine the
         // moment it can no longer vouch for a lease.
-        let (resets, session) = match commands.connector() {
+        let resets = crate::Resets::new();
+        let session: Box<dyn std::any::Any + Send + Sync> = match commands.connector() {
             Some(connector) => {
-                let resets = crate::Resets::new();
                 let channel = format!("{}:{{session}}:wake:", self.prefix);
                 let (session, watch) =
                     Session::start(connector, channel, self.command_timeout, resets.clone()).await;
                 commands.watched_by(watch);
-                (Some(resets), Some(session))
+                Box::new(session)
             }
-            None => (None, None),
+            None => match self
+                .target
+                .watch(self.command_timeout, resets.clone())
+                .await?
+            {
+                Some(watch) => watch,
+                None => Box::new(()),
+            },
         };
         Ok(RedisBackend {
             inner: Arc::new(Inner {
                 resets,
-                _session: session,
+                _watch: session,
                 wakeup: Wakeup::new(subscriber, self.command_timeout),
                 commands,
                 prefix: self.prefix,

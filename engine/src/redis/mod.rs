@@ -74,11 +74,11 @@ struct Inner {
     cluster: bool,
     /// The keys seen contended lately: their acquire looks at the lock first.
     contended: contended::Contended,
-    /// Where the session watch reports resets (one server or Sentinel: a cluster has no
-    /// watch yet).
-    resets: Option<crate::Resets>,
-    /// The session watch (see [`session`]); dropped with the backend.
-    _session: Option<session::Session>,
+    /// Where the watch on the server(s) reports resets (see [`session`]).
+    resets: crate::Resets,
+    /// The watch (a [`session::Session`], or a Cluster's watch connection); dropped with
+    /// the backend.
+    _watch: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Inner {
