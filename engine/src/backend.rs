@@ -144,6 +144,13 @@ pub trait Backend: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
     }
+
+    /// Where the backend reports that it can no longer vouch for the grants it made
+    /// before (see [`Resets`](crate::Resets)): the engine then reports their leases lost at
+    /// once. Default: `None`, a backend whose grants last as long as their TTLs say.
+    fn resets(&self) -> Option<crate::Resets> {
+        None
+    }
 }
 
 /// The optional capabilities of a backend, as [`Backend::capabilities`] reports them.

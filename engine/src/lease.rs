@@ -47,6 +47,9 @@ pub(crate) struct LeaseState {
     /// Bumped when an extend begins. A renewal sent under an older epoch may have landed
     /// before or after the extend; it renews the lease but does not move its deadline.
     pub(super) epoch: AtomicU64,
+    /// When the request that was granted was sent: a backend reset after it (see
+    /// [`Resets`](crate::Resets)) loses the lease.
+    pub(super) granted_at: Instant,
     pub(super) times: Mutex<LeaseTimes>,
 }
 
@@ -158,6 +161,7 @@ impl Lease {
             lost: Lost::default(),
             released: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            granted_at: grant.granted_at,
             times: Mutex::new(LeaseTimes {
                 deadline: after(grant.granted_at, first),
                 renew_at,
@@ -166,6 +170,10 @@ impl Lease {
         state.set_ttl(ttl);
         state.lost.valid_until(after(grant.granted_at, first));
         let id = engine.watchdog.register(&engine, state.clone());
+        // After registering: a reset from here on is the watchdog's to report.
+        if !engine.vouches_for(grant.granted_at) {
+            state.mark_lost("the backend was reset after the lease was granted");
+        }
         Self {
             engine,
             state,

@@ -70,6 +70,7 @@ mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+mod resets;
 pub mod runtime;
 mod status;
 mod watchdog;
@@ -95,6 +96,7 @@ pub use options::{ExtendMode, LockOptions, MAX_TTL};
 pub use permits::Permits;
 pub use record::{LeaseOrRecord, Record};
 pub(crate) use record::{from_unix_millis, unix_millis};
+pub use resets::Resets;
 pub use status::LockStatus;
 
 // The README's code block compiles as a doctest (it names the Redis backend), so it cannot

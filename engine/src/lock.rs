@@ -241,7 +241,10 @@ impl Lock {
             // wait goes on within what is left of its limit.
             let ttl = self.options.ttl;
             let valid = grant.valid_for.map_or(ttl, |v| v.min(ttl));
-            if Instant::now() < options::after(grant.granted_at, valid) {
+            // Nor is one the backend no longer vouches for (it was reset since).
+            if Instant::now() < options::after(grant.granted_at, valid)
+                && self.engine.shared.vouches_for(grant.granted_at)
+            {
                 return Ok(self.lease(req, grant, started.elapsed()));
             }
             tracing::debug!(key = %req.key, "grant ran out before acquire returned; asking again");
@@ -271,7 +274,9 @@ impl Lock {
                 let valid = grant
                     .valid_for
                     .map_or(self.options.ttl, |v| v.min(self.options.ttl));
-                if Instant::now() < options::after(grant.granted_at, valid) {
+                if Instant::now() < options::after(grant.granted_at, valid)
+                    && self.engine.shared.vouches_for(grant.granted_at)
+                {
                     return Ok(LeaseOrRecord::Lease(self.lease(
                         req,
                         grant,

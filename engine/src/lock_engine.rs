@@ -49,6 +49,12 @@ impl EngineShared {
         }
     }
 
+    /// Whether the backend still vouches for a grant whose request was sent at `sent`: it
+    /// reported no reset since (see [`Resets`](crate::Resets)).
+    pub(crate) fn vouches_for(&self, sent: tokio::time::Instant) -> bool {
+        self.resets.as_ref().is_none_or(|r| r.vouch_for(sent))
+    }
+
     /// Renew a batch of leases of one kind.
     pub(crate) async fn renew(
         &self,
@@ -67,6 +73,8 @@ pub(crate) struct EngineShared {
     /// The same backend's synchronous path, when it is the in-process one.
     pub(crate) synchronous: Option<Arc<dyn SynchronousBackend>>,
     pub(crate) watchdog: Watchdog,
+    /// The backend's resets, if it reports them.
+    pub(crate) resets: Option<crate::Resets>,
     defaults: LockOptions,
 }
 
@@ -133,6 +141,7 @@ impl LockEngine {
     ) -> Self {
         Self {
             shared: Arc::new(EngineShared {
+                resets: backend.resets(),
                 backend,
                 synchronous,
                 watchdog: Watchdog::new(),

@@ -70,8 +70,14 @@ fn origin() -> Instant {
     *ORIGIN.get_or_init(Instant::now)
 }
 
-fn since_origin(at: Instant) -> u64 {
+/// `at`, in nanoseconds since [`origin`] (0 for any instant before it).
+pub(super) fn since_origin(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(origin()).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The instant `nanos` after [`origin`].
+pub(super) fn instant_at(nanos: u64) -> Instant {
+    origin() + std::time::Duration::from_nanos(nanos)
 }
 
 impl Lost {

@@ -10,7 +10,7 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    Renewal,
+    Renewal, Resets,
     lease::{LeaseKind, LeaseState, renew_interval},
     lock_engine::EngineShared,
     options::after,
@@ -86,7 +86,8 @@ impl Watchdog {
         if !st.started {
             // Under the lock, so that concurrent first leases start one task.
             st.started = true;
-            runtime::handle().spawn(run(Arc::downgrade(engine), self.inner.clone()));
+            let resets = engine.resets.clone().unwrap_or_default();
+            runtime::handle().spawn(run(Arc::downgrade(engine), self.inner.clone(), resets));
         } else if st.scheduled.is_none_or(|s| due < s) {
             // Only wake the task when this lease is due before the task's own next look:
             // the common short-lived lease then costs one insert, not a task wake-up.
@@ -118,13 +119,21 @@ struct Due {
 }
 
 /// The renewal loop: one per engine, on the engine's runtime. It holds no strong reference
-/// to the engine while it sleeps, so dropping the engine ends it.
-async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
+/// to the engine while it sleeps, so dropping the engine ends it. A backend reset
+/// (`resets`; never, for a backend that reports none) wakes it to mark lost every lease
+/// granted before it.
+async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets) {
+    // The last reset acted on.
+    let mut reported = 0;
     loop {
-        // Registered before the schedule is read, so a registration in between wakes us.
+        // Registered before the schedule is read, so a registration in between wakes us;
+        // likewise a reset.
         let woken = inner.wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
+        let reset = resets.notified();
+        tokio::pin!(reset);
+        reset.as_mut().enable();
         let now = Instant::now();
         let mut due: Vec<Due> = Vec::new();
         // Renewals due a little later go out with this batch: one wake and one backend
@@ -133,6 +142,10 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
         let mut not_yet: Vec<(Instant, u64)> = Vec::new();
         let next = {
             let mut st = inner.state.lock().unwrap();
+            if resets.last_nanos() > reported {
+                reported = resets.last_nanos();
+                lose_unvouched(&mut st, &resets);
+            }
             while let Some(&(at, id)) = st.queue.first() {
                 if at > horizon {
                     break;
@@ -203,6 +216,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                 tokio::select! {
                     _ = tokio::time::sleep_until(at) => {}
                     _ = &mut woken => {}
+                    _ = &mut reset => {}
                 }
             }
             None => {
@@ -211,8 +225,27 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>) {
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(5)) => {}
                     _ = &mut woken => {}
+                    _ = &mut reset => {}
                 }
             }
+        }
+    }
+}
+
+/// After a backend reset: every lease granted before it is lost, at once (it may be gone
+/// from the server, whose key another node may be granted the moment it answers). A scan
+/// of every lease, but only when the backend was reset.
+fn lose_unvouched(st: &mut WatchState, resets: &Resets) {
+    let unvouched: Vec<u64> = st
+        .leases
+        .iter()
+        .filter(|(_, (lease, _))| !resets.vouch_for(lease.granted_at))
+        .map(|(&id, _)| id)
+        .collect();
+    for id in unvouched {
+        if let Some((lease, _)) = st.leases.get(&id).cloned() {
+            st.remove(id);
+            lease.mark_lost("the backend was reset after the lease was granted");
         }
     }
 }
@@ -262,16 +295,14 @@ async fn renew_batch(
             }
         }
         Err(error) => {
-            tracing::warn!(%error, leases = due.len(), "lease renewal failed; retrying");
-            let retry = Instant::now();
+            // The server may have lost the leases (a restart, a failover) and granted their
+            // keys to others already; it may also merely be slow. Nothing tells the two
+            // apart in time, so the leases are lost now: told early is safe, told late is
+            // not.
+            tracing::warn!(%error, leases = due.len(), "lease renewal failed; the leases are lost");
             for d in &due {
-                {
-                    let mut t = d.lease.times.lock().unwrap();
-                    let step = (d.lease.ttl() / 10)
-                        .clamp(Duration::from_millis(1), Duration::from_millis(500));
-                    t.renew_at = Some(retry + step);
-                }
-                watchdog.reschedule(d.id, &d.lease);
+                d.lease.mark_lost("renewal failed");
+                watchdog.unregister(d.id);
             }
         }
     }

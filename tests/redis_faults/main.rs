@@ -16,10 +16,16 @@ mod dead_tickets;
 mod faults;
 mod fence_bound;
 mod handoff;
+#[cfg(feature = "redis-cluster")]
+mod lost_on_cluster_failover;
+#[cfg(feature = "redis-sentinel")]
+mod lost_on_failover;
+mod lost_on_reset;
 mod permits;
 mod refusals;
 mod replay;
 mod replica_ack;
 mod runtimes;
+mod started_early;
 mod vanished;
 mod wakeup;

@@ -158,6 +158,10 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn resets(&self) -> Option<crate::Resets> {
+        Some(self.inner.resets.clone())
+    }
+
     fn capabilities(&self) -> Capabilities<'_> {
         let capabilities = Capabilities::none()
             .with_admin(self)

@@ -8,7 +8,9 @@ use super::{
     connector::{ClientSource, Connector},
     millis,
     pool::ServerPool,
-    scripts, server_checks, tls,
+    scripts, server_checks,
+    session::Session,
+    tls,
     wakeup::{self, Subscriber, Wakeup},
 };
 use crate::{BackendError, BackendErrorKind, BoxFuture};
@@ -44,6 +46,18 @@ pub(super) trait Target: fmt::Debug + Send + Sync {
 
     /// Whether its connections speak TLS (then rustls needs a crypto provider: [`tls`]).
     fn uses_tls(&self) -> bool;
+
+    /// A watch on the servers that reports a reset on `resets` the moment a connection to
+    /// one of them drops, kept alive as long as what it returns (see [`session`](super::session));
+    /// `None` where the kind watches through the command connector instead (one server,
+    /// Sentinel).
+    fn watch(
+        &self,
+        _timeout: Duration,
+        _resets: crate::Resets,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
+        Box::pin(std::future::ready(Ok(None)))
+    }
 }
 
 /// One server: a URL, or a client or connection settings the application configured.
@@ -175,8 +189,11 @@ impl RedisBackendBuilder {
     /// For a service whose Redis may start after it (a pod next to its Redis): the backend
     /// is built anyway, calls fail at once with an `Unavailable` error while the server is
     /// unreachable, one background probe looks for it, and calls work once it answers. The
-    /// scripts are loaded on first use. Configuration errors (a bad URL, prefix or
-    /// timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
+    /// scripts are loaded on first use. The checks [`build`](Self::build) runs (eviction
+    /// policy, channel rights) run on the first call that reaches the server, and no call
+    /// goes through before they pass; a server or user they refuse fails every call with
+    /// the [`BackendErrorKind::Config`] error `build()` would have given (logged once, at
+    /// `error`). Configuration errors (a bad URL, prefix or timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
     /// discover the others: its build still fails while none answers.
     pub fn start_before_redis(mut self, allow: bool) -> Self {
         self.start_before_redis = allow;
@@ -238,16 +255,25 @@ impl RedisBackendBuilder {
             tls::provider_installed()?;
         }
         let cluster = self.target.is_cluster();
-        let (commands, subscriber) = self
+        let (mut commands, subscriber) = self
             .target
             .connect(self.command_timeout, self.pool_size)
             .await?;
         // Load the scripts now, so first calls are one EVALSHA each (after a server restart
         // redis-rs reloads them on NOSCRIPT).
-        let reachable = match commands.load(&scripts::all()).await {
-            Ok(()) => true,
+        match commands.load(&scripts::all()).await {
+            // A server that would not keep what it is given, or a user that could neither
+            // hear nor send grants, is refused now rather than found out under load.
+            Ok(()) => {
+                if !self.allow_evicting_policy {
+                    server_checks::eviction(&commands).await?;
+                }
+                server_checks::channels(&commands, &self.prefix, cluster).await?;
+            }
             // Unreachable for now: the pool's probe looks for the server, and calls fail at
             // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
+            // The same checks run on the first call that reaches it, and no call gets
+            // through before they pass.
             Err(e)
                 if self.start_before_redis
                     && matches!(
@@ -255,25 +281,43 @@ impl RedisBackendBuilder {
                         BackendErrorKind::Unavailable | BackendErrorKind::Timeout
                     ) =>
             {
-                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are not checked");
-                false
+                tracing::warn!(error = %e, "redis backend started before redis is reachable; its eviction policy and channel rights are checked once it answers");
+                commands.defer_checks(server_checks::Deferred::new(
+                    self.prefix.clone(),
+                    cluster,
+                    !self.allow_evicting_policy,
+                ));
             }
             Err(e) => return Err(e),
-        };
-        // A server that would not keep what it is given, or a user that could neither hear
-        // nor send grants, is refused now rather than found out under load.
-        if reachable {
-            if !self.allow_evicting_policy {
-                server_checks::eviction(&commands).await?;
-            }
-            server_checks::channels(&commands, &self.prefix, cluster).await?;
         }
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
         // three of them must fit in a ticket's life.
         let attempt = self.command_timeout + replica_ack.map_or(Duration::ZERO, |a| a.timeout);
         let ticket_ttl = (3 * (attempt + FALLBACK_CAP)).max(Duration::from_secs(3));
+        // On one server (or Sentinel's primary), a watch on the server tells the engine the
+        // moment it can no longer vouch for a lease.
+        let resets = crate::Resets::new();
+        let session: Box<dyn std::any::Any + Send + Sync> = match commands.connector() {
+            Some(connector) => {
+                let channel = format!("{}:{{session}}:wake:", self.prefix);
+                let (session, watch) =
+                    Session::start(connector, channel, self.command_timeout, resets.clone()).await;
+                commands.watched_by(watch);
+                Box::new(session)
+            }
+            None => match self
+                .target
+                .watch(self.command_timeout, resets.clone())
+                .await?
+            {
+                Some(watch) => watch,
+                None => Box::new(()),
+            },
+        };
         Ok(RedisBackend {
             inner: Arc::new(Inner {
+                resets,
+                _watch: session,
                 wakeup: Wakeup::new(subscriber, self.command_timeout),
                 commands,
                 prefix: self.prefix,

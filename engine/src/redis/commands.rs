@@ -5,11 +5,13 @@
 //! `EVALSHA`, reloaded on `NOSCRIPT`; `WAIT` may follow it in the same round trip), and
 //! retires the connections a connection-level failure may have broken.
 
-use std::{task::Poll, time::Duration};
+use std::{sync::Arc, task::Poll, time::Duration};
 
-use redis::{FromRedisValue, RedisError, Script, ToRedisArgs, Value, aio::ConnectionLike};
+use redis::{FromRedisValue, RedisError, Value, aio::ConnectionLike};
 use tokio::time::Instant;
 
+pub(crate) use super::script_call::ScriptCall;
+use super::{server_checks::Deferred, session::Watch};
 use crate::{BackendError, BackendErrorKind, BoxFuture};
 
 /// Where the connection of each call comes from: a pool of connections to one server, or
@@ -127,49 +129,11 @@ impl Source {
 pub(crate) struct Commands {
     connections: Source,
     timeout: Duration,
-}
-
-/// One script call (`EVALSHA sha numkeys keys... args...`), built as the one command it
-/// is: its keys and arguments are written into the command's buffer as they are added, so
-/// a call costs the command's two buffers and nothing per argument (redis-rs's
-/// `ScriptInvocation` keeps a `Vec` per argument, then copies them into a command).
-pub(crate) struct ScriptCall {
-    cmd: redis::Cmd,
-    /// Keys still to add before the first argument.
-    keys_left: usize,
-}
-
-impl ScriptCall {
-    /// A call of `script` with `keys` keys (added first, with [`key`](Self::key)).
-    pub(crate) fn new(script: &Script, keys: usize) -> Self {
-        let mut cmd = redis::Cmd::with_capacity(3 + keys + 8, 96 + 64 * keys);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
-        Self {
-            cmd,
-            keys_left: keys,
-        }
-    }
-
-    /// Add a key (`KEYS[i]`).
-    pub(crate) fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
-        debug_assert!(self.keys_left > 0, "more keys than announced");
-        self.keys_left = self.keys_left.saturating_sub(1);
-        self.cmd.arg(key);
-        self
-    }
-
-    /// The command, to write every key and then every argument into at once.
-    pub(crate) fn keys_and_args(&mut self) -> &mut redis::Cmd {
-        self.keys_left = 0;
-        &mut self.cmd
-    }
-
-    /// Add an argument (`ARGV[i]`), after every key.
-    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
-        debug_assert_eq!(self.keys_left, 0, "an argument before the last key");
-        self.cmd.arg(arg);
-        self
-    }
+    /// The server checks of a backend built before its server answered: every call waits
+    /// for them to pass (see [`Deferred`]).
+    checks: Option<Deferred>,
+    /// The session watch: no call goes out while it is down (see [`Watch`]).
+    watch: Option<Arc<Watch>>,
 }
 
 #[derive(Clone, Copy)]
@@ -196,6 +160,8 @@ impl Commands {
         Self {
             connections: Source::Server(pool),
             timeout,
+            checks: None,
+            watch: None,
         }
     }
 
@@ -206,7 +172,33 @@ impl Commands {
         Self {
             connections: Source::Other(Box::new(connections)),
             timeout,
+            checks: None,
+            watch: None,
         }
+    }
+
+    /// Run `checks` before the first call that reaches the server, and let no call through
+    /// until they pass (for a backend built before its server answered).
+    pub(crate) fn defer_checks(&mut self, checks: Deferred) {
+        self.checks = Some(checks);
+    }
+
+    /// Let no call go out while `watch` is down.
+    pub(crate) fn watched_by(&mut self, watch: Arc<Watch>) {
+        self.watch = Some(watch);
+    }
+
+    /// The connector of one server's connections (none for a cluster).
+    pub(crate) fn connector(&self) -> Option<Arc<super::connector::Connector>> {
+        match &self.connections {
+            Source::Server(pool) => Some(pool.connector().clone()),
+            Source::Other(_) => None,
+        }
+    }
+
+    /// The command timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Load scripts into the server's cache (also proves the server answers).
@@ -244,6 +236,20 @@ impl Commands {
         cmd: &redis::Cmd,
     ) -> Result<T, BackendError> {
         let value = self.run(what, Call::Command(cmd), None).await?;
+        T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
+    }
+
+    /// [`query`](Self::query), ahead of any deferred server checks: for the checks' own
+    /// commands.
+    pub(crate) async fn query_unchecked<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, BackendError> {
+        let deadline = Instant::now() + self.timeout;
+        let value = self
+            .run_at(what, Call::Command(cmd), None, deadline)
+            .await?;
         T::from_redis_value(value).map_err(|e| map_error(what, e.into()))
     }
 
@@ -296,13 +302,32 @@ impl Commands {
         &self,
         what: &'static str,
         call: Call<'_>,
-        mut pin: Option<&mut Option<Conn>>,
+        pin: Option<&mut Option<Conn>>,
     ) -> Result<Value, BackendError> {
         let mut deadline = Instant::now() + self.timeout;
         if let Call::ScriptThenWait(_, ack) = &call {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
         }
+        // Nothing is granted unwatched: a lease the watch never saw could outlive, unseen,
+        // the server that granted it.
+        if let Some(watch) = &self.watch {
+            watch.up(what, deadline).await?;
+        }
+        // Nothing is granted by a server the checks have not vouched for.
+        if let Some(checks) = &self.checks {
+            checks.passed(self, deadline).await?;
+        }
+        self.run_at(what, call, pin, deadline).await
+    }
+
+    async fn run_at(
+        &self,
+        what: &'static str,
+        call: Call<'_>,
+        mut pin: Option<&mut Option<Conn>>,
+        deadline: Instant,
+    ) -> Result<Value, BackendError> {
         // At most twice: again only when the first connection turned out to be closed
         // before the call was sent on it.
         let mut fresh = false;

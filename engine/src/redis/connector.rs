@@ -205,6 +205,11 @@ impl Connector {
         }
     }
 
+    /// Where connections go, for errors: `redis at 127.0.0.1:6379`.
+    pub(crate) fn target(&self) -> &str {
+        &self.target
+    }
+
     /// Retire every connection made so far.
     pub(crate) fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::Relaxed);

@@ -15,10 +15,12 @@ mod names;
 mod permits;
 mod pool;
 mod records;
+mod script_call;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod server_checks;
+mod session;
 mod tls;
 mod wakeup;
 
@@ -72,6 +74,11 @@ struct Inner {
     cluster: bool,
     /// The keys seen contended lately: their acquire looks at the lock first.
     contended: contended::Contended,
+    /// Where the watch on the server(s) reports resets (see [`session`]).
+    resets: crate::Resets,
+    /// The watch (a [`session::Session`], or a Cluster's watch connection); dropped with
+    /// the backend.
+    _watch: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Inner {

@@ -124,6 +124,11 @@ impl ServerPool {
 }
 
 impl ServerPool {
+    /// The connector the pool's connections come from.
+    pub(super) fn connector(&self) -> &Arc<Connector> {
+        &self.connector
+    }
+
     /// After a connection-level failure: retire every connection made so far.
     pub(super) fn retire(&self) {
         self.connector.invalidate();

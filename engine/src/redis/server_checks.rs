@@ -6,10 +6,86 @@
 //! why: found later, the first would hand a held lock to a second holder under memory
 //! pressure, the second would leave every waiter to its fallback timer.
 
-use redis::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::commands::Commands;
+use redis::Value;
+use tokio::time::Instant;
+
+use super::commands::{Commands, timed_out};
 use crate::{BackendError, BackendErrorKind};
+
+/// The checks of a backend built before its server answered
+/// ([`start_before_redis`](super::RedisBackendBuilder::start_before_redis)): run on the
+/// first call that reaches the server, and every call waits for them to pass. A refusal
+/// is kept: every later call gets the [`BackendErrorKind::Config`] error `build()` would
+/// have given (an evicting server or a user without channel rights does not mend itself;
+/// the backend must be built again once it is fixed).
+pub(crate) struct Deferred {
+    prefix: String,
+    cluster: bool,
+    /// Whether the eviction policy is checked (not when the user opted in).
+    eviction: bool,
+    /// Set once the checks passed: the common case reads only this.
+    passed: AtomicBool,
+    /// Held while the checks run, so concurrent calls wait for them rather than run them
+    /// again; holds the refusal, once there is one.
+    refused: tokio::sync::Mutex<Option<BackendError>>,
+}
+
+impl Deferred {
+    pub(crate) fn new(prefix: String, cluster: bool, eviction: bool) -> Self {
+        Self {
+            prefix,
+            cluster,
+            eviction,
+            passed: AtomicBool::new(false),
+            refused: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// `Ok` once the checks have passed (running them if nobody has yet), within
+    /// `deadline`; the refusal if they failed; the error of a server that still cannot be
+    /// asked (the checks then run again on the next call).
+    pub(crate) async fn passed(
+        &self,
+        commands: &Commands,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        if self.passed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let late = || timed_out("server checks", commands.timeout());
+        let mut refused = tokio::time::timeout_at(deadline, self.refused.lock())
+            .await
+            .map_err(|_| late())?;
+        if self.passed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if let Some(refusal) = refused.as_ref() {
+            return Err(refusal.clone());
+        }
+        let checks = async {
+            if self.eviction {
+                eviction(commands).await?;
+            }
+            channels(commands, &self.prefix, self.cluster).await
+        };
+        match tokio::time::timeout_at(deadline, checks).await {
+            Ok(Ok(())) => {
+                self.passed.store(true, Ordering::Release);
+                tracing::info!("redis reachable; its eviction policy and channel rights checked");
+                Ok(())
+            }
+            Ok(Err(e)) if e.kind() == BackendErrorKind::Config => {
+                tracing::error!(error = %e, "redis refused by the checks build() runs; every call fails until the backend is built again");
+                *refused = Some(e.clone());
+                Err(e)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(late()),
+        }
+    }
+}
 
 /// Refuse a server whose `maxmemory-policy` may evict keys (every engine key has a TTL, so
 /// `volatile-*` policies evict them as readily as `allkeys-*` ones). The policy is read
@@ -18,7 +94,7 @@ use crate::{BackendError, BackendErrorKind};
 pub(super) async fn eviction(pool: &Commands) -> Result<(), BackendError> {
     let mut config = redis::cmd("CONFIG");
     config.arg("GET").arg("maxmemory-policy");
-    let from_config = match pool.query::<Value>("CONFIG GET", &config).await {
+    let from_config = match pool.query_unchecked::<Value>("CONFIG GET", &config).await {
         Ok(reply) => {
             let words = strings(&reply);
             words
@@ -35,7 +111,7 @@ pub(super) async fn eviction(pool: &Commands) -> Result<(), BackendError> {
         None => {
             let mut info = redis::cmd("INFO");
             info.arg("memory");
-            match pool.query::<Value>("INFO memory", &info).await {
+            match pool.query_unchecked::<Value>("INFO memory", &info).await {
                 // In a cluster, one text per primary.
                 Ok(reply) => strings(&reply)
                     .iter()
@@ -113,7 +189,7 @@ pub(super) async fn channels(
         )
     };
     let whoami = pool
-        .query::<String>("ACL WHOAMI", redis::cmd("ACL").arg("WHOAMI"))
+        .query_unchecked::<String>("ACL WHOAMI", redis::cmd("ACL").arg("WHOAMI"))
         .await;
     let user = match whoami {
         Ok(user) => Some(user),
@@ -128,7 +204,7 @@ pub(super) async fn channels(
             if command == publish {
                 dryrun.arg("x");
             }
-            match pool.query::<Value>("ACL DRYRUN", &dryrun).await {
+            match pool.query_unchecked::<Value>("ACL DRYRUN", &dryrun).await {
                 Ok(Value::Okay) => {}
                 Ok(reply) => {
                     let why = strings(&reply).join(" ");
@@ -150,7 +226,7 @@ pub(super) async fn channels(
     }
     let mut probe = redis::cmd(publish);
     probe.arg(&channel).arg("");
-    match pool.query::<Value>("PUBLISH", &probe).await {
+    match pool.query_unchecked::<Value>("PUBLISH", &probe).await {
         Ok(_) => Ok(()),
         Err(e) if code(&e) == Some("NOPERM") => {
             Err(refused(user.as_deref(), publish, "NOPERM").with_source(e))

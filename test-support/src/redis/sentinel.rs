@@ -98,7 +98,11 @@ impl Sentineled {
         let replica = self.replica();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let promoted = replica.cli(["ROLE"]).starts_with("master");
+            // Sentinel promotes with `CLIENT KILL TYPE normal`, which may close this very
+            // `redis-cli`: not an answer, ask again.
+            let promoted = replica
+                .try_cli(["ROLE"])
+                .is_some_and(|r| r.starts_with("master"));
             let named = self.sentinels.iter().all(|s| {
                 let addr = s.cli(["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
                 addr.lines().nth(1) == Some(replica.port().to_string().as_str())

@@ -15,7 +15,7 @@ use super::{
     commands::{Commands, Conn, Connections, map_error},
     wakeup::Subscriber,
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture, runtime};
+use crate::{BackendError, BackendErrorKind, BoxFuture, Resets, runtime};
 
 impl RedisBackend {
     /// A builder for a Redis Cluster, given the URLs of some of its nodes
@@ -52,6 +52,54 @@ impl Target for Nodes {
 
     fn uses_tls(&self) -> bool {
         self.0.iter().any(|url| super::tls::is_tls_url(url))
+    }
+
+    fn watch(
+        &self,
+        timeout: Duration,
+        resets: Resets,
+    ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
+        Box::pin(async move {
+            let conn = watch(&self.0, timeout, resets).await?;
+            Ok(Some(Box::new(conn) as Box<dyn std::any::Any + Send + Sync>))
+        })
+    }
+}
+
+/// The Cluster's watch: a RESP3 cluster connection of its own, whose node connections
+/// report their end as a push. The moment one drops (a node killed or restarted, a
+/// failover's promoted replica taking a slot), every grant made before may be gone: a
+/// reset, reported right where redis-rs reads the end of the stream, before a promoted
+/// replica can answer anyone. redis-rs reconnects the node by itself. A node connection
+/// dropped for a lesser reason (a node's idle `timeout`) is a reset too: early, and safe.
+async fn watch(
+    nodes: &[String],
+    timeout: Duration,
+    resets: Resets,
+) -> Result<ClusterConnection, BackendError> {
+    let on_push = move |push: redis::PushInfo| {
+        if push.kind == redis::PushKind::Disconnection {
+            resets.reset("a connection to a redis cluster node was reset");
+        }
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let client = ClusterClientBuilder::new(nodes.to_vec())
+        .connection_timeout(timeout)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(on_push)
+        .build()
+        .map_err(|e| {
+            BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
+                .with_source(e)
+        })?;
+    let connect = runtime::on_engine(client.get_async_connection());
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(conn)) => Ok(conn),
+        Ok(Err(e)) => Err(map_error("cluster watch connect", e)),
+        Err(_) => Err(BackendError::new(
+            BackendErrorKind::Timeout,
+            format!("no redis cluster watch connection within {timeout:?}"),
+        )),
     }
 }
 

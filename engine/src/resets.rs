@@ -1,0 +1,176 @@
+//! [`Resets`]: how a backend tells the engine that it can no longer vouch for what it
+//! granted before, so that `lost()` never lags a second holder.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
+};
+
+use tokio::{sync::Notify, time::Instant};
+
+use super::lost::{instant_at, since_origin};
+
+/// The instants after which a backend can no longer vouch for the grants it made before:
+/// its connection to the server was reset, or the server came back as another run (a
+/// restart, a failover). A lease granted before such an instant may be gone from the
+/// server while its TTL still runs there is no telling, and a second holder may be
+/// granted its key the moment the server answers again. So the engine reports every lease
+/// granted before a reset lost at once (told early is safe, told late is not), and
+/// `acquire` never returns one.
+///
+/// A backend that can see resets returns its `Resets` from
+/// [`Backend::resets`](crate::Backend::resets) and calls [`Resets::reset`] when it sees one.
+/// Cheap to clone: clones share the instants.
+#[derive(Clone, Debug, Default)]
+pub struct Resets {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The last reset, in nanoseconds since the leases' common origin; 0: none yet.
+    last: AtomicU64,
+    notify: Notify,
+}
+
+impl Resets {
+    /// No reset yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A reset now: no grant sent before this instant is vouched for any more. `why` is
+    /// logged (at `warn`).
+    pub fn reset(&self, why: &str) {
+        let now = since_origin(Instant::now()).max(1);
+        self.inner.last.fetch_max(now, Ordering::AcqRel);
+        tracing::warn!(
+            reason = why,
+            "lock backend reset: leases granted before it are lost"
+        );
+        self.inner.notify.notify_waiters();
+    }
+
+    /// The instant of the last reset, if any.
+    pub fn last(&self) -> Option<Instant> {
+        match self.inner.last.load(Ordering::Acquire) {
+            0 => None,
+            nanos => Some(instant_at(nanos)),
+        }
+    }
+
+    /// Whether a grant whose request was sent at `sent` is still vouched for: no reset
+    /// since (a reset at the very same instant counts as after it).
+    pub fn vouch_for(&self, sent: Instant) -> bool {
+        match self.inner.last.load(Ordering::Acquire) {
+            0 => true,
+            last => last < since_origin(sent),
+        }
+    }
+
+    /// The last reset as [`Resets::last`] has it, in the watchdog's units.
+    pub(crate) fn last_nanos(&self) -> u64 {
+        self.inner.last.load(Ordering::Acquire)
+    }
+
+    /// Resolves at the next reset (enable it before reading [`Resets::last_nanos`]).
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.notify.notified()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{
+        AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockEngine, LockError,
+        LockKey, MemoryBackend, Renewal, Token,
+    };
+
+    /// The in-process backend, plus resets the test reports by hand.
+    struct Resetting {
+        memory: MemoryBackend,
+        resets: Resets,
+    }
+
+    impl Backend for Resetting {
+        fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+            self.memory.acquire(req)
+        }
+
+        fn release<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+        ) -> BoxFuture<'a, Result<(), LockError>> {
+            self.memory.release(key, token)
+        }
+
+        fn extend<'a>(
+            &'a self,
+            key: &'a LockKey,
+            token: &'a Token,
+            ttl: Duration,
+            mode: ExtendMode,
+        ) -> BoxFuture<'a, Result<Duration, LockError>> {
+            self.memory.extend(key, token, ttl, mode)
+        }
+
+        fn renew<'a>(
+            &'a self,
+            leases: &'a [Renewal],
+        ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+            self.memory.renew(leases)
+        }
+
+        fn holder<'a>(
+            &'a self,
+            key: &'a LockKey,
+        ) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+            self.memory.holder(key)
+        }
+
+        fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
+            self.memory.waiters(key)
+        }
+
+        fn resets(&self) -> Option<Resets> {
+            Some(self.resets.clone())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reset_loses_every_lease_granted_before_it_at_once_and_no_later_one() {
+        let resets = Resets::new();
+        let engine = LockEngine::new(Resetting {
+            memory: MemoryBackend::new(),
+            resets: resets.clone(),
+        });
+        let ttl = Duration::from_secs(30);
+        let before = [
+            engine.lock("a").ttl(ttl).acquire().await.unwrap(),
+            engine
+                .lock("b")
+                .ttl(ttl)
+                .auto_renew(false)
+                .acquire()
+                .await
+                .unwrap(),
+        ];
+        assert!(before.iter().all(|l| !l.is_lost()));
+
+        resets.reset("test");
+        for lease in &before {
+            tokio::time::timeout(Duration::from_secs(1), lease.lost())
+                .await
+                .expect("a lease granted before a reset is lost at once");
+        }
+        let after = engine.lock("c").ttl(ttl).acquire().await.unwrap();
+        assert!(!after.is_lost(), "granted after the reset");
+        assert!(resets.last().is_some_and(|r| r < Instant::now()));
+        assert!(!resets.vouch_for(Instant::now() - Duration::from_secs(1)));
+        assert!(resets.vouch_for(Instant::now()));
+    }
+}
