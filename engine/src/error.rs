@@ -141,6 +141,9 @@ pub struct BackendError {
     kind: BackendErrorKind,
     /// The server answered that it cannot serve the call now (see [`Self::is_refusal`]).
     refusal: bool,
+    /// The refusal of a server busy running a script: it serves nobody else meanwhile and
+    /// keeps every key as it was (see [`Self::is_busy`]).
+    busy: bool,
     message: String,
     source: Option<std::sync::Arc<dyn StdError + Send + Sync>>,
 }
@@ -172,6 +175,7 @@ impl BackendError {
         Self {
             kind,
             refusal: false,
+            busy: false,
             message: message.into(),
             source: None,
         }
@@ -191,6 +195,21 @@ impl BackendError {
     /// of kind [`Unavailable`](BackendErrorKind::Unavailable).
     pub fn is_refusal(&self) -> bool {
         self.refusal
+    }
+
+    /// Mark this failure as the refusal of a server busy running a script.
+    pub(crate) fn busy(mut self) -> Self {
+        self.refusal = true;
+        self.busy = true;
+        self
+    }
+
+    /// A refusal that leaves every lease as it was on the server, for no one can be
+    /// granted anything while it lasts (a Redis busy running a script): a renewal refused
+    /// so is tried again within the lease's confirmed validity, not taken for a lost
+    /// lease. Any other failed renewal loses its leases at once.
+    pub(crate) fn is_busy(&self) -> bool {
+        self.busy
     }
 
     /// Attach the underlying error.

@@ -10,7 +10,7 @@ use std::{
 use tokio::{sync::Notify, time::Instant};
 
 use super::{
-    Renewal, Resets,
+    LockError, Renewal, Resets,
     lease::{LeaseKind, LeaseState, renew_interval},
     lock_engine::EngineShared,
     options::after,
@@ -290,6 +290,22 @@ async fn renew_batch(
                     if d.lease.auto_renew && t.renew_at.is_none() {
                         t.renew_at = Some(after(sent_at, renew_interval(renewal.ttl)));
                     }
+                }
+                watchdog.reschedule(d.id, &d.lease);
+            }
+        }
+        Err(error) if matches!(&error, LockError::Backend(e) if e.is_busy()) => {
+            // A server busy running a script keeps the leases and grants nobody anything
+            // until it is done: try again soon, within each lease's confirmed validity
+            // (past it, the lease is lost by its deadline as ever).
+            tracing::debug!(%error, leases = due.len(), "lease renewal refused (busy); retrying");
+            let retry = Instant::now();
+            for d in &due {
+                {
+                    let mut t = d.lease.times.lock().unwrap();
+                    let step = (d.lease.ttl() / 10)
+                        .clamp(Duration::from_millis(1), Duration::from_millis(500));
+                    t.renew_at = Some(retry + step);
                 }
                 watchdog.reschedule(d.id, &d.lease);
             }

@@ -304,3 +304,42 @@ async fn a_completion_refused_with_readonly_is_stored_once_the_server_is_a_prima
 async fn a_completion_refused_with_masterdown_is_stored_once_the_server_is_a_primary_again() {
     a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again("MASTERDOWN").await;
 }
+
+/// A renewal the server refuses because it is busy running a script is not a lost lease:
+/// nobody can be granted anything while the script runs, and the key keeps its TTL. The
+/// renewal is tried again within the lease's confirmed validity and lands once the script
+/// ends, so the lease outlives its first TTL, unlost, and another node still finds the
+/// key held. (Any other failed renewal loses the lease at once: `lost_on_reset`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_refused_while_the_server_is_busy_keeps_the_lease() {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let holder = redis_engine(&server, "busy-renewal", None).await;
+    let other = redis_engine(&server, "busy-renewal", None).await;
+    let ttl = Duration::from_secs(3);
+    let lease = holder.lock("k").ttl(ttl).acquire().await.unwrap();
+    let first_expiry = tokio::time::Instant::now() + ttl;
+    // Busy across the first renewal (due a third into the lease).
+    let busy = server.busy(Duration::from_millis(1600));
+    tokio::task::spawn_blocking(move || busy.join().unwrap())
+        .await
+        .unwrap();
+    assert!(refused(&server, "BUSY") > 0, "the server refused nothing");
+    // Past the lease's first TTL: had the refused renewal lost it, the key is free now.
+    let lost = lease.lost();
+    tokio::select! {
+        _ = lost => panic!("a renewal refused while the server was busy lost the lease"),
+        _ = tokio::time::sleep_until(first_expiry + Duration::from_millis(500)) => {}
+    }
+    assert!(!lease.is_lost());
+    let taken = other.lock("k").try_acquire().await;
+    assert!(
+        taken.is_err(),
+        "another node took the key of a live lease: {taken:?}"
+    );
+    assert!(
+        lease.owned().await.unwrap(),
+        "the lease is no longer the key's holder"
+    );
+    lease.release().await.unwrap();
+}

@@ -487,6 +487,12 @@ pub(crate) fn map_error(what: &'static str, e: RedisError) -> BackendError {
     } else {
         BackendErrorKind::Protocol
     };
+    let e_code = e.code().map(str::to_owned);
+    let e_code = e_code.as_deref();
     let error = BackendError::new(kind, format!("redis {what} failed")).with_source(e);
-    if refusal { error.refused() } else { error }
+    match e_code {
+        Some("BUSY") => error.busy(),
+        _ if refusal => error.refused(),
+        _ => error,
+    }
 }
