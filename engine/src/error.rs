@@ -197,8 +197,9 @@ impl BackendError {
         self.refusal
     }
 
-    /// Mark this failure as the refusal of a server busy running a script.
-    pub(crate) fn busy(mut self) -> Self {
+    /// Mark this failure as the [refusal](Self::is_refusal) of a server that serves nobody
+    /// while it lasts and keeps every lease as it was (see [`Self::is_busy`]).
+    pub fn busy(mut self) -> Self {
         self.refusal = true;
         self.busy = true;
         self
@@ -208,7 +209,7 @@ impl BackendError {
     /// granted anything while it lasts (a Redis busy running a script): a renewal refused
     /// so is tried again within the lease's confirmed validity, not taken for a lost
     /// lease. Any other failed renewal loses its leases at once.
-    pub(crate) fn is_busy(&self) -> bool {
+    pub fn is_busy(&self) -> bool {
         self.busy
     }
 
