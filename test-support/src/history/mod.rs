@@ -37,7 +37,7 @@ mod violation;
 
 use std::time::Duration;
 
-pub use record::{Acquisition, Grant, History, Mode, Revocation, Write};
+pub use record::{Acquisition, Grant, History, Mode, Outage, Revocation, Write};
 pub use recorder::{Acquiring, Holding, Recorder};
 pub use violation::Violation;
 

@@ -79,7 +79,7 @@ pub struct Write {
 }
 
 /// An administrative force release of a key: from its invocation on, whoever held the key
-/// before it no longer holds it, told or not.
+/// before it, or was being granted it while it ran, no longer holds it, told or not.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Revocation {
     /// The key released.
@@ -90,8 +90,18 @@ pub struct Revocation {
     pub completed: Duration,
 }
 
-/// A recorded history: acquisitions, register writes, force releases, and each register's
-/// final value.
+/// A stretch during which the backend lost its state (a restart without persistence, a
+/// failover that lost writes): queues and tickets from before it are gone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outage {
+    /// When the fault began.
+    pub began: Duration,
+    /// When the backend was back.
+    pub ended: Duration,
+}
+
+/// A recorded history: acquisitions, register writes, force releases, outages, and each
+/// register's final value.
 ///
 /// Every instant is an offset from one origin on one monotonic clock. The
 /// [`Recorder`](super::Recorder) reads `std::time::Instant` in one process (the soaks run
@@ -106,6 +116,8 @@ pub struct History {
     pub writes: Vec<Write>,
     /// Every force release.
     pub revocations: Vec<Revocation>,
+    /// Every outage that lost the backend's state.
+    pub outages: Vec<Outage>,
     /// Each register's value at the end (a register starts at 0).
     pub finals: BTreeMap<String, u64>,
 }
@@ -143,13 +155,18 @@ impl History {
     }
 
     /// The instant a granted acquisition stopped holding its key: its release, the moment
-    /// it was told its lease was lost, or the first force release of the key after it was
-    /// granted, whichever came first.
+    /// it was told its lease was lost, or the first force release of the key that may
+    /// have followed its grant, whichever came first.
+    ///
+    /// A force release that returned after the acquire was invoked may have cut a grant
+    /// still on its way back to the caller (nobody tells that holder), so it ends the hold
+    /// where it began: an acquisition in flight across a force release is not checked for
+    /// exclusion (its fence still is).
     pub(super) fn hold_end(&self, a: &Acquisition, g: &Grant) -> Duration {
         let revoked = self
             .revocations
             .iter()
-            .filter(|r| r.key == a.key && r.invoked > a.completed)
+            .filter(|r| r.key == a.key && r.completed > a.invoked)
             .map(|r| r.invoked)
             .min();
         [g.released.or(Some(self.end())), g.lost_at, revoked]

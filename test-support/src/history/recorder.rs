@@ -8,7 +8,7 @@ use std::{
 
 use tower_lock::Lease;
 
-use super::record::{Acquisition, Grant, History, Mode, Revocation, Write};
+use super::record::{Acquisition, Grant, History, Mode, Outage, Revocation, Write};
 
 /// Records a history as a soak runs. Cheap to clone; every clone writes to one history,
 /// with instants measured from one origin.
@@ -83,6 +83,16 @@ impl Recorder {
             invoked,
             completed,
         });
+    }
+
+    /// The backend lost its state from `began` (from [`now`](Self::now)) until now.
+    pub fn outage(&self, began: Duration) {
+        let ended = self.now();
+        self.history
+            .lock()
+            .unwrap()
+            .outages
+            .push(Outage { began, ended });
     }
 
     /// The register of `key` ended at `value`.
