@@ -53,19 +53,30 @@ impl History {
         all
     }
 
-    /// Panics, printing each violation's window (the first ten), unless every check
-    /// passes.
+    /// Panics, printing the windows of the first three violations of each check that
+    /// failed, unless every check passes.
     pub fn assert_valid(&self, fifo_slack: Option<Duration>) {
         let violations = self.violations(fifo_slack);
         if violations.is_empty() {
             return;
         }
-        let shown: String = violations.iter().take(10).map(|v| v.to_string()).collect();
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        let mut shown = String::new();
+        for v in &violations {
+            match counts.iter_mut().find(|(check, _)| *check == v.check) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((v.check, 1)),
+            }
+            if counts.iter().any(|&(check, n)| check == v.check && n <= 3) {
+                shown.push_str(&v.to_string());
+            }
+        }
+        let counts: Vec<String> = counts.iter().map(|(c, n)| format!("{c}: {n}")).collect();
         panic!(
-            "the history of {} acquisitions and {} writes breaks {} check(s):\n{shown}",
+            "the history of {} acquisitions and {} writes breaks its checks ({}):\n{shown}",
             self.acquisitions.len(),
             self.writes.len(),
-            violations.len()
+            counts.join(", ")
         );
     }
 }
