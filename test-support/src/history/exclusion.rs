@@ -17,12 +17,13 @@ use super::{
 /// lost, the key was force-released. Only holds that certainly overlap are reported.
 pub fn check(history: &History) -> Vec<Violation> {
     let mut violations = Vec::new();
+    let history_end = history.end();
     for (key, grants) in history.grants_by_key() {
         // (instant, is a start, index): at one instant ends come first, so a hand-off
         // within the same microsecond is no overlap.
         let mut events: Vec<(Duration, bool, usize)> = Vec::new();
         for (i, (a, g)) in grants.iter().enumerate() {
-            let end = history.hold_end(a, g);
+            let end = history.hold_end(a, g, history_end);
             if end > a.completed {
                 events.push((a.completed, true, i));
                 events.push((end, false, i));

@@ -162,14 +162,16 @@ impl History {
     /// still on its way back to the caller (nobody tells that holder), so it ends the hold
     /// where it began: an acquisition in flight across a force release is not checked for
     /// exclusion (its fence still is).
-    pub(super) fn hold_end(&self, a: &Acquisition, g: &Grant) -> Duration {
+    /// `end` is [`end`](Self::end), computed once by the caller (it reads the whole
+    /// history).
+    pub(super) fn hold_end(&self, a: &Acquisition, g: &Grant, end: Duration) -> Duration {
         let revoked = self
             .revocations
             .iter()
             .filter(|r| r.key == a.key && r.completed > a.invoked)
             .map(|r| r.invoked)
             .min();
-        [g.released.or(Some(self.end())), g.lost_at, revoked]
+        [g.released.or(Some(end)), g.lost_at, revoked]
             .into_iter()
             .flatten()
             .min()
