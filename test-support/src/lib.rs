@@ -12,6 +12,7 @@
 //! | [`occupancy`] | who is inside one key's handlers at once, shared or exclusive, and every violation of the permits' promises | `tests/layer/permits.rs`, `tests/integrations/permits.rs` |
 //! | [`scenarios`] | the HTTP scenarios, each written once; `http_scenarios!`, `parity_scenarios!`, `unavailable_backend_scenarios!`, `replay_scenarios!` | `tests/layer`, `tests/replay`, `tests/integrations` |
 //! | [`cycling`] | workers cycling one lock under faults, checking exclusion, fences and answer times on every grant | the Cluster and Sentinel fault tests (`tests/scale`) |
+//! | [`history`] | a soak's recorded history (acquisitions, fenced-register writes, force releases) and its checker: exclusion, fences, the register, FIFO, each printing the window that breaks it | `tests/scale/exclusion_soak.rs`, `tests/scale/permit_soak.rs`, `tests/redis_faults/permits.rs` (the paused-Redis permit run) |
 //! | [`fallbacks`] | counts the waiters served by the fallback timer rather than by a wake-up message | the wake-up, runtime, Cluster and Sentinel tests (`tests/redis_faults`, `tests/scale`) |
 //! | [`serial`] | a process-wide gate: the fault tests of one group never run beside another group's | every test of `tests/redis_faults` and `tests/scale` |
 //!
@@ -65,6 +66,7 @@ pub mod conformance;
 pub mod cycling;
 pub mod fallbacks;
 pub mod gate;
+pub mod history;
 pub mod http;
 pub mod occupancy;
 pub mod prefix;

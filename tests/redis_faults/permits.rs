@@ -31,6 +31,7 @@ use tower_lock::{
     engine::{Permits, redis::RedisBackend},
 };
 use tower_lock_test_support::fallbacks::Fallbacks;
+use tower_lock_test_support::history::{Mode, Recorder};
 use tower_lock_test_support::redis::{RedisServer, engine as redis_engine, residue};
 use tower_lock_test_support::serial;
 
@@ -226,7 +227,9 @@ async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
 }
 
 /// Shared and exclusive holders on three nodes, counted as they hold: never more than
-/// `N` shared, never anyone beside an exclusive one, while Redis is paused mid-run.
+/// `N` shared, never anyone beside an exclusive one, while Redis is paused mid-run. The
+/// run's history is checked too: the same bounds in real time, fences rising in grant
+/// order, FIFO callers granted in arrival order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
     let _group = serial::group(module_path!()).await;
@@ -241,20 +244,29 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
     let exclusive = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    let recorder = Recorder::new();
     let mut tasks = Vec::new();
     for w in 0..12 {
         let node = nodes[w % 3].clone();
-        let (shared, exclusive, grants, stop) = (
+        let (shared, exclusive, grants, stop, recorder) = (
             shared.clone(),
             exclusive.clone(),
             grants.clone(),
             stop.clone(),
+            recorder.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let alone = w % 6 == 0;
+            let fifo = w % 2 == 0;
+            let mode = if alone {
+                Mode::Exclusive
+            } else {
+                Mode::Shared { limit: N }
+            };
+            let who = (u32::try_from(w % 3).unwrap(), u32::try_from(w).unwrap());
             let mut permits = node
                 .permits("k", N as u32)
-                .fifo(w % 2 == 0)
+                .fifo(fifo)
                 .ttl(Duration::from_secs(5))
                 .wait(Duration::from_secs(20));
             if alone {
@@ -262,9 +274,11 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
             }
             while !stop.load(Ordering::SeqCst) {
                 // A failure (the server paused) is retried; nothing may be granted wrongly.
+                let acquiring = recorder.acquiring(who.0, who.1, "k", mode, fifo);
                 let Ok(lease) = permits.acquire().await else {
                     continue;
                 };
+                let holding = acquiring.granted(&lease);
                 if alone {
                     assert_eq!(exclusive.fetch_add(1, Ordering::SeqCst), 0, "two writers");
                     assert_eq!(shared.load(Ordering::SeqCst), 0, "a writer beside readers");
@@ -284,6 +298,7 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
                 } else {
                     shared.fetch_sub(1, Ordering::SeqCst);
                 }
+                holding.releasing(&lease);
                 let _ = lease.release().await;
             }
         }));
@@ -308,6 +323,9 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
     for t in tasks {
         t.await.expect("no worker saw a violation");
     }
+    recorder
+        .history()
+        .assert_valid(Some(Duration::from_millis(20)));
     until_no_residue(&server, "paused").await;
 }
 

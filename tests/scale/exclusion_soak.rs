@@ -5,10 +5,15 @@
 //!
 //! Every critical section reads and writes a store that accepts a read or a write only
 //! with a fence at least as high as the highest it has seen (the storage-side guard that
-//! fencing tokens exist for). At the end:
+//! fencing tokens exist for). Every acquisition, write and force release is recorded in a
+//! [`History`](tower_lock_test_support::history::History) (one clock: the test process's
+//! `Instant`), and at the end:
+//! - the history checker finds no two holders of a key at once unless the earlier had
+//!   been told its lease was lost, fences rising in grant order, a store whose accepted
+//!   writes a sequential execution explains (no lost update), and FIFO grants in arrival
+//!   order;
 //! - no write was refused for a stale fence while its writer still believed its lease
 //!   valid (`!lost()` and `owned()`, checked atomically with the write);
-//! - each key's counter equals the number of writes the store accepted (no lost update);
 //! - nothing is left behind but the documented fence tombstones.
 //!
 //! Each soak is bounded (about 20 s on Redis, 8 s in memory) and stops by itself. The seed
@@ -27,11 +32,16 @@ use std::{
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use tokio::{sync::Mutex, time::Instant};
 use tower_lock::{Lease, LockEngine, LockError, MemoryBackend};
+use tower_lock_test_support::history::{Mode, Recorder, Write};
 #[cfg(feature = "redis")]
 use tower_lock_test_support::redis::RedisServer;
 use tower_lock_test_support::serial;
 
 const KEYS: [&str; 3] = ["soak-a", "soak-b", "soak-c"];
+
+/// FIFO callers that arrive further apart than this are granted in arrival order: it
+/// covers the stretch between calling `acquire` and taking a ticket.
+const FIFO_SLACK: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Cell {
@@ -44,6 +54,7 @@ struct Cell {
 #[derive(Default)]
 struct Store {
     cells: Mutex<HashMap<&'static str, Cell>>,
+    history: Recorder,
     /// Writes refused while their writer believed its lease valid: must stay 0.
     violations: AtomicU64,
     cycles: AtomicU64,
@@ -66,13 +77,32 @@ impl Store {
     }
 
     /// A fenced write of `read + 1`, with the writer's belief checked in the same step.
-    async fn write(&self, key: &'static str, lease: &Lease, read: u64) {
+    async fn write(
+        &self,
+        (process, task): (u32, u32),
+        key: &'static str,
+        lease: &Lease,
+        read: u64,
+    ) {
         let fence = lease.fence().get();
+        let invoked = self.history.now();
         let mut cells = self.cells.lock().await;
         // Under the store's lock: nobody else reads or writes while the belief is taken.
         let believed = !lease.is_lost() && lease.owned().await.unwrap_or(false);
         let cell = cells.entry(key).or_default();
-        if fence >= cell.fence {
+        let accepted = fence >= cell.fence;
+        self.history.write(Write {
+            process,
+            task,
+            key: key.to_owned(),
+            fence,
+            read,
+            value: read + 1,
+            accepted,
+            invoked,
+            completed: self.history.now(),
+        });
+        if accepted {
             cell.fence = fence;
             cell.value = read + 1;
             cell.accepted += 1;
@@ -91,19 +121,19 @@ impl Store {
     async fn check(&self) {
         let cells = self.cells.lock().await;
         for (key, cell) in cells.iter() {
-            assert_eq!(
-                cell.value, cell.accepted,
-                "{key}: the counter lost an update"
-            );
+            self.history.final_value(key, cell.value);
         }
+        let history = self.history.history();
+        history.assert_valid(Some(FIFO_SLACK));
         let total: u64 = cells.values().map(|c| c.accepted).sum();
         eprintln!(
-            "soak: {} cycles, {total} writes accepted, {} refused (stale), {} cancelled, {} expired, {} backend errors",
+            "soak: {} cycles, {total} writes accepted, {} refused (stale), {} cancelled, {} expired, {} backend errors; the history of {} acquisitions checked",
             self.cycles.load(Ordering::Relaxed),
             self.refused.load(Ordering::Relaxed),
             self.cancelled.load(Ordering::Relaxed),
             self.expired.load(Ordering::Relaxed),
             self.errors.load(Ordering::Relaxed),
+            history.acquisitions.len(),
         );
         assert!(total > 0, "no critical section ever ran");
         assert_eq!(
@@ -121,22 +151,33 @@ fn seed() -> u64 {
         .unwrap_or_else(rand::random)
 }
 
-/// One worker: contended cycles with random cancellations, drops and expiries until
-/// `until`.
-async fn worker(engine: LockEngine, store: Arc<Store>, seed: u64, until: Instant, chaos: bool) {
+/// One worker (`who`: its node and task): contended cycles with random cancellations,
+/// drops and expiries until `until`, each recorded in the store's history.
+async fn worker(
+    engine: LockEngine,
+    store: Arc<Store>,
+    who: (u32, u32),
+    seed: u64,
+    until: Instant,
+    chaos: bool,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
+    let history = store.history.clone();
+    let (process, task) = who;
     while Instant::now() < until {
         let key = KEYS[rng.random_range(0..KEYS.len())];
         // Some leases are never renewed and outlive their TTL while held.
         let expiring = rng.random_bool(0.1);
+        let fifo = rng.random_bool(0.5);
         let lock = engine
             .lock(key)
             .ttl(Duration::from_millis(if expiring { 60 } else { 400 }))
             .auto_renew(!expiring)
-            .fifo(rng.random_bool(0.5))
+            .fifo(fifo)
             .wait(Duration::from_millis(rng.random_range(0..300)));
         if chaos && rng.random_bool(0.05) {
             // A waiter registered, then abandoned unpolled for a while before it is dropped.
+            let _acquiring = history.acquiring(process, task, key, Mode::Exclusive, fifo);
             let mut waiter = Box::pin(lock.acquire());
             let _ = futures_poll_once(waiter.as_mut());
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
@@ -145,10 +186,13 @@ async fn worker(engine: LockEngine, store: Arc<Store>, seed: u64, until: Instant
             continue;
         }
         if chaos && rng.random_bool(0.03) {
+            let invoked = history.now();
             let _ = engine.admin().force_release(key).await;
+            history.revocation(key, invoked);
         }
         // The caller sometimes gives up on the acquire mid-flight.
         let patience = Duration::from_millis(rng.random_range(0..400));
+        let acquiring = history.acquiring(process, task, key, Mode::Exclusive, fifo);
         let lease = match tokio::time::timeout(patience, lock.acquire()).await {
             Err(_) => {
                 store.cancelled.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +206,7 @@ async fn worker(engine: LockEngine, store: Arc<Store>, seed: u64, until: Instant
             Ok(Err(_)) => continue,
             Ok(Ok(lease)) => lease,
         };
+        let holding = acquiring.granted(&lease);
         store.cycles.fetch_add(1, Ordering::Relaxed);
         if let Some(read) = store.read(key, lease.fence().get()).await {
             let work = if expiring {
@@ -174,8 +219,10 @@ async fn worker(engine: LockEngine, store: Arc<Store>, seed: u64, until: Instant
                 store.expired.fetch_add(1, Ordering::Relaxed);
             }
             // Writes go out whatever the writer believes: the fence is the store's guard.
-            store.write(key, &lease, read).await;
+            store.write(who, key, &lease, read).await;
         }
+        // The hold ends where the release (or drop) begins.
+        holding.releasing(&lease);
         match rng.random_range(0..10) {
             // Dropped: released in the background.
             0..=1 => drop(lease),
@@ -202,13 +249,14 @@ fn futures_poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool
     fut.poll(&mut cx).is_ready()
 }
 
-/// Runs `workers` workers of `engine` on a runtime of their own, on a thread of its own.
+/// Runs `workers` workers of `engine` on a runtime of their own, on a thread of its own:
+/// node `process` of the history.
 fn node(
     make: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = LockEngine>>>
     + Send
     + 'static,
     store: Arc<Store>,
-    workers: u64,
+    (process, workers): (u32, u64),
     seed: u64,
     run_for: Duration,
     chaos: bool,
@@ -227,6 +275,7 @@ fn node(
                     tokio::spawn(worker(
                         engine.clone(),
                         store.clone(),
+                        (process, u32::try_from(w).unwrap()),
                         seed.wrapping_add(w),
                         until,
                         chaos,
@@ -266,7 +315,7 @@ fn redis_exclusion_soak_across_two_engines_and_a_restart() {
                     })
                 },
                 store.clone(),
-                4,
+                (u32::try_from(n).unwrap(), 4),
                 seed.wrapping_add(n * 1_000),
                 run_for,
                 false,
@@ -274,7 +323,10 @@ fn redis_exclusion_soak_across_two_engines_and_a_restart() {
         })
         .collect();
     thread::sleep(run_for / 2);
+    // The restart loses the queues: FIFO order holds again among those who arrive after it.
+    let began = store.history.now();
     redis.restart();
+    store.history.outage(began);
     for n in nodes {
         n.join().expect("a soak node panicked");
     }
@@ -318,7 +370,7 @@ fn memory_exclusion_soak_with_force_releases_and_abandoned_waiters() {
             node(
                 move || Box::pin(async move { engine }),
                 store.clone(),
-                4,
+                (u32::try_from(n).unwrap(), 4),
                 seed.wrapping_add(n * 1_000),
                 run_for,
                 true,

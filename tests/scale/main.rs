@@ -1,6 +1,6 @@
 //! Scale and endurance under faults: a Redis Cluster (a failover, a frozen primary, a
-//! killed primary), a Sentinel-managed primary that fails over, and the exclusion soaks on
-//! Redis and in memory.
+//! killed primary), a Sentinel-managed primary that fails over, and the exclusion and
+//! permit soaks on Redis and in memory, each checked through its recorded history.
 //!
 //! One test binary; each module is the file of one theme, its tests named as before under
 //! the module's name (`cargo test --test scale cluster_paused::`). Each Cluster and Sentinel
@@ -15,5 +15,6 @@ mod cluster_paused;
 #[cfg(feature = "redis-cluster")]
 mod cluster_primary_killed;
 mod exclusion_soak;
+mod permit_soak;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel_failover;
