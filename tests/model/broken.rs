@@ -1,0 +1,41 @@
+//! Deliberate breaks of the protocol: each must give the checker a counterexample.
+
+use stateright::Checker;
+
+use crate::checks::{SIZES, find};
+use crate::model::{Break, HandoffModel};
+use crate::properties::{ARRIVAL_ORDER, MUTUAL_EXCLUSION};
+
+/// Asserts the broken model violates `property`, and prints the path that shows it.
+fn counterexample(broken: Break, property: &'static str) {
+    let what = format!("{broken:?}");
+    let checker = find(HandoffModel::new(SIZES).broken(broken), property, &what);
+    let path = checker.discovery(property);
+    let path = path.unwrap_or_else(|| panic!("{broken:?}: no counterexample to {property:?}"));
+    let steps: Vec<String> = path
+        .into_actions()
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    eprintln!("{broken:?} breaks {property:?}: {}", steps.join(", "));
+}
+
+#[test]
+fn a_release_without_its_claim_check_lets_two_valid_leases_overlap() {
+    counterexample(Break::NoClaimCheck, MUTUAL_EXCLUSION);
+}
+
+#[test]
+fn a_release_that_skips_the_queue_lets_a_newcomer_overtake_a_waiter() {
+    counterexample(Break::ReleaseSkipsQueue, ARRIVAL_ORDER);
+}
+
+#[test]
+fn an_acquire_without_the_head_check_lets_a_newcomer_overtake_a_waiter() {
+    counterexample(Break::NoHeadCheck, ARRIVAL_ORDER);
+}
+
+#[test]
+fn a_waiter_that_takes_a_stale_grant_overlaps_the_next_holder() {
+    counterexample(Break::StaleGrantTaken, MUTUAL_EXCLUSION);
+}
