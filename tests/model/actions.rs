@@ -45,7 +45,7 @@ pub(crate) enum Action {
 }
 
 impl HandoffModel {
-    /// `ACQUIRE` (both of its uses); returns the client's new phase.
+    /// `ACQUIRE` (both of its uses): the client ends up holding or waiting.
     pub(crate) fn acquire(&self, s: &mut State, client: u8, retry: bool) {
         let me = s.owner(client);
         let (since, known) = match s.clients[usize::from(client)].0 {
@@ -55,7 +55,7 @@ impl HandoffModel {
         // A registered waiter looks at the lock first; a first attempt at the tombstone.
         let named = retry && known.is_some();
         let mut floor = None;
-        if !named && let Some(granted) = self.from_tombstone(s, me, &mut floor) {
+        if !named && let Some(granted) = self.take_tombstone(s, me, &mut floor) {
             return self.hold(s, client, granted, s.real + self.sizes.ttl);
         }
         if let Some(held) = s.lock {
@@ -79,7 +79,7 @@ impl HandoffModel {
                 });
             }
         } else {
-            if named && let Some(granted) = self.from_tombstone(s, me, &mut floor) {
+            if named && let Some(granted) = self.take_tombstone(s, me, &mut floor) {
                 return self.hold(s, client, granted, s.real + self.sizes.ttl);
             }
             let head = self.live_head(s, Some(me));
@@ -138,7 +138,7 @@ impl HandoffModel {
 
     /// The acquire's `from_tombstone`: a tombstone grants `last + 1` and is consumed; a
     /// hand-off fence is put back and becomes the floor of a fresh grant.
-    fn from_tombstone(&self, s: &mut State, me: Owner, floor: &mut Option<u16>) -> Option<u16> {
+    fn take_tombstone(&self, s: &mut State, me: Owner, floor: &mut Option<u16>) -> Option<u16> {
         let last = s.fence.take()?;
         if last.handoff {
             s.fence = Some(last);

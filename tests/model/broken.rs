@@ -4,7 +4,8 @@ use stateright::Checker;
 
 use crate::checks::{SIZES, find};
 use crate::model::{Break, HandoffModel};
-use crate::properties::{ARRIVAL_ORDER, MUTUAL_EXCLUSION};
+use crate::properties::{ARRIVAL_ORDER, FENCES_RISE, MUTUAL_EXCLUSION};
+use crate::state::Sizes;
 
 /// Asserts the broken model violates `property`, and prints the path that shows it.
 fn counterexample(broken: Break, property: &'static str) {
@@ -38,4 +39,24 @@ fn an_acquire_without_the_head_check_lets_a_newcomer_overtake_a_waiter() {
 #[test]
 fn a_waiter_that_takes_a_stale_grant_overlaps_the_next_holder() {
     counterexample(Break::StaleGrantTaken, MUTUAL_EXCLUSION);
+}
+
+#[test]
+fn a_clock_step_back_past_the_documented_bound_lets_fences_go_backwards() {
+    // The bound is less than `min(ttl, margin)`: 2 ticks here.
+    let sizes = Sizes {
+        step_back: 2,
+        ..SIZES
+    };
+    let checker = find(HandoffModel::new(sizes), FENCES_RISE, "step back 2");
+    let path = checker.discovery(FENCES_RISE).expect("a counterexample");
+    let steps: Vec<String> = path
+        .into_actions()
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    eprintln!(
+        "a step back of 2 breaks {FENCES_RISE:?}: {}",
+        steps.join(", ")
+    );
 }
