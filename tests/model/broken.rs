@@ -60,3 +60,36 @@ fn a_clock_step_back_past_the_documented_bound_lets_fences_go_backwards() {
         steps.join(", ")
     );
 }
+
+/// A gap the model found in the protocol as written, kept as a test until the engine closes
+/// it: the engine README bounds the clock step back by `min(lease TTL, 10 s)`, but a waiter
+/// tells a stale grant from a fresh one by its ticket's deadline (`deadline >= known`, server
+/// clock), which only rises between registrations when the clock steps back by less than the
+/// claim period (the ticket TTL, 3 s by default). Here the bound allows 2 ticks (TTL 3,
+/// margin 3) and the claim is 2: a grant whose claim lapsed while its message was delayed is
+/// taken after the waiter registered again, beside the next holder.
+#[test]
+fn a_step_back_as_long_as_the_claim_period_lets_a_stale_grant_through() {
+    let sizes = Sizes {
+        step_back: 2,
+        margin: 3,
+        ..SIZES
+    };
+    let checker = find(
+        HandoffModel::new(sizes),
+        MUTUAL_EXCLUSION,
+        "step back 2, claim 2",
+    );
+    let path = checker
+        .discovery(MUTUAL_EXCLUSION)
+        .expect("a counterexample");
+    let steps: Vec<String> = path
+        .into_actions()
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect();
+    eprintln!(
+        "a step back of 2 with a claim of 2 breaks {MUTUAL_EXCLUSION:?}: {}",
+        steps.join(", ")
+    );
+}
