@@ -2,6 +2,8 @@
 
 use std::{error::Error as StdError, fmt, time::Duration};
 
+use crate::ConfigError;
+
 /// Why a lock operation did not succeed.
 ///
 /// The variants tell apart the cases a caller reacts to differently: the key is busy (try
@@ -50,6 +52,16 @@ impl LockError {
             Self::Busy { retry_after }
             | Self::TimedOut { retry_after, .. }
             | Self::QueueFull { retry_after } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// Why the backend's configuration or server was refused, when that is what failed
+    /// (a [`BackendErrorKind::Config`] error with a typed cause).
+    #[must_use]
+    pub fn config(&self) -> Option<&ConfigError> {
+        match self {
+            Self::Backend(e) => e.config(),
             _ => None,
         }
     }
@@ -103,6 +115,12 @@ impl From<BackendError> for LockError {
     }
 }
 
+impl From<ConfigError> for LockError {
+    fn from(e: ConfigError) -> Self {
+        Self::Backend(e.into())
+    }
+}
+
 /// A lock key or token that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -145,6 +163,8 @@ pub struct BackendError {
     /// keeps every key as it was (see [`Self::is_busy`]).
     busy: bool,
     message: String,
+    /// The typed cause of a [`BackendErrorKind::Config`] error, when there is one.
+    config: Option<Box<ConfigError>>,
     source: Option<std::sync::Arc<dyn StdError + Send + Sync>>,
 }
 
@@ -162,6 +182,7 @@ pub enum BackendErrorKind {
     /// range), or the server it was given is not fit to keep locks (a Redis
     /// `maxmemory-policy` that may evict keys, a user without rights on the engine's
     /// wake-up channels); found at build time, and the message says why.
+    /// [`BackendError::config`] gives the refusal as a [`ConfigError`] to match on.
     Config,
     /// Fewer replicas than required acknowledged the write within their time (the Redis
     /// backend's `replica_ack`); the write was undone: an acquire that failed so holds
@@ -177,6 +198,7 @@ impl BackendError {
             refusal: false,
             busy: false,
             message: message.into(),
+            config: None,
             source: None,
         }
     }
@@ -222,6 +244,23 @@ impl BackendError {
     /// What kind of failure this is.
     pub fn kind(&self) -> BackendErrorKind {
         self.kind
+    }
+
+    /// Why the configuration or the server was refused, for a
+    /// [`Config`](BackendErrorKind::Config) error made from a [`ConfigError`]: the
+    /// refusal to match on, where the text is for people.
+    #[must_use]
+    pub fn config(&self) -> Option<&ConfigError> {
+        self.config.as_deref()
+    }
+}
+
+/// A [`Config`](BackendErrorKind::Config) error whose text is the refusal's.
+impl From<ConfigError> for BackendError {
+    fn from(e: ConfigError) -> Self {
+        let mut error = Self::new(BackendErrorKind::Config, e.to_string());
+        error.config = Some(Box::new(e));
+        error
     }
 }
 

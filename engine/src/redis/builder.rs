@@ -13,7 +13,7 @@ use super::{
     tls,
     wakeup::{self, Subscriber, Wakeup},
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture};
+use crate::{BackendError, BackendErrorKind, BoxFuture, ConfigError};
 
 /// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Clone, Debug)]
@@ -81,13 +81,8 @@ impl Target for Server {
             Self::Info(info) => redis::Client::open(*info),
         };
         Box::pin(async move {
-            let client = client.map_err(|e| {
-                BackendError::new(
-                    BackendErrorKind::Config,
-                    "invalid redis URL or connection settings",
-                )
-                .with_source(e)
-            })?;
+            let client =
+                client.map_err(|e| BackendError::from(ConfigError::InvalidUrl).with_source(e))?;
             Ok(one_server(Box::new(client), timeout, pool_size))
         })
     }
@@ -217,7 +212,6 @@ impl RedisBackendBuilder {
     /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
     /// / `Timeout` when the server cannot be reached.
     pub async fn build(self) -> Result<RedisBackend, BackendError> {
-        let config = |msg: String| BackendError::new(BackendErrorKind::Config, msg);
         if self.prefix.is_empty()
             || self.prefix.len() > MAX_PREFIX_LEN
             || self
@@ -225,28 +219,31 @@ impl RedisBackendBuilder {
                 .chars()
                 .any(|c| c == '{' || c == '}' || c.is_control())
         {
-            return Err(config(format!(
-                "redis key prefix {:?} must be 1 to {MAX_PREFIX_LEN} bytes without braces or control characters",
-                self.prefix
-            )));
+            return Err(ConfigError::Prefix {
+                prefix: self.prefix,
+                max: MAX_PREFIX_LEN,
+            }
+            .into());
         }
         if self.pool_size == 0 {
-            return Err(config("redis pool size must be at least 1".into()));
+            return Err(ConfigError::PoolSize.into());
         }
         if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
-            return Err(config(format!(
-                "redis command timeout must be positive and at most {MAX_COMMAND_TIMEOUT:?}, not {:?}",
-                self.command_timeout
-            )));
+            return Err(ConfigError::CommandTimeout {
+                timeout: self.command_timeout,
+                max: MAX_COMMAND_TIMEOUT,
+            }
+            .into());
         }
         let replica_ack = match self.replica_ack {
             None => None,
             Some((replicas, timeout)) => {
                 let replicas = u32::try_from(replicas).unwrap_or(0);
                 if replicas == 0 || timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
-                    return Err(config(format!(
-                        "replica_ack needs at least 1 replica and a positive timeout of at most {MAX_COMMAND_TIMEOUT:?}"
-                    )));
+                    return Err(ConfigError::ReplicaAck {
+                        max: MAX_COMMAND_TIMEOUT,
+                    }
+                    .into());
                 }
                 Some(ReplicaAck { replicas, timeout })
             }

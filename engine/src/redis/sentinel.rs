@@ -27,7 +27,7 @@ use super::{
     connector::ClientSource,
     wakeup::Subscriber,
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture};
+use crate::{BackendError, BoxFuture, ConfigError};
 
 impl RedisBackend {
     /// A builder for the primary that Redis Sentinel names `service` (`mymaster` in
@@ -63,10 +63,8 @@ impl Target for Sentinels {
         // Half a connect's budget for the lookup, half for the connect itself.
         let lookup = SentinelLookup::new(&self.urls, &self.service, timeout / 2);
         Box::pin(async move {
-            let lookup = lookup.map_err(|e| {
-                BackendError::new(BackendErrorKind::Config, "invalid redis sentinel URLs")
-                    .with_source(e)
-            })?;
+            let lookup =
+                lookup.map_err(|e| BackendError::from(ConfigError::SentinelUrls).with_source(e))?;
             Ok(one_server(Box::new(lookup), timeout, pool_size))
         })
     }

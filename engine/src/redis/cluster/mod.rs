@@ -15,7 +15,7 @@ use super::{
     commands::{Commands, Conn, Connections, map_error},
     wakeup::Subscriber,
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture, Resets, runtime};
+use crate::{BackendError, BackendErrorKind, BoxFuture, ConfigError, Resets, runtime};
 
 impl RedisBackend {
     /// A builder for a Redis Cluster, given the URLs of some of its nodes
@@ -88,10 +88,7 @@ async fn watch(
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(on_push)
         .build()
-        .map_err(|e| {
-            BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
-                .with_source(e)
-        })?;
+        .map_err(|e| BackendError::from(ConfigError::ClusterUrls).with_source(e))?;
     let connect = runtime::on_engine(client.get_async_connection());
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
@@ -129,10 +126,9 @@ async fn connect(
                 .retry_wait_formula(10, 2)
         }
     };
-    let client = builder().build().map_err(|e| {
-        BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
-            .with_source(e)
-    })?;
+    let client = builder()
+        .build()
+        .map_err(|e| BackendError::from(ConfigError::ClusterUrls).with_source(e))?;
     // Made on the engine's runtime, where its driver task then lives (see
     // `runtime::on_engine`).
     let connect = runtime::on_engine(client.get_async_connection());
