@@ -31,12 +31,11 @@ use crate::BoxFuture;
 mod pushes;
 mod reconcile;
 mod single;
-mod task;
+pub(crate) mod task;
 
 pub(crate) use pushes::{Pushes, pushes};
 pub(crate) use reconcile::{Event, Sink, next_event, reconcile, timeout};
 pub(crate) use single::single;
-pub(crate) use task::{Link, Step, subscriber};
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(1);

@@ -22,7 +22,11 @@ use tokio::time::Instant;
 
 use crate::{
     BoxFuture,
-    redis::wakeup::{HubState, Link, Pushes, Sink, Step, Subscriber, subscriber, timeout},
+    redis::wakeup::{
+        HubState, Pushes, Sink, Subscriber,
+        task::{Link, Step, subscriber},
+        timeout,
+    },
 };
 
 /// The subscriber of a hub on a cluster, whose connections `make` makes.

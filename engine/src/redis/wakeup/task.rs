@@ -42,6 +42,8 @@ pub(crate) enum Step {
     Ignore,
     /// Reconcile; with `wake`, subscriptions were lost (and forgotten), so the waiters of
     /// the channels resubscribed retry once (grants published meanwhile were lost).
+    /// Only a cluster's connection outlives the loss of some of its subscriptions.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
     Reconcile { wake: bool },
     /// The connection is gone: reconnect.
     Lost,
