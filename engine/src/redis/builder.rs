@@ -375,6 +375,7 @@ mod tests {
         ] {
             let err = builder.build().await.unwrap_err();
             assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+            assert_eq!(err.config(), Some(&ConfigError::NoTlsProvider), "{err}");
             assert!(err.to_string().contains("install_default"), "{err}");
         }
         // Without TLS no provider is needed: nothing listens on port 1.
