@@ -47,6 +47,7 @@ pub enum LockError {
 
 impl LockError {
     /// The holder's remaining TTL carried by contention errors, if any.
+    #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Busy { retry_after }
@@ -67,6 +68,7 @@ impl LockError {
     }
 
     /// `true` for the errors that mean "someone else holds the key": busy, timed out, queue full.
+    #[must_use]
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
@@ -204,6 +206,7 @@ impl BackendError {
     }
 
     /// Mark this failure as a [refusal](Self::is_refusal).
+    #[must_use]
     pub fn refused(mut self) -> Self {
         self.refusal = true;
         self
@@ -215,12 +218,14 @@ impl BackendError {
     /// `CLUSTERDOWN`). Unlike a broken connection or a timeout, nothing is in doubt: the
     /// same call may be sent again, and usually succeeds within moments. Such a failure is
     /// of kind [`Unavailable`](BackendErrorKind::Unavailable).
+    #[must_use]
     pub fn is_refusal(&self) -> bool {
         self.refusal
     }
 
     /// Mark this failure as the [refusal](Self::is_refusal) of a server that serves nobody
     /// while it lasts and keeps every lease as it was (see [`Self::is_busy`]).
+    #[must_use]
     pub fn busy(mut self) -> Self {
         self.refusal = true;
         self.busy = true;
@@ -231,17 +236,20 @@ impl BackendError {
     /// granted anything while it lasts (a Redis busy running a script): a renewal refused
     /// so is tried again within the lease's confirmed validity, not taken for a lost
     /// lease. Any other failed renewal loses its leases at once.
+    #[must_use]
     pub fn is_busy(&self) -> bool {
         self.busy
     }
 
     /// Attach the underlying error.
+    #[must_use]
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.source = Some(std::sync::Arc::new(source));
         self
     }
 
     /// What kind of failure this is.
+    #[must_use]
     pub fn kind(&self) -> BackendErrorKind {
         self.kind
     }

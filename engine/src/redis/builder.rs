@@ -144,6 +144,7 @@ impl RedisBackendBuilder {
     ///
     /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
     /// block forever) and at most [`MAX_COMMAND_TIMEOUT`].
+    #[must_use]
     pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
@@ -151,6 +152,7 @@ impl RedisBackendBuilder {
 
     /// The namespace of every Redis key and channel (default `"tower-lock"`): 1 to
     /// [`MAX_PREFIX_LEN`] bytes, no `{`, `}` or control characters.
+    #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -158,6 +160,7 @@ impl RedisBackendBuilder {
 
     /// The limit on every Redis call, connection check-out included (default 500 ms); at
     /// most [`MAX_COMMAND_TIMEOUT`].
+    #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -173,6 +176,7 @@ impl RedisBackendBuilder {
     /// [`BackendErrorKind::Config`] error. Opt in only for a server that cannot reach its
     /// `maxmemory` (or whose policy you vouch for but cannot let it read); fencing tokens
     /// checked by the storage are then the only guard against two holders.
+    #[must_use]
     pub fn allow_evicting_policy(mut self, allow: bool) -> Self {
         self.allow_evicting_policy = allow;
         self
@@ -190,12 +194,14 @@ impl RedisBackendBuilder {
     /// the [`BackendErrorKind::Config`] error `build()` would have given (logged once, at
     /// `error`). Configuration errors (a bad URL, prefix or timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
     /// discover the others: its build still fails while none answers.
+    #[must_use]
     pub fn start_before_redis(mut self, allow: bool) -> Self {
         self.start_before_redis = allow;
         self
     }
 
     /// How many multiplexed connections the pool keeps at most (default 16).
+    #[must_use]
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self
@@ -203,14 +209,18 @@ impl RedisBackendBuilder {
 
     /// Validate the configuration, connect, and check that the server answers.
     ///
-    /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
-    /// timeout, for a TLS address while no rustls crypto provider is installed for the
-    /// process (feature `redis-tls`: install the one your application uses with
-    /// `rustls::crypto::CryptoProvider::install_default`), for a server whose `maxmemory-policy` may evict keys (see
+    /// # Errors
+    ///
+    /// A [`BackendErrorKind::Config`] error, whose [`config`](BackendError::config) says
+    /// which [`ConfigError`], for a bad URL, prefix, pool size or timeout, for a TLS
+    /// address while no rustls crypto provider is installed for the process (feature
+    /// `redis-tls`: install the one your application uses with
+    /// `rustls::crypto::CryptoProvider::install_default`), for a server whose
+    /// `maxmemory-policy` may evict keys (see
     /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
     /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
-    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
-    /// / `Timeout` when the server cannot be reached.
+    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); an `Unavailable`
+    /// or `Timeout` error when the server cannot be reached.
     pub async fn build(self) -> Result<RedisBackend, BackendError> {
         if self.prefix.is_empty()
             || self.prefix.len() > MAX_PREFIX_LEN

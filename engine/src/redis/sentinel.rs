@@ -35,6 +35,7 @@ impl RedisBackend {
     /// Every new connection asks Sentinel for the current primary, so after a failover the
     /// backend follows it: connections that fail (or find their server demoted:
     /// `READONLY`) are retired, and their replacements go to the new primary.
+    #[must_use]
     pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,

@@ -23,6 +23,7 @@ impl RedisBackend {
     /// through redis-rs's cluster client, wake-ups use sharded pub/sub; see the
     /// [module docs](super#redis-cluster) for what differs from one server. The pool size
     /// does not apply: the cluster client keeps one multiplexed connection per node.
+    #[must_use]
     pub fn cluster<I, S>(nodes: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
