@@ -28,13 +28,7 @@ async fn connect(
     push: Pushes,
     timeout: Duration,
 ) -> Result<MultiplexedConnection, RedisError> {
-    let client = connector.client().await?;
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let client = connector.resp3_client().await?;
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(timeout))
         .set_response_timeout(Some(timeout))
