@@ -2,6 +2,8 @@
 
 use std::{error::Error as StdError, fmt, time::Duration};
 
+use crate::ConfigError;
+
 /// Why a lock operation did not succeed.
 ///
 /// The variants tell apart the cases a caller reacts to differently: the key is busy (try
@@ -45,6 +47,7 @@ pub enum LockError {
 
 impl LockError {
     /// The holder's remaining TTL carried by contention errors, if any.
+    #[must_use]
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Busy { retry_after }
@@ -54,7 +57,18 @@ impl LockError {
         }
     }
 
+    /// Why the backend's configuration or server was refused, when that is what failed
+    /// (a [`BackendErrorKind::Config`] error with a typed cause).
+    #[must_use]
+    pub fn config(&self) -> Option<&ConfigError> {
+        match self {
+            Self::Backend(e) => e.config(),
+            _ => None,
+        }
+    }
+
     /// `true` for the errors that mean "someone else holds the key": busy, timed out, queue full.
+    #[must_use]
     pub fn is_contention(&self) -> bool {
         matches!(
             self,
@@ -103,6 +117,12 @@ impl From<BackendError> for LockError {
     }
 }
 
+impl From<ConfigError> for LockError {
+    fn from(e: ConfigError) -> Self {
+        Self::Backend(e.into())
+    }
+}
+
 /// A lock key or token that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -145,6 +165,8 @@ pub struct BackendError {
     /// keeps every key as it was (see [`Self::is_busy`]).
     busy: bool,
     message: String,
+    /// The typed cause of a [`BackendErrorKind::Config`] error, when there is one.
+    config: Option<Box<ConfigError>>,
     source: Option<std::sync::Arc<dyn StdError + Send + Sync>>,
 }
 
@@ -162,6 +184,7 @@ pub enum BackendErrorKind {
     /// range), or the server it was given is not fit to keep locks (a Redis
     /// `maxmemory-policy` that may evict keys, a user without rights on the engine's
     /// wake-up channels); found at build time, and the message says why.
+    /// [`BackendError::config`] gives the refusal as a [`ConfigError`] to match on.
     Config,
     /// Fewer replicas than required acknowledged the write within their time (the Redis
     /// backend's `replica_ack`); the write was undone: an acquire that failed so holds
@@ -177,11 +200,13 @@ impl BackendError {
             refusal: false,
             busy: false,
             message: message.into(),
+            config: None,
             source: None,
         }
     }
 
     /// Mark this failure as a [refusal](Self::is_refusal).
+    #[must_use]
     pub fn refused(mut self) -> Self {
         self.refusal = true;
         self
@@ -193,12 +218,14 @@ impl BackendError {
     /// `CLUSTERDOWN`). Unlike a broken connection or a timeout, nothing is in doubt: the
     /// same call may be sent again, and usually succeeds within moments. Such a failure is
     /// of kind [`Unavailable`](BackendErrorKind::Unavailable).
+    #[must_use]
     pub fn is_refusal(&self) -> bool {
         self.refusal
     }
 
     /// Mark this failure as the [refusal](Self::is_refusal) of a server that serves nobody
     /// while it lasts and keeps every lease as it was (see [`Self::is_busy`]).
+    #[must_use]
     pub fn busy(mut self) -> Self {
         self.refusal = true;
         self.busy = true;
@@ -209,19 +236,39 @@ impl BackendError {
     /// granted anything while it lasts (a Redis busy running a script): a renewal refused
     /// so is tried again within the lease's confirmed validity, not taken for a lost
     /// lease. Any other failed renewal loses its leases at once.
+    #[must_use]
     pub fn is_busy(&self) -> bool {
         self.busy
     }
 
     /// Attach the underlying error.
+    #[must_use]
     pub fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
         self.source = Some(std::sync::Arc::new(source));
         self
     }
 
     /// What kind of failure this is.
+    #[must_use]
     pub fn kind(&self) -> BackendErrorKind {
         self.kind
+    }
+
+    /// Why the configuration or the server was refused, for a
+    /// [`Config`](BackendErrorKind::Config) error made from a [`ConfigError`]: the
+    /// refusal to match on, where the text is for people.
+    #[must_use]
+    pub fn config(&self) -> Option<&ConfigError> {
+        self.config.as_deref()
+    }
+}
+
+/// A [`Config`](BackendErrorKind::Config) error whose text is the refusal's.
+impl From<ConfigError> for BackendError {
+    fn from(e: ConfigError) -> Self {
+        let mut error = Self::new(BackendErrorKind::Config, e.to_string());
+        error.config = Some(Box::new(e));
+        error
     }
 }
 

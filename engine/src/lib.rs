@@ -51,6 +51,7 @@
 mod admin;
 mod backend;
 mod completion;
+mod config_error;
 #[cfg(feature = "conformance")]
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
@@ -82,6 +83,7 @@ pub use backend::{
     PermitBackend, PermitHolder, PermitRequest, PoolBackend, PoolHolders, RecordBackend,
     RecordOrGrant, Renewal,
 };
+pub use config_error::ConfigError;
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
 pub use lease::Lease;

@@ -15,4 +15,6 @@ mod conformance_redis_cluster;
 mod lease_lifecycle;
 #[cfg(feature = "redis")]
 mod redis_bring_your_own;
+#[cfg(feature = "redis")]
+mod redis_config_errors;
 mod refused_completion;

@@ -59,6 +59,9 @@ async fn every_call_is_refused_like_build(engine: &LockEngine, refused: &Backend
         }
         assert_eq!(err.kind(), BackendErrorKind::Config, "call {call}: {err}");
         assert_eq!(err.to_string(), refused.to_string(), "call {call}");
+        // The same typed refusal, to match on.
+        assert!(refused.config().is_some(), "{refused}");
+        assert_eq!(err.config(), refused.config(), "call {call}");
     }
 }
 

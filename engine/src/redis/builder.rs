@@ -13,7 +13,7 @@ use super::{
     tls,
     wakeup::{self, Subscriber, Wakeup},
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture};
+use crate::{BackendError, BackendErrorKind, BoxFuture, ConfigError};
 
 /// Builds a [`RedisBackend`]; see [`RedisBackend::builder`].
 #[derive(Clone, Debug)]
@@ -81,13 +81,8 @@ impl Target for Server {
             Self::Info(info) => redis::Client::open(*info),
         };
         Box::pin(async move {
-            let client = client.map_err(|e| {
-                BackendError::new(
-                    BackendErrorKind::Config,
-                    "invalid redis URL or connection settings",
-                )
-                .with_source(e)
-            })?;
+            let client =
+                client.map_err(|e| BackendError::from(ConfigError::InvalidUrl).with_source(e))?;
             Ok(one_server(Box::new(client), timeout, pool_size))
         })
     }
@@ -149,6 +144,7 @@ impl RedisBackendBuilder {
     ///
     /// `replicas` must be at least 1 and `timeout` positive (a zero `WAIT` timeout would
     /// block forever) and at most [`MAX_COMMAND_TIMEOUT`].
+    #[must_use]
     pub fn replica_ack(mut self, replicas: usize, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
@@ -156,6 +152,7 @@ impl RedisBackendBuilder {
 
     /// The namespace of every Redis key and channel (default `"tower-lock"`): 1 to
     /// [`MAX_PREFIX_LEN`] bytes, no `{`, `}` or control characters.
+    #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -163,6 +160,7 @@ impl RedisBackendBuilder {
 
     /// The limit on every Redis call, connection check-out included (default 500 ms); at
     /// most [`MAX_COMMAND_TIMEOUT`].
+    #[must_use]
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -178,6 +176,7 @@ impl RedisBackendBuilder {
     /// [`BackendErrorKind::Config`] error. Opt in only for a server that cannot reach its
     /// `maxmemory` (or whose policy you vouch for but cannot let it read); fencing tokens
     /// checked by the storage are then the only guard against two holders.
+    #[must_use]
     pub fn allow_evicting_policy(mut self, allow: bool) -> Self {
         self.allow_evicting_policy = allow;
         self
@@ -195,12 +194,14 @@ impl RedisBackendBuilder {
     /// the [`BackendErrorKind::Config`] error `build()` would have given (logged once, at
     /// `error`). Configuration errors (a bad URL, prefix or timeout) are still refused. Not for a Redis Cluster, whose client needs a node to
     /// discover the others: its build still fails while none answers.
+    #[must_use]
     pub fn start_before_redis(mut self, allow: bool) -> Self {
         self.start_before_redis = allow;
         self
     }
 
     /// How many multiplexed connections the pool keeps at most (default 16).
+    #[must_use]
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self
@@ -208,16 +209,19 @@ impl RedisBackendBuilder {
 
     /// Validate the configuration, connect, and check that the server answers.
     ///
-    /// Fails with a [`BackendErrorKind::Config`] error for a bad URL, prefix, pool size or
-    /// timeout, for a TLS address while no rustls crypto provider is installed for the
-    /// process (feature `redis-tls`: install the one your application uses with
-    /// `rustls::crypto::CryptoProvider::install_default`), for a server whose `maxmemory-policy` may evict keys (see
+    /// # Errors
+    ///
+    /// A [`BackendErrorKind::Config`] error, whose [`config`](BackendError::config) says
+    /// which [`ConfigError`], for a bad URL, prefix, pool size or timeout, for a TLS
+    /// address while no rustls crypto provider is installed for the process (feature
+    /// `redis-tls`: install the one your application uses with
+    /// `rustls::crypto::CryptoProvider::install_default`), for a server whose
+    /// `maxmemory-policy` may evict keys (see
     /// [`allow_evicting_policy`](Self::allow_evicting_policy)), and for a user that may not
     /// subscribe to or publish on the engine's wake-up channels (`<prefix>:*`; checked with
-    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); with `Unavailable`
-    /// / `Timeout` when the server cannot be reached.
+    /// `ACL DRYRUN`, or by publishing where the user may not run `ACL`); an `Unavailable`
+    /// or `Timeout` error when the server cannot be reached.
     pub async fn build(self) -> Result<RedisBackend, BackendError> {
-        let config = |msg: String| BackendError::new(BackendErrorKind::Config, msg);
         if self.prefix.is_empty()
             || self.prefix.len() > MAX_PREFIX_LEN
             || self
@@ -225,28 +229,31 @@ impl RedisBackendBuilder {
                 .chars()
                 .any(|c| c == '{' || c == '}' || c.is_control())
         {
-            return Err(config(format!(
-                "redis key prefix {:?} must be 1 to {MAX_PREFIX_LEN} bytes without braces or control characters",
-                self.prefix
-            )));
+            return Err(ConfigError::Prefix {
+                prefix: self.prefix,
+                max: MAX_PREFIX_LEN,
+            }
+            .into());
         }
         if self.pool_size == 0 {
-            return Err(config("redis pool size must be at least 1".into()));
+            return Err(ConfigError::PoolSize.into());
         }
         if self.command_timeout.is_zero() || self.command_timeout > MAX_COMMAND_TIMEOUT {
-            return Err(config(format!(
-                "redis command timeout must be positive and at most {MAX_COMMAND_TIMEOUT:?}, not {:?}",
-                self.command_timeout
-            )));
+            return Err(ConfigError::CommandTimeout {
+                timeout: self.command_timeout,
+                max: MAX_COMMAND_TIMEOUT,
+            }
+            .into());
         }
         let replica_ack = match self.replica_ack {
             None => None,
             Some((replicas, timeout)) => {
                 let replicas = u32::try_from(replicas).unwrap_or(0);
                 if replicas == 0 || timeout.is_zero() || timeout > MAX_COMMAND_TIMEOUT {
-                    return Err(config(format!(
-                        "replica_ack needs at least 1 replica and a positive timeout of at most {MAX_COMMAND_TIMEOUT:?}"
-                    )));
+                    return Err(ConfigError::ReplicaAck {
+                        max: MAX_COMMAND_TIMEOUT,
+                    }
+                    .into());
                 }
                 Some(ReplicaAck { replicas, timeout })
             }
@@ -378,6 +385,7 @@ mod tests {
         ] {
             let err = builder.build().await.unwrap_err();
             assert_eq!(err.kind(), BackendErrorKind::Config, "{err}");
+            assert_eq!(err.config(), Some(&ConfigError::NoTlsProvider), "{err}");
             assert!(err.to_string().contains("install_default"), "{err}");
         }
         // Without TLS no provider is needed: nothing listens on port 1.

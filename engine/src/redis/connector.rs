@@ -220,6 +220,17 @@ impl Connector {
         self.client.client().await
     }
 
+    /// A client like [`client`](Self::client)'s that speaks RESP3, for the connections
+    /// that receive pushes (the wake-up subscriber, the session watch).
+    pub(crate) async fn resp3_client(&self) -> Result<redis::Client, RedisError> {
+        let info = self.client().await?.get_connection_info().clone();
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        redis::Client::open(info.set_redis_settings(settings))
+    }
+
     /// Whether `conn` is of the current generation and was not found broken.
     pub(super) fn current(&self, conn: &PooledConn) -> bool {
         !conn.broken && conn.generation == self.generation.load(Ordering::Relaxed)

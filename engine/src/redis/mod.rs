@@ -99,6 +99,7 @@ impl fmt::Debug for RedisBackend {
 impl RedisBackend {
     /// A builder for `url` (`redis://host:port/db`; `rediss://…` with the `redis-tls`
     /// feature).
+    #[must_use]
     pub fn builder(url: impl Into<String>) -> RedisBackendBuilder {
         RedisBackendBuilder::new(Arc::new(Server::Url(url.into())))
     }
@@ -108,22 +109,29 @@ impl RedisBackend {
     /// `redis::Client::build_with_tls` with the application's own root certificate, under
     /// the `redis-tls` feature) are used as they are. The backend opens its own connections
     /// from it (a pool, and one subscriber connection).
+    #[must_use]
     pub fn from_client(client: redis::Client) -> RedisBackendBuilder {
         RedisBackendBuilder::new(Arc::new(Server::Client(Box::new(client))))
     }
 
     /// A builder over connection settings the application already has (host, port,
     /// database, username, password, TLS): [`redis::ConnectionInfo`].
+    #[must_use]
     pub fn from_connection_info(info: redis::ConnectionInfo) -> RedisBackendBuilder {
         RedisBackendBuilder::new(Arc::new(Server::Info(Box::new(info))))
     }
 
     /// Connect with the defaults: prefix `"tower-lock"`, 500 ms timeout, 16 connections.
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisBackendBuilder::build`].
     pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
         Self::builder(url).build().await
     }
 
     /// The key prefix.
+    #[must_use]
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
     }

@@ -27,7 +27,7 @@ use super::{
     connector::ClientSource,
     wakeup::Subscriber,
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture};
+use crate::{BackendError, BoxFuture, ConfigError};
 
 impl RedisBackend {
     /// A builder for the primary that Redis Sentinel names `service` (`mymaster` in
@@ -35,6 +35,7 @@ impl RedisBackend {
     /// Every new connection asks Sentinel for the current primary, so after a failover the
     /// backend follows it: connections that fail (or find their server demoted:
     /// `READONLY`) are retired, and their replacements go to the new primary.
+    #[must_use]
     pub fn sentinel<I, S>(sentinels: I, service: impl Into<String>) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -63,10 +64,8 @@ impl Target for Sentinels {
         // Half a connect's budget for the lookup, half for the connect itself.
         let lookup = SentinelLookup::new(&self.urls, &self.service, timeout / 2);
         Box::pin(async move {
-            let lookup = lookup.map_err(|e| {
-                BackendError::new(BackendErrorKind::Config, "invalid redis sentinel URLs")
-                    .with_source(e)
-            })?;
+            let lookup =
+                lookup.map_err(|e| BackendError::from(ConfigError::SentinelUrls).with_source(e))?;
             Ok(one_server(Box::new(lookup), timeout, pool_size))
         })
     }

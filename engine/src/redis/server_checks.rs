@@ -3,7 +3,7 @@
 //! that the user may publish and subscribe on the engine's wake-up channels.
 //!
 //! Both are refusals at build time, with a [`BackendErrorKind::Config`] error that says
-//! why: found later, the first would hand a held lock to a second holder under memory
+//! why (its [`ConfigError`] is the refusal to match on): found later, the first would hand a held lock to a second holder under memory
 //! pressure, the second would leave every waiter to its fallback timer.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +12,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::commands::{Commands, timed_out};
-use crate::{BackendError, BackendErrorKind};
+use crate::{BackendError, BackendErrorKind, ConfigError};
 
 /// The checks of a backend built before its server answered
 /// ([`start_before_redis`](super::RedisBackendBuilder::start_before_redis)): run on the
@@ -120,40 +120,23 @@ pub(super) async fn eviction(pool: &Commands) -> Result<(), BackendError> {
                     .map(str::to_owned)
                     .collect(),
                 Err(e) if e.kind() == BackendErrorKind::Protocol => {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Config,
-                        "cannot read the redis server's maxmemory-policy (CONFIG GET and INFO \
-                         memory are both refused); the lock server must not evict keys: make \
-                         sure it runs with noeviction, then opt in with \
-                         allow_evicting_policy(true)",
-                    )
-                    .with_source(e));
+                    return Err(
+                        BackendError::from(ConfigError::EvictionPolicyUnreadable).with_source(e)
+                    );
                 }
                 Err(e) => return Err(e),
             }
         }
     };
     if policies.is_empty() {
-        return Err(BackendError::new(
-            BackendErrorKind::Config,
-            "the redis server reported no maxmemory-policy; the lock server must not evict \
-             keys: make sure it runs with noeviction, then opt in with \
-             allow_evicting_policy(true)",
-        ));
+        return Err(ConfigError::EvictionPolicyUnreported.into());
     }
     match policies
         .iter()
         .find(|p| !p.eq_ignore_ascii_case("noeviction"))
     {
         None => Ok(()),
-        Some(policy) => Err(BackendError::new(
-            BackendErrorKind::Config,
-            format!(
-                "the redis server runs with maxmemory-policy {policy}, which may evict held \
-                 locks (every engine key has a TTL) and hand them to a second holder; use \
-                 noeviction on the lock server, or opt in with allow_evicting_policy(true)"
-            ),
-        )),
+        Some(policy) => Err(ConfigError::EvictingPolicy(policy.clone()).into()),
     }
 }
 
@@ -174,19 +157,13 @@ pub(super) async fn channels(
     };
     // The hash tag of a real lock is 16 hex digits: no lock's channel is this one.
     let channel = format!("{prefix}:{{build-check}}:{kind}:");
-    let refused = |user: Option<&str>, command: &str, why: &str| {
-        let user = user.map_or("the redis user".to_owned(), |u| {
-            format!("the redis user `{u}`")
-        });
-        BackendError::new(
-            BackendErrorKind::Config,
-            format!(
-                "{user} may not {command} on the lock engine's wake-up \
-                 channels ({why}), so grants could not wake waiters: grant it \
-                 `&{prefix}:*` (and +{})",
-                command.to_ascii_lowercase()
-            ),
-        )
+    let refused = |user: Option<&str>, command: &'static str, why: &str| {
+        BackendError::from(ConfigError::ChannelRights {
+            user: user.map(str::to_owned),
+            command,
+            reason: why.to_owned(),
+            prefix: prefix.to_owned(),
+        })
     };
     let whoami = pool
         .query_unchecked::<String>("ACL WHOAMI", redis::cmd("ACL").arg("WHOAMI"))

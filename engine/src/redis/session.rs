@@ -183,13 +183,7 @@ async fn connect(
     on_push: impl redis::aio::AsyncPushSender,
     channel: &str,
 ) -> Result<(MultiplexedConnection, String), RedisError> {
-    let client = connector.client().await?;
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
+    let client = connector.resp3_client().await?;
     // No response timeout: the connection only ever waits for its end.
     let config = redis::AsyncConnectionConfig::new().set_push_sender(on_push);
     let mut conn = client

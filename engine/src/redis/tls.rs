@@ -26,20 +26,13 @@ pub(super) fn is_tls_url(url: &str) -> bool {
 }
 
 /// `Ok` when rustls has a crypto provider for this process; otherwise a
-/// [`Config`](crate::BackendErrorKind::Config) error that says how to install one.
+/// [`NoTlsProvider`](crate::ConfigError::NoTlsProvider) error that says how to install one.
 #[cfg(feature = "redis-tls")]
 pub(super) fn provider_installed() -> Result<(), BackendError> {
     if rustls::crypto::CryptoProvider::get_default().is_some() {
         return Ok(());
     }
-    Err(BackendError::new(
-        crate::BackendErrorKind::Config,
-        "TLS to Redis needs a rustls crypto provider installed for the process, and none is: \
-         install the one your application uses once at startup, before building the backend, \
-         e.g. `rustls::crypto::aws_lc_rs::default_provider().install_default()` (rustls's \
-         `aws-lc-rs` feature) or `rustls::crypto::ring::default_provider().install_default()` \
-         (its `ring` feature); the `redis-tls` feature enables none of its own",
-    ))
+    Err(crate::ConfigError::NoTlsProvider.into())
 }
 
 /// Without `redis-tls` redis-rs has no TLS: it refuses a TLS address itself, as an

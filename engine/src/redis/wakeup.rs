@@ -5,7 +5,8 @@
 //! last one leaves, the channel stays subscribed for [`LINGER`] (a key contended once is
 //! likely contended again soon, and a subscription already in place spares the next waiter
 //! a round trip: see [`Wakeup::mark`]). One background task owns the subscriber connection
-//! (`task`; on a Redis Cluster, the cluster module's): it reconciles the wanted channels
+//! (`task`, the one reconnect loop; its connection is one server's, `single`, or a Redis
+//! Cluster's, in the cluster module): it reconciles the wanted channels
 //! with the subscribed ones (batched SUBSCRIBE / UNSUBSCRIBE, `reconcile`); messages are
 //! dispatched as the connection reads them (RESP3 pushes, `pushes`); and when the
 //! connection breaks the task reconnects, resubscribes every wanted channel, and wakes every
@@ -29,11 +30,12 @@ use crate::BoxFuture;
 
 mod pushes;
 mod reconcile;
+mod single;
 pub(crate) mod task;
 
 pub(crate) use pushes::{Pushes, pushes};
 pub(crate) use reconcile::{Event, Sink, next_event, reconcile, timeout};
-pub(crate) use task::single;
+pub(crate) use single::single;
 
 /// How long a channel stays subscribed after its last local waiter left.
 const LINGER: Duration = Duration::from_secs(1);

@@ -15,7 +15,7 @@ use super::{
     commands::{Commands, Conn, Connections, map_error},
     wakeup::Subscriber,
 };
-use crate::{BackendError, BackendErrorKind, BoxFuture, Resets, runtime};
+use crate::{BackendError, BackendErrorKind, BoxFuture, ConfigError, Resets, runtime};
 
 impl RedisBackend {
     /// A builder for a Redis Cluster, given the URLs of some of its nodes
@@ -23,6 +23,7 @@ impl RedisBackend {
     /// through redis-rs's cluster client, wake-ups use sharded pub/sub; see the
     /// [module docs](super#redis-cluster) for what differs from one server. The pool size
     /// does not apply: the cluster client keeps one multiplexed connection per node.
+    #[must_use]
     pub fn cluster<I, S>(nodes: I) -> RedisBackendBuilder
     where
         I: IntoIterator<Item = S>,
@@ -88,10 +89,7 @@ async fn watch(
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(on_push)
         .build()
-        .map_err(|e| {
-            BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
-                .with_source(e)
-        })?;
+        .map_err(|e| BackendError::from(ConfigError::ClusterUrls).with_source(e))?;
     let connect = runtime::on_engine(client.get_async_connection());
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(conn)) => Ok(conn),
@@ -129,10 +127,9 @@ async fn connect(
                 .retry_wait_formula(10, 2)
         }
     };
-    let client = builder().build().map_err(|e| {
-        BackendError::new(BackendErrorKind::Config, "invalid redis cluster node URLs")
-            .with_source(e)
-    })?;
+    let client = builder()
+        .build()
+        .map_err(|e| BackendError::from(ConfigError::ClusterUrls).with_source(e))?;
     // Made on the engine's runtime, where its driver task then lives (see
     // `runtime::on_engine`).
     let connect = runtime::on_engine(client.get_async_connection());

@@ -13,99 +13,67 @@
 //! new owner, once the connection's slot map names it (see [`follow_slots`]). Either way
 //! the channels' waiters retry once, as after any reconnect.
 
-use std::{
-    sync::{Arc, Weak},
-    time::Duration,
-};
+use std::time::Duration;
 
-use redis::{PushInfo, PushKind, Value, cluster::ClusterClient, cluster_async::ClusterConnection};
+use redis::{
+    PushInfo, PushKind, RedisError, Value, cluster::ClusterClient, cluster_async::ClusterConnection,
+};
 use tokio::time::Instant;
 
 use crate::{
     BoxFuture,
     redis::wakeup::{
-        Event, HubState, Pushes, Sink, Subscriber, next_event, pushes, reconcile,
-        task::{connected, refused},
+        HubState, Pushes, Sink, Subscriber,
+        task::{Link, Step, subscriber},
         timeout,
     },
 };
-
-/// Makes a RESP3 cluster client that sends its pushes to the given sender.
-type MakeClient = dyn Fn(Pushes) -> redis::RedisResult<ClusterClient> + Send + Sync;
 
 /// The subscriber of a hub on a cluster, whose connections `make` makes.
 pub(super) fn new(
     make: impl Fn(Pushes) -> redis::RedisResult<ClusterClient> + Send + Sync + 'static,
 ) -> Subscriber {
-    let make: Arc<MakeClient> = Arc::new(make);
-    Box::new(move |hub| Box::pin(run(hub, make.clone())))
+    subscriber(move |push, _limit| {
+        let client = make(push);
+        Box::pin(async move {
+            let conn = client?.get_async_connection().await?;
+            Ok(Sharded {
+                conn,
+                ended: Vec::new(),
+            })
+        })
+    })
 }
 
-async fn run(weak: Weak<HubState>, make: Arc<MakeClient>) {
-    let mut backoff = Duration::from_millis(50);
-    let mut reconnecting = false;
-    loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let (push, mut rx) = pushes(&weak);
-        let connect = async {
-            let client = make(push)?;
-            client.get_async_connection().await
-        };
-        let Some(mut conn) = connected(&shared, connect).await else {
-            drop(shared);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            reconnecting = true;
-            continue;
-        };
-        // The backoff is reset only once a subscription went through (below): a server
-        // that accepts connections but refuses the subscriptions (an ACL without channel
-        // rights) must not be reconnected to in a loop.
-        if reconnecting {
-            tracing::info!("lock wake-up subscriber reconnected");
-        }
-        let mut wake = reconnecting;
-        let mut first = true;
-        // Channels whose subscriptions the server ended (see `on_push`).
-        let mut ended = Vec::new();
-        loop {
-            if !first {
-                match next_event(&shared, &mut rx).await {
-                    Event::Push(push) => wake |= on_push(&shared, &push, &mut ended),
-                    // The connection is gone for good.
-                    Event::Closed => break,
-                    Event::Reconcile => {}
-                }
-            }
-            first = false;
-            if let Err(error) = follow_slots(&mut conn, &mut ended, shared.connect_timeout).await {
+/// A cluster subscriber connection, and the channels whose subscriptions the server ended
+/// (see [`on_push`]), to be resubscribed on their slots' new primaries.
+struct Sharded {
+    conn: ClusterConnection,
+    ended: Vec<String>,
+}
+
+/// A node connection that drops is reconnected by redis-rs itself: its subscriptions are
+/// forgotten and resubscribed here, channel by channel, on the same cluster connection.
+impl Link for Sharded {
+    fn on_push(&mut self, shared: &HubState, push: &PushInfo) -> Step {
+        let wake = on_push(shared, push, &mut self.ended);
+        Step::Reconcile { wake }
+    }
+
+    fn prepare(&mut self, limit: Duration) -> BoxFuture<'_, Result<(), RedisError>> {
+        Box::pin(async move {
+            let followed = follow_slots(&mut self.conn, &mut self.ended, limit).await;
+            if let Err(error) = &followed {
                 tracing::debug!(%error, "lock wake-up subscriber could not locate a slot");
-                break;
             }
-            if let Err(error) = reconcile(&shared, &mut conn, wake).await {
-                // Resubscribing failed: start over on a fresh connection after a pause.
-                // A refusal (an ACL without channel rights) makes the pause grow; a slot
-                // without a primary mid-failover or a timeout does not, so the
-                // subscriptions follow the new primary as soon as it serves.
-                if !refused(&error, &mut backoff) {
-                    tracing::debug!(%error, "lock wake-up subscriber failed");
-                }
-                break;
-            }
-            backoff = Duration::from_millis(50);
-            wake = false;
-        }
-        shared.forget_subscriptions(None);
-        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
-        reconnecting = true;
-        drop(shared);
-        tokio::time::sleep(backoff).await;
+            followed
+        })
     }
 }
 
 /// Handle one push. Returns whether subscriptions were lost (they are then resubscribed,
 /// and their waiters retry).
-fn on_push(shared: &Arc<HubState>, push: &PushInfo, ended: &mut Vec<String>) -> bool {
+fn on_push(shared: &HubState, push: &PushInfo, ended: &mut Vec<String>) -> bool {
     match push.kind {
         // A node connection dropped: which of our channels it carried is unknown here, so
         // all of them are resubscribed.
@@ -150,10 +118,10 @@ fn on_push(shared: &Arc<HubState>, push: &PushInfo, ended: &mut Vec<String>) -> 
 /// the replica, and both are tried again (no event tells a client that the nodes' views
 /// have converged), until `limit`.
 async fn follow_slots(
-    conn: &mut redis::cluster_async::ClusterConnection,
+    conn: &mut ClusterConnection,
     ended: &mut Vec<String>,
     limit: Duration,
-) -> Result<(), redis::RedisError> {
+) -> Result<(), RedisError> {
     use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
     let give_up = Instant::now() + limit;
@@ -171,7 +139,7 @@ async fn follow_slots(
                 break;
             }
             if Instant::now() >= give_up {
-                return Err(redis::RedisError::from(std::io::Error::new(
+                return Err(RedisError::from(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the slot map still names a replica as the slot's primary",
                 )));
@@ -196,15 +164,15 @@ fn is_primary(role: &Value) -> bool {
 
 /// Sharded subscriptions, one channel per command: each is routed to its own slot's node,
 /// and a multi-slot `SSUBSCRIBE` is refused (`CROSSSLOT`).
-impl Sink for ClusterConnection {
+impl Sink for Sharded {
     fn subscribe<'a>(
         &'a mut self,
         channels: &'a [String],
         limit: Duration,
-    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
+    ) -> BoxFuture<'a, Result<(), RedisError>> {
         Box::pin(async move {
             for channel in channels {
-                timeout(limit, self.ssubscribe(channel)).await?;
+                timeout(limit, self.conn.ssubscribe(channel)).await?;
             }
             Ok(())
         })
@@ -214,10 +182,10 @@ impl Sink for ClusterConnection {
         &'a mut self,
         channels: &'a [String],
         limit: Duration,
-    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
+    ) -> BoxFuture<'a, Result<(), RedisError>> {
         Box::pin(async move {
             for channel in channels {
-                timeout(limit, self.sunsubscribe(channel)).await?;
+                timeout(limit, self.conn.sunsubscribe(channel)).await?;
             }
             Ok(())
         })

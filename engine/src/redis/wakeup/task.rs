@@ -1,22 +1,146 @@
-//! The subscriber task on one server: connect (through the command pool's connector, so a
-//! Sentinel failover is followed), reconcile, and reconnect with a backoff on failure; and
-//! what the cluster's task shares with it.
+//! The subscriber task: the one reconnect loop of every hub, on one server or on a Redis
+//! Cluster. Connect, reconcile, then reconcile again at every event; when the connection
+//! is lost or a subscription fails, forget every subscription and reconnect, with a
+//! backoff that grows while connects fail or the server refuses the subscriptions. What
+//! differs between one server and a cluster (how to connect, what a push means, what to
+//! do before reconciling) is the connection's [`Link`].
 
 use std::{
     sync::{Arc, Weak},
     time::Duration,
 };
 
-use redis::aio::MultiplexedConnection;
+use redis::{PushInfo, RedisError};
 
-use super::{Event, HubState, Pushes, Sink, Subscriber, next_event, pushes, reconcile, timeout};
-use crate::{BoxFuture, redis::connector::Connector};
+use super::{Event, HubState, Pushes, Sink, Subscriber, next_event, pushes, reconcile};
+use crate::BoxFuture;
 
-/// The subscriber of a hub on one server: a RESP3 connection (`SUBSCRIBE`, messages as
-/// pushes), made through the command pool's `connector` (for Sentinel: to the primary it
-/// names now).
-pub(crate) fn single(connector: Arc<Connector>) -> Subscriber {
-    Box::new(move |hub| Box::pin(run(hub, connector.clone())))
+/// The pause after a failure that may well not happen again (a timeout, a slot without a
+/// primary in a failover): the subscriptions follow the server as soon as it serves.
+const SHORTEST: Duration = Duration::from_millis(50);
+/// The longest pause between attempts.
+const LONGEST: Duration = Duration::from_secs(1);
+
+/// A subscriber connection as the reconnect loop sees it: where subscriptions go
+/// ([`Sink`]), what a push other than a message means, and what must happen before each
+/// reconciliation.
+pub(crate) trait Link: Sink + Sized + 'static {
+    /// What `push` (a push other than a published message: those are dispatched where
+    /// the connection reads them, by [`Pushes`]) means for this connection.
+    fn on_push(&mut self, shared: &HubState, push: &PushInfo) -> Step;
+
+    /// Run before every reconciliation, each command within `limit`; a failure ends the
+    /// connection, as a failed subscription does.
+    fn prepare(&mut self, _limit: Duration) -> BoxFuture<'_, Result<(), RedisError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+/// What a push means for the connection it came on (see [`Link::on_push`]).
+pub(crate) enum Step {
+    /// Nothing to do (a subscription confirmation).
+    Ignore,
+    /// Reconcile; with `wake`, subscriptions were lost (and forgotten), so the waiters of
+    /// the channels resubscribed retry once (grants published meanwhile were lost).
+    /// Only a cluster's connection outlives the loss of some of its subscriptions.
+    #[cfg_attr(not(feature = "redis-cluster"), allow(dead_code))]
+    Reconcile { wake: bool },
+    /// The connection is gone: reconnect.
+    Lost,
+}
+
+/// Makes a hub's subscriber connection, sending its pushes to the given sender, within the
+/// given connect timeout.
+type Connect<L> =
+    dyn Fn(Pushes, Duration) -> BoxFuture<'static, Result<L, RedisError>> + Send + Sync;
+
+/// The subscriber of a hub whose connections `connect` makes.
+pub(crate) fn subscriber<L: Link>(
+    connect: impl Fn(Pushes, Duration) -> BoxFuture<'static, Result<L, RedisError>>
+    + Send
+    + Sync
+    + 'static,
+) -> Subscriber {
+    let connect: Arc<Connect<L>> = Arc::new(connect);
+    Box::new(move |hub| Box::pin(run(hub, connect.clone())))
+}
+
+/// The subscriber task: connect, reconcile; reconnect with backoff on failure. The
+/// connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
+async fn run<L: Link>(weak: Weak<HubState>, connect: Arc<Connect<L>>) {
+    let mut backoff = SHORTEST;
+    let mut reconnecting = false;
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let (push, mut rx) = pushes(&weak);
+        let Some(mut link) = connected(&shared, connect(push, shared.connect_timeout)).await else {
+            drop(shared);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(LONGEST);
+            reconnecting = true;
+            continue;
+        };
+        // The backoff is reset only once a subscription went through (in `session`): a
+        // server that accepts connections but refuses the subscriptions (an ACL without
+        // channel rights) must not be reconnected to in a loop.
+        if reconnecting {
+            tracing::info!("lock wake-up subscriber reconnected");
+        }
+        let failed = session(&shared, &mut link, &mut rx, reconnecting, &mut backoff).await;
+        shared.forget_subscriptions(None);
+        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
+        // The command connections are left alone: they have their own failures to retire
+        // them (and a subscriber refused its channels says nothing about them).
+        reconnecting = true;
+        drop(shared);
+        // A failure of ours (a refused or timed-out subscription): the server may well
+        // accept the next connection and fail the same way, so the pause is taken before
+        // it, not only after a failed connect. A connection that dropped after working is
+        // replaced at once.
+        if failed {
+            tokio::time::sleep(backoff).await;
+        }
+    }
+}
+
+/// One connection's life: reconcile at once (waking every waiter after a reconnect), then
+/// at every event, until the connection is lost (`false`) or a failure of ours ends it
+/// (`true`).
+async fn session<L: Link>(
+    shared: &HubState,
+    link: &mut L,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<PushInfo>,
+    mut wake: bool,
+    backoff: &mut Duration,
+) -> bool {
+    let mut first = true;
+    loop {
+        if !first {
+            match next_event(shared, rx).await {
+                Event::Reconcile => {}
+                Event::Push(push) => match link.on_push(shared, &push) {
+                    Step::Ignore => continue,
+                    Step::Reconcile { wake: lost } => wake |= lost,
+                    Step::Lost => return false,
+                },
+                // The connection's push sender is gone: so is the connection.
+                Event::Closed => return false,
+            }
+        }
+        first = false;
+        if link.prepare(shared.connect_timeout).await.is_err() {
+            return true;
+        }
+        if let Err(error) = reconcile(shared, link, wake).await {
+            if !refused(&error, backoff) {
+                tracing::debug!(%error, "lock wake-up subscriber failed");
+            }
+            return true;
+        }
+        // A subscription went through: the next failure starts backing off afresh.
+        *backoff = SHORTEST;
+        wake = false;
+    }
 }
 
 /// Whether a subscription failed because the server refused it (`NOPERM`: an ACL user
@@ -24,84 +148,22 @@ pub(crate) fn single(connector: Arc<Connector>) -> Subscriber {
 /// pause before it grows (logged at `warn`); any other failure (a timeout, a slot without
 /// a primary in a failover) is retried after the shortest pause, which `backoff` is reset
 /// to.
-pub(crate) fn refused(error: &redis::RedisError, backoff: &mut Duration) -> bool {
+fn refused(error: &RedisError, backoff: &mut Duration) -> bool {
     let refused = error.code() == Some("NOPERM");
     if refused {
         tracing::warn!(%error, "lock wake-up subscription refused; retrying with a backoff");
-        *backoff = (*backoff * 2).min(Duration::from_secs(1));
+        *backoff = (*backoff * 2).min(LONGEST);
     } else {
-        *backoff = Duration::from_millis(50);
+        *backoff = SHORTEST;
     }
     refused
 }
 
-/// The subscriber task on one server: connect, reconcile; reconnect with backoff on
-/// failure. The connection speaks RESP3, so messages arrive as pushes (see [`Pushes`]).
-async fn run(weak: Weak<HubState>, connector: Arc<Connector>) {
-    let mut backoff = Duration::from_millis(50);
-    let mut reconnecting = false;
-    loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let (push, mut rx) = pushes(&weak);
-        let connect = connect_single(&connector, push, shared.connect_timeout);
-        let Some(mut conn) = connected(&shared, connect).await else {
-            drop(shared);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-            reconnecting = true;
-            continue;
-        };
-        if reconnecting {
-            tracing::info!("lock wake-up subscriber reconnected");
-        }
-        // Whether the session ended in an error of ours (a refused or timed-out
-        // subscription) rather than a connection that dropped after working.
-        let mut failed = false;
-        let mut first = true;
-        loop {
-            if !first {
-                match next_event(&shared, &mut rx).await {
-                    Event::Reconcile => {}
-                    // The connection dropped (the only push that comes here but
-                    // subscription confirmations, which need nothing).
-                    Event::Push(push) if push.kind == redis::PushKind::Disconnection => break,
-                    Event::Push(_) => continue,
-                    Event::Closed => break,
-                }
-            }
-            let resubscribed = first && reconnecting;
-            first = false;
-            if let Err(error) = reconcile(&shared, &mut conn, resubscribed).await {
-                // A `NOPERM` (an ACL user without channel rights), a timeout: the server
-                // may well accept the next connection and refuse again, so the pause
-                // below is taken before it (not only after a failed connect); it grows
-                // after a refusal.
-                if !refused(&error, &mut backoff) {
-                    tracing::debug!(%error, "lock wake-up subscriber failed");
-                }
-                failed = true;
-                break;
-            }
-            // A subscription went through: the next failure starts backing off afresh.
-            backoff = Duration::from_millis(50);
-        }
-        shared.forget_subscriptions(None);
-        tracing::warn!("lock wake-up subscriber connection lost; reconnecting");
-        // The command connections are left alone: they have their own failures to retire
-        // them (and a subscriber refused its channels says nothing about them).
-        reconnecting = true;
-        drop(shared);
-        if failed {
-            tokio::time::sleep(backoff).await;
-        }
-    }
-}
-
 /// The subscriber connection `connect` makes, within the connect timeout; `None` (logged)
 /// when it fails, and the caller backs off.
-pub(crate) async fn connected<T>(
+async fn connected<T>(
     shared: &HubState,
-    connect: impl Future<Output = Result<T, redis::RedisError>>,
+    connect: impl Future<Output = Result<T, RedisError>>,
 ) -> Option<T> {
     match tokio::time::timeout(shared.connect_timeout, connect).await {
         Ok(Ok(conn)) => Some(conn),
@@ -113,46 +175,5 @@ pub(crate) async fn connected<T>(
             tracing::debug!("lock wake-up subscriber connect timed out");
             None
         }
-    }
-}
-
-/// A RESP3 connection to the server the connector names now (for Sentinel: the current
-/// primary), sending its pushes to `push`.
-async fn connect_single(
-    connector: &Connector,
-    push: Pushes,
-    timeout: Duration,
-) -> Result<redis::aio::MultiplexedConnection, redis::RedisError> {
-    let client = connector.client().await?;
-    let info = client.get_connection_info().clone();
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let client = redis::Client::open(info.set_redis_settings(settings))?;
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_push_sender(push);
-    client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-}
-
-impl Sink for MultiplexedConnection {
-    fn subscribe<'a>(
-        &'a mut self,
-        channels: &'a [String],
-        limit: Duration,
-    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
-        Box::pin(timeout(limit, Self::subscribe(self, channels)))
-    }
-
-    fn unsubscribe<'a>(
-        &'a mut self,
-        channels: &'a [String],
-        limit: Duration,
-    ) -> BoxFuture<'a, Result<(), redis::RedisError>> {
-        Box::pin(timeout(limit, Self::unsubscribe(self, channels)))
     }
 }
