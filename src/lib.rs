@@ -106,9 +106,8 @@
 //! - **Observability.** `tracing` spans (`tower_lock.acquire`) and events for acquire,
 //!   reject, release and lost leases; counters, histograms and gauges recorded through the
 //!   `metrics` facade (feature `metrics`, see [`metrics`]), and a [`LockMetrics`] snapshot.
-//! - **Other frameworks** reuse the neutral [`integration::RequestLocker`] (and, for
-//!   idempotency, [`integration::ReplayLocker`]) through [`key::RequestView`]; the tower
-//!   services are thin shells over them.
+//! - **Other frameworks** run on the same framework-neutral core (the `tower-lock-core`
+//!   crate), through [`key::RequestView`]; the tower services are thin shells over it.
 //!
 //! # The crate's parts
 //!
@@ -118,7 +117,7 @@
 //!   [`IdempotencyLayer`] ([`idempotency`]);
 //! - shared by both: [`key`] (key extractors), [`reject`] (rejections), [`metrics`], the
 //!   option enums ([`MissingKeyPolicy`], [`BackendFailurePolicy`], [`ReleasePoint`]),
-//!   [`ConfigError`], [`LeaseInfo`], [`NotStored`], and [`integration`], the
+//!   [`ConfigError`], [`LeaseInfo`], [`NotStored`]; they come from `tower-lock-core`, the
 //!   framework-neutral core both frameworks (tower and actix-web) run on.
 //!
 //! The [`engine`] module is the lock engine (Redis or in-process), the `tower-lock-engine`
@@ -146,27 +145,19 @@
 pub mod idempotency;
 pub mod lock;
 
-// What they share.
-mod config_error;
-pub mod integration;
-pub mod key;
-mod lease_info;
-pub mod metrics;
-mod not_stored;
-mod options;
-pub mod reject;
-mod retry_after;
-mod settings;
+// What they share, from the framework-neutral core (the `tower-lock-core` crate), at the
+// paths an application names them by.
+mod setters;
 
-pub use config_error::ConfigError;
 #[cfg(feature = "idempotency")]
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
-pub use lease_info::LeaseInfo;
 pub use lock::{LockLayer, LockLayerBuilder, LockService, LockedBody, ResponseFuture};
 pub use metrics::LockMetrics;
-pub use not_stored::NotStored;
-pub use options::{BackendFailurePolicy, MissingKeyPolicy, ReleasePoint};
 pub use reject::{Rejection, RejectionKind};
+pub use tower_lock_core::{
+    BackendFailurePolicy, ConfigError, LeaseInfo, MissingKeyPolicy, NotStored, ReleasePoint, key,
+    metrics, reject,
+};
 /// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
 /// in-process; it knows nothing of HTTP.
 pub use tower_lock_engine as engine;

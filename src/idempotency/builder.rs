@@ -7,19 +7,18 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::layer::IdempotencyLayer;
+use tower_lock_core::{
+    FingerprintFn, ReplayLocker,
+    settings::{
+        FingerprintKind, LockSettings, Principal, ReplayHook, ReplayOptions, Scope, StoreFn,
+    },
+};
+
 use crate::{
     BackendFailurePolicy, ConfigError, LockLayerBuilder,
     engine::LockEngine,
-    integration::{
-        ReplayLocker,
-        replay::{
-            fingerprint::{FingerprintFn, FingerprintKind},
-            options::{ReplayHook, ReplayOptions, StoreFn},
-            scope::{Principal, Scope},
-        },
-    },
     key::{IdempotencyKey, KeyExtractor, RequestView},
-    settings::{LockSettings, lock_setters},
+    setters::lock_setters,
 };
 
 /// An [`IdempotencyLayer`] under construction, from [`IdempotencyLayer::builder`]: the

@@ -15,11 +15,9 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame};
 use pin_project_lite::pin_project;
 
-use crate::{
-    NotStored,
-    engine::runtime,
-    integration::{Chunk, ChunkSource, ReplayResponse},
-};
+use tower_lock_core::{Chunk, ChunkSource, ReplayResponse};
+
+use crate::{NotStored, engine::runtime};
 
 pin_project! {
     /// An `http_body` body, read frame by frame by the replay core: the
@@ -74,23 +72,27 @@ impl<B: Body<Data = Bytes>> ChunkSource for HttpChunks<B> {
     }
 }
 
-impl<B: Body<Data = Bytes>> ReplayResponse for Response<B> {
+/// A handler's `http` response, shown to the replay core (a type of this crate: the
+/// trait and `Response` are the core's and `http`'s).
+pub(super) struct Handled<B>(pub(super) Response<B>);
+
+impl<B: Body<Data = Bytes>> ReplayResponse for Handled<B> {
     type Chunks = HttpChunks<B>;
 
     fn is_marked_not_stored(&self) -> bool {
-        self.extensions().get::<NotStored>().is_some()
+        self.0.extensions().get::<NotStored>().is_some()
     }
 
     fn status(&self) -> StatusCode {
-        Self::status(self)
+        self.0.status()
     }
 
     fn headers(&self) -> Cow<'_, HeaderMap> {
-        Cow::Borrowed(Self::headers(self))
+        Cow::Borrowed(self.0.headers())
     }
 
     fn into_chunks(self) -> HttpChunks<B> {
-        HttpChunks::new(self.into_body())
+        HttpChunks::new(self.0.into_body())
     }
 }
 

@@ -4,7 +4,9 @@
 use tower_layer::Layer;
 
 use super::{builder::IdempotencyLayerBuilder, service::IdempotencyService};
-use crate::{engine::LockEngine, integration::ReplayLocker, metrics::LockMetrics};
+use tower_lock_core::ReplayLocker;
+
+use crate::{engine::LockEngine, metrics::LockMetrics};
 
 /// Idempotency with response replay: runs the wrapped service at most once per
 /// idempotency key (while its response is retained), answers concurrent duplicates with

@@ -66,7 +66,6 @@ mod replay_body;
 mod request_body;
 mod service;
 
-pub use crate::{integration::replay::fingerprint::FingerprintFn, not_stored::NotStored};
 pub use builder::IdempotencyLayerBuilder;
 pub use future::IdempotencyFuture;
 pub use http_chunks::HttpChunks;
@@ -74,3 +73,4 @@ pub use layer::IdempotencyLayer;
 pub use replay_body::ReplayBody;
 pub use request_body::RequestBody;
 pub use service::IdempotencyService;
+pub use tower_lock_core::{FingerprintFn, NotStored};

@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::http_chunks::{HttpChunks, spawn};
-use crate::integration::{Capture, CapturingBody};
+use tower_lock_core::{Capture, CapturingBody};
 
 pin_project! {
     /// The response body of an [`IdempotencyService`](super::IdempotencyService): the inner

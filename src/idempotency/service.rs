@@ -1,7 +1,7 @@
 //! [`IdempotencyService`], the service an [`IdempotencyLayer`](super::IdempotencyLayer)
 //! wraps around another: it reads and fingerprints the request body, asks the
 //! [`ReplayLocker`] what to do, and runs the inner service under the replay core's
-//! lifecycle ([`KeepRunning`], [`CapturingBody`](crate::integration::CapturingBody)).
+//! lifecycle ([`KeepRunning`], [`CapturingBody`](tower_lock_core::CapturingBody)).
 
 use std::{
     pin::pin,
@@ -17,14 +17,13 @@ use tower_service::Service;
 use super::{
     collected::Collected,
     future::{IdempotencyFuture, Output},
-    http_chunks::spawn,
+    http_chunks::{Handled, spawn},
     replay_body::ReplayBody,
     request_body::RequestBody,
 };
-use crate::{
-    engine::LockKey,
-    integration::{KeepRunning, ReplayDecision, ReplayLocker},
-};
+use tower_lock_core::{KeepRunning, ReplayDecision, ReplayLocker};
+
+use crate::engine::LockKey;
 
 /// Runs the inner service at most once per idempotency key, and replays its stored
 /// response to retries; see [`IdempotencyLayer`](super::IdempotencyLayer).
@@ -139,9 +138,11 @@ where
         ReplayDecision::Run(completion) => {
             let mut req = Request::from_parts(parts, RequestBody::buffered(data));
             req.extensions_mut().insert(completion.info().clone());
-            let (res, completion) = KeepRunning::new(service.call(req), completion, spawn).await?;
-            let capture = completion.capture_response(&res);
-            let (parts, body) = res.into_parts();
+            let handler = service.call(req);
+            let handler = async move { handler.await.map(Handled) };
+            let (handled, completion) = KeepRunning::new(handler, completion, spawn).await?;
+            let capture = completion.capture_response(&handled);
+            let (parts, body) = handled.0.into_parts();
             if body.is_end_stream() {
                 // No body to send: the server may never poll it, so store now.
                 capture.finish().await;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::integration::LockGuard;
+use tower_lock_core::LockGuard;
 
 pin_project! {
     /// The inner response body plus the request's lease, released when the body ends

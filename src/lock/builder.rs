@@ -4,13 +4,10 @@
 use std::{fmt, sync::Arc};
 
 use super::layer::LockLayer;
+use tower_lock_core::{RequestLocker, settings::LockSettings};
+
 use crate::{
-    config_error::ConfigError,
-    engine::LockEngine,
-    integration::RequestLocker,
-    key::KeyExtractor,
-    options::ReleasePoint,
-    settings::{LockSettings, lock_setters},
+    ConfigError, ReleasePoint, engine::LockEngine, key::KeyExtractor, setters::lock_setters,
 };
 
 /// A [`LockLayer`] (or [`RequestLocker`]) under construction: setters consume and return the
@@ -82,7 +79,7 @@ impl LockLayerBuilder {
     /// permits, the lock (one request per key; and the fastest path). Permits and locks are
     /// apart in the engine: to exclude this layer's requests from a background job, take
     /// [`LockEngine::permits_key`](crate::LockEngine::permits_key)`(key, 1).exclusive()` on
-    /// its [`lock_key`](crate::integration::RequestLocker::lock_key), not a lock. Not
+    /// its [`lock_key`](tower_lock_core::RequestLocker::lock_key), not a lock. Not
     /// offered under idempotency, whose duplicates must never run at once (`build` of
     /// [`without_replay`](crate::IdempotencyLayerBuilder::without_replay) refuses it,
     /// [`ConfigError::IdempotencyPermits`](crate::ConfigError::IdempotencyPermits)).

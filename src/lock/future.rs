@@ -13,10 +13,9 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::LockedBody;
-use crate::{
-    engine::BoxFuture,
-    integration::{AfterHead, LockGuard, Outcome, Release, RequestLocker},
-};
+use tower_lock_core::{AfterHead, LockGuard, Outcome, Release, RequestLocker};
+
+use crate::engine::BoxFuture;
 
 pin_project! {
     /// Waits for the lock, then runs the inner service's future while holding it; a

@@ -20,7 +20,9 @@
 use tower_layer::Layer;
 
 use super::{builder::LockLayerBuilder, service::LockService};
-use crate::{engine::LockEngine, integration::RequestLocker, metrics::LockMetrics};
+use tower_lock_core::RequestLocker;
+
+use crate::{engine::LockEngine, metrics::LockMetrics};
 
 /// Serializes the wrapped service per lock key; see the [crate docs](crate).
 ///

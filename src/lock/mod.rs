@@ -3,7 +3,7 @@
 //! [`LockedBody`] holds it until the response body ends.
 //!
 //! Every part is a thin tower shell over the framework-neutral
-//! [`RequestLocker`](crate::integration::RequestLocker), which the actix-web integration
+//! [`RequestLocker`](tower_lock_core::RequestLocker), which the actix-web integration
 //! shares.
 
 mod body;

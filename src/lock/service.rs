@@ -6,7 +6,7 @@ use http::{Method, Request, Response};
 use tower_service::Service;
 
 use super::{body::LockedBody, future::ResponseFuture};
-use crate::integration::{Acquisition, Outcome, RequestLocker};
+use tower_lock_core::{Acquisition, Outcome, RequestLocker};
 
 /// Runs the inner service while holding the request's lock; see the [crate docs](crate).
 ///

@@ -8,11 +8,11 @@ use http::HeaderName;
 use proptest::prelude::*;
 use tower_lock::{
     LockEngine, LockLayer, LockLayerBuilder, MissingKeyPolicy,
-    integration::RequestLocker,
     key::{
         self, GlobalKey, HeaderKey, IdempotencyKey, MethodPathKey, PathKey, RequestView, ScopedKey,
     },
 };
+use tower_lock_core::RequestLocker;
 
 /// A layer's key extractor, as the test models it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,11 +9,8 @@ use std::{
     time::Duration,
 };
 
-use tower_lock::{
-    BackendFailurePolicy, LockEngine, LockLayer, RejectionKind,
-    integration::{Outcome, RequestLocker},
-    key::HeaderKey,
-};
+use tower_lock::{BackendFailurePolicy, LockEngine, LockLayer, RejectionKind, key::HeaderKey};
+use tower_lock_core::{Outcome, RequestLocker};
 use tower_lock_test_support::scripted::Scripted;
 use tracing::{Event, Level, Subscriber, field::Field};
 use tracing_subscriber::{Layer, layer::Context, prelude::*};
@@ -176,7 +173,8 @@ async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
 #[tokio::test]
 async fn a_replay_layer_logs_an_outage_at_its_transitions_too() {
     use bytes::Bytes;
-    use tower_lock::{IdempotencyLayer, LockKey, integration::ReplayDecision};
+    use tower_lock::{IdempotencyLayer, LockKey};
+    use tower_lock_core::ReplayDecision;
     use tower_lock_test_support::redis::{RedisServer, engine};
 
     let capture = Capture::default();

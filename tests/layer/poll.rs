@@ -9,9 +9,9 @@ use tokio_test::{assert_pending, assert_ready, assert_ready_ok, task};
 use tower_lock::{
     ConfigError, IdempotencyLayer, LeaseInfo, LockEngine, LockLayer, MissingKeyPolicy,
     ReleasePoint,
-    integration::Outcome,
     key::{GlobalKey, HeaderKey, KeyExtractor},
 };
+use tower_lock_core::Outcome;
 use tower_test::mock;
 
 type Req = Request<String>;

@@ -7,11 +7,8 @@
 
 use std::time::Duration;
 
-use tower_lock::{
-    Lease, LockEngine, LockLayer,
-    integration::{Outcome, RequestLocker},
-    key::HeaderKey,
-};
+use tower_lock::{Lease, LockEngine, LockLayer, key::HeaderKey};
+use tower_lock_core::{Outcome, RequestLocker};
 
 fn req(key: &str) -> http::Request<()> {
     http::Request::post("/jobs")

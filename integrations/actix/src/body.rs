@@ -9,7 +9,7 @@ use std::{
 use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project_lite::pin_project;
-use tower_lock::integration::LockGuard;
+use tower_lock_core::LockGuard;
 
 pin_project! {
     /// A response body that owns the request's lease and releases it when the body ends:

@@ -151,7 +151,7 @@
 //! [`LockLayer`]: tower_lock::LockLayer
 //! [`IdempotencyLayer`]: tower_lock::IdempotencyLayer
 //! [`Transform`]: actix_web::dev::Transform
-//! [`RequestLocker`]: tower_lock::integration::RequestLocker
+//! [`RequestLocker`]: tower_lock_core::RequestLocker
 //! [`RequestView`]: tower_lock::key::RequestView
 
 #![forbid(unsafe_code)]

@@ -14,10 +14,8 @@ use actix_web::{
     dev::{Service, ServiceRequest, ServiceResponse, Transform},
     http::Method,
 };
-use tower_lock::{
-    ConfigError, LockLayer, LockMetrics,
-    integration::{AfterHead, Outcome, RequestLocker},
-};
+use tower_lock::{ConfigError, LockLayer, LockMetrics};
+use tower_lock_core::{AfterHead, Outcome, RequestLocker};
 
 use crate::{
     ActixRequest, LockedBody, http_conversion::to_actix_response, unread_body::discard_small_body,

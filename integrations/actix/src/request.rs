@@ -7,7 +7,7 @@ use actix_web::{HttpRequest, dev::ServiceRequest, http::header::HeaderValue};
 use tower_lock::key::{HeaderValues, RequestView};
 
 /// An actix request seen as a [`RequestView`], so that tower-lock's key extractors and
-/// [`RequestLocker`](tower_lock::integration::RequestLocker) work on actix requests.
+/// [`RequestLocker`](tower_lock_core::RequestLocker) work on actix requests.
 ///
 /// Extractors written for actix reach the whole [`HttpRequest`] through it (see
 /// [`http_request`]): its extensions, the matched route and its parameters (as

@@ -16,10 +16,8 @@ use actix_web::{
 };
 use bytes::Bytes;
 use pin_project_lite::pin_project;
-use tower_lock::{
-    NotStored,
-    integration::{Capture, CapturingBody, Chunk, ChunkSource, ReplayResponse},
-};
+use tower_lock::NotStored;
+use tower_lock_core::{Capture, CapturingBody, Chunk, ChunkSource, ReplayResponse};
 
 use crate::http_conversion::http_headers;
 

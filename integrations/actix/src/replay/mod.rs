@@ -15,10 +15,8 @@ use actix_web::{
     dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform},
     web,
 };
-use tower_lock::{
-    ConfigError, IdempotencyLayer, LockMetrics,
-    integration::{KeepRunning, ReplayDecision, ReplayLocker},
-};
+use tower_lock::{ConfigError, IdempotencyLayer, LockMetrics};
+use tower_lock_core::{KeepRunning, ReplayDecision, ReplayLocker};
 
 pub use body::ReplayBody;
 use body::{Handled, spawn};

@@ -9,7 +9,7 @@
 //! StatsD, OpenTelemetry…); without a recorder the calls cost next to nothing. The names
 //! follow Prometheus conventions (durations in seconds, counters ending in `_total`), and
 //! every series has a `layer` label: the name set with
-//! [`LockLayerBuilder::metrics_name`](crate::LockLayerBuilder::metrics_name), by default the
+//! `LockLayerBuilder::metrics_name`, by default the
 //! layer's namespace or, without one, its extractor's kind (`idempotency-key`).
 //!
 //! | name | type | labels | what |
@@ -26,7 +26,7 @@
 //! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
 //! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
 //! | `tower_lock_requests_waiting` | gauge | `layer` | requests whose acquisition is under way now (waiting for a held key, or for the backend's answer) |
-//! | `tower_lock_permits_in_use` | gauge | `layer`, `mode` | requests holding a permit of their key now (a layer with [`permits`](crate::LockLayerBuilder::permits) or [`shared_for`](crate::LockLayerBuilder::shared_for)), by `mode`: `shared` or `exclusive` |
+//! | `tower_lock_permits_in_use` | gauge | `layer`, `mode` | requests holding a permit of their key now (a layer with `permits` or `shared_for`), by `mode`: `shared` or `exclusive` |
 //!
 //! Install the recorder before serving: gauges are moved up and down by events, so a
 //! recorder installed while requests hold or wait starts from their later decrements. For

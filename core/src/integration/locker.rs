@@ -30,13 +30,13 @@ pub(super) struct Shared {
     pub(super) misconfig: MisconfigLog,
 }
 
-/// The runtime core of a layer, shared by the tower [`LockLayer`](crate::LockLayer) and
+/// The runtime core of a layer, shared by the tower `LockLayer` and
 /// framework integrations: key extraction, contention and failure handling, and the shared
 /// state they act on (the engine, the in-process fallback engine, the metrics). Cheap to
 /// clone; clones share one lock table and one set of metrics.
 ///
-/// Built by [`LockLayerBuilder::build_locker`](crate::LockLayerBuilder::build_locker), or
-/// taken from a layer with [`LockLayer::locker`](crate::LockLayer::locker).
+/// Built by `LockLayerBuilder::build_locker`, or
+/// taken from a layer with `LockLayer::locker`.
 #[derive(Clone)]
 pub struct RequestLocker {
     pub(super) shared: Arc<Shared>,
@@ -162,14 +162,12 @@ impl RequestLocker {
     }
 
     /// The layer's namespace (empty unless set with
-    /// [`namespace`](crate::LockLayerBuilder::namespace)).
+    /// `namespace`).
     pub fn namespace(&self) -> &str {
         &self.shared.config.namespace
     }
 
-    /// Whether requests with `method` take a lock ([`LockLayerBuilder::methods`]).
-    ///
-    /// [`LockLayerBuilder::methods`]: crate::LockLayerBuilder::methods
+    /// Whether requests with `method` take a lock (`LockLayerBuilder::methods`).
     pub fn locks_method(&self, method: &str) -> bool {
         self.shared.config.methods.locks(method)
     }

@@ -40,7 +40,7 @@ impl HeaderKey {
     /// Lock on the value of the header named `name` (any case): given as text, or as a
     /// `HeaderName` of either `http` version (actix-web 4's is 0.2), so an actix
     /// application needs no second `http` crate. A name that is not a valid header name
-    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// makes `LockLayerBuilder::build` fail with
     /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
     ///
     /// ```

@@ -26,7 +26,7 @@ pub(super) struct Shared {
     pub(super) options: ReplayOptions,
 }
 
-/// The runtime core of an [`IdempotencyLayer`](crate::IdempotencyLayer), shared with
+/// The runtime core of an `IdempotencyLayer`, shared with
 /// framework integrations: which requests it covers, their fingerprints, and the decision
 /// for each (replay, refuse, or run and complete). Cheap to clone.
 ///
@@ -58,7 +58,8 @@ impl fmt::Debug for ReplayLocker {
 }
 
 impl ReplayLocker {
-    pub(crate) fn new(locker: RequestLocker, options: ReplayOptions) -> Self {
+    #[doc(hidden)]
+    pub fn new(locker: RequestLocker, options: ReplayOptions) -> Self {
         Self {
             shared: Arc::new(Shared { locker, options }),
         }
@@ -91,7 +92,7 @@ impl ReplayLocker {
     }
 
     /// The fingerprint of `req` with this whole `body` (see
-    /// [`IdempotencyLayerBuilder::fingerprint_with`](crate::IdempotencyLayerBuilder::fingerprint_with)
+    /// `IdempotencyLayerBuilder::fingerprint_with`
     /// for what the default covers).
     pub fn fingerprint(&self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         let mut f = self.fingerprinter(req);
@@ -100,13 +101,14 @@ impl ReplayLocker {
     }
 
     /// A fingerprint fed chunk by chunk as the body streams in.
-    pub(crate) fn fingerprinter(&self, req: &dyn RequestView) -> Fingerprinter {
+    #[doc(hidden)]
+    pub fn fingerprinter(&self, req: &dyn RequestView) -> Fingerprinter {
         let o = &self.shared.options;
         Fingerprinter::new(&o.fingerprint, &o.fingerprint_headers, req)
     }
 
     /// How long the rest of a response body is read after its client left (see
-    /// [`IdempotencyLayerBuilder::max_drain_time`](crate::IdempotencyLayerBuilder::max_drain_time)).
+    /// `IdempotencyLayerBuilder::max_drain_time`).
     pub fn max_drain_time(&self) -> Duration {
         self.shared.options.max_drain_time
     }

@@ -16,7 +16,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use crate::{BackendError, options::BackendFailurePolicy};
+use crate::{engine::BackendError, options::BackendFailurePolicy};
 
 /// How often an outage that lasts is summarized (at the first affected request after
 /// that long).

@@ -10,31 +10,34 @@ use super::{fingerprint::FingerprintKind, scope::Scope};
 use crate::{ConfigError, engine::MAX_TTL};
 
 /// The user's say over which responses are stored (see
-/// [`IdempotencyLayerBuilder::store_if`](crate::IdempotencyLayerBuilder::store_if)).
-pub(crate) type StoreFn = Arc<dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync>;
+/// `IdempotencyLayerBuilder::store_if`).
+pub type StoreFn = Arc<dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync>;
 
 /// The user's adjustment of replayed responses.
-pub(crate) type ReplayHook = Arc<dyn Fn(&mut http::Response<Bytes>) + Send + Sync>;
+pub type ReplayHook = Arc<dyn Fn(&mut http::Response<Bytes>) + Send + Sync>;
 
 /// The replay options, as the builder checked them.
-pub(crate) struct ReplayOptions {
-    pub(crate) replayed_header: HeaderName,
-    pub(crate) store_server_errors: bool,
-    pub(crate) max_response_body: usize,
-    pub(crate) max_response_headers: usize,
-    pub(crate) max_request_body: usize,
-    pub(crate) retention: Duration,
-    pub(crate) max_drain_time: Duration,
-    pub(crate) fingerprint_headers: Vec<HeaderName>,
-    pub(crate) fingerprint: FingerprintKind,
-    pub(crate) store_if: Option<StoreFn>,
-    pub(crate) on_replay: Option<ReplayHook>,
-    pub(crate) scope: Scope,
+// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
+// of this crate.
+#[allow(missing_docs, missing_debug_implementations)]
+pub struct ReplayOptions {
+    pub replayed_header: HeaderName,
+    pub store_server_errors: bool,
+    pub max_response_body: usize,
+    pub max_response_headers: usize,
+    pub max_request_body: usize,
+    pub retention: Duration,
+    pub max_drain_time: Duration,
+    pub fingerprint_headers: Vec<HeaderName>,
+    pub fingerprint: FingerprintKind,
+    pub store_if: Option<StoreFn>,
+    pub on_replay: Option<ReplayHook>,
+    pub scope: Scope,
 }
 
 impl ReplayOptions {
     /// The limits are above zero, the retention at most [`MAX_TTL`].
-    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         for (name, value) in [
             ("max_request_body", self.max_request_body),
             ("max_response_body", self.max_response_body),

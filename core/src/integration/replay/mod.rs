@@ -1,5 +1,5 @@
 //! The framework-neutral core of idempotency replay, which the tower
-//! [`IdempotencyLayer`](crate::IdempotencyLayer) and the actix-web `ReplayMiddleware` share.
+//! `IdempotencyLayer` and the actix-web `ReplayMiddleware` share.
 //!
 //! A [`ReplayLocker`] decides for each request ([`ReplayDecision`]): replay a stored
 //! response, refuse the request, or run it under its key with a [`Completion`]. The

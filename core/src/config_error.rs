@@ -1,10 +1,10 @@
-//! [`ConfigError`]: why a [`LockLayerBuilder`](crate::LockLayerBuilder) refused to build.
+//! [`ConfigError`]: why a `LockLayerBuilder` refused to build.
 
 use std::{error::Error as StdError, fmt, time::Duration};
 
-use crate::{KeyError, options::BackendFailurePolicy};
+use crate::{engine::KeyError, options::BackendFailurePolicy};
 
-/// A [`LockLayerBuilder`](crate::LockLayerBuilder) configuration that cannot work.
+/// A `LockLayerBuilder` configuration that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {

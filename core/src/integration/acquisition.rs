@@ -23,12 +23,21 @@ use crate::{
 
 /// The first step of an acquisition: decided at once (no future at all), or a future to
 /// wait for.
-pub(crate) enum Acquisition {
+pub enum Acquisition {
     /// Decided while the request was called: a free key on the in-process engine, a
     /// method the layer does not lock, no key, a rejection.
     Decided(Outcome),
     /// To be waited for: a held key, or a backend across the network.
     Pending(BoxFuture<'static, Outcome>),
+}
+
+impl std::fmt::Debug for Acquisition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Decided(outcome) => f.debug_tuple("Decided").field(outcome).finish(),
+            Self::Pending(_) => f.debug_tuple("Pending").finish_non_exhaustive(),
+        }
+    }
 }
 
 impl RequestLocker {
@@ -42,7 +51,10 @@ impl RequestLocker {
         }
     }
 
-    pub(crate) fn start_acquisition(&self, req: &dyn RequestView) -> Acquisition {
+    /// [`acquire`](Self::acquire) without a future when none is needed: a request decided
+    /// at once (a free key on the in-process engine, a method the layer does not lock, no
+    /// key, a rejection) costs no allocation.
+    pub fn start_acquisition(&self, req: &dyn RequestView) -> Acquisition {
         if !self.locks_method(req.method()) {
             return Acquisition::Decided(Outcome::Unlocked);
         }

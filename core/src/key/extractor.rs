@@ -13,7 +13,7 @@ use super::{ExtractError, RequestView};
 /// missing; [`ExtractError::malformed`] is the client's malformed key (`400`), and
 /// [`ExtractError::misconfigured`] the server's own mistake (`500`, logged). The
 /// layer then names the lock `<namespace>/<kind>/<value>` (see [the module
-/// docs](crate::key#the-lock-key)) and validates it as a [`LockKey`](crate::LockKey) (at most
+/// docs](crate::key#the-lock-key)) and validates it as a [`LockKey`](crate::engine::LockKey) (at most
 /// 512 bytes, no control characters); a key that fails is also answered `400`.
 ///
 /// The value needs no prefix or kind word of its own: the layer adds the extractor's
@@ -50,7 +50,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn kind(&self) -> &str;
 
     /// Whether the extractor's own configuration is usable, checked once by
-    /// [`LockLayerBuilder::build`](crate::LockLayerBuilder::build): `Err(reason)` refuses
+    /// `LockLayerBuilder::build`: `Err(reason)` refuses
     /// the layer with [`ConfigError::Extractor`](crate::ConfigError::Extractor). For
     /// extractors configured from text, such as [`HeaderKey::new`](super::HeaderKey::new);
     /// wrappers forward their inner extractor's. The default accepts.

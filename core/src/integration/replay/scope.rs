@@ -20,7 +20,7 @@ use crate::{
 
 /// The scope a builder was given.
 #[derive(Clone)]
-pub(crate) enum Scope {
+pub enum Scope {
     /// Every caller shares one record per key: anonymous public endpoints only.
     Unscoped,
     /// Records are per value of this extractor (a principal, a tenant the server derived).
@@ -38,7 +38,7 @@ impl fmt::Debug for Scope {
 
 impl Scope {
     /// The lock key extractor of a layer with this scope and idempotency `key`.
-    pub(crate) fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
+    pub fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
         match self {
             Self::Unscoped => key,
             Self::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
@@ -50,7 +50,7 @@ impl Scope {
     /// this scope: a scope takes at most [`MAX_SCOPE_LEN`] bytes (a longer one is written as
     /// its digest), and the namespace and the kind are the server's, so a key too long for
     /// them must be refused here rather than blamed on the client.
-    pub(crate) fn check_room(&self, namespace: &str, kind: &str) -> Result<(), ConfigError> {
+    pub fn check_room(&self, namespace: &str, kind: &str) -> Result<(), ConfigError> {
         let scope = match self {
             Self::Unscoped => 0,
             Self::By(_) => MAX_SCOPE_LEN + "/".len(),
@@ -65,9 +65,9 @@ impl Scope {
 
     /// The value a scoped layer's key has for `scope` and idempotency key `key`, for
     /// operators who look up or delete a record (see
-    /// [`IdempotencyLayer::record`](super::IdempotencyLayer::record)); `None` when the
+    /// `IdempotencyLayer::record`); `None` when the
     /// layer is scoped but no scope was given, or the reverse.
-    pub(crate) fn value(&self, scope: Option<&str>, key: &str) -> Option<String> {
+    pub fn value(&self, scope: Option<&str>, key: &str) -> Option<String> {
         match (self, scope) {
             (Self::Unscoped, None) => Some(key.to_owned()),
             (Self::By(_), Some(scope)) => Some(scoped(scope, key)),
@@ -124,14 +124,20 @@ impl KeyExtractor for Scoped {
 }
 
 /// The principal of type `P` an authentication layer put in the request extensions (its
-/// `Display`): the scope of [`per_principal`](super::IdempotencyLayerBuilder::per_principal).
+/// `Display`): the scope of `per_principal`.
 ///
 /// Its kind is `principal`, not the type's name: a key must not change when the type moves
 /// to another module (a fleet in a rolling deploy would take two keys for one request).
-pub(crate) struct Principal<P>(PhantomData<fn() -> P>);
+// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
+// of this crate.
+#[allow(missing_docs, missing_debug_implementations)]
+pub struct Principal<P>(PhantomData<fn() -> P>);
 
+// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
+// of this crate.
+#[allow(missing_docs, clippy::new_without_default)]
 impl<P> Principal<P> {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Self(PhantomData)
     }
 }
@@ -218,18 +224,20 @@ mod tests {
                 .is_ok()
         );
         let build = |namespace: &str| {
-            crate::IdempotencyLayer::builder(crate::LockEngine::in_memory())
+            // The builder is tower-lock's (a dev-dependency, hence its own copy of this
+            // crate's types).
+            tower_lock::IdempotencyLayer::builder(tower_lock::LockEngine::in_memory())
                 .namespace(namespace)
                 .per_principal::<User>()
         };
         assert!(build(&"n".repeat(150)).build().is_ok());
         assert!(matches!(
             build(&"n".repeat(200)).build(),
-            Err(ConfigError::Namespace(_))
+            Err(tower_lock::ConfigError::Namespace(_))
         ));
         // A key of the application's own has no known bound: its values are checked per
         // request, as in any layer.
-        let custom = build(&"n".repeat(200)).key(crate::key::HeaderKey::new("x-key"));
+        let custom = build(&"n".repeat(200)).key(tower_lock::key::HeaderKey::new("x-key"));
         assert!(custom.build().is_ok());
     }
 

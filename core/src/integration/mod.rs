@@ -3,7 +3,7 @@
 //! rejection".
 //!
 //! A [`RequestLocker`] holds a layer's configuration and its shared state (the engine, the
-//! in-process fallback engine, the metrics). The tower [`LockLayer`](crate::LockLayer) is
+//! in-process fallback engine, the metrics). The tower `LockLayer` is
 //! a thin shell over it; an integration for another framework (`tower-lock-actix`) shows
 //! it each request through its own [`RequestView`](crate::key::RequestView), calls
 //! [`RequestLocker::acquire`] and maps the [`Outcome`] onto its own types, keeping the
@@ -16,11 +16,12 @@
 //! [`ReplayDecision`], [`KeepRunning`], [`CapturingBody`]).
 //!
 //! Applications do not need this module: they configure a
-//! [`LockLayerBuilder`](crate::LockLayerBuilder) and install the layer (or the
+//! `LockLayerBuilder` and install the layer (or the
 //! integration's middleware).
 //!
 //! ```
-//! use tower_lock::{LockEngine, LockLayer, integration::Outcome, key::PathKey};
+//! use tower_lock::{LockEngine, LockLayer, key::PathKey};
+//! use tower_lock_core::Outcome;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
@@ -48,7 +49,7 @@ mod sharing;
 #[cfg(feature = "idempotency")]
 pub(crate) mod replay;
 
-pub(crate) use acquisition::Acquisition;
+pub use acquisition::Acquisition;
 pub use after_head::{AfterHead, Release};
 pub(crate) use config::{Config, RejectHook};
 pub use guard::LockGuard;
@@ -59,6 +60,6 @@ pub use outcome::Outcome;
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
     Abandoned, Capture, CapturingBody, Chunk, ChunkSource, Completion, Drain, KeepRunning,
-    ReplayDecision, ReplayLocker, ReplayResponse,
+    ReplayDecision, ReplayLocker, ReplayResponse, fingerprint::FingerprintFn,
 };
 pub(crate) use sharing::{Sharing, Take};

@@ -11,7 +11,7 @@ use super::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
 /// without a `P` is the server's mistake (the authentication layer is missing or runs
 /// inside this one): it is answered `500` with the `misconfigured` problem type and one
 /// throttled `error!` log, as under
-/// [`IdempotencyLayerBuilder::per_principal`](crate::IdempotencyLayerBuilder::per_principal).
+/// `IdempotencyLayerBuilder::per_principal`.
 ///
 /// The value is `<principal>/<inner value>`, the principal (its `Display`) escaped as in
 /// the [lock key](crate::key#the-lock-key), or written as its SHA-256 when it is long;

@@ -32,7 +32,7 @@ impl IdempotencyKey {
     /// The header named `name` (any case), with the syntax of `Idempotency-Key`: given as
     /// text, or as a `HeaderName` of either `http` version, as for
     /// [`HeaderKey::new`](super::HeaderKey::new). A name that is not a valid header name
-    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// makes `LockLayerBuilder::build` fail with
     /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
     ///
     /// ```

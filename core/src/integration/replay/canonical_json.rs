@@ -1,5 +1,5 @@
 //! Canonical JSON for the fingerprint of
-//! [`canonical_json()`](crate::IdempotencyLayerBuilder::canonical_json): a JSON text
+//! `canonical_json()`: a JSON text
 //! written in one form, so that formatting alone never makes two requests different, and
 //! nothing else ever makes them the same.
 //!

@@ -26,7 +26,7 @@ impl<K: KeyExtractor> ScopedKey<K> {
     /// Scope `inner` by the value of the header named `scope` (any case): given as text,
     /// or as a `HeaderName` of either `http` version, as for
     /// [`HeaderKey::new`](super::HeaderKey::new). A name that is not a valid header name
-    /// makes [`LockLayerBuilder::build`](crate::LockLayerBuilder::build) fail with
+    /// makes `LockLayerBuilder::build` fail with
     /// [`ConfigError::Extractor`](crate::ConfigError::Extractor).
     ///
     /// ```

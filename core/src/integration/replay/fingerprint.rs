@@ -21,11 +21,14 @@ pub type FingerprintFn = Arc<dyn Fn(&dyn RequestView, &[u8]) -> Bytes + Send + S
 /// of the default: a fingerprint that forgot the query, the host or the full target would
 /// replay one request's response to another.
 #[derive(Clone, Default)]
-pub(crate) struct FingerprintKind {
+// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
+// of this crate.
+#[allow(missing_docs, missing_debug_implementations)]
+pub struct FingerprintKind {
     /// The body as canonical JSON (its bytes when it is not JSON), not its bytes.
-    pub(crate) canonical_json: bool,
+    pub canonical_json: bool,
     /// The application's part.
-    pub(crate) extra: Option<FingerprintFn>,
+    pub extra: Option<FingerprintFn>,
 }
 
 /// The default fingerprint, fed while the body streams in: SHA-256 over length-delimited
@@ -101,7 +104,10 @@ fn optional(sha: &mut Sha256, bytes: Option<&[u8]>) {
 }
 
 /// A request's fingerprint, fed while the body streams in.
-pub(crate) struct Fingerprinter {
+// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
+// of this crate.
+#[allow(missing_docs, missing_debug_implementations)]
+pub struct Fingerprinter {
     hasher: Hasher,
     /// Fed the whole body at the end, as canonical JSON.
     json: bool,
@@ -110,11 +116,7 @@ pub(crate) struct Fingerprinter {
 
 impl Fingerprinter {
     /// The fingerprint `kind` of `req`, whose named `headers` count besides the content type.
-    pub(crate) fn new(
-        kind: &FingerprintKind,
-        headers: &[HeaderName],
-        req: &dyn RequestView,
-    ) -> Self {
+    pub fn new(kind: &FingerprintKind, headers: &[HeaderName], req: &dyn RequestView) -> Self {
         Self {
             hasher: Hasher::new(req, headers),
             json: kind.canonical_json,
@@ -122,14 +124,15 @@ impl Fingerprinter {
         }
     }
 
-    pub(crate) fn update(&mut self, chunk: &[u8]) {
+    /// Feed the next chunk of the body.
+    pub fn update(&mut self, chunk: &[u8]) {
         if !self.json {
             self.hasher.update(chunk);
         }
     }
 
     /// The fingerprint, once `body` (the whole body) has been fed.
-    pub(crate) fn finish(mut self, req: &dyn RequestView, body: &[u8]) -> Bytes {
+    pub fn finish(mut self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         if self.json {
             match canonical_json(body) {
                 Some(canonical) => self.hasher.update(&canonical),

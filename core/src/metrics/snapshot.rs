@@ -38,11 +38,11 @@ pub struct MetricsSnapshot {
     /// Requests whose acquisition is under way now.
     pub waiting: u64,
     /// Requests holding one of the shared permits of their key now (a layer with
-    /// [`permits`](crate::LockLayerBuilder::permits) or
-    /// [`shared_for`](crate::LockLayerBuilder::shared_for)).
+    /// `permits` or
+    /// `shared_for`).
     pub shared_permits: u64,
     /// Requests holding their key exclusively, under
-    /// [`shared_for`](crate::LockLayerBuilder::shared_for), now.
+    /// `shared_for`, now.
     pub exclusive_permits: u64,
 }
 

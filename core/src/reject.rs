@@ -4,7 +4,7 @@
 //! A [`Rejection`] is framework-neutral: a status code, header name/value pairs (with
 //! `Retry-After` already filled in) and a body. [`Rejection::into_response`] builds the
 //! default `http` response; a hook set with
-//! [`LockLayerBuilder::on_reject`](crate::LockLayerBuilder::on_reject) may build its own.
+//! `LockLayerBuilder::on_reject` may build its own.
 //!
 //! | kind | status | `Retry-After` | when |
 //! |---|---|---|---|
@@ -128,7 +128,7 @@ impl RejectionKind {
     }
 
     /// The stable problem `type` URI of this kind (without a base set with
-    /// [`LockLayerBuilder::problem_type_base`](crate::LockLayerBuilder::problem_type_base)):
+    /// `LockLayerBuilder::problem_type_base`):
     /// `urn:tower-lock:problem:` followed by [`slug`](Self::slug).
     pub fn type_uri(self) -> &'static str {
         match self {
