@@ -15,6 +15,7 @@ mod cluster_paused;
 #[cfg(feature = "redis-cluster")]
 mod cluster_primary_killed;
 mod exclusion_soak;
+mod fault_schedule;
 mod permit_soak;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel_failover;

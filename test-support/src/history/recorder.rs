@@ -104,6 +104,12 @@ impl Recorder {
             .insert(key.to_owned(), value);
     }
 
+    /// An acquisition recorded whole, by another process (a holder process that reports
+    /// its grant): its instants must already be offsets of this recorder's origin.
+    pub fn record(&self, acquisition: Acquisition) {
+        self.push(acquisition);
+    }
+
     /// The history recorded so far.
     pub fn history(&self) -> History {
         self.history.lock().unwrap().clone()

@@ -1,0 +1,437 @@
+//! A seeded fault schedule, checked through its recorded history: three engines with
+//! different settings (TTL, FIFO, timeouts) take locks and permits on a few keys, giving up
+//! on waits mid-flight, abandoning registered waiters, letting unrenewed leases expire,
+//! while a fault injector, driven by the same seed, picks one fault after another:
+//!
+//! | backend | faults |
+//! | --- | --- |
+//! | Redis | killed and restarted (its state lost), suspended (SIGSTOP), `CLIENT PAUSE`, every client connection killed, a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
+//! | Redis Cluster | the primary of a key's slot suspended (under the node timeout: no failover), paused, its connections killed; a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
+//! | in process | force releases, and the workers' own cancellations and expiries |
+//!
+//! Every acquisition and every write to a fenced register (one per lock key, on a Redis
+//! server of its own that no fault touches, so the holder processes write to it too) is
+//! recorded, and the history checker verifies at the end: no two holders at once unless the
+//! earlier was told its lease was lost, at most N permit holders and an exclusive one alone,
+//! fences rising in grant order, a register a sequential execution explains, FIFO grants in
+//! arrival order (arrivals further apart than the longest pause), and nothing left behind.
+//!
+//! A holder process frozen by SIGSTOP takes no action until it is resumed: its hold is
+//! recorded as ending where it was frozen, and what it does after resuming (a fenced write
+//! with the fence it was granted, whatever it believes) is judged by the register: exclusion
+//! in real time is not promised to a process the OS has paused, fencing is.
+//!
+//! Bounded by default (`FAULT_SECS`, 10 s of work per backend); `FAULT_SEED=<n>` replays a
+//! run's random choices (the seed is printed first, and again in a failure's message). A
+//! long run: `FAULT_SECS=120 cargo test --release --all-features --test scale fault_schedule`.
+
+use std::{sync::Arc, thread, time::Duration};
+
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use tokio::time::Instant;
+use tower_lock::{LockEngine, LockError, MemoryBackend};
+use tower_lock_test_support::history::{History, Mode, Recorder, Write};
+use tower_lock_test_support::serial;
+
+#[cfg(feature = "redis")]
+mod holder;
+#[cfg(feature = "redis")]
+mod redis_backends;
+mod registers;
+
+use registers::Registers;
+
+/// Lock keys: each has a fenced register.
+const LOCK_KEYS: [&str; 2] = ["fault-a", "fault-b"];
+/// A permit key: at most [`PERMITS`] shared holders, or one exclusive.
+const PERMIT_KEY: &str = "fault-p";
+const PERMITS: u32 = 2;
+/// The longest stretch a fault keeps the server from answering: FIFO order is judged
+/// between arrivals further apart than this (a paused server executes what queued up in
+/// its sockets in no promised order across connections).
+const LONGEST_PAUSE: Duration = Duration::from_millis(400);
+/// Holder processes' lease TTL.
+#[cfg(feature = "redis")]
+const CHILD_TTL: Duration = Duration::from_millis(300);
+
+fn seed() -> u64 {
+    std::env::var("FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random)
+}
+
+fn run_for() -> Duration {
+    Duration::from_secs(
+        std::env::var("FAULT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10),
+    )
+}
+
+/// The settings of one engine of the schedule.
+#[derive(Clone, Copy, Debug)]
+struct Settings {
+    ttl: Duration,
+    /// `None`: FIFO or not, chosen per call.
+    fifo: Option<bool>,
+}
+
+const SETTINGS: [Settings; 3] = [
+    Settings {
+        ttl: Duration::from_millis(400),
+        fifo: Some(true),
+    },
+    Settings {
+        ttl: Duration::from_secs(1),
+        fifo: Some(false),
+    },
+    Settings {
+        ttl: Duration::from_millis(250),
+        fifo: None,
+    },
+];
+
+/// One worker (`who`: its engine and task) of an engine with `settings`: lock cycles with
+/// a fenced read-modify-write, and permit cycles, until `until`.
+async fn worker(
+    engine: LockEngine,
+    (recorder, registers): (Recorder, Registers),
+    who: (u32, u32),
+    settings: Settings,
+    seed: u64,
+    until: Instant,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (process, task) = who;
+    while Instant::now() < until {
+        let fifo = settings.fifo.unwrap_or_else(|| rng.random_bool(0.5));
+        let wait = Duration::from_millis(rng.random_range(0..600));
+        let permits = rng.random_bool(0.3);
+        let (key, mode, lock) = if permits {
+            let exclusive = rng.random_bool(0.2);
+            let handle = engine.permits(PERMIT_KEY, PERMITS);
+            let (handle, mode) = if exclusive {
+                (handle.exclusive(), Mode::Exclusive)
+            } else {
+                (
+                    handle,
+                    Mode::Shared {
+                        limit: PERMITS as usize,
+                    },
+                )
+            };
+            let handle = handle.ttl(settings.ttl).fifo(fifo).wait(wait);
+            (PERMIT_KEY, mode, Either::Permits(handle))
+        } else {
+            let key = LOCK_KEYS[rng.random_range(0..LOCK_KEYS.len())];
+            // Some leases are never renewed and outlive their TTL while held.
+            let expiring = rng.random_bool(0.1);
+            let lock = engine
+                .lock(key)
+                .ttl(if expiring {
+                    Duration::from_millis(80)
+                } else {
+                    settings.ttl
+                })
+                .auto_renew(!expiring)
+                .fifo(fifo)
+                .wait(wait);
+            (key, Mode::Exclusive, Either::Lock(lock, expiring))
+        };
+        if rng.random_bool(0.05) {
+            // A waiter registered, then abandoned unpolled for a while before it is dropped.
+            let _acquiring = recorder.acquiring(process, task, key, mode, fifo);
+            let mut waiter = Box::pin(lock.acquire());
+            let _ = poll_once(waiter.as_mut());
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..80))).await;
+            continue;
+        }
+        // The caller sometimes gives up on the acquire mid-flight.
+        let patience = Duration::from_millis(rng.random_range(0..700));
+        let acquiring = recorder.acquiring(process, task, key, mode, fifo);
+        let lease = match tokio::time::timeout(patience, lock.acquire()).await {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(LockError::Backend(_))) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            Err(_) | Ok(Err(_)) => continue,
+        };
+        let holding = acquiring.granted(&lease);
+        if let Either::Lock(_, expiring) = lock {
+            let fence = lease.fence().get();
+            if let Some(read) = registers.call(key, fence, None).await {
+                let work = if expiring {
+                    rng.random_range(0..150)
+                } else {
+                    rng.random_range(0..5)
+                };
+                tokio::time::sleep(Duration::from_millis(work)).await;
+                // Writes go out whatever the writer believes: the fence is the guard.
+                let invoked = recorder.now();
+                let accepted = registers.call(key, fence, Some(read + 1)).await.is_some();
+                recorder.write(Write {
+                    process,
+                    task,
+                    key: key.to_owned(),
+                    fence,
+                    read,
+                    value: read + 1,
+                    accepted,
+                    invoked,
+                    completed: recorder.now(),
+                });
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(0..8))).await;
+        }
+        holding.releasing(&lease);
+        match rng.random_range(0..10) {
+            0..=1 => drop(lease),
+            2 => {
+                let patience = Duration::from_micros(rng.random_range(0..1_500));
+                let _ = tokio::time::timeout(patience, lease.release()).await;
+            }
+            _ => {
+                let _ = lease.release().await;
+            }
+        }
+    }
+}
+
+/// A lock or a permits handle, acquired alike.
+enum Either {
+    Lock(tower_lock::Lock, bool),
+    Permits(tower_lock::engine::Permits),
+}
+
+impl Either {
+    async fn acquire(&self) -> Result<tower_lock::Lease, LockError> {
+        match self {
+            Self::Lock(lock, _) => lock.acquire().await,
+            Self::Permits(permits) => permits.acquire().await,
+        }
+    }
+}
+
+fn poll_once<F: std::future::Future>(fut: std::pin::Pin<&mut F>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    fut.poll(&mut cx).is_ready()
+}
+
+/// Engine `n` of the schedule, its workers on a runtime of their own on a thread of its
+/// own (a node of the fleet).
+fn node(
+    make: impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = LockEngine>>>
+    + Send
+    + 'static,
+    shared: (Recorder, Registers),
+    n: u32,
+    seed: u64,
+    until: std::time::Instant,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let engine = make().await;
+            let until = Instant::from_std(until);
+            let settings = SETTINGS[n as usize % SETTINGS.len()];
+            let tasks: Vec<_> = (0..3u32)
+                .map(|t| {
+                    tokio::spawn(worker(
+                        engine.clone(),
+                        shared.clone(),
+                        (n, t),
+                        settings,
+                        seed.wrapping_add(u64::from(n) * 1_000 + u64::from(t)),
+                        until,
+                    ))
+                })
+                .collect();
+            for t in tasks {
+                t.await.expect("a schedule worker panicked");
+            }
+        });
+    })
+}
+
+/// The faults a backend offers the schedule.
+trait Faults {
+    /// One fault, chosen by `rng`; returns what it was, for the log.
+    fn inject(&self, rng: &mut StdRng, recorder: &Recorder) -> String;
+}
+
+/// Drives the schedule: engines from `make`, faults from `faults` until the run ends, then
+/// the history check.
+fn schedule(
+    name: &str,
+    make: impl Fn(u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = LockEngine>>>
+    + Send
+    + Sync
+    + Clone
+    + 'static,
+    registers: &Registers,
+    (recorder, faults): (Recorder, &dyn Faults),
+) {
+    let (history, seed, log) = run(name, make, registers, (recorder, faults), run_for());
+    let violations = history.violations(Some(LONGEST_PAUSE));
+    assert!(
+        violations.is_empty(),
+        "seed {seed} (FAULT_SEED={seed} replays it): faults {log:?}"
+    );
+    history.assert_valid(Some(LONGEST_PAUSE));
+    let granted = history.acquisitions.iter().any(|a| a.grant.is_some());
+    let accepted = history.writes.iter().any(|w| w.accepted);
+    assert!(granted && accepted, "no critical section ever ran");
+}
+
+/// Runs the schedule for `run_for`: its history, its seed, and the faults it injected.
+fn run(
+    name: &str,
+    make: impl Fn(u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = LockEngine>>>
+    + Send
+    + Sync
+    + Clone
+    + 'static,
+    registers: &Registers,
+    (recorder, faults): (Recorder, &dyn Faults),
+    run_for: Duration,
+) -> (History, u64, Vec<String>) {
+    let seed = seed();
+    eprintln!("{name} fault schedule seed: {seed} (FAULT_SEED={seed} replays it)");
+    let until = std::time::Instant::now() + run_for;
+    let nodes: Vec<_> = (0..3u32)
+        .map(|n| {
+            let make = make.clone();
+            node(
+                move || make(n),
+                (recorder.clone(), registers.clone()),
+                n,
+                seed,
+                until,
+            )
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17);
+    let mut log = Vec::new();
+    while std::time::Instant::now() + Duration::from_millis(1_500) < until {
+        thread::sleep(Duration::from_millis(rng.random_range(200..1_200)));
+        log.push(faults.inject(&mut rng, &recorder));
+    }
+    for n in nodes {
+        n.join().expect("a schedule node panicked");
+    }
+    let finals = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(registers.finals());
+    for (key, value) in finals {
+        recorder.final_value(&key, value);
+    }
+    let history = recorder.history();
+    let granted = history
+        .acquisitions
+        .iter()
+        .filter(|a| a.grant.is_some())
+        .count();
+    let accepted = history.writes.iter().filter(|w| w.accepted).count();
+    eprintln!(
+        "{name} fault schedule: {} acquisitions ({granted} granted), {} writes ({accepted} accepted), faults: {}",
+        history.acquisitions.len(),
+        history.writes.len(),
+        log.join(", ")
+    );
+    (history, seed, log)
+}
+
+/// Force releases, the in-process engine's one fault from outside.
+struct ForceReleases(LockEngine);
+
+impl Faults for ForceReleases {
+    fn inject(&self, rng: &mut StdRng, recorder: &Recorder) -> String {
+        let key = LOCK_KEYS[rng.random_range(0..LOCK_KEYS.len())];
+        let invoked = recorder.now();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime
+            .block_on(self.0.admin().force_release(key))
+            .expect("in process");
+        recorder.revocation(key, invoked);
+        format!("force release {key}")
+    }
+}
+
+/// Engines for the schedule: handles of one in-process engine.
+fn in_process(
+    engine: &LockEngine,
+) -> impl Fn(u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = LockEngine>>>
++ Send
++ Sync
++ Clone
++ 'static {
+    let engine = engine.clone();
+    move |_| {
+        let engine = engine.clone();
+        Box::pin(async move { engine })
+    }
+}
+
+#[test]
+fn memory_fault_schedule_keeps_every_check() {
+    let _group = serial::group_blocking(module_path!());
+    let backend = Arc::new(MemoryBackend::new());
+    let engine = LockEngine::from_arc(backend.clone());
+    schedule(
+        "memory",
+        in_process(&engine),
+        &Registers::Local(Arc::default(), true),
+        (Recorder::new(), &ForceReleases(engine.clone())),
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            for key in LOCK_KEYS {
+                engine.lock(key).locked().await.unwrap();
+            }
+            let _ = engine.permits(PERMIT_KEY, PERMITS).holders().await;
+            if backend.key_count() == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} keys kept",
+                backend.key_count()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+/// The deliberate break: the same schedule over a store that ignores fences (it accepts a
+/// stale holder's write) must be caught by the checker, as lost updates.
+#[test]
+fn a_schedule_over_a_store_that_ignores_fences_is_caught() {
+    let _group = serial::group_blocking(module_path!());
+    let engine = LockEngine::in_memory();
+    let (history, seed, _) = run(
+        "memory, fences ignored",
+        in_process(&engine),
+        &Registers::Local(Arc::default(), false),
+        (Recorder::new(), &ForceReleases(engine.clone())),
+        Duration::from_secs(4),
+    );
+    let caught = history.violations(None);
+    assert!(
+        caught.iter().any(|v| v.check == "register"),
+        "seed {seed}: a store that ignores fences went unnoticed"
+    );
+    eprintln!("caught, as it must be:\n{}", caught[0]);
+}
