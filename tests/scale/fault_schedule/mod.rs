@@ -21,7 +21,7 @@
 //! with the fence it was granted, whatever it believes) is judged by the register: exclusion
 //! in real time is not promised to a process the OS has paused, fencing is.
 //!
-//! Bounded by default (`FAULT_SECS`, 10 s of work per backend); `FAULT_SEED=<n>` replays a
+//! Bounded by default (`FAULT_SECS`, 6 s of work per backend); `FAULT_SEED=<n>` replays a
 //! run's random choices (the seed is printed first, and again in a failure's message). A
 //! long run: `FAULT_SECS=120 cargo test --release --all-features --test scale fault_schedule`.
 
@@ -66,7 +66,7 @@ fn run_for() -> Duration {
         std::env::var("FAULT_SECS")
             .ok()
             .and_then(|s| s.parse().ok())
-            .unwrap_or(10),
+            .unwrap_or(6),
     )
 }
 
