@@ -12,5 +12,7 @@ mod actions;
 mod broken;
 mod checks;
 mod model;
+mod permits;
 mod properties;
+mod runner;
 mod state;
