@@ -44,5 +44,6 @@ fn a_live_waiter_is_granted_within_a_bound_while_others_release() {
         HandoffModel::new(sizes).fair(fair),
         State::representative,
         "progress",
-    ).assert_properties();
+    )
+    .assert_properties();
 }

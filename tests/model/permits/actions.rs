@@ -60,7 +60,12 @@ impl PermitsModel {
         let me = s.owner(client);
         let (mode, since, known) = match (first, s.clients[usize::from(client)].0) {
             (Some(mode), _) => (mode, s.real, None),
-            (None, Phase::Waiting { mode, since, known, .. }) => (mode, since, known),
+            (
+                None,
+                Phase::Waiting {
+                    mode, since, known, ..
+                },
+            ) => (mode, since, known),
             (None, phase) => unreachable!("a retry while {phase:?}"),
         };
         let ttl = self.sizes.ttl;
@@ -87,13 +92,12 @@ impl PermitsModel {
         if (!waiting || self.broken == Break::ArrivalIgnoresQueue) && p.fits(mode) {
             // Granted on arrival: every other live ticket is ahead of this request.
             let own = p.s.queue.iter().find(|t| t.owner == me).map(|t| t.score);
-            let ahead: Vec<Ticket> = p
-                .s
-                .queue
-                .iter()
-                .filter(|t| own.is_none_or(|o| t.score < o))
-                .copied()
-                .collect();
+            let ahead: Vec<Ticket> =
+                p.s.queue
+                    .iter()
+                    .filter(|t| own.is_none_or(|o| t.score < o))
+                    .copied()
+                    .collect();
             p.s.queue.retain(|t| t.owner != me);
             let fence = p.grant(me, mode, ttl, &ahead);
             p.settle();

@@ -21,7 +21,7 @@ pub(crate) const SIZES: Sizes = Sizes {
     claim: 2,
     margin: 2,
     step_back: 1,
-    horizon: 5,
+    horizon: 4,
     fence_scale: 8,
 };
 

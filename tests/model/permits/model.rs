@@ -41,6 +41,8 @@ pub(crate) struct PermitsModel {
     /// Fairness, as in the lock model: time passes only once every live waiter has retried
     /// and every holder has renewed in time and held for less than `hold` ticks.
     pub(crate) fair: Option<Fairness>,
+    /// Each client's mode, when fixed (`None`: each acquisition chooses).
+    pub(crate) modes: Option<[Mode; 3]>,
 }
 
 impl PermitsModel {
@@ -51,12 +53,20 @@ impl PermitsModel {
             permits,
             broken: Break::None,
             fair: None,
+            modes: None,
         }
     }
 
     /// The same, with a break.
     pub(crate) fn broken(mut self, broken: Break) -> Self {
         self.broken = broken;
+        self
+    }
+
+    /// The same with each client's mode fixed (three clients): a smaller state space, for a
+    /// search that must go deep.
+    pub(crate) fn modes(mut self, modes: [Mode; 3]) -> Self {
+        self.modes = Some(modes);
         self
     }
 
@@ -83,10 +93,36 @@ impl PermitsModel {
     }
 
     /// Forgets what no step or property reads, so that states differing only in it are
-    /// one: a grant for a waiter that has moved on; without fairness, the instants only
-    /// fairness looks at; once the clock can step back no more, expired holders (every
-    /// script drops them first, and nothing can revive them).
+    /// one: a grant for a waiter that has moved on; the fences holders, clients and
+    /// messages carry (monotonicity is checked where a script grants, against the fence
+    /// hash); tickets' scores beyond their order (a new one always goes to the tail);
+    /// without fairness, the instants only fairness looks at; once the clock can step back
+    /// no more, expired holders (every script drops them first, nothing can revive them);
+    /// the expiry of an empty queue; and whether a client that does nothing more crashed
+    /// or finished (what it left on the server is the same).
     fn normalize(&self, s: &mut State) {
+        if s.queue.is_empty() {
+            s.queue_expiry = 0;
+        }
+        for (phase, _) in &mut s.clients {
+            if *phase == Phase::Crashed {
+                *phase = Phase::Done;
+            }
+        }
+        for h in &mut s.holders {
+            h.fence = 0;
+        }
+        for m in &mut s.messages {
+            m.fence = 0;
+        }
+        for (phase, _) in &mut s.clients {
+            if let Phase::Holding { fence, .. } = phase {
+                *fence = 0;
+            }
+        }
+        for (rank, t) in (0..).zip(&mut s.queue) {
+            t.score = rank;
+        }
         let clients = s.clients.clone();
         s.messages.retain(|m| {
             let (phase, session) = clients[usize::from(m.owner.client)];
@@ -118,10 +154,13 @@ impl Model for PermitsModel {
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         for (c, (phase, begun)) in (0..).zip(&s.clients) {
             match *phase {
-                Phase::Idle if *begun < self.sizes.sessions => {
-                    actions.push(Action::Acquire(c, Mode::Shared));
-                    actions.push(Action::Acquire(c, Mode::Exclusive));
-                }
+                Phase::Idle if *begun < self.sizes.sessions => match self.modes {
+                    Some(modes) => actions.push(Action::Acquire(c, modes[usize::from(c)])),
+                    None => {
+                        actions.push(Action::Acquire(c, Mode::Shared));
+                        actions.push(Action::Acquire(c, Mode::Exclusive));
+                    }
+                },
                 Phase::Waiting { .. } => actions.push(Action::AcquireRetry(c)),
                 Phase::Holding { deadline, .. } => {
                     // The watchdog renews only a lease it still vouches for.

@@ -48,16 +48,20 @@ pub(crate) fn all(model: &PermitsModel) -> Vec<Property<PermitsModel>> {
         Property::sometimes("an exclusive permit is held", |_, s: &State| {
             valid_holders(s) == [Mode::Exclusive]
         }),
-        Property::sometimes("a shared request waits behind an exclusive one", |_, s: &State| {
-            let first_x = s.queue.iter().position(|t| t.mode == Mode::Exclusive);
-            first_x.is_some_and(|x| s.queue[x..].iter().any(|t| t.mode == Mode::Shared))
-        }),
+        Property::sometimes(
+            "a shared request waits behind an exclusive one",
+            |_, s: &State| {
+                let first_x = s.queue.iter().position(|t| t.mode == Mode::Exclusive);
+                first_x.is_some_and(|x| s.queue[x..].iter().any(|t| t.mode == Mode::Shared))
+            },
+        ),
         Property::sometimes("a permit's grant is in flight", |_, s: &State| {
             !s.messages.is_empty()
         }),
-        Property::sometimes("a permit is held after a clock step back", |_, s: &State| {
-            s.stepped > 0 && !s.holders.is_empty()
-        }),
+        Property::sometimes(
+            "a permit is held after a clock step back",
+            |_, s: &State| s.stepped > 0 && !s.holders.is_empty(),
+        ),
     ];
     if model.fair.is_some() {
         all.push(Property::always(
