@@ -56,16 +56,7 @@ where
     M::State: Hash + Send + Sync + Clone + PartialEq + 'static,
     M::Action: Clone + PartialEq + Debug,
 {
-    print_path(find(model, property, what), property, what);
-}
-
-/// Asserts `checker` found a counterexample to `property`, and prints its path.
-pub(crate) fn print_path<M>(checker: impl Checker<M>, property: &'static str, what: &str)
-where
-    M: Model,
-    M::State: Clone + PartialEq,
-    M::Action: Clone + PartialEq + Debug,
-{
+    let checker = find(model, property, what);
     let path = checker.discovery(property);
     let path = path.unwrap_or_else(|| panic!("{what}: no counterexample to {property:?}"));
     let steps: Vec<String> = path
