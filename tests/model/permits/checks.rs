@@ -43,8 +43,9 @@ fn every_permit_interleaving_keeps_the_bound_fences_and_arrival_order() {
 fn a_live_permit_waiter_is_granted_within_a_bound_while_others_release() {
     let fair = Fairness {
         hold: 2,
-        // The least bound that holds (6 has a counterexample): an exclusive waiter behind
-        // shared holders that crash holding leases just renewed, and the clock steps back.
+        // The least bound that holds (6 has a counterexample): an exclusive waiter behind a
+        // shared holder and another exclusive waiter, each crashing with a lease just
+        // renewed, and the clock steps back.
         max_wait: 7,
     };
     let sizes = Sizes {
