@@ -9,6 +9,8 @@
 //!   upgrade (`{4, 0, 0}`: a client's mode is fixed for its session). A client's request,
 //!   the script and its reply are one atomic step: a reply lost on the way (the engine then
 //!   leaves by token) is not modelled, so a retry always knows its member's deadline.
+//! - Every client asks with the same limit, TTL and claim period (the scripts read each
+//!   ticket's own); one acquisition per client.
 //! - `RELEASE` is modelled whole; `RENEW` one permit per call; `EXTEND`, `LEAVE` (a waiter
 //!   giving up; a crash stands for a waiter that vanishes) and `HOLDERS` are not modelled.
 //! - A holder runs while its expiry is after the server clock's tick; the scripts keep it
