@@ -8,8 +8,9 @@
 //!   The model's retry always knows its member's deadline (the engine's reply was not lost).
 //! - The prelude's `free_or_handoff`, `handoff` and `live_head` are written out below with
 //!   the same order of steps; the 100-ticket bounds never bind with three clients.
-//! - `RENEW` (`scripts/lease.rs`) is one lease per call; `EXTEND`, `LEAVE` (a waiter giving
-//!   up) and the permits' scripts (`permits/scripts.rs`) are not modelled.
+//! - `RENEW` (`scripts/lease.rs`) is one lease per call; `EXTEND` and `LEAVE` (a waiter
+//!   giving up) are not modelled. The permits' scripts (`permits/scripts.rs`) have their
+//!   own model (`crate::permits`).
 //! - Each script is one atomic step, and a client's request, the script and its reply are one
 //!   step too: a reply lost on the way (the engine then releases by token) is not modelled.
 //! - Expired keys vanish at once (see [`State::expire`]).

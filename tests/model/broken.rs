@@ -2,23 +2,16 @@
 
 use stateright::Checker;
 
-use crate::checks::{SIZES, find};
+use crate::checks::SIZES;
 use crate::model::{Break, HandoffModel};
 use crate::properties::{ARRIVAL_ORDER, FENCES_RISE, MUTUAL_EXCLUSION};
+use crate::runner::find;
 use crate::state::Sizes;
 
 /// Asserts the broken model violates `property`, and prints the path that shows it.
 fn counterexample(broken: Break, property: &'static str) {
     let what = format!("{broken:?}");
-    let checker = find(HandoffModel::new(SIZES).broken(broken), property, &what);
-    let path = checker.discovery(property);
-    let path = path.unwrap_or_else(|| panic!("{broken:?}: no counterexample to {property:?}"));
-    let steps: Vec<String> = path
-        .into_actions()
-        .iter()
-        .map(|a| format!("{a:?}"))
-        .collect();
-    eprintln!("{broken:?} breaks {property:?}: {}", steps.join(", "));
+    crate::runner::counterexample(HandoffModel::new(SIZES).broken(broken), property, &what);
 }
 
 #[test]

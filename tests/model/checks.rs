@@ -1,10 +1,9 @@
 //! The exhaustive checks of the protocol as the scripts write it.
 
-use std::time::Instant;
-
-use stateright::{Checker, HasDiscoveries, Model};
+use stateright::Checker;
 
 use crate::model::{Fairness, HandoffModel};
+use crate::runner::check;
 use crate::state::{Sizes, State};
 
 /// Three clients, one session each; a lease TTL of 3 ticks, a ticket TTL (and claim period)
@@ -21,52 +20,9 @@ pub(crate) const SIZES: Sizes = Sizes {
     fence_scale: 8,
 };
 
-/// Runs the checker to the end (with symmetry reduction: clients are interchangeable)
-/// and reports what it visited.
-pub(crate) fn check(model: HandoffModel, what: &str) -> impl Checker<HandoffModel> + use<> {
-    let started = Instant::now();
-    let checker = model
-        .checker()
-        .symmetry_fn(State::representative)
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    report(&checker, what, started);
-    checker
-}
-
-/// Runs the checker until `property` has a counterexample: breadth first and without
-/// symmetry reduction, so that the path is the shortest and replays as printed.
-pub(crate) fn find(
-    model: HandoffModel,
-    property: &'static str,
-    what: &str,
-) -> impl Checker<HandoffModel> + use<> {
-    let started = Instant::now();
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf([property].into()))
-        .threads(2)
-        .spawn_bfs()
-        .join();
-    report(&checker, what, started);
-    checker
-}
-
-/// Prints how much the checker visited, and how long it took.
-fn report(checker: &impl Checker<HandoffModel>, what: &str, started: Instant) {
-    eprintln!(
-        "{what}: {} states ({} unique), depth {}, in {:.1?}",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed()
-    );
-}
-
 #[test]
 fn every_interleaving_keeps_exclusion_fences_and_arrival_order() {
-    check(HandoffModel::new(SIZES), "safety").assert_properties();
+    check(HandoffModel::new(SIZES), State::representative, "safety").assert_properties();
 }
 
 /// Progress: a lease TTL of 2 keeps the state space small enough for a horizon of 10
@@ -84,5 +40,10 @@ fn a_live_waiter_is_granted_within_a_bound_while_others_release() {
         horizon: 10,
         ..SIZES
     };
-    check(HandoffModel::new(sizes).fair(fair), "progress").assert_properties();
+    check(
+        HandoffModel::new(sizes).fair(fair),
+        State::representative,
+        "progress",
+    )
+    .assert_properties();
 }

@@ -6,11 +6,15 @@
 //!
 //! `state` is the state, `actions` the steps named after the scripts (and where the model
 //! could drift from them), `properties` what is checked, `model` the glue, `checks` the
-//! exhaustive runs, `broken` the deliberate breaks and their counterexamples.
+//! exhaustive runs, `broken` the deliberate breaks and their counterexamples. `permits` is
+//! the same for the permit scripts (`engine/src/redis/permits/scripts.rs`), with its own
+//! state, actions and properties; `runner` runs the checker for both.
 
 mod actions;
 mod broken;
 mod checks;
 mod model;
+mod permits;
 mod properties;
+mod runner;
 mod state;
