@@ -19,6 +19,7 @@ pin_project! {
     ///
     /// Dropping it (the client went away) gives up a read or a wait; a handler that already
     /// runs under its key runs on, so that its response is stored.
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<S, ReqB>
     where
         TowerAdapter<S, ReqB>: ReplayAdapter,

@@ -12,6 +12,7 @@ use crate::engine::{LockError, Record, runtime::Detachable};
 /// A response being captured for replay: feed it the body's data with
 /// [`data`](Self::data), then [`finish`](Self::finish) at the end of the body. Dropping it
 /// unfinished (the body failed) releases the key and stores nothing.
+#[must_use = "dropping it unfinished releases the key and stores nothing"]
 pub(crate) struct Capture {
     completion: Completion,
     state: State,

@@ -12,6 +12,7 @@ use crate::{integration::LockGuard, lease_info::LeaseInfo};
 /// A request running under its key: turn its response into a [`Capture`] with
 /// [`capture`](Self::capture). Dropping it (the handler failed or panicked) releases the
 /// key and stores nothing, so a retry runs again.
+#[must_use = "dropping it releases the key and stores nothing"]
 pub(crate) struct Completion {
     pub(super) guard: LockGuard,
     pub(super) fingerprint: Bytes,
