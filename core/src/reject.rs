@@ -250,6 +250,7 @@ impl Rejection {
     }
 
     /// Set the problem's `instance` (RFC 9457): the layer sets the request path.
+    #[must_use]
     pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
         self.instance = Some(instance.into());
         self

@@ -106,6 +106,7 @@ impl LockSettings {
 
     /// Marks the settings as an idempotency layer's with replay, whose duplicates may wait.
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+    #[must_use]
     pub fn replaying(mut self) -> Self {
         self.replaying = true;
         self

@@ -439,12 +439,11 @@ impl IdempotencyLayerBuilder {
     /// the retention at most [`MAX_TTL`](crate::engine::MAX_TTL), and the namespace must
     /// leave room for the longest legal key under any scope ([`ConfigError::Namespace`]).
     pub fn build(self) -> Result<IdempotencyLayer, ConfigError> {
-        self.build_replay_locker().map(IdempotencyLayer::new)
+        self.build_core().map(IdempotencyLayer::new)
     }
 
-    /// Check the configuration and build the framework-neutral core (for framework
-    /// integrations).
-    pub fn build_replay_locker(mut self) -> Result<ReplayLocker, ConfigError> {
+    /// Check the configuration and build the framework-neutral core the layer runs on.
+    fn build_core(mut self) -> Result<ReplayLocker, ConfigError> {
         self.settings.check_values()?;
         let scope = self.scope.take().ok_or(ConfigError::IdempotencyScope)?;
         // Running without the record (open, or on a node-local lock that cannot read it)

@@ -1,85 +1,62 @@
-//! [`IdempotencyFuture`], the future of an [`IdempotencyService`](super::IdempotencyService)
+//! [`ResponseFuture`], the future of an [`IdempotencyService`](super::IdempotencyService)
 //! call.
 
 use std::{
     fmt,
     future::Future,
     pin::Pin,
-    task::{Context, Poll, ready},
+    task::{Context, Poll},
 };
 
-use http::Response;
 use pin_project_lite::pin_project;
+use tower_lock_core::{ReplayAdapter, ReplayFuture};
 
-use super::replay_body::ReplayBody;
-use crate::engine::BoxFuture;
-
-/// What an [`IdempotencyFuture`] resolves to.
-pub(super) type Output<ResB, E> = Result<Response<ReplayBody<ResB>>, E>;
+use super::adapter::TowerAdapter;
 
 pin_project! {
-    /// The future of an [`IdempotencyService`](super::IdempotencyService) call.
-    pub struct IdempotencyFuture<F, ResB, E> {
+    /// The future of an [`IdempotencyService`](super::IdempotencyService) call: the core's
+    /// replay protocol driving one request (read, fingerprint, decide, run, capture).
+    ///
+    /// Dropping it (the client went away) gives up a read or a wait; a handler that already
+    /// runs under its key runs on, so that its response is stored.
+    #[must_use = "futures do nothing unless polled"]
+    pub struct ResponseFuture<S, ReqB>
+    where
+        TowerAdapter<S, ReqB>: ReplayAdapter,
+    {
         #[pin]
-        kind: FutureKind<F, ResB, E>,
+        inner: ReplayFuture<TowerAdapter<S, ReqB>>,
     }
 }
 
-pin_project! {
-    #[project = FutureKindProj]
-    enum FutureKind<F, ResB, E> {
-        // A request the layer does not cover.
-        Pass { #[pin] future: F },
-        // Read, fingerprint, decide, run, capture.
-        Boxed { future: BoxFuture<'static, Output<ResB, E>> },
-        Ready { response: Option<Response<ReplayBody<ResB>>> },
-    }
-}
-
-impl<F, ResB, E> IdempotencyFuture<F, ResB, E> {
-    pub(super) fn pass(future: F) -> Self {
-        Self {
-            kind: FutureKind::Pass { future },
-        }
-    }
-
-    pub(super) fn boxed(future: BoxFuture<'static, Output<ResB, E>>) -> Self {
-        Self {
-            kind: FutureKind::Boxed { future },
-        }
-    }
-
-    pub(super) fn ready(response: Response<ReplayBody<ResB>>) -> Self {
-        Self {
-            kind: FutureKind::Ready {
-                response: Some(response),
-            },
-        }
-    }
-}
-
-impl<F, ResB, E> fmt::Debug for IdempotencyFuture<F, ResB, E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IdempotencyFuture").finish_non_exhaustive()
-    }
-}
-
-impl<F, ResB, E> Future for IdempotencyFuture<F, ResB, E>
+impl<S, ReqB> ResponseFuture<S, ReqB>
 where
-    F: Future<Output = Result<Response<ResB>, E>>,
+    TowerAdapter<S, ReqB>: ReplayAdapter,
 {
-    type Output = Output<ResB, E>;
+    pub(super) fn new(inner: ReplayFuture<TowerAdapter<S, ReqB>>) -> Self {
+        Self { inner }
+    }
+}
+
+impl<S, ReqB> fmt::Debug for ResponseFuture<S, ReqB>
+where
+    TowerAdapter<S, ReqB>: ReplayAdapter,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ResponseFuture").field(&self.inner).finish()
+    }
+}
+
+impl<S, ReqB> Future for ResponseFuture<S, ReqB>
+where
+    TowerAdapter<S, ReqB>: ReplayAdapter,
+{
+    type Output = Result<
+        <TowerAdapter<S, ReqB> as ReplayAdapter>::Output,
+        <TowerAdapter<S, ReqB> as ReplayAdapter>::Error,
+    >;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            FutureKindProj::Pass { future } => {
-                let res = ready!(future.poll(cx))?;
-                Poll::Ready(Ok(res.map(ReplayBody::plain)))
-            }
-            FutureKindProj::Boxed { future } => future.as_mut().poll(cx),
-            FutureKindProj::Ready { response } => {
-                Poll::Ready(Ok(response.take().expect("polled after completion")))
-            }
-        }
+        self.project().inner.poll(cx)
     }
 }

@@ -1,9 +1,8 @@
-//! The tower side of the replay lifecycle: an `http` response shown to the replay core
-//! ([`ReplayResponse`], [`ChunkSource`]), and the spawner of the work a request leaves
-//! behind when its client goes away.
+//! The tower side of the replay lifecycle: an `http` response body shown to the replay
+//! core ([`ChunkSource`]), and the spawner of the work a request leaves behind when its
+//! client goes away.
 
 use std::{
-    borrow::Cow,
     fmt,
     future::Future,
     pin::Pin,
@@ -11,13 +10,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use http::{HeaderMap, Response, StatusCode};
 use http_body::{Body, Frame};
 use pin_project_lite::pin_project;
 
-use tower_lock_core::{Chunk, ChunkSource, ReplayResponse};
+use tower_lock_core::{Chunk, ChunkSource};
 
-use crate::{NotStored, engine::runtime};
+use crate::engine::runtime;
 
 pin_project! {
     /// An `http_body` body, read frame by frame by the replay core: the
@@ -69,30 +67,6 @@ impl<B: Body<Data = Bytes>> ChunkSource for HttpChunks<B> {
 
     fn is_end(&self) -> bool {
         self.body.is_end_stream()
-    }
-}
-
-/// A handler's `http` response, shown to the replay core (a type of this crate: the
-/// trait and `Response` are the core's and `http`'s).
-pub(super) struct Handled<B>(pub(super) Response<B>);
-
-impl<B: Body<Data = Bytes>> ReplayResponse for Handled<B> {
-    type Chunks = HttpChunks<B>;
-
-    fn is_marked_not_stored(&self) -> bool {
-        self.0.extensions().get::<NotStored>().is_some()
-    }
-
-    fn status(&self) -> StatusCode {
-        self.0.status()
-    }
-
-    fn headers(&self) -> Cow<'_, HeaderMap> {
-        Cow::Borrowed(self.0.headers())
-    }
-
-    fn into_chunks(self) -> HttpChunks<B> {
-        HttpChunks::new(self.0.into_body())
     }
 }
 

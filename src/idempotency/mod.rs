@@ -57,8 +57,8 @@
 //! # let _ = app;
 //! ```
 
+mod adapter;
 mod builder;
-mod collected;
 mod future;
 mod http_chunks;
 mod layer;
@@ -67,8 +67,7 @@ mod request_body;
 mod service;
 
 pub use builder::IdempotencyLayerBuilder;
-pub use future::IdempotencyFuture;
-pub use http_chunks::HttpChunks;
+pub use future::ResponseFuture;
 pub use layer::IdempotencyLayer;
 pub use replay_body::ReplayBody;
 pub use request_body::RequestBody;

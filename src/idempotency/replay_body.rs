@@ -11,8 +11,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::http_chunks::{HttpChunks, spawn};
-use tower_lock_core::{Capture, CapturingBody};
+use tower_lock_core::CapturingBody;
+
+use super::http_chunks::HttpChunks;
 
 pin_project! {
     /// The response body of an [`IdempotencyService`](super::IdempotencyService): the inner
@@ -49,17 +50,11 @@ impl<B> ReplayBody<B> {
     }
 }
 
-impl<B> ReplayBody<B>
-where
-    B: Body<Data = Bytes> + Send + 'static,
-{
-    /// `body`, captured into `capture` as it streams out; drained on a task of the
-    /// application's runtime if dropped before its end.
-    pub(crate) fn capturing(body: B, capture: Capture) -> Self {
+impl<B> ReplayBody<B> {
+    /// The body, captured for replay as it streams out (by the core's replay protocol).
+    pub(crate) fn capturing(capturing: CapturingBody<HttpChunks<B>>) -> Self {
         Self {
-            kind: ReplayKind::Capturing {
-                capturing: CapturingBody::new(HttpChunks::new(body), capture, spawn),
-            },
+            kind: ReplayKind::Capturing { capturing },
         }
     }
 }

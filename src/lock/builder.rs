@@ -153,7 +153,7 @@ impl LockLayerBuilder {
 
     /// Check the configuration and build the layer.
     pub fn build(self) -> Result<LockLayer, ConfigError> {
-        self.build_locker().map(LockLayer::from)
+        self.build_locker().map(LockLayer::new)
     }
 
     /// Check the configuration and build the framework-neutral runtime core (for framework

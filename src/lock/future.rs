@@ -22,6 +22,7 @@ pin_project! {
     /// response with no body to send is returned once its lease has been released.
     ///
     /// Dropping it (the client went away) gives up the wait, or releases the lease.
+    #[must_use = "futures do nothing unless polled"]
     pub struct ResponseFuture<S, ReqB>
     where
         S: Service<Request<ReqB>>,

@@ -44,6 +44,10 @@ impl LockLayer {
         LockLayerBuilder::new(engine)
     }
 
+    pub(crate) fn new(locker: RequestLocker) -> Self {
+        Self { locker }
+    }
+
     /// The layer's counters and histograms.
     pub fn metrics(&self) -> LockMetrics {
         self.locker.metrics()
@@ -54,12 +58,6 @@ impl LockLayer {
     /// ([`RequestLocker::lock_key`]).
     pub fn locker(&self) -> &RequestLocker {
         &self.locker
-    }
-}
-
-impl From<RequestLocker> for LockLayer {
-    fn from(locker: RequestLocker) -> Self {
-        Self { locker }
     }
 }
 

@@ -42,11 +42,6 @@ impl<S> LockService<S> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// The framework-neutral runtime core this service locks with.
-    pub fn locker(&self) -> &RequestLocker {
-        &self.locker
-    }
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for LockService<S>

@@ -28,29 +28,9 @@ pub enum AfterHead {
     HoldUntilBodyEnd(LockGuard),
 }
 
-impl LockGuard {
-    /// Decide what becomes of the lease now that the response head is known: `status`, and
-    /// `no_body` when the response carries no body for a reason its status does not show
-    /// (it answers a `HEAD` request, or its body is known to be empty). Follows the
-    /// layer's [`ReleasePoint`](crate::ReleasePoint): see
-    /// [`releases_with_response`](crate::ReleasePoint::releases_with_response) and
-    /// [`releases_before_response`](crate::ReleasePoint::releases_before_response).
-    pub fn after_head(self, status: u16, no_body: bool) -> AfterHead {
-        let release = self.release_point();
-        if release.releases_with_response(status) {
-            self.release_now();
-            AfterHead::Released
-        } else if release.releases_before_response(status, no_body) {
-            AfterHead::ReleaseFirst(Release(Box::pin(self.release())))
-        } else {
-            AfterHead::HoldUntilBodyEnd(self)
-        }
-    }
-}
-
 /// A release under way ([`LockGuard::release`]): resolves once the backend has applied it.
 /// It began when it was made, and finishes even if this future is dropped.
-pub struct Release(Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
+pub struct Release(pub(super) Pin<Box<dyn Future<Output = ()> + Send + 'static>>);
 
 impl fmt::Debug for Release {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

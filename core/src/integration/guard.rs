@@ -1,9 +1,14 @@
 //! [`LockGuard`]: the lease a request runs under, from its grant to its release.
 
 use std::fmt;
+#[cfg(feature = "idempotency")]
+use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::{AfterHead, Release};
+#[cfg(feature = "idempotency")]
+use crate::engine::{LockError, Record};
 use crate::{
     engine::Lease,
     lease_info::LeaseInfo,
@@ -16,12 +21,12 @@ use crate::{
 /// resolves when that is done; [`LockGuard::release_now`] and dropping it release in the
 /// background. Each records the hold time. [`LockGuard::after_head`] decides which of them
 /// a response calls for.
+#[must_use = "dropping the guard releases the lease at once"]
 pub struct LockGuard {
-    // Reached by idempotency replay too, which stores its record with the release.
-    pub(super) lease: Option<Lease>,
+    lease: Option<Lease>,
     /// Under the degrade policy, the node-local lease taken before the backend's; released
     /// after it.
-    pub(super) node: Option<Lease>,
+    node: Option<Lease>,
     info: LeaseInfo,
     granted: Instant,
     metrics: LockMetrics,
@@ -102,6 +107,48 @@ impl LockGuard {
                     tracing::debug!(%key, %error, "release did not apply");
                 }
             }
+        }
+    }
+
+    /// Decide what becomes of the lease now that the response head is known: `status`, and
+    /// `no_body` when the response carries no body for a reason its status does not show
+    /// (it answers a `HEAD` request, or its body is known to be empty). Follows the
+    /// layer's [`ReleasePoint`](crate::ReleasePoint): see
+    /// [`releases_with_response`](crate::ReleasePoint::releases_with_response) and
+    /// [`releases_before_response`](crate::ReleasePoint::releases_before_response).
+    pub fn after_head(self, status: u16, no_body: bool) -> AfterHead {
+        let release = self.release_point();
+        if release.releases_with_response(status) {
+            self.release_now();
+            AfterHead::Released
+        } else if release.releases_before_response(status, no_body) {
+            AfterHead::ReleaseFirst(Release(Box::pin(self.release())))
+        } else {
+            AfterHead::HoldUntilBodyEnd(self)
+        }
+    }
+
+    /// Store `record` and release the key in one atomic step
+    /// ([`Lease::complete`](crate::Lease::complete)); under the degrade policy the
+    /// node-local lease is released after it. Begins in this call and finishes even if the
+    /// returned future is dropped (as [`LockGuard::release`]).
+    #[cfg(feature = "idempotency")]
+    pub(super) fn complete(
+        mut self,
+        record: Record,
+        retention: Duration,
+    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        let complete = self.lease.take().map(|l| l.complete(record, retention));
+        let node = self.node.take();
+        async move {
+            let result = match complete {
+                Some(complete) => complete.await,
+                None => Ok(()),
+            };
+            if let Some(node) = node {
+                let _ = node.release().await;
+            }
+            result
         }
     }
 }

@@ -1,12 +1,22 @@
 //! [`RequestLocker`]: a layer's configuration and shared state, and what it answers about a
 //! request (its lock key, whether its method is locked, the response for a rejection). The
 //! acquisition itself is in `acquisition.rs`.
+//!
+//! With the `idempotency` feature, also what only replay asks of it: the record read
+//! within the acquisition, and the outage log of a record read that failed.
 
 use std::{fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 
+#[cfg(feature = "idempotency")]
+use tokio::time::Instant;
+
+#[cfg(feature = "idempotency")]
+use super::{Outcome, Take};
 use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
+#[cfg(feature = "idempotency")]
+use crate::engine::{LeaseOrRecord, LockError, Record};
 use crate::{
     ConfigError, KeyError,
     engine::{LockEngine, LockKey},
@@ -229,5 +239,40 @@ impl RequestLocker {
     /// The engine the locker locks on.
     pub fn engine(&self) -> &LockEngine {
         &self.shared.engine
+    }
+
+    /// Lock `key` as [`lock`](Self::lock) does, unless a record is stored under it:
+    /// `Err(record)`, and nothing is held.
+    #[cfg(feature = "idempotency")]
+    pub(super) async fn lock_or_record(self, key: LockKey) -> Result<Outcome, Record> {
+        let started = Instant::now();
+        let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+        let result = match lock.acquire_or_record().await {
+            Ok(LeaseOrRecord::Record(record)) => return Err(record),
+            Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
+            Err(error) => Err(error),
+        };
+        Ok(self.settle(result, Take::Lock, started))
+    }
+
+    /// The backend failed outside an acquisition (idempotency replay's record read): the
+    /// same outage log as a failed acquisition.
+    #[cfg(feature = "idempotency")]
+    pub(super) fn backend_failed(&self, error: &LockError) {
+        if let LockError::Backend(error) = error {
+            let c = &self.shared.config;
+            self.shared.outage.failed(&c.name, error, c.backend_failure);
+        }
+    }
+
+    /// The backend answered outside an acquisition: ends a logged outage.
+    #[cfg(feature = "idempotency")]
+    pub(super) fn backend_ok(&self) {
+        self.shared.outage.answered(&self.shared.config.name);
+    }
+
+    #[cfg(feature = "idempotency")]
+    pub(super) fn retry_after_fallback(&self) -> Duration {
+        self.shared.config.retry_after_fallback
     }
 }

@@ -11,9 +11,9 @@
 //! for every framework alike, whether the lease is released, released before the response
 //! is handed over, or held until the body ends ([`AfterHead`]).
 //!
-//! With the `idempotency` feature, [`ReplayLocker`] is the same for idempotency replay:
-//! what to replay, and the lifecycle of a request that runs under its key (see
-//! [`ReplayDecision`], [`KeepRunning`], [`CapturingBody`]).
+//! With the `idempotency` feature, [`ReplayLocker`] is the same for idempotency replay,
+//! with the protocol written once: a framework implements a small [`ReplayAdapter`] and
+//! the [`ReplayFuture`] of [`ReplayLocker::serve`] drives each request.
 //!
 //! Applications do not need this module: they configure a
 //! `LockLayerBuilder` and install the layer (or the
@@ -59,7 +59,7 @@ pub use outcome::Outcome;
 #[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
-    Abandoned, Capture, CapturingBody, Chunk, ChunkSource, Completion, Drain, KeepRunning,
-    ReplayDecision, ReplayLocker, ReplayResponse, fingerprint::FingerprintFn,
+    BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,
+    ReplayLocker, fingerprint::FingerprintFn,
 };
 pub(crate) use sharing::{Sharing, Take};

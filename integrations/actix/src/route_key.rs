@@ -82,6 +82,7 @@ impl RouteKey {
     }
 
     /// Also key on the parameter `name`.
+    #[must_use]
     pub fn and(mut self, name: impl Into<String>) -> Self {
         match &mut self.params {
             Params::Named(names) => names.push(name.into()),

@@ -12,7 +12,8 @@ use crate::engine::{LockError, Record, runtime::Detachable};
 /// A response being captured for replay: feed it the body's data with
 /// [`data`](Self::data), then [`finish`](Self::finish) at the end of the body. Dropping it
 /// unfinished (the body failed) releases the key and stores nothing.
-pub struct Capture {
+#[must_use = "dropping it unfinished releases the key and stores nothing"]
+pub(crate) struct Capture {
     completion: Completion,
     state: State,
 }
@@ -59,14 +60,14 @@ impl Capture {
 
     /// Whether more body is still worth reading for the record (`false` once nothing is
     /// kept, or the body passed the limit).
-    pub fn wants_data(&self) -> bool {
+    pub(crate) fn wants_data(&self) -> bool {
         matches!(self.state, State::Keep { .. })
     }
 
     /// A chunk of the response body.
-    pub fn data(&mut self, chunk: &[u8]) {
+    pub(crate) fn data(&mut self, chunk: &[u8]) {
         if let State::Keep { status, body, .. } = &mut self.state {
-            if body.len() + chunk.len() > self.completion.shared.options.max_response_body {
+            if body.len() + chunk.len() > self.completion.replay.options.max_response_body {
                 self.state = State::NotKept { status: *status };
             } else {
                 body.extend_from_slice(chunk);
@@ -75,7 +76,7 @@ impl Capture {
     }
 
     /// The response has trailers: it is not kept (a replay could not reproduce them).
-    pub fn trailers(&mut self) {
+    pub(crate) fn trailers(&mut self) {
         if let State::Keep { status, .. } = self.state {
             self.state = State::NotKept { status };
         }
@@ -85,13 +86,13 @@ impl Capture {
     /// [drain time](super::ReplayLocker::max_drain_time) ran out): what was to be kept is recorded
     /// as completed but not stored, so a retry is answered `409` `response-not-stored`
     /// rather than run a second time.
-    pub fn cut_off(&mut self) {
+    pub(crate) fn cut_off(&mut self) {
         self.trailers();
     }
 
     /// How long the rest of the body is read once its client left.
-    pub fn max_drain_time(&self) -> Duration {
-        self.completion.shared.options.max_drain_time
+    pub(crate) fn max_drain_time(&self) -> Duration {
+        self.completion.replay.options.max_drain_time
     }
 
     /// The body is complete: store the record and release the key, in one atomic step.
@@ -100,12 +101,12 @@ impl Capture {
     /// [`Lease::complete`](crate::engine::Lease::complete)). A holder whose lease ran out
     /// before this, or while the backend refused it, writes nothing (logged, and counted
     /// as `discarded` in the metrics).
-    pub fn finish(self) -> impl Future<Output = ()> + Send + 'static {
+    pub(crate) fn finish(self) -> impl Future<Output = ()> + Send + 'static {
         let Self { completion, state } = self;
         let Completion {
             guard,
             fingerprint,
-            shared,
+            replay,
             ..
         } = completion;
         let record = match state {
@@ -121,8 +122,8 @@ impl Capture {
             None => Box::pin(guard.release()),
             Some(record) => {
                 let key = guard.info().key().clone();
-                let metrics = shared.locker.metrics();
-                let complete = guard.complete(record, shared.options.retention);
+                let metrics = replay.locker.metrics();
+                let complete = guard.complete(record, replay.options.retention);
                 Box::pin(async move {
                     // Each message says what became of the key: a retry's fate follows.
                     match complete.await {

@@ -11,13 +11,13 @@ use std::{
 use super::{Capture, ChunkSource, Drain};
 
 /// The body of a response that runs under its idempotency key: each item passes on to the
-/// client and into the [`Capture`]; at the end of the body the response is stored and the
+/// client and into the response's capture; at the end of the body the response is stored and the
 /// key released. A framework's response body wraps it (its body adapter) and forwards its
 /// items.
 ///
 /// Dropped before its end (the client went away, or the caller only looked at the head),
 /// it reads what the body already has on the spot, so a whole body is stored before the
-/// drop returns, and hands the rest to `spawn` as a [`Drain`]. A body that panics or fails
+/// drop returns, and hands the rest to the framework's spawner ([`Leftover`](super::Leftover)). A body that panics or fails
 /// stores nothing: the key is released and a retry runs again.
 pub struct CapturingBody<S> {
     /// `None` once the body ended (or panicked).
@@ -42,7 +42,7 @@ impl<S> fmt::Debug for CapturingBody<S> {
 impl<S: ChunkSource> CapturingBody<S> {
     /// `source`, captured into `capture`; `spawn` runs the drain of a body dropped before
     /// its end (on the framework's runtime: the handler's work belongs there).
-    pub fn new(source: S, capture: Capture, spawn: fn(Drain<S>)) -> Self {
+    pub(super) fn new(source: S, capture: Capture, spawn: fn(Drain<S>)) -> Self {
         Self {
             source: Some(Box::pin(source)),
             capture: Some(capture),

@@ -1,14 +1,10 @@
-//! What a framework shows the replay core of a response: [`ReplayResponse`] (its head, and
-//! its body as a [`ChunkSource`]), so that capturing, keeping the handler running and
-//! draining are written once for every framework.
+//! What a framework shows the replay core of a response body: a [`ChunkSource`] of
+//! [`Chunk`]s, so that capturing and draining are written once for every framework.
 
 use std::{
-    borrow::Cow,
     pin::Pin,
     task::{Context, Poll},
 };
-
-use http::{HeaderMap, StatusCode};
 
 /// What one item of a response body carries for the record.
 #[derive(Clone, Copy, Debug)]
@@ -46,24 +42,4 @@ pub trait ChunkSource {
     fn is_end(&self) -> bool {
         false
     }
-}
-
-/// A framework's response, as the replay core captures it: the head decides what is
-/// stored, the body is read as a [`ChunkSource`]. A framework implements it for its
-/// response type, converting its own status and header types (`http` 0.2 for actix).
-pub trait ReplayResponse {
-    /// The body, read chunk by chunk.
-    type Chunks: ChunkSource;
-
-    /// Whether the response carries the [`NotStored`](crate::NotStored) mark.
-    fn is_marked_not_stored(&self) -> bool;
-
-    /// The status.
-    fn status(&self) -> StatusCode;
-
-    /// The headers, as `http` 1 headers.
-    fn headers(&self) -> Cow<'_, HeaderMap>;
-
-    /// The body.
-    fn into_chunks(self) -> Self::Chunks;
 }

@@ -1,25 +1,22 @@
 //! [`Completion`]: a request that runs under its idempotency key, until its response is
 //! captured.
 
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{Capture, ReplayResponse, capture::State, locker::Shared, record_codec};
-use crate::{
-    engine::{LockError, Record},
-    integration::LockGuard,
-    lease_info::LeaseInfo,
-};
+use super::{Capture, ReplayAdapter, ReplayLocker, capture::State, record_codec};
+use crate::{integration::LockGuard, lease_info::LeaseInfo};
 
 /// A request running under its key: turn its response into a [`Capture`] with
 /// [`capture`](Self::capture). Dropping it (the handler failed or panicked) releases the
 /// key and stores nothing, so a retry runs again.
-pub struct Completion {
+#[must_use = "dropping it releases the key and stores nothing"]
+pub(crate) struct Completion {
     pub(super) guard: LockGuard,
     pub(super) fingerprint: Bytes,
-    pub(super) shared: Arc<Shared>,
+    pub(super) replay: ReplayLocker,
 }
 
 impl fmt::Debug for Completion {
@@ -31,16 +28,16 @@ impl fmt::Debug for Completion {
 }
 
 impl Completion {
-    pub(super) fn new(guard: LockGuard, fingerprint: Bytes, shared: Arc<Shared>) -> Self {
+    pub(super) fn new(guard: LockGuard, fingerprint: Bytes, replay: ReplayLocker) -> Self {
         Self {
             guard,
             fingerprint,
-            shared,
+            replay,
         }
     }
 
     /// The lease the request runs under.
-    pub fn info(&self) -> &LeaseInfo {
+    pub(crate) fn info(&self) -> &LeaseInfo {
         self.guard.info()
     }
 
@@ -50,8 +47,8 @@ impl Completion {
     /// `400`, `401`, `403`, `407`, `413`, `415`, `422`; whatever the layer's `store_if`
     /// refuses) is not captured: the
     /// key is released at the end of the body, with no record, and a retry runs again.
-    pub fn capture(self, status: StatusCode, headers: &HeaderMap) -> Capture {
-        let o = &self.shared.options;
+    pub(crate) fn capture(self, status: StatusCode, headers: &HeaderMap) -> Capture {
+        let o = &self.replay.options;
         let state = if !o.stores(status, headers) {
             State::Release
         } else {
@@ -70,43 +67,18 @@ impl Completion {
     /// Run the response through without storing it: the key is released at the end of
     /// its body, and a retry runs again. For a response that carries the
     /// [`NotStored`](crate::NotStored) mark.
-    pub fn not_stored(self) -> Capture {
+    pub(crate) fn not_stored(self) -> Capture {
         Capture::new(self, State::Release)
     }
 
     /// The capture of `response`, by its head: [`not_stored`](Self::not_stored) for a
     /// response marked [`NotStored`](crate::NotStored), else [`capture`](Self::capture)
     /// with its status and headers.
-    pub fn capture_response<R: ReplayResponse>(self, response: &R) -> Capture {
-        if response.is_marked_not_stored() {
+    pub(super) fn capture_response<A: ReplayAdapter>(self, response: &A::Response) -> Capture {
+        if A::is_marked_not_stored(response) {
             self.not_stored()
         } else {
-            self.capture(response.status(), &response.headers())
-        }
-    }
-}
-
-impl LockGuard {
-    /// Store `record` and release the key in one atomic step
-    /// ([`Lease::complete`](crate::Lease::complete)); under the degrade policy the
-    /// node-local lease is released after it. Begins in this call and finishes even if the
-    /// returned future is dropped (as [`LockGuard::release`]).
-    pub(super) fn complete(
-        mut self,
-        record: Record,
-        retention: Duration,
-    ) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        let complete = self.lease.take().map(|l| l.complete(record, retention));
-        let node = self.node.take();
-        async move {
-            let result = match complete {
-                Some(complete) => complete.await,
-                None => Ok(()),
-            };
-            if let Some(node) = node {
-                let _ = node.release().await;
-            }
-            result
+            self.capture(A::status(response), &A::headers(response))
         }
     }
 }

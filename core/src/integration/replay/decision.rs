@@ -8,7 +8,7 @@ use crate::reject::Rejection;
 
 /// What [`ReplayLocker::begin`](super::ReplayLocker::begin) decided for a request.
 #[derive(Debug)]
-pub enum ReplayDecision {
+pub(crate) enum ReplayDecision {
     /// Run the handler holding the key; capture its response into the [`Completion`].
     Run(Completion),
     /// Run the handler without a lock and store nothing (the lock passed the request

@@ -20,7 +20,7 @@ use super::{Capture, ChunkSource};
 ///
 /// [`KeepRunning`]: super::KeepRunning
 /// [`CapturingBody`]: super::CapturingBody
-pub struct Drain<S> {
+pub(crate) struct Drain<S> {
     source: Pin<Box<S>>,
     /// `None` once the capture is finished or given up (the body failed).
     capture: Option<Capture>,

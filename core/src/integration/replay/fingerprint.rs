@@ -104,10 +104,7 @@ fn optional(sha: &mut Sha256, bytes: Option<&[u8]>) {
 }
 
 /// A request's fingerprint, fed while the body streams in.
-// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
-// of this crate.
-#[allow(missing_docs, missing_debug_implementations)]
-pub struct Fingerprinter {
+pub(crate) struct Fingerprinter {
     hasher: Hasher,
     /// Fed the whole body at the end, as canonical JSON.
     json: bool,
@@ -116,7 +113,11 @@ pub struct Fingerprinter {
 
 impl Fingerprinter {
     /// The fingerprint `kind` of `req`, whose named `headers` count besides the content type.
-    pub fn new(kind: &FingerprintKind, headers: &[HeaderName], req: &dyn RequestView) -> Self {
+    pub(crate) fn new(
+        kind: &FingerprintKind,
+        headers: &[HeaderName],
+        req: &dyn RequestView,
+    ) -> Self {
         Self {
             hasher: Hasher::new(req, headers),
             json: kind.canonical_json,
@@ -125,14 +126,14 @@ impl Fingerprinter {
     }
 
     /// Feed the next chunk of the body.
-    pub fn update(&mut self, chunk: &[u8]) {
+    pub(crate) fn update(&mut self, chunk: &[u8]) {
         if !self.json {
             self.hasher.update(chunk);
         }
     }
 
     /// The fingerprint, once `body` (the whole body) has been fed.
-    pub fn finish(mut self, req: &dyn RequestView, body: &[u8]) -> Bytes {
+    pub(crate) fn finish(mut self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         if self.json {
             match canonical_json(body) {
                 Some(canonical) => self.hasher.update(&canonical),

@@ -9,23 +9,22 @@ use std::{
     task::{Context, Poll, ready},
 };
 
-use super::{Completion, Drain, ReplayResponse};
+use super::{Completion, Drain, Leftover, ReplayAdapter};
 
-/// The handler's future and the request's [`Completion`]. If dropped before the response
-/// is there (the client went away and the server gave up on the request), the handler is
-/// not cancelled: it goes to `spawn` as an [`Abandoned`] request, which runs it to
-/// completion, stores its response and only then releases the key.
+/// The handler's call and the request's [`Completion`]. If dropped before the response is
+/// there (the client went away and the server gave up on the request), the handler is not
+/// cancelled: it goes to the framework's spawner as an [`Abandoned`] request, which runs it
+/// to completion, stores its response and only then releases the key.
 ///
 /// A handler that fails drops the completion: the key is released, nothing is stored,
 /// and a retry runs again. One that panics is never polled again: released, nothing
 /// stored, and the panic goes on to cost this request alone.
-pub struct KeepRunning<F, S> {
-    future: Option<Pin<Box<F>>>,
+pub(super) struct KeepRunning<A: ReplayAdapter> {
+    future: Option<Pin<Box<A::Call>>>,
     completion: Option<Completion>,
-    spawn: fn(Abandoned<F, S>),
 }
 
-impl<F, S> fmt::Debug for KeepRunning<F, S> {
+impl<A: ReplayAdapter> fmt::Debug for KeepRunning<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeepRunning")
             .field("completion", &self.completion)
@@ -33,25 +32,19 @@ impl<F, S> fmt::Debug for KeepRunning<F, S> {
     }
 }
 
-impl<F, S> KeepRunning<F, S> {
-    /// The handler's `future`, running under `completion`; `spawn` runs it on (on the
-    /// framework's runtime: the handler's work belongs there) if this is dropped first.
-    pub fn new(future: F, completion: Completion, spawn: fn(Abandoned<F, S>)) -> Self {
+impl<A: ReplayAdapter> KeepRunning<A> {
+    /// The handler's `call`, running under `completion`.
+    pub(super) fn new(call: A::Call, completion: Completion) -> Self {
         Self {
-            future: Some(Box::pin(future)),
+            future: Some(Box::pin(call)),
             completion: Some(completion),
-            spawn,
         }
     }
 }
 
-impl<F, S, R, E> Future for KeepRunning<F, S>
-where
-    F: Future<Output = Result<R, E>>,
-    R: ReplayResponse<Chunks = S>,
-{
+impl<A: ReplayAdapter> Future for KeepRunning<A> {
     /// The response and its completion, to be captured; or the handler's error.
-    type Output = Result<(R, Completion), E>;
+    type Output = Result<(A::Response, Completion), A::Error>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let future = self.future.as_mut().expect("polled after completion");
@@ -73,13 +66,13 @@ where
     }
 }
 
-impl<F, S> Drop for KeepRunning<F, S> {
+impl<A: ReplayAdapter> Drop for KeepRunning<A> {
     fn drop(&mut self) {
         if let (Some(future), Some(completion)) = (self.future.take(), self.completion.take()) {
-            (self.spawn)(Abandoned {
+            A::spawn(Leftover::abandoned(Abandoned {
                 running: Some((future, completion)),
                 drain: None,
-            });
+            }));
         }
     }
 }
@@ -87,12 +80,12 @@ impl<F, S> Drop for KeepRunning<F, S> {
 /// A request whose client left while its handler ran: the handler runs to completion, its
 /// response is captured and its body [drained](Drain) into the record, then the key is
 /// released. Made by [`KeepRunning`] when it is dropped, for the framework's spawner.
-pub struct Abandoned<F, S> {
-    running: Option<(Pin<Box<F>>, Completion)>,
-    drain: Option<Drain<S>>,
+pub(super) struct Abandoned<A: ReplayAdapter> {
+    running: Option<(Pin<Box<A::Call>>, Completion)>,
+    drain: Option<Drain<A::Chunks>>,
 }
 
-impl<F, S> fmt::Debug for Abandoned<F, S> {
+impl<A: ReplayAdapter> fmt::Debug for Abandoned<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Abandoned")
             .field("running", &self.running.is_some())
@@ -100,12 +93,7 @@ impl<F, S> fmt::Debug for Abandoned<F, S> {
     }
 }
 
-impl<F, S, R, E> Future for Abandoned<F, S>
-where
-    F: Future<Output = Result<R, E>>,
-    R: ReplayResponse<Chunks = S>,
-    S: super::ChunkSource,
-{
+impl<A: ReplayAdapter> Future for Abandoned<A> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -116,8 +104,8 @@ where
             let Ok(response) = out else {
                 return Poll::Ready(());
             };
-            let capture = completion.capture_response(&response);
-            self.drain = Some(Drain::new(Box::pin(response.into_chunks()), capture));
+            let capture = completion.capture_response::<A>(&response);
+            self.drain = Some(Drain::new(Box::pin(A::into_chunks(response)), capture));
         }
         match self.drain.as_mut() {
             Some(drain) => Pin::new(drain).poll(cx),

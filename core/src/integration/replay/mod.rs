@@ -1,34 +1,40 @@
-//! The framework-neutral core of idempotency replay, which the tower
-//! `IdempotencyLayer` and the actix-web `ReplayMiddleware` share.
+//! The framework-neutral core of idempotency replay, which the tower `IdempotencyLayer`
+//! and the actix-web `ReplayMiddleware` share: the protocol written once.
 //!
-//! A [`ReplayLocker`] decides for each request ([`ReplayDecision`]): replay a stored
-//! response, refuse the request, or run it under its key with a [`Completion`]. The
-//! lifecycle after that is written here once: the handler runs on if its client leaves
-//! ([`KeepRunning`], [`Abandoned`]), its response is captured as it streams out
-//! ([`Capture`], [`CapturingBody`]), and a body no client reads any more is drained into
-//! the record ([`Drain`]). A framework shows the core its response through
-//! [`ReplayResponse`] and [`ChunkSource`], and keeps only its body adapter, its spawner and
-//! its header conversion.
+//! A framework implements [`ReplayAdapter`] (read the request body, call the handler,
+//! convert a response, wrap a body, spawn) and hands each request to
+//! [`ReplayLocker::serve`]; the [`ReplayFuture`] it gets owns the sequence: the key, the
+//! bounded body read with its fingerprint, the decision (replay a stored response, refuse
+//! the request, or run it under its key), the handler kept running if its client leaves
+//! ([`Leftover`]), and its response captured as it streams out ([`CapturingBody`], over
+//! the framework's [`ChunkSource`]), stored in the step that releases the key.
 
+mod adapter;
 mod canonical_json;
 mod capture;
 mod capturing_body;
 mod chunks;
+mod collected;
 mod completion;
 mod decision;
 mod drain;
 pub(crate) mod fingerprint;
+mod future;
 mod keep_running;
-mod locker;
+mod leftover;
 pub(crate) mod options;
 mod record_codec;
+mod replay_locker;
 pub(crate) mod scope;
 
-pub use capture::Capture;
+pub use adapter::{BodyRead, ReplayAdapter};
+use capture::Capture;
 pub use capturing_body::CapturingBody;
-pub use chunks::{Chunk, ChunkSource, ReplayResponse};
-pub use completion::Completion;
-pub use decision::ReplayDecision;
-pub use drain::Drain;
-pub use keep_running::{Abandoned, KeepRunning};
-pub use locker::ReplayLocker;
+pub use chunks::{Chunk, ChunkSource};
+use completion::Completion;
+pub(crate) use decision::ReplayDecision;
+use drain::Drain;
+pub use future::ReplayFuture;
+use keep_running::KeepRunning;
+pub use leftover::Leftover;
+pub use replay_locker::ReplayLocker;

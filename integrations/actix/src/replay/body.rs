@@ -1,25 +1,16 @@
-//! The actix side of the replay lifecycle: [`ReplayBody`] (the body adapter of the replay
-//! core's [`CapturingBody`]), an actix response shown to the core ([`Handled`]), and the
-//! spawner of the work a request leaves behind when its client goes away.
+//! The actix side of the replay body: [`ReplayBody`] (the body adapter of the replay
+//! core's [`CapturingBody`]) over an actix body read chunk by chunk ([`ActixChunks`]).
 
 use std::{
-    borrow::Cow,
     fmt,
-    future::Future,
     pin::Pin,
     task::{Context, Poll},
 };
 
-use actix_web::{
-    body::{BodySize, MessageBody},
-    dev::ServiceResponse,
-};
+use actix_web::body::{BodySize, MessageBody};
 use bytes::Bytes;
 use pin_project_lite::pin_project;
-use tower_lock::NotStored;
-use tower_lock_core::{Capture, CapturingBody, Chunk, ChunkSource, ReplayResponse};
-
-use crate::http_conversion::http_headers;
+use tower_lock_core::{CapturingBody, Chunk, ChunkSource};
 
 /// The response body of [`ReplayMiddleware`](super::ReplayMiddleware): the handler's body,
 /// captured for replay while it streams to the client, or passed through untouched.
@@ -43,13 +34,9 @@ impl<B: MessageBody + 'static> ReplayBody<B> {
         }
     }
 
-    pub(super) fn capturing(body: B, capture: Capture) -> Self {
+    pub(super) fn capturing(capturing: CapturingBody<ActixChunks<B>>) -> Self {
         Self {
-            kind: Kind::Capturing(Box::new(CapturingBody::new(
-                ActixChunks { body },
-                capture,
-                spawn,
-            ))),
+            kind: Kind::Capturing(Box::new(capturing)),
         }
     }
 }
@@ -86,10 +73,23 @@ impl<B: MessageBody + 'static> MessageBody for ReplayBody<B> {
 }
 
 pin_project! {
-    /// An actix body, read chunk by chunk by the replay core.
-    pub(super) struct ActixChunks<B> {
+    /// An actix body, read chunk by chunk by the replay core. Not nameable outside this
+    /// crate.
+    pub struct ActixChunks<B> {
         #[pin]
         body: B,
+    }
+}
+
+impl<B> ActixChunks<B> {
+    pub(super) fn new(body: B) -> Self {
+        Self { body }
+    }
+}
+
+impl<B> fmt::Debug for ActixChunks<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ActixChunks").finish_non_exhaustive()
     }
 }
 
@@ -107,35 +107,4 @@ impl<B: MessageBody> ChunkSource for ActixChunks<B> {
     fn chunk(item: &Bytes) -> Chunk<'_> {
         Chunk::Data(item)
     }
-}
-
-/// A handler's actix response, shown to the replay core.
-pub(super) struct Handled<B>(pub(super) ServiceResponse<B>);
-
-impl<B: MessageBody> ReplayResponse for Handled<B> {
-    type Chunks = ActixChunks<B>;
-
-    fn is_marked_not_stored(&self) -> bool {
-        self.0.response().extensions().get::<NotStored>().is_some()
-    }
-
-    fn status(&self) -> http::StatusCode {
-        http::StatusCode::from_u16(self.0.status().as_u16())
-            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
-    }
-
-    fn headers(&self) -> Cow<'_, http::HeaderMap> {
-        Cow::Owned(http_headers(self.0.headers()))
-    }
-
-    fn into_chunks(self) -> ActixChunks<B> {
-        ActixChunks {
-            body: self.0.into_body(),
-        }
-    }
-}
-
-/// The handler's work stays on the worker that ran it (actix futures are not `Send`).
-pub(super) fn spawn<F: Future<Output = ()> + 'static>(future: F) {
-    drop(actix_web::rt::spawn(future));
 }

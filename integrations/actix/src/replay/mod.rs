@@ -1,6 +1,8 @@
 //! [`ReplayMiddleware`]: idempotency replay on actix-web, over the same framework-neutral
-//! [`ReplayLocker`] as the tower [`IdempotencyLayer`].
+//! [`ReplayLocker`] as the tower [`IdempotencyLayer`]: the core drives each request, the
+//! actix adapter reads its body, calls the service and converts the responses.
 
+mod adapter;
 mod body;
 
 use std::{
@@ -10,21 +12,15 @@ use std::{
 };
 
 use actix_web::{
-    Error, FromRequest, HttpMessage,
-    body::{BodySize, EitherBody, MessageBody},
-    dev::{Payload, Service, ServiceRequest, ServiceResponse, Transform},
-    web,
+    Error,
+    body::{EitherBody, MessageBody},
+    dev::{Service, ServiceRequest, ServiceResponse, Transform},
 };
 use tower_lock::{ConfigError, IdempotencyLayer, LockMetrics};
-use tower_lock_core::{KeepRunning, ReplayDecision, ReplayLocker};
+use tower_lock_core::{ReplayFuture, ReplayLocker};
 
+use adapter::ActixAdapter;
 pub use body::ReplayBody;
-use body::{Handled, spawn};
-
-use crate::{
-    ActixRequest, http_conversion::to_actix_response, middleware::LocalBoxFuture,
-    unread_body::discard_small_body,
-};
 
 /// Idempotency with response replay for actix-web: the actix counterpart of
 /// [`IdempotencyLayer`], with the same semantics (see [`tower_lock::idempotency`]).
@@ -125,71 +121,12 @@ where
 {
     type Response = ServiceResponse<EitherBody<ReplayBody<B>>>;
     type Error = Error;
-    type Future = LocalBoxFuture<Result<Self::Response, Self::Error>>;
+    type Future = ReplayFuture<ActixAdapter<S, B>>;
 
     actix_web::dev::forward_ready!(service);
 
-    fn call(&self, mut req: ServiceRequest) -> Self::Future {
-        let service = Rc::clone(&self.service);
-        let replay = self.replay.clone();
-        let key = replay.key(&ActixRequest::from(&req));
-        Box::pin(async move {
-            let reject = |req: ServiceRequest, rejection| {
-                let res = to_actix_response(replay.respond(rejection, &ActixRequest::from(&req)));
-                Ok(req.into_response(res).map_into_right_body())
-            };
-            let key = match key {
-                Ok(Some(key)) => key,
-                Ok(None) => {
-                    let res = service.call(req).await?;
-                    return Ok(res.map_body(|_, b| EitherBody::left(ReplayBody::plain(b))));
-                }
-                Err(rejection) => {
-                    discard_small_body(&mut req).await;
-                    return reject(req, rejection);
-                }
-            };
-            // The whole body, before the lock.
-            let limit = replay.max_request_body();
-            let (http_req, payload) = req.parts_mut();
-            let payload = web::Payload::from_request(http_req, payload).await?;
-            let data = match payload.to_bytes_limited(limit).await {
-                Ok(Ok(data)) => data,
-                Ok(Err(_)) => return reject(req, replay.unreadable()),
-                Err(_) => return reject(req, replay.too_large()),
-            };
-            let fingerprint = replay.fingerprint(&ActixRequest::from(&req), &data);
-            match replay.begin(key, fingerprint).await {
-                ReplayDecision::Replay(res) => Ok(req
-                    .into_response(to_actix_response(res))
-                    .map_into_right_body()),
-                ReplayDecision::Rejected(rejection) => reject(req, rejection),
-                ReplayDecision::Unlocked => {
-                    req.set_payload(Payload::from(data));
-                    let res = service.call(req).await?;
-                    Ok(res.map_body(|_, b| EitherBody::left(ReplayBody::plain(b))))
-                }
-                ReplayDecision::Run(completion) => {
-                    req.set_payload(Payload::from(data));
-                    req.extensions_mut().insert(completion.info().clone());
-                    let handler = service.call(req);
-                    let handler = async move { handler.await.map(Handled) };
-                    // A handler error drops the completion: released, nothing stored.
-                    let (handled, completion) =
-                        KeepRunning::new(handler, completion, spawn).await?;
-                    let capture = completion.capture_response(&handled);
-                    let Handled(res) = handled;
-                    if matches!(
-                        res.response().body().size(),
-                        BodySize::None | BodySize::Sized(0)
-                    ) {
-                        // actix never polls a body it must not send.
-                        capture.finish().await;
-                        return Ok(res.map_body(|_, b| EitherBody::left(ReplayBody::plain(b))));
-                    }
-                    Ok(res.map_body(|_, b| EitherBody::left(ReplayBody::capturing(b, capture))))
-                }
-            }
-        })
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        self.replay
+            .serve(ActixAdapter::new(Rc::clone(&self.service), req))
     }
 }

@@ -5,47 +5,41 @@ use std::{fmt, future::Future, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::HeaderValue;
-use tokio::time::Instant;
 
 use super::{
-    Completion, ReplayDecision,
+    Completion, ReplayAdapter, ReplayDecision, ReplayFuture,
     fingerprint::Fingerprinter,
     options::ReplayOptions,
     record_codec::{self, Stored},
 };
 use crate::{
-    engine::{LeaseOrRecord, LockError, LockKey, Record},
-    integration::{Outcome, RequestLocker, sharing::Take},
+    engine::{LockError, LockKey, Record},
+    integration::{Outcome, RequestLocker},
     key::RequestView,
     reject::{Rejection, RejectionKind},
 };
 
-/// What every clone of a [`ReplayLocker`] (and each request's [`Completion`]) shares.
-pub(super) struct Shared {
-    pub(super) locker: RequestLocker,
-    pub(super) options: ReplayOptions,
-}
-
-/// The runtime core of an `IdempotencyLayer`, shared with
-/// framework integrations: which requests it covers, their fingerprints, and the decision
-/// for each (replay, refuse, or run and complete). Cheap to clone.
+/// The runtime core of an `IdempotencyLayer`, shared with framework integrations: which
+/// requests it covers, their fingerprints, and the decision for each (replay, refuse, or
+/// run and store). Cheap to clone.
 ///
-/// The steps for one request: [`key`](Self::key) (before the body is read), the whole
-/// body through [`fingerprint`](Self::fingerprint) (at most
-/// [`max_request_body`](Self::max_request_body) bytes), then [`begin`](Self::begin). A
-/// [`ReplayDecision::Run`] carries the [`Completion`] the response is captured into;
-/// [`KeepRunning`](super::KeepRunning) and [`CapturingBody`](super::CapturingBody) carry it
-/// through the handler and the response body.
+/// A framework hands it each request behind its [`ReplayAdapter`] ([`serve`](Self::serve));
+/// the protocol is written here once: the key (before the body is read), the whole body
+/// read and fingerprinted (at most [`max_request_body`](Self::max_request_body) bytes),
+/// the decision (replay, refuse, or run holding the key), the handler kept running when
+/// its client leaves, and its response captured as it streams out, then stored in the
+/// step that releases the key.
 #[derive(Clone)]
 pub struct ReplayLocker {
-    pub(super) shared: Arc<Shared>,
+    pub(super) locker: RequestLocker,
+    pub(super) options: Arc<ReplayOptions>,
 }
 
 impl fmt::Debug for ReplayLocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let o = &self.shared.options;
+        let o = &self.options;
         f.debug_struct("ReplayLocker")
-            .field("locker", &self.shared.locker)
+            .field("locker", &self.locker)
             .field("retention", &o.retention)
             .field("max_request_body", &o.max_request_body)
             .field("max_response_body", &o.max_response_body)
@@ -61,20 +55,31 @@ impl ReplayLocker {
     #[doc(hidden)]
     pub fn new(locker: RequestLocker, options: ReplayOptions) -> Self {
         Self {
-            shared: Arc::new(Shared { locker, options }),
+            locker,
+            options: Arc::new(options),
         }
     }
 
     /// The lock core underneath: key extraction, waiting, rejections, metrics.
     pub fn locker(&self) -> &RequestLocker {
-        &self.shared.locker
+        &self.locker
+    }
+
+    /// Serve one request, seen through its framework's `adapter`: the future resolves to
+    /// the middleware's answer (the handler's response, captured for replay when it runs
+    /// under its key; a replayed response; a rejection), or the handler's error.
+    ///
+    /// The key is extracted in this call, so a request the layer does not cover goes
+    /// straight to the handler when the future is first polled.
+    pub fn serve<A: ReplayAdapter>(&self, adapter: A) -> ReplayFuture<A> {
+        ReplayFuture::new(self, adapter)
     }
 
     /// The key of `req`, before its body is read: `Ok(None)` when the request passes
     /// through untouched (a method the layer does not cover, or no key under the
     /// pass-through policy), a `400` rejection for a missing or malformed key.
-    pub fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
-        let locker = &self.shared.locker;
+    pub(super) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
+        let locker = &self.locker;
         if !locker.locks_method(req.method()) {
             return Ok(None);
         }
@@ -86,31 +91,21 @@ impl ReplayLocker {
     }
 
     /// The largest request body the layer reads (and fingerprints); a larger one is
-    /// answered with [`too_large`](Self::too_large).
+    /// answered `413`.
     pub fn max_request_body(&self) -> usize {
-        self.shared.options.max_request_body
-    }
-
-    /// The fingerprint of `req` with this whole `body` (see
-    /// `IdempotencyLayerBuilder::fingerprint_with`
-    /// for what the default covers).
-    pub fn fingerprint(&self, req: &dyn RequestView, body: &[u8]) -> Bytes {
-        let mut f = self.fingerprinter(req);
-        f.update(body);
-        f.finish(req, body)
+        self.options.max_request_body
     }
 
     /// A fingerprint fed chunk by chunk as the body streams in.
-    #[doc(hidden)]
-    pub fn fingerprinter(&self, req: &dyn RequestView) -> Fingerprinter {
-        let o = &self.shared.options;
+    pub(super) fn fingerprinter(&self, req: &dyn RequestView) -> Fingerprinter {
+        let o = &self.options;
         Fingerprinter::new(&o.fingerprint, &o.fingerprint_headers, req)
     }
 
     /// How long the rest of a response body is read after its client left (see
     /// `IdempotencyLayerBuilder::max_drain_time`).
     pub fn max_drain_time(&self) -> Duration {
-        self.shared.options.max_drain_time
+        self.options.max_drain_time
     }
 
     /// The lock key of the record for idempotency key `key` sent within `scope` (the
@@ -119,13 +114,13 @@ impl ReplayLocker {
     /// `None` when `scope` does not fit the layer's (a scope given to an unscoped layer,
     /// or none to a scoped one) or the key is not valid key material.
     pub fn record_key(&self, scope: Option<&str>, key: &str) -> Option<LockKey> {
-        let value = self.shared.options.scope.value(scope, key)?;
-        self.shared.locker.lock_key(&value).ok()
+        let value = self.options.scope.value(scope, key)?;
+        self.locker.lock_key(&value).ok()
     }
 
     /// The `413` rejection for a request body over [`max_request_body`](Self::max_request_body).
-    pub fn too_large(&self) -> Rejection {
-        self.shared.locker.reject(
+    pub(super) fn too_large(&self) -> Rejection {
+        self.locker.reject(
             RejectionKind::RequestTooLarge,
             format!(
                 "an idempotent request body may be at most {} bytes",
@@ -136,8 +131,8 @@ impl ReplayLocker {
     }
 
     /// The `400` rejection for a request body that failed before its end.
-    pub fn unreadable(&self) -> Rejection {
-        self.shared.locker.reject(
+    pub(super) fn unreadable(&self) -> Rejection {
+        self.locker.reject(
             RejectionKind::UnreadableBody,
             "the request body ended with an error before it was complete".to_owned(),
             None,
@@ -145,8 +140,12 @@ impl ReplayLocker {
     }
 
     /// The response for `rejection` (see [`RequestLocker::respond`]).
-    pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
-        self.shared.locker.respond(rejection, req)
+    pub(super) fn respond(
+        &self,
+        rejection: Rejection,
+        req: &dyn RequestView,
+    ) -> http::Response<Bytes> {
+        self.locker.respond(rejection, req)
     }
 
     /// Decide for the request with `key` and `fingerprint`: a completed record is
@@ -160,7 +159,7 @@ impl ReplayLocker {
     /// so a look made while holding the key is final.
     ///
     /// The returned future borrows nothing; dropping it gives up the wait.
-    pub fn begin(
+    pub(crate) fn begin(
         &self,
         key: LockKey,
         fingerprint: Bytes,
@@ -170,14 +169,14 @@ impl ReplayLocker {
     }
 
     async fn decide(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
-        let locker = &self.shared.locker;
+        let locker = &self.locker;
         if locker.shared.local.is_some() {
             // Not reached by the preset (it refuses the degrade policy): the steps apart.
             return self.decide_in_steps(key, fingerprint).await;
         }
         match locker.clone().lock_or_record(key).await {
             Ok(Outcome::Locked(guard)) => {
-                ReplayDecision::Run(Completion::new(guard, fingerprint, self.shared.clone()))
+                ReplayDecision::Run(Completion::new(guard, fingerprint, self.clone()))
             }
             Ok(Outcome::Unlocked) => ReplayDecision::Unlocked,
             Ok(Outcome::Rejected(rejection)) => ReplayDecision::Rejected(rejection),
@@ -190,7 +189,7 @@ impl ReplayLocker {
 
     /// [`decide`](Self::decide) as a read, an acquisition and a second read.
     async fn decide_in_steps(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
-        let locker = &self.shared.locker;
+        let locker = &self.locker;
         let engine = locker.engine().clone();
         // Most retries find a completed record: answered in one read, without the lock.
         match engine.record(&key).await {
@@ -207,9 +206,7 @@ impl ReplayLocker {
             Outcome::Rejected(rejection) => return ReplayDecision::Rejected(rejection),
         };
         match engine.record(&key).await {
-            Ok(None) => {
-                ReplayDecision::Run(Completion::new(guard, fingerprint, self.shared.clone()))
-            }
+            Ok(None) => ReplayDecision::Run(Completion::new(guard, fingerprint, self.clone())),
             Ok(Some(record)) => {
                 guard.release_now();
                 self.answer(record, &fingerprint)
@@ -226,13 +223,13 @@ impl ReplayLocker {
     fn read_failed(&self, error: &LockError) -> ReplayDecision {
         // Logged as the lock's own failures are: once at the transition, then in periodic
         // summaries.
-        self.shared.locker.backend_failed(error);
+        self.locker.backend_failed(error);
         tracing::debug!(%error, "reading the idempotency record failed; rejecting");
         self.unavailable()
     }
 
     fn unavailable(&self) -> ReplayDecision {
-        let locker = &self.shared.locker;
+        let locker = &self.locker;
         ReplayDecision::Rejected(locker.reject(
             RejectionKind::BackendUnavailable,
             "the lock service is unavailable".to_owned(),
@@ -241,7 +238,7 @@ impl ReplayLocker {
     }
 
     fn answer(&self, record: Record, fingerprint: &Bytes) -> ReplayDecision {
-        let locker = &self.shared.locker;
+        let locker = &self.locker;
         if record.fingerprint != *fingerprint {
             return ReplayDecision::Rejected(locker.reject(
                 RejectionKind::FingerprintMismatch,
@@ -265,10 +262,10 @@ impl ReplayLocker {
                 *res.status_mut() = status;
                 *res.headers_mut() = headers;
                 res.headers_mut().insert(
-                    self.shared.options.replayed_header.clone(),
+                    self.options.replayed_header.clone(),
                     HeaderValue::from_static("true"),
                 );
-                if let Some(hook) = &self.shared.options.on_replay {
+                if let Some(hook) = &self.options.on_replay {
                     hook(&mut res);
                 }
                 ReplayDecision::Replay(res)
@@ -289,39 +286,5 @@ impl ReplayLocker {
                 self.unavailable()
             }
         }
-    }
-}
-
-/// What only replay asks of the lock core.
-impl RequestLocker {
-    /// Lock `key` as [`lock`](Self::lock) does, unless a record is stored under it:
-    /// `Err(record)`, and nothing is held.
-    pub(super) async fn lock_or_record(self, key: LockKey) -> Result<Outcome, Record> {
-        let started = Instant::now();
-        let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
-        let result = match lock.acquire_or_record().await {
-            Ok(LeaseOrRecord::Record(record)) => return Err(record),
-            Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
-            Err(error) => Err(error),
-        };
-        Ok(self.settle(result, Take::Lock, started))
-    }
-
-    /// The backend failed outside an acquisition (idempotency replay's record read): the
-    /// same outage log as a failed acquisition.
-    pub(super) fn backend_failed(&self, error: &LockError) {
-        if let LockError::Backend(error) = error {
-            let c = &self.shared.config;
-            self.shared.outage.failed(&c.name, error, c.backend_failure);
-        }
-    }
-
-    /// The backend answered outside an acquisition: ends a logged outage.
-    pub(super) fn backend_ok(&self) {
-        self.shared.outage.answered(&self.shared.config.name);
-    }
-
-    pub(super) fn retry_after_fallback(&self) -> Duration {
-        self.shared.config.retry_after_fallback
     }
 }
