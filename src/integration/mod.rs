@@ -61,4 +61,4 @@ pub use replay::{
     Abandoned, Capture, CapturingBody, Chunk, ChunkSource, Completion, Drain, KeepRunning,
     ReplayDecision, ReplayLocker, ReplayResponse,
 };
-pub(crate) use sharing::{Sharing, Take};
+pub(crate) use sharing::Sharing;

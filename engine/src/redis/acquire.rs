@@ -19,23 +19,16 @@ use super::{
     commands::{Conn, ScriptCall},
     millis,
     names::Names,
-    permits::{self, Share},
     records::{Fields, stored},
     remaining,
-    scripts::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE, RELEASE},
+    scripts::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE, RELEASE, shared},
+    shared::share_args,
     wakeup::{Subscription, Woken},
 };
 use crate::{
-    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, RecordOrGrant, Token,
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, GrantOrRecord, LockError, Mode,
+    Token,
 };
-
-/// What the wait loop acquires: the key's lock, or one of its permits (`permits`: other
-/// keys and scripts, the same loop, tickets and wake-ups).
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Target {
-    Lock,
-    Permit(Share),
-}
 
 enum Attempt {
     Granted(Fence),
@@ -48,8 +41,8 @@ enum Attempt {
         deadline: u64,
     },
     Full(Option<Duration>),
-    /// A permit re-entry asking to upgrade a shared permit to exclusive (refused; the
-    /// script removed our ticket).
+    /// A shared re-entry asking to hold alone (a limit of 1) with a token that holds beside
+    /// others (refused; the script removed our ticket).
     NotUpgraded,
     /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
     Unacknowledged {
@@ -114,7 +107,7 @@ struct Cleanup<'a> {
     ticket: &'a str,
     token: &'a Token,
     ttl_ms: u64,
-    target: Target,
+    mode: Mode,
     armed: bool,
     /// Whether a ticket may be registered (then a hand-off may have made us the holder).
     registered: bool,
@@ -138,7 +131,7 @@ impl Drop for Cleanup<'_> {
             known: if self.in_flight { None } else { self.known },
             token: self.token.clone(),
             ttl_ms: self.ttl_ms,
-            target: self.target,
+            mode: self.mode,
         };
         let pinned = if self.in_flight {
             self.pinned.take()
@@ -155,10 +148,7 @@ impl Drop for Cleanup<'_> {
         crate::runtime::handle().spawn(async move {
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             let mut pinned = pinned;
-            let names = match leaving.target {
-                Target::Lock => inner.names(&key),
-                Target::Permit(_) => inner.names(&key).for_permits(),
-            };
+            let names = inner.names_in(&key, leaving.mode);
             loop {
                 let Err(error) = inner.leave(names, &leaving, pinned.take()).await else {
                     return;
@@ -181,7 +171,7 @@ pub(super) struct Leaving {
     known: Option<u64>,
     token: Token,
     ttl_ms: u64,
-    target: Target,
+    mode: Mode,
 }
 
 impl Inner {
@@ -196,7 +186,7 @@ impl Inner {
             .map_err(LockError::Backend)
     }
 
-    // One argument more than clippy's limit since the loop also runs permits (`target`).
+    // One argument more than clippy's limit since the loop runs both modes (`mode`).
     #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
@@ -204,7 +194,7 @@ impl Inner {
         req: &AcquireRequest,
         ticket: TicketState<'_>,
         with_record: bool,
-        target: Target,
+        mode: Mode,
         pin: &mut Option<Conn>,
     ) -> Result<Attempt, LockError> {
         let TicketState {
@@ -212,10 +202,10 @@ impl Inner {
             known,
             renamed,
         } = ticket;
-        let mut inv = match target {
-            Target::Permit(_) => ScriptCall::new(&permits::ACQUIRE, 3),
-            Target::Lock if with_record => ScriptCall::new(&ACQUIRE_OR_RECORD, 4),
-            Target::Lock => ScriptCall::new(&ACQUIRE, 3),
+        let mut inv = match mode {
+            Mode::Exclusive if with_record => ScriptCall::new(&ACQUIRE_OR_RECORD, 4),
+            Mode::Exclusive => ScriptCall::new(&ACQUIRE, 3),
+            _ => ScriptCall::new(&shared::ACQUIRE, 3),
         };
         // Flags in one argument (an argument costs an allocation on every attempt).
         // No FIFO flag: every ticket, FIFO or not, is queued in arrival order.
@@ -248,10 +238,11 @@ impl Inner {
             Some(d) => inv.arg(d),
             None => inv.arg(""),
         };
-        if let Target::Permit(share) = target {
+        if mode.is_shared() {
+            let (limit, word) = share_args(mode);
             inv.arg(millis(FENCE_MARGIN))
-                .arg(share.permits)
-                .arg(share.mode())
+                .arg(limit)
+                .arg(word)
                 .arg(names.channel());
         }
         let (reply, acked): (AttemptReply, Option<u64>) = match self.replica_ack {
@@ -281,7 +272,7 @@ impl Inner {
             },
             0 => {
                 // Its next acquire looks at the lock first (see `Contended`).
-                if let Target::Lock = target {
+                if !mode.is_shared() {
                     self.contended.mark(names.tag);
                 }
                 Attempt::Busy {
@@ -320,16 +311,17 @@ impl Inner {
                 .arg(names.channel())
                 .arg(millis(FENCE_MARGIN))
                 .arg(self.ticket_ttl_ms);
-            if let Target::Permit(share) = leaving.target {
-                cmd.arg(share.permits).arg(share.mode());
+            if leaving.mode.is_shared() {
+                let (limit, word) = share_args(leaving.mode);
+                cmd.arg(limit).arg(word);
             }
         };
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
-            let source = match leaving.target {
-                Target::Lock => LEAVE_SOURCE.as_str(),
-                Target::Permit(_) => permits::LEAVE_SOURCE.as_str(),
+            let source = match leaving.mode {
+                Mode::Exclusive => LEAVE_SOURCE.as_str(),
+                _ => shared::LEAVE_SOURCE.as_str(),
             };
             eval.arg(source).arg(3);
             keys_and_args(&mut eval);
@@ -344,23 +336,19 @@ impl Inner {
                 Err(e) => return Err(LockError::Backend(e)),
             }
         }
-        let mut inv = match leaving.target {
-            Target::Lock => ScriptCall::new(&LEAVE, 3),
-            Target::Permit(_) => ScriptCall::new(&permits::LEAVE, 3),
+        let mut inv = match leaving.mode {
+            Mode::Exclusive => ScriptCall::new(&LEAVE, 3),
+            _ => ScriptCall::new(&shared::LEAVE, 3),
         };
         keys_and_args(inv.keys_and_args());
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))
     }
 
-    pub(super) async fn acquire(
-        self: Arc<Self>,
-        req: AcquireRequest,
-        target: Target,
-    ) -> Result<Grant, LockError> {
-        match self.acquire_inner(req, false, target).await?.0 {
-            RecordOrGrant::Granted(grant) => Ok(grant),
-            RecordOrGrant::Record(_) => Err(LockError::Backend(BackendError::new(
+    pub(super) async fn acquire(self: Arc<Self>, req: AcquireRequest) -> Result<Grant, LockError> {
+        match self.acquire_inner(req, false).await?.0 {
+            GrantOrRecord::Grant(grant) => Ok(grant),
+            GrantOrRecord::Record(_) => Err(LockError::Backend(BackendError::new(
                 BackendErrorKind::Protocol,
                 "acquire script answered a record",
             ))),
@@ -373,11 +361,15 @@ impl Inner {
     pub(super) async fn acquire_or_record(
         self: Arc<Self>,
         req: AcquireRequest,
-    ) -> Result<RecordOrGrant, LockError> {
+    ) -> Result<GrantOrRecord, LockError> {
         let (key, token) = (req.key.clone(), req.token.clone());
-        let (found, at_once) = self.clone().acquire_inner(req, true, Target::Lock).await?;
+        if req.mode.is_shared() {
+            // Records live beside the key's lock.
+            return Err(LockError::Unsupported("records of shared leases"));
+        }
+        let (found, at_once) = self.clone().acquire_inner(req, true).await?;
         let grant = match found {
-            RecordOrGrant::Granted(grant) if !at_once => grant,
+            GrantOrRecord::Grant(grant) if !at_once => grant,
             decided => return Ok(decided),
         };
         let names = self.names(&key);
@@ -396,10 +388,10 @@ impl Inner {
             }
         };
         match stored(fields.0, fields.1, fields.2, fields.3) {
-            Ok(None) => Ok(RecordOrGrant::Granted(grant)),
+            Ok(None) => Ok(GrantOrRecord::Grant(grant)),
             Ok(Some(record)) => {
                 self.give_back(names, &token).await;
-                Ok(RecordOrGrant::Record(record))
+                Ok(GrantOrRecord::Record(record))
             }
             Err(e) => {
                 self.give_back(names, &token).await;
@@ -410,8 +402,8 @@ impl Inner {
 
     /// Release a grant nobody will use (best effort: the lease's TTL frees it otherwise).
     async fn give_back(&self, names: Names<'_>, token: &Token) {
-        let mut inv = super::backend::release_call(&RELEASE, names, 0);
-        super::backend::release_args(&mut inv, names, token);
+        let mut inv = super::release::release_call(&RELEASE, names, 0);
+        super::release::release_args(&mut inv, names, token);
         match self.call::<i64>("release", &inv).await {
             Ok(code) => self.released(names, code),
             Err(error) => tracing::debug!(%error, "giving back a grant failed; its TTL frees it"),
@@ -424,16 +416,13 @@ impl Inner {
         self: Arc<Self>,
         req: AcquireRequest,
         with_record: bool,
-        target: Target,
-    ) -> Result<(RecordOrGrant, bool), LockError> {
+    ) -> Result<(GrantOrRecord, bool), LockError> {
+        let mode = req.mode;
         let started = Instant::now();
         let mut first = true;
         let deadline = req.wait.map(|w| started + w);
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = match target {
-            Target::Lock => self.names(&req.key),
-            Target::Permit(_) => self.names(&req.key).for_permits(),
-        };
+        let names = self.names_in(&req.key, mode);
         // The wake-up channel's name, made only when the first attempt did not decide.
         let mut channel: Option<String> = None;
         let id = TicketId::random();
@@ -445,7 +434,7 @@ impl Inner {
             ticket,
             token: &req.token,
             ttl_ms,
-            target,
+            mode,
             armed: true,
             registered: false,
             known: None,
@@ -486,7 +475,7 @@ impl Inner {
                         renamed: failed.is_some(),
                     },
                     with_record && first,
-                    target,
+                    mode,
                     &mut cleanup.pinned,
                 )
                 .await
@@ -523,7 +512,7 @@ impl Inner {
                 Some(Attempt::Record(fields)) => {
                     cleanup.armed = false;
                     return match stored(fields.0, fields.1, fields.2, fields.3)? {
-                        Some(record) => Ok((RecordOrGrant::Record(record), true)),
+                        Some(record) => Ok((GrantOrRecord::Record(record), true)),
                         None => Err(LockError::Backend(BackendError::new(
                             BackendErrorKind::Protocol,
                             "acquire script answered an empty record",
@@ -540,7 +529,7 @@ impl Inner {
                             "lock granted on the fallback timer's retry, not by a wake-up"
                         );
                     }
-                    return Ok((RecordOrGrant::Granted(Grant::new(fence, sent)), first));
+                    return Ok((GrantOrRecord::Grant(Grant::new(fence, sent)), first));
                 }
                 Some(Attempt::Unacknowledged { acked, wanted }) => {
                     // Give the grant back (and drop our ticket) behind the script, on its
@@ -550,7 +539,7 @@ impl Inner {
                         known: None,
                         token: req.token.clone(),
                         ttl_ms,
-                        target,
+                        mode,
                     };
                     cleanup.in_flight = true;
                     if self.leave(names, &leaving, pinned).await.is_ok() {
@@ -571,7 +560,7 @@ impl Inner {
                 Some(Attempt::NotUpgraded) => {
                     cleanup.armed = false;
                     return Err(LockError::InvalidValue(
-                        "a shared permit cannot be re-entered as exclusive",
+                        "a shared lease held beside others cannot be re-entered alone",
                     ));
                 }
                 Some(Attempt::Busy { retry_after, .. }) if !waiting => {
@@ -601,7 +590,7 @@ impl Inner {
                     },
                     token: req.token.clone(),
                     ttl_ms,
-                    target,
+                    mode,
                 };
                 // Behind a failed refresh on its connection, so it cannot overtake it.
                 let behind = cleanup.in_flight.then(|| cleanup.pinned.take()).flatten();
@@ -671,7 +660,7 @@ impl Inner {
                 // later than the server's. Not our own settings: the server decided.
                 let valid = Duration::from_millis(px);
                 let grant = Grant::new(Fence::new(fence), last_sent).valid_for(valid);
-                return Ok((RecordOrGrant::Granted(grant), false));
+                return Ok((GrantOrRecord::Grant(grant), false));
             }
         }
     }

@@ -14,8 +14,8 @@ use super::{
     record_codec::{self, Stored},
 };
 use crate::{
-    engine::{LeaseOrRecord, LockError, LockKey, Record},
-    integration::{Outcome, RequestLocker, sharing::Take},
+    engine::{Acquired, LockError, LockKey, Mode, Record},
+    integration::{Outcome, RequestLocker},
     key::RequestView,
     reject::{Rejection, RejectionKind},
 };
@@ -298,11 +298,11 @@ impl RequestLocker {
         let started = Instant::now();
         let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
         let result = match lock.acquire_or_record().await {
-            Ok(LeaseOrRecord::Record(record)) => return Err(record),
-            Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
+            Ok(Acquired::Record(record)) => return Err(record),
+            Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, Take::Lock, started))
+        Ok(self.settle(result, Mode::Exclusive, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the
