@@ -45,18 +45,18 @@ pub enum Mode {
 impl Mode {
     /// Whether this is one of the key's shared leases (not its lock).
     pub fn is_shared(self) -> bool {
-        matches!(self, Mode::Shared { .. })
+        matches!(self, Self::Shared { .. })
     }
 
     /// Whether a holder in this mode holds its space alone: the lock, or a shared lease
     /// with a limit of 1.
     pub fn is_alone(self) -> bool {
-        matches!(self, Mode::Exclusive | Mode::Shared { limit: 1 })
+        matches!(self, Self::Exclusive | Self::Shared { limit: 1 })
     }
 
     /// Whether `self` and `other` name the same space of a key (the lock, or the shared
     /// leases), whatever their limits.
-    pub fn same_space(self, other: Mode) -> bool {
+    pub fn same_space(self, other: Self) -> bool {
         self.is_shared() == other.is_shared()
     }
 }

@@ -57,6 +57,7 @@ mod numeric;
 mod pools;
 mod records;
 mod shared;
+mod shared_load;
 mod waiters;
 
 pub use admin::*;
@@ -71,6 +72,7 @@ pub use numeric::*;
 pub use pools::*;
 pub use records::*;
 pub use shared::*;
+pub use shared_load::*;
 pub use waiters::*;
 
 /// Instantiate the core cases, in exclusive mode: what every backend must pass, whatever

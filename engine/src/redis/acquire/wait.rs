@@ -331,7 +331,7 @@ impl<'a> Wait<'a> {
         else {
             return None;
         };
-        if !self.cleanup.known.is_some_and(|known| deadline >= known) {
+        if self.cleanup.known.is_none_or(|known| deadline < known) {
             return None;
         }
         if self.inner.replica_ack.is_some() {
