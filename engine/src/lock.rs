@@ -185,9 +185,6 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
-        if self.mode.is_shared() {
-            return None;
-        }
         let synchronous = self.engine.shared.synchronous.as_deref()?;
         let (req, started) = match self.request(self.options.wait) {
             Ok(prepared) => prepared,
@@ -241,8 +238,7 @@ impl Lock {
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
-        if !self.mode.is_shared()
-            && let Some(synchronous) = self.engine.shared.synchronous.as_deref()
+        if let Some(synchronous) = self.engine.shared.synchronous.as_deref()
             && let Some(grant) = synchronous.acquire_now(&req, started)
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));

@@ -216,6 +216,23 @@ impl MemoryBackend {
         guard.for_grant(changed, started, req.wait).await
     }
 
+    /// [`SynchronousBackend::acquire_now`] in the space `table` keeps.
+    fn decide_in<E: Space>(
+        &self,
+        table: &Table<E>,
+        req: &AcquireRequest,
+        now: Instant,
+    ) -> Option<Result<Grant, LockError>> {
+        let mut shard = table.shard(&req.key);
+        shard.sweep(now);
+        let entry = shard.map.entry(req.key.clone()).or_default();
+        let decided = entry.decide(req, now, self);
+        // Undecided means someone holds or waits, so the entry stays; a refusal with
+        // nothing held (a limit of zero) leaves nothing.
+        shard.remove_if_empty(&req.key);
+        decided
+    }
+
     /// The per-lease renewals of a batch in one space.
     fn renew_in<E: Space>(&self, table: &Table<E>, r: &Renewal) -> bool {
         table
@@ -311,16 +328,9 @@ impl Backend for MemoryBackend {
 
 impl SynchronousBackend for MemoryBackend {
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
-        let decide = |table_shard: &mut table::Shard<Exclusive>| {
-            table_shard.sweep(now);
-            let entry = table_shard.map.entry(req.key.clone()).or_default();
-            // Undecided means another token holds the key, so the entry stays non-empty.
-            entry.decide(req, now, self)
-        };
         match req.mode {
-            Mode::Exclusive => decide(&mut self.locks.shard(&req.key)),
-            // The engine takes this path for locks only.
-            _ => None,
+            Mode::Exclusive => self.decide_in(&self.locks, req, now),
+            _ => self.decide_in(&self.shared, req, now),
         }
     }
 
