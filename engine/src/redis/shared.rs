@@ -1,8 +1,8 @@
 //! Shared leases on Redis ([`Mode::Shared`]): up to N holders per key, or one alone (a
 //! limit of 1), with the lock's waiting, fairness and fencing.
 //!
-//! For a key `K` under prefix `P`, with `T` the key's hash tag (see `names`), a permit set
-//! lives in three keys and one channel, all in the key's Cluster slot, apart from the
+//! For a key `K` under prefix `P`, with `T` the key's hash tag (see `names`), the shared leases
+//! live in three keys and one channel, all in the key's Cluster slot, apart from the
 //! lock's keys of the same `K`:
 //!
 //! | Redis key / channel    | Type    | Lifetime                                          |
@@ -18,9 +18,9 @@
 //! an expired holder), which publishes the grant; the fallback retry (at most 250 ms
 //! apart) both refreshes the ticket and notices a crashed holder's expiry.
 //!
-//! What a crashed holder costs: its permit until its lease expires (its TTL, unrenewed),
+//! What a crashed holder costs: its place until its lease expires (its TTL, unrenewed),
 //! then at most one fallback period until a waiter's retry drops it and grants the next.
-//! A crashed waiter that was granted a permit by hand-off holds it for its claim period
+//! A crashed waiter that was granted a shared lease by hand-off holds it for its claim period
 //! (its ticket TTL), never a lease TTL.
 
 use std::time::Duration;
@@ -43,9 +43,9 @@ pub(super) fn share_args(mode: Mode) -> (u32, &'static str) {
 }
 
 impl Inner {
-    /// The Redis names of one key's shared leases (see [`Names::for_permits`]).
+    /// The Redis names of one key's shared leases (see [`Names::for_shared`]).
     pub(super) fn shared_names<'a>(&'a self, key: &'a LockKey) -> Names<'a> {
-        self.names(key).for_permits()
+        self.names(key).for_shared()
     }
 
     /// The names of `key` in the space `mode` names.
@@ -159,23 +159,23 @@ mod tests {
     }
 
     #[test]
-    fn permit_keys_share_the_locks_hash_tag_and_never_its_names() {
+    fn shared_keys_share_the_locks_hash_tag_and_never_its_names() {
         let key = LockKey::new("}{tenant:7}").unwrap();
         for sharded in [false, true] {
             let lock = Names::new("app", &key, sharded);
-            let permits = lock.for_permits();
+            let shared = lock.for_shared();
             let text = |names: Names<'_>| {
                 [names.lock(), names.fence(), names.queue(), names.channel()].map(|n| n.to_string())
             };
-            let (lock, permits) = (text(lock), text(permits));
-            for name in &permits {
+            let (lock, shared) = (text(lock), text(shared));
+            for name in &shared {
                 assert_eq!(tag(name), tag(&lock[0]), "{name}");
                 for other in &lock {
                     assert_ne!(name, other);
                 }
             }
             // The scripts publish with SPUBLISH on a Cluster, told by the kind word.
-            assert_eq!(permits[3].contains("}:pswake:"), sharded);
+            assert_eq!(shared[3].contains("}:pswake:"), sharded);
         }
     }
 }
