@@ -364,8 +364,8 @@ impl Lock {
         Ok(holders)
     }
 
-    /// The key's status (its lock's), judged against this handle's TTL as the expected
-    /// bound.
+    /// The key's status in this handle's space (its lock, or its first shared holder),
+    /// judged against this handle's TTL as the expected bound.
     pub async fn status(&self) -> Result<LockStatus, LockError> {
         Ok(LockStatus::from_holder(
             self.holder().await?,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::{Harness, assert_no_residue, in_mode, remaining, until_waiters};
-use crate::{LockError, LockKey, Mode, Token};
+use crate::{ExtendMode, LockError, LockKey, Mode, Token};
 
 pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harness, mode: Mode) {
     let engine = in_mode(h, mode);
@@ -88,9 +88,15 @@ pub async fn release_by_non_owner_is_refused(h: &impl Harness, mode: Mode) {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::NotOwned), "{err:?}");
+    let err = h
+        .backend()
+        .extend(&key, &Token::random(), mode, h.unit(), ExtendMode::Add)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::NotOwned), "{err:?}");
     assert!(
         lease.owned().await.unwrap(),
-        "a refused release must not change the holder"
+        "a refused release or extend must not change the holder"
     );
     lease.release().await.unwrap();
     assert_no_residue(h).await;
