@@ -1,13 +1,13 @@
 //! The lock space of a key in memory ([`Exclusive`]): one holder, its waiters in arrival
 //! order, and the hand-off from one to the next.
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::time::Duration;
 
-use tokio::{sync::Notify, time::Instant};
+use tokio::time::Instant;
 
 use super::{
     MemoryBackend,
-    table::{Space, Waiter},
+    table::{Queue, Space},
 };
 use crate::{AcquireRequest, ExtendMode, Fence, Grant, Holder, LockError, Token, options::after};
 
@@ -15,14 +15,7 @@ use crate::{AcquireRequest, ExtendMode, Fence, Grant, Holder, LockError, Token, 
 #[derive(Default)]
 pub(super) struct Exclusive {
     pub(super) holder: Option<HeldBy>,
-    waiters: VecDeque<Waiter>,
-    /// Wakes the waiters when the holder's expiry moves earlier than they may have seen
-    /// (a hand-off to a shorter lease, a shortening extend, an admin set), so that each
-    /// re-reads it: a waiter must never sleep past the moment the key frees up.
-    changed: Option<Arc<Notify>>,
-    /// The holder expiry waiters were last told of (`None`: no expiry); every waiter
-    /// sleeps until no later than this.
-    told: Option<Instant>,
+    queue: Queue,
 }
 
 pub(super) struct HeldBy {
@@ -43,26 +36,13 @@ impl Exclusive {
     pub(super) fn set_holder(&mut self, holder: HeldBy) {
         let expires = holder.expires;
         self.holder = Some(holder);
-        self.expiry_changed(expires);
-    }
-
-    /// The holder's expiry is now `expires`.
-    fn expiry_changed(&mut self, expires: Option<Instant>) {
-        let earlier = match (expires, self.told) {
-            (Some(new), Some(told)) => new < told,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        self.told = expires;
-        if earlier && let Some(changed) = &self.changed {
-            changed.notify_waiters();
-        }
+        self.queue.expiry_is(expires);
     }
 
     /// Hand the free key to the first waiter still listening.
     pub(super) fn grant_next(&mut self, now: Instant, backend: &MemoryBackend) {
         debug_assert!(self.holder.is_none());
-        while let Some(w) = self.waiters.pop_front() {
+        while let Some(w) = self.queue.waiters.pop_front() {
             let fence = backend.next_fence();
             if w.grant.send(Grant::new(fence, now)).is_ok() {
                 self.set_holder(HeldBy {
@@ -108,7 +88,7 @@ impl Space for Exclusive {
                 let expires = Some(after(now, req.ttl));
                 h.expires = expires;
                 let fence = Fence::new(h.fence);
-                self.expiry_changed(expires);
+                self.queue.expiry_is(expires);
                 return Some(Ok(Grant::new(fence, now)));
             }
             Some(_) => {}
@@ -117,7 +97,10 @@ impl Space for Exclusive {
         if req.wait == Some(Duration::ZERO) {
             return Some(Err(LockError::Busy { retry_after }));
         }
-        if req.max_waiters.is_some_and(|max| self.waiters.len() >= max) {
+        if req
+            .max_waiters
+            .is_some_and(|max| self.queue.waiters.len() >= max)
+        {
             return Some(Err(LockError::QueueFull { retry_after }));
         }
         None
@@ -178,7 +161,7 @@ impl Space for Exclusive {
             (ExtendMode::Replace, _) => after(now, ttl),
         };
         h.expires = Some(expires);
-        self.expiry_changed(Some(expires));
+        self.queue.expiry_is(Some(expires));
         Ok(expires - now)
     }
 
@@ -190,7 +173,7 @@ impl Space for Exclusive {
         if let Some(e) = h.expires {
             let expires = e.max(after(now, ttl));
             h.expires = Some(expires);
-            self.expiry_changed(Some(expires));
+            self.queue.expiry_is(Some(expires));
         }
         true
     }
@@ -211,19 +194,15 @@ impl Space for Exclusive {
         self.holder.is_some()
     }
 
-    fn waiters(&mut self) -> &mut VecDeque<Waiter> {
-        &mut self.waiters
+    fn queue(&mut self) -> &mut Queue {
+        &mut self.queue
     }
 
     fn waiting(&self) -> usize {
-        self.waiters.len()
-    }
-
-    fn changed(&mut self) -> &mut Option<Arc<Notify>> {
-        &mut self.changed
+        self.queue.waiters.len()
     }
 
     fn idle(&self, now: Instant) -> bool {
-        self.waiters.is_empty() && self.holder.as_ref().is_none_or(|h| h.expired(now))
+        self.queue.waiters.is_empty() && self.holder.as_ref().is_none_or(|h| h.expired(now))
     }
 }

@@ -195,14 +195,15 @@ impl MemoryBackend {
             }
             let (tx, rx) = oneshot::channel();
             let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
-            entry.waiters().push_back(Waiter {
+            let queue = entry.queue();
+            queue.waiters.push_back(Waiter {
                 id,
                 token: req.token.clone(),
                 ttl: req.ttl,
                 mode: req.mode,
                 grant: tx,
             });
-            let changed = entry.changed().get_or_insert_with(Arc::default).clone();
+            let changed = queue.changed.get_or_insert_with(Arc::default).clone();
             (rx, id, changed)
         };
         let guard = WaitGuard {

@@ -9,16 +9,15 @@
 //! nobody waiting, an expired holder is dropped at the next call on its key, or by a sweep.
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
-    sync::Arc,
+    collections::{BTreeMap, HashMap},
     time::Duration,
 };
 
-use tokio::{sync::Notify, time::Instant};
+use tokio::time::Instant;
 
 use super::{
     MemoryBackend,
-    table::{Space, Waiter},
+    table::{Queue, Space},
 };
 use crate::{
     AcquireRequest, ExtendMode, Fence, Grant, Holder, LockError, Mode, Token, options::after,
@@ -32,14 +31,7 @@ pub(super) struct Shared {
     by_expiry: BTreeMap<(Instant, u64), Token>,
     /// Whether the one holder holds the key alone.
     alone: bool,
-    waiters: VecDeque<Waiter>,
-    /// Wakes the waiters when the earliest holder expiry moves earlier than they may have
-    /// seen (a grant with a shorter lease, a shortening extend), so that each re-reads it:
-    /// a waiter must never sleep past the moment a lease frees up.
-    changed: Option<Arc<Notify>>,
-    /// The earliest holder expiry as of the last change (`None`: no holder); a waiter that
-    /// read it sleeps no later than that.
-    told: Option<Instant>,
+    queue: Queue,
 }
 
 #[derive(Clone, Copy)]
@@ -107,19 +99,10 @@ impl Shared {
         true
     }
 
-    /// The earliest holder expiry changed, maybe: wake the waiters if it is now earlier
-    /// than what they were told.
+    /// The earliest holder expiry changed, maybe: the waiters are told if it is earlier.
     fn expiries_changed(&mut self) {
         let earliest = self.earliest();
-        let earlier = match (earliest, self.told) {
-            (Some(new), Some(told)) => new < told,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        self.told = earliest;
-        if earlier && let Some(changed) = &self.changed {
-            changed.notify_waiters();
-        }
+        self.queue.expiry_is(earliest);
     }
 
     /// [`LockError::NotOwned`] while someone holds, [`LockError::Expired`] once nobody does.
@@ -157,7 +140,7 @@ impl Space for Shared {
             return Some(Ok(Grant::new(Fence::new(held.fence), now)));
         }
         // Granted on arrival only when nobody waits: no newcomer overtakes the queue.
-        if self.waiters.is_empty() && self.fits(limit) {
+        if self.queue.waiters.is_empty() && self.fits(limit) {
             let fence = backend.next_fence();
             self.insert(
                 req.token.clone(),
@@ -173,7 +156,10 @@ impl Space for Shared {
         if req.wait == Some(Duration::ZERO) {
             return Some(Err(LockError::Busy { retry_after }));
         }
-        if req.max_waiters.is_some_and(|max| self.waiters.len() >= max) {
+        if req
+            .max_waiters
+            .is_some_and(|max| self.queue.waiters.len() >= max)
+        {
             return Some(Err(LockError::QueueFull { retry_after }));
         }
         None
@@ -202,10 +188,10 @@ impl Space for Shared {
     /// not (so nobody is overtaken, and a waiter alone keeps later ones out). A waiter
     /// that is gone is skipped.
     fn grant_waiters(&mut self, now: Instant, backend: &MemoryBackend) {
-        while let Some(head) = self.waiters.front() {
+        while let Some(head) = self.queue.waiters.front() {
             // A token queued twice (a caller's own token) re-enters what it already holds.
             if let Some(held) = self.holding(&head.token) {
-                let w = self.waiters.pop_front().expect("the head is there");
+                let w = self.queue.waiters.pop_front().expect("the head is there");
                 if w.grant
                     .send(Grant::new(Fence::new(held.fence), now))
                     .is_ok()
@@ -218,7 +204,7 @@ impl Space for Shared {
             if !self.fits(limit) {
                 return;
             }
-            let w = self.waiters.pop_front().expect("the head is there");
+            let w = self.queue.waiters.pop_front().expect("the head is there");
             let fence = backend.next_fence();
             if w.grant.send(Grant::new(fence, now)).is_ok() {
                 self.insert(
@@ -300,21 +286,17 @@ impl Space for Shared {
         !self.holders.is_empty()
     }
 
-    fn waiters(&mut self) -> &mut VecDeque<Waiter> {
-        &mut self.waiters
+    fn queue(&mut self) -> &mut Queue {
+        &mut self.queue
     }
 
     fn waiting(&self) -> usize {
-        self.waiters.len()
-    }
-
-    fn changed(&mut self) -> &mut Option<Arc<Notify>> {
-        &mut self.changed
+        self.queue.waiters.len()
     }
 
     /// Nothing to keep: nobody waits, and nobody holds (or every lease ran out).
     fn idle(&self, now: Instant) -> bool {
-        self.waiters.is_empty()
+        self.queue.waiters.is_empty()
             && self
                 .by_expiry
                 .keys()

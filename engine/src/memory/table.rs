@@ -72,14 +72,11 @@ pub(super) trait Space: Default + Send + 'static {
     /// Whether anyone holds (expired holders included until they are dropped).
     fn is_held(&self) -> bool;
 
-    /// The waiters, in arrival order.
-    fn waiters(&mut self) -> &mut VecDeque<Waiter>;
+    /// The waiters.
+    fn queue(&mut self) -> &mut Queue;
 
     /// How many wait.
     fn waiting(&self) -> usize;
-
-    /// The notifier waiters listen on for an earlier holder expiry.
-    fn changed(&mut self) -> &mut Option<Arc<Notify>>;
 
     /// How long until the first holder's lease runs out (a retry hint).
     fn remaining(&self, now: Instant) -> Option<Duration> {
@@ -93,6 +90,36 @@ pub(super) trait Space: Default + Send + 'static {
 
     /// Nothing to keep but holders whose leases ran out.
     fn idle(&self, now: Instant) -> bool;
+}
+
+/// A key's waiters in one space, in arrival order, and what they were told of the
+/// earliest holder expiry.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) waiters: VecDeque<Waiter>,
+    /// Wakes the waiters when the earliest holder expiry moves earlier than they may have
+    /// seen (a grant or hand-off with a shorter lease, a shortening extend, an admin set),
+    /// so that each re-reads it: a waiter must never sleep past the moment the key frees up.
+    pub(super) changed: Option<Arc<Notify>>,
+    /// The earliest holder expiry as of the last change (`None`: none); a waiter that read
+    /// it sleeps no later than that.
+    told: Option<Instant>,
+}
+
+impl Queue {
+    /// The earliest holder expiry is now `earliest`: wake the waiters if it is earlier than
+    /// what they were told.
+    pub(super) fn expiry_is(&mut self, earliest: Option<Instant>) {
+        let earlier = match (earliest, self.told) {
+            (Some(new), Some(told)) => new < told,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        self.told = earliest;
+        if earlier && let Some(changed) = &self.changed {
+            changed.notify_waiters();
+        }
+    }
 }
 
 /// A queued acquisition, granted through its channel.

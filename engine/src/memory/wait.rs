@@ -35,7 +35,7 @@ impl<E: Space> Drop for WaitGuard<'_, E> {
         let now = Instant::now();
         if let Some(entry) = shard.map.get_mut(self.key) {
             entry.expire(now, self.backend);
-            let waiters = entry.waiters();
+            let waiters = &mut entry.queue().waiters;
             if let Some(pos) = waiters.iter().position(|w| w.id == self.id) {
                 waiters.remove(pos);
             } else if let Ok(grant) = rx.try_recv() {
