@@ -31,7 +31,7 @@ use wait::WaitGuard;
 
 /// The in-process backend: serializes within one process, with the same semantics as the
 /// Redis backend (TTLs, fences, FIFO, waiter limits), in both modes: a key's lock and its
-/// shared leases are two spaces, each a [`Table`] of its own (one table type, one wait).
+/// shared leases are two spaces, each a table of its own (one table type, one wait).
 ///
 /// Release hands the key straight to the first waiter, so waiters are served in arrival
 /// order and never race; a waiting task is woken exactly once, when the key is its own.
