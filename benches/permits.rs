@@ -95,9 +95,17 @@ async fn acquire(engine: &LockEngine, key: &str, take: Take) -> Result<Lease, Lo
     let wait = Duration::from_secs(30);
     match take {
         Take::Lock => engine.lock(key).fifo(true).wait(wait).acquire().await,
-        Take::Shared(n) => engine.permits(key, n).fifo(true).wait(wait).acquire().await,
+        Take::Shared(n) => {
+            engine
+                .lock(key)
+                .shared(n)
+                .fifo(true)
+                .wait(wait)
+                .acquire()
+                .await
+        }
         Take::Exclusive => {
-            let permits = engine.permits(key, 1).exclusive();
+            let permits = engine.lock(key).shared(1).shared(1);
             permits.fifo(true).wait(wait).acquire().await
         }
     }

@@ -80,6 +80,7 @@ fn main() {
             .iter()
             .map(|l| Renewal {
                 key: l.key().clone(),
+                mode: l.mode(),
                 token: l.token().clone(),
                 ttl,
             })

@@ -53,8 +53,8 @@ pub enum ConfigError {
     /// Idempotency replay: the engine's backend does not keep records
     /// ([`RecordBackend`](crate::engine::RecordBackend)).
     RecordsUnsupported,
-    /// `permits` or `shared_for` on an engine whose backend has no permits
-    /// ([`PermitBackend`](crate::engine::PermitBackend)).
+    /// `permits` or `shared_for` on an engine whose backend has no shared mode
+    /// ([`Backend::has_shared_mode`](crate::engine::Backend::has_shared_mode)).
     PermitsUnsupported,
     /// Idempotency replay: the named limit (or the retention) is zero.
     ZeroLimit(&'static str),
@@ -79,7 +79,7 @@ impl fmt::Display for ConfigError {
         match self {
             Self::NoKeyExtractor => f.write_str("no key extractor: call .key(..)"),
             Self::PermitsUnsupported => f.write_str(
-                "`permits` and `shared_for` need a backend with permits (the in-process and Redis backends have them)",
+                "`permits` and `shared_for` need a backend with shared mode (the in-process and Redis backends have it)",
             ),
             Self::RecordsUnsupported => f.write_str(
                 "idempotency replay needs a backend that keeps records (the in-process and Redis backends do); use .without_replay() otherwise",

@@ -224,7 +224,7 @@ impl LockSettings {
             return Err(ConfigError::IdempotencyPermits);
         }
         let (methods, sharing) = Sharing::from_settings(methods, self.permits, self.shared_for)?;
-        if sharing.is_some() && !engine.has_permits() {
+        if sharing.is_some() && !engine.has_shared_mode() {
             return Err(ConfigError::PermitsUnsupported);
         }
         if wait.is_zero() && options.waiter_limit().is_some() {

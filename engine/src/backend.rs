@@ -1,11 +1,12 @@
-//! The backend seam: the core [`Backend`] trait every lock store implements, the optional
-//! capability traits, and the values that cross the seam.
+//! The backend seam: the core [`Backend`] trait every lease store implements (both modes
+//! of the one acquisition model), the optional capability traits, and the values that
+//! cross the seam.
 
 use std::{future::Future, pin::Pin, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{ExtendMode, Fence, LockError, LockKey, NumericOp, PoolOp, Record, Token};
+use super::{ExtendMode, Fence, LockError, LockKey, Mode, NumericOp, PoolOp, Record, Token};
 
 /// Every member of a pool with its holder, as returned by [`PoolBackend::pool_holders`].
 pub type PoolHolders = Vec<(LockKey, Option<Holder>)>;
@@ -17,8 +18,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AcquireRequest {
-    /// The key to lock.
+    /// The key to acquire.
     pub key: LockKey,
+    /// How to hold it: the key's lock, or one of its shared leases.
+    pub mode: Mode,
     /// The owner token to store.
     pub token: Token,
     /// The lease length.
@@ -30,6 +33,22 @@ pub struct AcquireRequest {
     pub fifo: bool,
     /// Refuse with [`LockError::QueueFull`] when this many already wait.
     pub max_waiters: Option<usize>,
+}
+
+impl AcquireRequest {
+    /// A request for `key` in `mode` by `token` for `ttl`, waiting without limit, not
+    /// FIFO, with no waiter limit (set the public fields for the rest).
+    pub fn new(key: LockKey, mode: Mode, token: Token, ttl: Duration) -> Self {
+        Self {
+            key,
+            mode,
+            token,
+            ttl,
+            wait: None,
+            fifo: false,
+            max_waiters: None,
+        }
+    }
 }
 
 /// A successful acquisition, as reported by a backend.
@@ -71,39 +90,76 @@ impl Grant {
 pub struct Renewal {
     /// The key.
     pub key: LockKey,
+    /// The space the lease is in: the key's lock, or its shared leases.
+    pub mode: Mode,
     /// The lease's token.
     pub token: Token,
     /// The TTL to set.
     pub ttl: Duration,
 }
 
-/// Who holds a key, as seen by [`Backend::holder`].
+/// One holder of a key, as seen by [`Backend::holders`].
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Holder {
     /// The holder's token.
     pub token: Token,
-    /// Remaining TTL; `None` when the key has no expiry.
+    /// Remaining TTL; `None` when the lease has no expiry.
     pub ttl: Option<Duration>,
+    /// How it holds the key: [`Mode::Exclusive`] for the key's lock; for a shared lease,
+    /// `Shared { limit: 1 }` when it holds alone, otherwise `Shared { limit: u32::MAX }`
+    /// (the limit each request brought is not kept).
+    pub mode: Mode,
 }
 
 impl Holder {
-    /// A holder record.
+    /// The key's lock holder.
     pub fn new(token: Token, ttl: Option<Duration>) -> Self {
-        Self { token, ttl }
+        Self {
+            token,
+            ttl,
+            mode: Mode::Exclusive,
+        }
+    }
+
+    /// A holder of one of the key's shared leases, alone among them or not.
+    pub fn shared(token: Token, ttl: Option<Duration>, alone: bool) -> Self {
+        let limit = if alone { 1 } else { u32::MAX };
+        Self {
+            token,
+            ttl,
+            mode: Mode::Shared { limit },
+        }
     }
 }
 
-/// A place where leases are kept: the lock itself, and nothing else. Implement it to add
-/// a backend; every backend must pass the conformance suite's core cases.
+/// A place where leases are kept, in both modes of the one acquisition model (see
+/// [`Mode`]): a key's lock, and its shared leases, two spaces that never exclude each
+/// other. Implement it to add a backend; every backend must pass the conformance suite's
+/// core cases (in exclusive mode), and in shared mode too if it has shared mode.
 ///
 /// Six methods are required; the optional capabilities are separate traits a backend opts
-/// into through [`Backend::capabilities`].
+/// into through [`Backend::capabilities`]. A backend without shared mode leaves
+/// [`has_shared_mode`](Self::has_shared_mode) at `false`: the engine then answers
+/// [`LockError::Unsupported`] for a shared request without calling it.
 ///
 /// Every method is atomic with respect to the others on the same key. Failures of the
 /// backend itself are [`LockError::Backend`], returned within the backend's timeout.
+///
+/// The shared mode's promises, which the conformance suite's cases check in that mode:
+///
+/// - **Exclusion.** A shared request is granted only when nobody holds the key's shared
+///   space alone and fewer than its `limit` hold in it; one with `limit == 1` only when
+///   nobody holds in it at all.
+/// - **Order.** Nobody waiting is overtaken by a newcomer: a request is granted on arrival
+///   only when nobody waits. When holders leave, the queue is granted from its head, as
+///   many as fit, stopping at the first that does not: once a request with `limit == 1`
+///   waits, later ones queue behind it (no writer starvation).
+/// - **Re-entry.** Acquiring with a token that holds a shared lease refreshes its TTL and
+///   keeps its fence; a token holding beside others is not made alone
+///   ([`LockError::InvalidValue`] for `limit == 1`), since others may share the key.
 pub trait Backend: Send + Sync + 'static {
-    /// Acquire `req.key` for `req.token`, waiting as `req.wait` says.
+    /// Acquire `req.key` in `req.mode` for `req.token`, waiting as `req.wait` says.
     ///
     /// Acquiring with the token that already holds the key succeeds, refreshes the TTL and
     /// keeps the fence (reentrancy by owner). If the returned future is dropped before it
@@ -111,32 +167,43 @@ pub trait Backend: Send + Sync + 'static {
     /// landed unseen.
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>>;
 
-    /// Release the key if `token` holds it: [`LockError::NotOwned`] if another token
-    /// holds it, [`LockError::Expired`] if nobody does. Hands the key to the next waiter.
+    /// Release `token`'s lease of `key` in the space `mode` names (the lock, or the shared
+    /// leases): [`LockError::NotOwned`] if `token` holds none there but someone does,
+    /// [`LockError::Expired`] if nobody does. Grants the waiters that now fit.
     fn release<'a>(
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>>;
 
-    /// Change the remaining TTL if `token` holds the key; returns the new remaining TTL.
+    /// Change the remaining TTL of `token`'s lease of `key` in the space `mode` names, as
+    /// `how` says; returns the new remaining TTL.
     fn extend<'a>(
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
         ttl: Duration,
-        mode: ExtendMode,
+        how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>>;
 
-    /// Reset the TTL of many leases at once (the watchdog's batch). Returns, per lease,
-    /// whether it was still held by its token and is renewed.
+    /// Reset the TTL of many leases at once (the watchdog's batch, both modes mixed).
+    /// Returns, per lease, whether it was still held by its token and is renewed.
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
-    /// Who holds `key` now, if anyone.
-    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>>;
+    /// Who holds `key` now: its lock's holder and its shared holders, each with its mode.
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>>;
 
-    /// How many callers wait for `key` now, on every node sharing the backend.
+    /// How many callers wait for `key` now (for its lock and for its shared leases), on
+    /// every node sharing the backend.
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
+
+    /// Whether this backend has shared mode ([`Mode::Shared`]). Default: `false`, and
+    /// the engine answers [`LockError::Unsupported`] for a shared request.
+    fn has_shared_mode(&self) -> bool {
+        false
+    }
 
     /// The optional capabilities this backend has (admin operations, numeric
     /// compare-and-set, lock pools, records). Default: none; the engine answers
@@ -168,7 +235,6 @@ pub struct Capabilities<'a> {
     pub(crate) numeric: Option<&'a dyn NumericBackend>,
     pub(crate) pools: Option<&'a dyn PoolBackend>,
     pub(crate) records: Option<&'a dyn RecordBackend>,
-    pub(crate) permits: Option<&'a dyn PermitBackend>,
 }
 
 /// A backend that can answer an acquisition or a release on the spot, without a future:
@@ -190,7 +256,7 @@ pub(crate) trait SynchronousBackend: Send + Sync {
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
 
     /// [`Backend::release`], done on the spot.
-    fn release_now(&self, key: &LockKey, token: &Token) -> Result<(), LockError>;
+    fn release_now(&self, key: &LockKey, token: &Token, mode: Mode) -> Result<(), LockError>;
 }
 
 impl std::fmt::Debug for Capabilities<'_> {
@@ -200,7 +266,6 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("numeric", &self.numeric.is_some())
             .field("pools", &self.pools.is_some())
             .field("records", &self.records.is_some())
-            .field("permits", &self.permits.is_some())
             .finish()
     }
 }
@@ -232,12 +297,6 @@ impl<'a> Capabilities<'a> {
     /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
     pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
         self.records = Some(records);
-        self
-    }
-
-    /// With permits: N holders per key, shared and exclusive ([`Permits`](super::Permits)).
-    pub fn with_permits(mut self, permits: &'a dyn PermitBackend) -> Self {
-        self.permits = Some(permits);
         self
     }
 }
@@ -328,7 +387,8 @@ pub trait RecordBackend: Send + Sync {
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
 
     /// The record stored under `req.key` if there is one (then nothing is acquired);
-    /// otherwise [`Backend::acquire`] of `req`, waiting as it says. A grant means that no
+    /// otherwise [`Backend::acquire`] of `req` (always the key's lock: records live beside
+    /// it), waiting as it says. A grant means that no
     /// record was stored when the key became `req.token`'s: a grant after a wait looks
     /// again (the holder before may have completed), and gives the key back if it finds
     /// one. One round trip where the backend decides both at once (Redis: one script);
@@ -339,7 +399,7 @@ pub trait RecordBackend: Send + Sync {
     fn acquire_or_record(
         &self,
         req: AcquireRequest,
-    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+    ) -> BoxFuture<'_, Result<GrantOrRecord, LockError>> {
         let _ = req;
         Box::pin(std::future::ready(Err(LockError::Unsupported(
             "acquire_or_record",
@@ -347,114 +407,14 @@ pub trait RecordBackend: Send + Sync {
     }
 }
 
-/// What [`RecordBackend::acquire_or_record`] found: a stored record (nothing acquired),
-/// or a grant of the key with no record stored.
+/// What [`RecordBackend::acquire_or_record`] found: a grant of the key with no record
+/// stored, or a stored record (nothing acquired). The engine's handle-level counterpart is
+/// [`Acquired`](super::Acquired).
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum RecordOrGrant {
+pub enum GrantOrRecord {
+    /// The key was acquired, and no record was stored when it was granted.
+    Grant(Grant),
     /// A record is stored under the key; the key was not acquired.
     Record(Record),
-    /// The key was acquired, and no record was stored when it was granted.
-    Granted(Grant),
-}
-
-/// What a backend is asked to do by a permit acquisition ([`Permits`](super::Permits)).
-/// Built by the engine.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct PermitRequest {
-    /// Key, token, TTL, wait, FIFO and waiter limit, as for a lock.
-    pub acquire: AcquireRequest,
-    /// How many shared holders the key may have at once (at least 1; `u32::MAX`: no
-    /// limit). Each request brings its own: a shared request is granted only while fewer
-    /// than its own `permits` hold the key.
-    pub permits: u32,
-    /// Take the key alone: granted only when nobody else holds it, and while it is held no
-    /// one else is granted.
-    pub exclusive: bool,
-}
-
-/// One holder of a permit, as seen by [`PermitBackend::permit_holders`].
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct PermitHolder {
-    /// The holder's token.
-    pub token: Token,
-    /// Remaining TTL; `None` when it has no expiry.
-    pub ttl: Option<Duration>,
-    /// Whether it holds the key alone.
-    pub exclusive: bool,
-}
-
-impl PermitHolder {
-    /// A holder record.
-    pub fn new(token: Token, ttl: Option<Duration>, exclusive: bool) -> Self {
-        Self {
-            token,
-            ttl,
-            exclusive,
-        }
-    }
-}
-
-/// Permits per key: up to N shared holders at once, or one exclusive holder alone (see
-/// [`Permits`](super::Permits)). A permit is a lease like a lock's (token, TTL, renewal,
-/// compare-token release) kept apart from the locks: the same key name used as a lock
-/// and as permits names two different things.
-///
-/// The promises, which the conformance suite's permit cases check:
-///
-/// - **Exclusion.** A shared request is granted only when nobody holds the key
-///   exclusively and fewer than its `permits` hold it; an exclusive one only when nobody
-///   holds it at all.
-/// - **Order.** Nobody waiting is overtaken by a newcomer: a request is granted on arrival
-///   only when nobody waits. When holders leave, the queue is granted from its head, as
-///   many as fit, stopping at the first that does not: once an exclusive request waits,
-///   later shared ones queue behind it (no writer starvation). With `fifo` the queue is
-///   in arrival order across nodes.
-/// - **Fences.** Every grant gets a fence greater than every earlier grant's on that key,
-///   shared or exclusive.
-/// - **Leases.** A holder whose TTL runs out holds nothing; waiters then go on. Re-entry
-///   (acquiring with a token that holds a permit) refreshes its TTL and keeps its fence
-///   and its kind; a token holding a shared permit is not upgraded to an exclusive one
-///   ([`LockError::InvalidValue`]), since others may share the key beside it.
-///   A dropped acquire future leaves nothing behind; nothing is left once nobody holds or
-///   waits (bounded-TTL fence tombstones aside).
-pub trait PermitBackend: Send + Sync {
-    /// Acquire a permit of `req.acquire.key` for `req.acquire.token`, waiting as
-    /// `req.acquire.wait` says; errors as [`Backend::acquire`]'s.
-    fn acquire_permit(&self, req: PermitRequest) -> BoxFuture<'_, Result<Grant, LockError>>;
-
-    /// Release `token`'s permit: [`LockError::NotOwned`] if `token` holds none but someone
-    /// does, [`LockError::Expired`] if nobody does. Grants waiters that now fit.
-    fn release_permit<'a>(
-        &'a self,
-        key: &'a LockKey,
-        token: &'a Token,
-    ) -> BoxFuture<'a, Result<(), LockError>>;
-
-    /// Change the remaining TTL of `token`'s permit; returns the new remaining TTL.
-    fn extend_permit<'a>(
-        &'a self,
-        key: &'a LockKey,
-        token: &'a Token,
-        ttl: Duration,
-        mode: ExtendMode,
-    ) -> BoxFuture<'a, Result<Duration, LockError>>;
-
-    /// Reset the TTL of many permits at once (the watchdog's batch); per permit, whether
-    /// its token still held it and it is renewed.
-    fn renew_permits<'a>(
-        &'a self,
-        leases: &'a [Renewal],
-    ) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
-
-    /// Who holds permits of `key` now.
-    fn permit_holders<'a>(
-        &'a self,
-        key: &'a LockKey,
-    ) -> BoxFuture<'a, Result<Vec<PermitHolder>, LockError>>;
-
-    /// How many callers wait for a permit of `key` now, on every node sharing the backend.
-    fn permit_waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
 }

@@ -17,11 +17,7 @@ use std::{
 
 use tokio::time::Instant;
 
-use super::{
-    LockError, Record,
-    lease::{LeaseKind, LeaseState},
-    lock_engine::EngineShared,
-};
+use super::{LockError, Mode, Record, lease::LeaseState, lock_engine::EngineShared};
 
 /// The first pause after a refusal; each next one doubles, up to [`MAX_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(10);
@@ -40,14 +36,17 @@ pub(super) async fn complete(
     record: Record,
     retention: Duration,
 ) -> Result<(), LockError> {
-    let records = match state.kind {
-        LeaseKind::Lock => engine.backend.capabilities().records,
-        // Records live beside locks; a permit has none.
-        LeaseKind::Permit => None,
+    // Records live beside the key's lock; a shared lease has none.
+    let records = match state.mode {
+        Mode::Exclusive => engine.backend.capabilities().records,
+        _ => None,
     };
     let Some(records) = records else {
         engine.watchdog.unregister(id);
-        let _ = engine.release(state.kind, &state.key, &state.token).await;
+        let _ = engine
+            .backend
+            .release(&state.key, &state.token, state.mode)
+            .await;
         return Err(LockError::Unsupported("records"));
     };
     let mut pause = FIRST_PAUSE;

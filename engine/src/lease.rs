@@ -12,7 +12,7 @@ use std::{
 use tokio::time::Instant;
 
 use super::{
-    AcquireRequest, ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Record, Token,
+    AcquireRequest, ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Mode, Record, Token,
     lock_engine::EngineShared,
     lost::{Lost, LostSignal},
     options::{after, check_ttl},
@@ -23,16 +23,10 @@ pub(super) fn renew_interval(ttl: Duration) -> Duration {
     ttl / 3
 }
 
-/// What a lease holds: the key's lock, or one of its permits (kept apart on the backend).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum LeaseKind {
-    Lock,
-    Permit,
-}
-
 /// What the watchdog and the [`Lease`] share about one live lease.
 pub(crate) struct LeaseState {
-    pub(super) kind: LeaseKind,
+    /// How it holds the key: the key's lock, or one of its shared leases.
+    pub(super) mode: Mode,
     pub(super) key: LockKey,
     pub(super) token: Token,
     /// Lease length used by renewals, in nanoseconds (extend may change it).
@@ -105,7 +99,8 @@ impl LeaseState {
     }
 }
 
-/// An acquired lock: the RAII guard of one acquisition.
+/// An acquired lease, of a key's lock or of one of its shared leases: the RAII guard of
+/// one acquisition.
 ///
 /// While it lives, the engine's watchdog renews it (unless auto-renew is off). Dropping it
 /// releases the key in the background without blocking the dropping thread; call
@@ -138,10 +133,13 @@ impl Lease {
         grant: Grant,
         waited: Duration,
         auto_renew: bool,
-        kind: LeaseKind,
     ) -> Self {
         let AcquireRequest {
-            key, token, ttl, ..
+            key,
+            mode,
+            token,
+            ttl,
+            ..
         } = req;
         // A short claim (a hand-off) is renewed to the full TTL at a third of the claim,
         // whether or not the lease renews itself later.
@@ -152,7 +150,7 @@ impl Lease {
             auto_renew.then(|| after(grant.granted_at, renew_interval(ttl)))
         };
         let state = Arc::new(LeaseState {
-            kind,
+            mode,
             key,
             token,
             ttl_nanos: AtomicU64::new(0),
@@ -187,6 +185,11 @@ impl Lease {
     /// The locked key.
     pub fn key(&self) -> &LockKey {
         &self.state.key
+    }
+
+    /// How this lease holds its key: the key's lock, or one of its shared leases.
+    pub fn mode(&self) -> Mode {
+        self.state.mode
     }
 
     /// The owner token of this acquisition.
@@ -246,8 +249,11 @@ impl Lease {
         let engine = self.engine.clone();
         let state = self.state.clone();
         async move {
-            let result = engine.release(state.kind, &state.key, &state.token).await;
-            tracing::trace!(key = %state.key, ok = result.is_ok(), "lock released");
+            let result = engine
+                .backend
+                .release(&state.key, &state.token, state.mode)
+                .await;
+            tracing::trace!(key = %state.key, ok = result.is_ok(), "lease released");
             result
         }
     }
@@ -267,16 +273,14 @@ impl Lease {
     /// Release on the spot if the backend can (the in-process one): no future to make,
     /// box or poll. `None`: it cannot, and nothing was done.
     fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
-        if self.state.kind != LeaseKind::Lock {
-            return None;
-        }
         let synchronous = self.engine.synchronous.as_deref()?;
         // `stop`, field by field: `synchronous` borrows the engine.
         self.handed_off = true;
         self.state.released.store(true, Ordering::Release);
         self.engine.watchdog.unregister(self.id);
-        let result = synchronous.release_now(&self.state.key, &self.state.token);
-        tracing::trace!(key = %self.state.key, ok = result.is_ok(), "lock released");
+        let state = &self.state;
+        let result = synchronous.release_now(&state.key, &state.token, state.mode);
+        tracing::trace!(key = %state.key, ok = result.is_ok(), "lease released");
         Some(result)
     }
 
@@ -347,9 +351,11 @@ impl Lease {
         // them may move the deadline this extend sets.
         self.state.epoch.fetch_add(1, Ordering::AcqRel);
         let sent = Instant::now();
+        let state = &self.state;
         let result = self
             .engine
-            .extend(self.state.kind, &self.state.key, &self.state.token, d, mode)
+            .backend
+            .extend(&state.key, &state.token, state.mode, d, mode)
             .await;
         match &result {
             Ok(remaining) => {
@@ -381,21 +387,13 @@ impl Lease {
         result
     }
 
-    /// `true` if this lease's token still holds the key on the backend.
+    /// `true` if this lease's token still holds the key on the backend (in its space).
     pub async fn owned(&self) -> Result<bool, LockError> {
-        let (key, token) = (&self.state.key, &self.state.token);
-        Ok(match self.state.kind {
-            LeaseKind::Lock => {
-                (self.engine.backend.holder(key).await?).is_some_and(|h| h.token == *token)
-            }
-            LeaseKind::Permit => self
-                .engine
-                .permit_backend()?
-                .permit_holders(key)
-                .await?
-                .iter()
-                .any(|h| h.token == *token),
-        })
+        let state = &self.state;
+        let holders = self.engine.backend.holders(&state.key).await?;
+        Ok(holders
+            .iter()
+            .any(|h| h.token == state.token && h.mode.same_space(state.mode)))
     }
 }
 

@@ -6,6 +6,12 @@
 //! gives a [`Lock`] handle on one key; acquiring it yields a [`Lease`], an RAII guard that
 //! is renewed by the engine's watchdog while it lives and released when dropped.
 //!
+//! One acquisition model: a request has a [`Mode`], the key's lock ([`Mode::Exclusive`],
+//! the default) or one of its shared leases (`engine.lock(k).shared(n)`: up to `n` holders
+//! at once; `shared(1)` holds alone among them, a writer beside readers). A key's lock and
+//! its shared leases do not exclude each other: two spaces, so that the Redis lock keeps
+//! its two-round-trip fast path (one queue across both is future work).
+//!
 //! ```
 //! use std::time::Duration;
 //! use tower_lock_engine::LockEngine;
@@ -29,15 +35,17 @@
 //!
 //! # Writing a backend
 //!
-//! A backend implements [`Backend`]: six methods, the lock itself (an atomic acquire that
-//! may wait and must clean up after itself when its future is dropped, compare-token
-//! release / extend / batched renew, holder and waiter inspection). Admin operations,
+//! A backend implements [`Backend`]: six methods covering both modes (an atomic acquire
+//! that may wait and must clean up after itself when its future is dropped, compare-token
+//! release / extend / batched renew, holder and waiter inspection); one without shared
+//! mode says so ([`Backend::has_shared_mode`]) and the engine answers
+//! [`LockError::Unsupported`] for it. Admin operations,
 //! numeric compare-and-set, lock pools and records are optional capability traits
 //! ([`AdminBackend`], [`NumericBackend`], [`PoolBackend`], [`RecordBackend`]) a backend
 //! reports through [`Backend::capabilities`]; the engine answers
 //! [`LockError::Unsupported`] for the ones it lacks. The conformance suite (the
 //! `conformance` module, feature `conformance`) runs its core cases unchanged against every
-//! backend, and the capability cases against backends that have them.
+//! backend in each mode it has, and the capability cases against backends that have them.
 //!
 //! # Features
 //!
@@ -63,10 +71,10 @@ mod lock_engine;
 mod lock_pool;
 mod lost;
 mod memory;
+mod mode;
 mod mutex;
 mod numeric;
 mod options;
-mod permits;
 mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
@@ -79,9 +87,8 @@ mod watchdog;
 pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
-    AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, Holder, NumericBackend,
-    PermitBackend, PermitHolder, PermitRequest, PoolBackend, PoolHolders, RecordBackend,
-    RecordOrGrant, Renewal,
+    AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, GrantOrRecord, Holder,
+    NumericBackend, PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
 pub use config_error::ConfigError;
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
@@ -92,11 +99,11 @@ pub use lock_engine::LockEngine;
 pub use lock_pool::{LockPool, PoolHealth, PoolOp};
 pub use lost::LostSignal;
 pub use memory::MemoryBackend;
+pub use mode::Mode;
 pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
 pub use options::{ExtendMode, LockOptions, MAX_TTL};
-pub use permits::Permits;
-pub use record::{LeaseOrRecord, Record};
+pub use record::{Acquired, Record};
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use resets::Resets;
 pub use status::LockStatus;

@@ -1,5 +1,5 @@
-//! [`Lock`]: a handle on one key with its acquisition options; acquiring it yields a
-//! [`Lease`].
+//! [`Lock`]: a handle on one key with its acquisition mode and options; acquiring it
+//! yields a [`Lease`].
 
 use std::time::Duration;
 
@@ -7,30 +7,47 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    AcquireRequest, Grant, Holder, KeyError, Lease, LeaseOrRecord, LockEngine, LockError, LockKey,
-    LockOptions, LockStatus, PermitRequest, RecordOrGrant, Token, lease::LeaseKind, options,
+    AcquireRequest, Acquired, Grant, GrantOrRecord, Holder, KeyError, Lease, LockEngine, LockError,
+    LockKey, LockOptions, LockStatus, Mode, Token, options,
 };
 
-/// A handle on one key of a [`LockEngine`], with its acquisition options.
+/// A handle on one key of a [`LockEngine`], with its acquisition mode and options.
 ///
 /// Setters consume and return the handle; [`Lock::acquire`] and [`Lock::try_acquire`]
-/// yield a [`Lease`], on which release, extend, reacquire and owned live.
+/// yield a [`Lease`], on which release, extend, reacquire and owned live. By default it
+/// takes the key's lock ([`Mode::Exclusive`]); [`shared`](Self::shared) makes it take one
+/// of the key's shared leases instead (a keyed concurrency limit, or with `shared(1)` for
+/// writers, a read-write lock).
+///
+/// ```
+/// use tower_lock_engine::LockEngine;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+/// let engine = LockEngine::in_memory();
+/// let tenant = engine.lock("tenant:7").shared(2);
+/// let first = tenant.acquire().await?;
+/// let second = tenant.acquire().await?;
+/// // Two of two are held: a third is refused without waiting.
+/// assert!(tenant.try_acquire().await.is_err());
+/// drop((first, second));
+///
+/// // Readers share, a writer is alone.
+/// let reader = engine.lock("doc:1").shared(u32::MAX).acquire().await?;
+/// assert!(engine.lock("doc:1").shared(1).try_acquire().await.is_err());
+/// reader.release().await?;
+/// let writer = engine.lock("doc:1").shared(1).acquire().await?;
+/// assert!(writer.fence().get() > 0);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Lock {
     pub(crate) engine: LockEngine,
     key: Result<LockKey, KeyError>,
+    mode: Mode,
     options: LockOptions,
     token: Option<Token>,
-    /// Set when this handle takes permits ([`Permits`](super::Permits)) instead of the lock.
-    pub(crate) share: Option<Share>,
-}
-
-/// What a permit acquisition asks for: how many shared holders at most, and whether it
-/// takes the key alone.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Share {
-    pub(crate) permits: u32,
-    pub(crate) exclusive: bool,
 }
 
 impl Lock {
@@ -42,10 +59,36 @@ impl Lock {
         Self {
             engine,
             key,
+            mode: Mode::Exclusive,
             options,
             token: None,
-            share: None,
         }
+    }
+
+    /// Take one of the key's shared leases: granted while fewer than `limit` hold one and
+    /// nobody holds one alone; `shared(1)` holds alone among them (a writer beside
+    /// readers), `u32::MAX` is no limit, `0` makes every acquisition fail with
+    /// [`LockError::InvalidValue`]. Kept apart from the key's lock: `lock(k)` and
+    /// `lock(k).shared(n)` do not exclude each other. [`LockError::Unsupported`] on a
+    /// backend without shared mode.
+    pub fn shared(self, limit: u32) -> Self {
+        self.in_mode(Mode::Shared { limit })
+    }
+
+    /// Take the key's lock (the default).
+    pub fn exclusive(self) -> Self {
+        self.in_mode(Mode::Exclusive)
+    }
+
+    /// Take the key in `mode` (see [`Mode`]).
+    pub fn in_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How this handle takes its key.
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// Replace all options.
@@ -85,7 +128,9 @@ impl Lock {
     }
 
     /// Acquire with this owner token instead of a fresh random one. Acquiring a key that
-    /// this token already holds succeeds and refreshes its TTL (reentrancy by owner).
+    /// this token already holds (in the same space) succeeds, refreshes its TTL and keeps
+    /// its fence (reentrancy by owner). A shared lease held beside others is not made
+    /// alone: asking for `shared(1)` with its token is [`LockError::InvalidValue`].
     pub fn token(mut self, token: Token) -> Self {
         self.token = Some(token);
         self
@@ -140,9 +185,6 @@ impl Lock {
     /// # }
     /// ```
     pub fn acquire_now(&self) -> Option<Result<Lease, LockError>> {
-        if self.share.is_some() {
-            return None;
-        }
         let synchronous = self.engine.shared.synchronous.as_deref()?;
         let (req, started) = match self.request(self.options.wait) {
             Ok(prepared) => prepared,
@@ -157,8 +199,13 @@ impl Lock {
     fn request(&self, wait: Option<Duration>) -> Result<(AcquireRequest, Instant), LockError> {
         let key = self.key()?.clone();
         options::check_ttl(self.options.ttl)?;
-        if self.share.is_some_and(|s| s.permits == 0) {
-            return Err(LockError::InvalidValue("permits must be at least 1"));
+        if let Mode::Shared { limit } = self.mode {
+            if limit == 0 {
+                return Err(LockError::InvalidValue("a shared limit must be at least 1"));
+            }
+            if !self.engine.shared.backend.has_shared_mode() {
+                return Err(LockError::Unsupported("shared leases"));
+            }
         }
         let token = self.token.clone().unwrap_or_else(Token::random);
         let started = Instant::now();
@@ -166,6 +213,7 @@ impl Lock {
         let wait = wait.filter(|w| started.checked_add(*w).is_some());
         let req = AcquireRequest {
             key,
+            mode: self.mode,
             token,
             ttl: self.options.ttl,
             wait,
@@ -177,27 +225,20 @@ impl Lock {
 
     /// The lease of a granted `req`.
     fn lease(&self, req: AcquireRequest, grant: Grant, waited: Duration) -> Lease {
-        tracing::trace!(key = %req.key, fence = grant.fence.get(), ?waited, "lock acquired");
-        let kind = if self.share.is_some() {
-            LeaseKind::Permit
-        } else {
-            LeaseKind::Lock
-        };
+        tracing::trace!(key = %req.key, mode = ?req.mode, fence = grant.fence.get(), ?waited, "lease acquired");
         Lease::new(
             self.engine.shared.clone(),
             req,
             grant,
             waited,
             self.options.auto_renew,
-            kind,
         )
     }
 
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
-        if self.share.is_none()
-            && let Some(synchronous) = self.engine.shared.synchronous.as_deref()
+        if let Some(synchronous) = self.engine.shared.synchronous.as_deref()
             && let Some(grant) = synchronous.acquire_now(&req, started)
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
@@ -206,20 +247,13 @@ impl Lock {
         let mut retried = false;
         loop {
             // The backend takes its request by value; the lease needs the key and token back.
-            let grant = match self.share {
-                None => self.engine.shared.backend.acquire(req.clone()),
-                Some(share) => self
-                    .engine
-                    .shared
-                    .permit_backend()?
-                    .acquire_permit(PermitRequest {
-                        acquire: req.clone(),
-                        permits: share.permits,
-                        exclusive: share.exclusive,
-                    }),
-            }
-            .instrument(span.clone())
-            .await;
+            let grant = self
+                .engine
+                .shared
+                .backend
+                .acquire(req.clone())
+                .instrument(span.clone())
+                .await;
             let grant = match grant {
                 Ok(grant) => grant,
                 // A retry (below) of a wait with a limit, which ran out: the whole wait
@@ -260,34 +294,33 @@ impl Lock {
     /// the record is read, the key acquired, and the record read again.
     ///
     /// Errors as [`acquire`](Self::acquire)'s, and [`LockError::Unsupported`] for a backend
-    /// without records.
-    pub async fn acquire_or_record(&self) -> Result<LeaseOrRecord, LockError> {
+    /// without records, or a shared handle (records live beside the key's lock).
+    pub async fn acquire_or_record(&self) -> Result<Acquired, LockError> {
         let backend = &self.engine.shared.backend;
         let Some(records) = backend.capabilities().records else {
             return Err(LockError::Unsupported("records"));
         };
+        if self.mode.is_shared() {
+            return Err(LockError::Unsupported("records of shared leases"));
+        }
         let key = self.key()?;
         let (req, started) = self.request(self.options.wait)?;
         match records.acquire_or_record(req.clone()).await {
-            Ok(RecordOrGrant::Record(record)) => return Ok(LeaseOrRecord::Record(record)),
-            Ok(RecordOrGrant::Granted(grant)) => {
+            Ok(GrantOrRecord::Record(record)) => return Ok(Acquired::Record(record)),
+            Ok(GrantOrRecord::Grant(grant)) => {
                 let valid = grant
                     .valid_for
                     .map_or(self.options.ttl, |v| v.min(self.options.ttl));
                 if Instant::now() < options::after(grant.granted_at, valid)
                     && self.engine.shared.vouches_for(grant.granted_at)
                 {
-                    return Ok(LeaseOrRecord::Lease(self.lease(
-                        req,
-                        grant,
-                        started.elapsed(),
-                    )));
+                    return Ok(Acquired::Lease(self.lease(req, grant, started.elapsed())));
                 }
                 // Ran out before it got here: asked again below (re-entry if still ours).
             }
             Err(LockError::Unsupported(_)) => {
                 if let Some(record) = records.record(key).await? {
-                    return Ok(LeaseOrRecord::Record(record));
+                    return Ok(Acquired::Record(record));
                 }
             }
             Err(e) => return Err(e),
@@ -295,10 +328,10 @@ impl Lock {
         // The same token: a grant that is still ours is re-entry.
         let lease = self.clone().token(req.token).acquire().await?;
         match records.record(key).await {
-            Ok(None) => Ok(LeaseOrRecord::Lease(lease)),
+            Ok(None) => Ok(Acquired::Lease(lease)),
             Ok(Some(record)) => {
                 let _ = lease.release().await;
-                Ok(LeaseOrRecord::Record(record))
+                Ok(Acquired::Record(record))
             }
             Err(e) => {
                 let _ = lease.release().await;
@@ -307,19 +340,32 @@ impl Lock {
         }
     }
 
-    /// `true` if anyone holds the key now.
+    /// `true` if anyone holds the key now, in this handle's space (its lock, or its shared
+    /// leases).
     pub async fn locked(&self) -> Result<bool, LockError> {
-        let key = self.key()?;
-        Ok(self.engine.shared.backend.holder(key).await?.is_some())
+        Ok(!self.holders().await?.is_empty())
     }
 
-    /// Who holds the key now (token and remaining TTL), if anyone.
+    /// Who holds the key now in this handle's space (token and remaining TTL): the lock's
+    /// holder, or the first of its shared holders; `None` if nobody.
     pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
-        let key = self.key()?;
-        self.engine.shared.backend.holder(key).await
+        Ok(self.holders().await?.into_iter().next())
     }
 
-    /// The key's status, judged against this handle's TTL as the expected bound.
+    /// Everyone who holds the key now in this handle's space: the lock's holder, or every
+    /// shared holder.
+    pub async fn holders(&self) -> Result<Vec<Holder>, LockError> {
+        let key = self.key()?;
+        if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {
+            return Err(LockError::Unsupported("shared leases"));
+        }
+        let mut holders = self.engine.shared.backend.holders(key).await?;
+        holders.retain(|h| h.mode.same_space(self.mode));
+        Ok(holders)
+    }
+
+    /// The key's status in this handle's space (its lock, or its first shared holder),
+    /// judged against this handle's TTL as the expected bound.
     pub async fn status(&self) -> Result<LockStatus, LockError> {
         Ok(LockStatus::from_holder(
             self.holder().await?,
@@ -327,9 +373,12 @@ impl Lock {
         ))
     }
 
-    /// How many callers wait for the key now.
+    /// How many callers wait for the key now (for its lock and for its shared leases).
     pub async fn waiters(&self) -> Result<usize, LockError> {
         let key = self.key()?;
+        if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {
+            return Err(LockError::Unsupported("shared leases"));
+        }
         self.engine.shared.backend.waiters(key).await
     }
 }

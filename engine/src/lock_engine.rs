@@ -1,70 +1,18 @@
 //! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
 
-use std::{any::Any, fmt, sync::Arc, time::Duration};
+use std::{any::Any, fmt, sync::Arc};
 
 use super::{
-    AdminBackend, Backend, ExtendMode, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
-    LockPool, MemoryBackend, NumericBackend, NumericKey, PermitBackend, Permits, PoolBackend,
-    Record, RecordBackend, Renewal, SynchronousBackend, Token, lease::LeaseKind, lock::Lock,
-    watchdog::Watchdog,
+    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
+    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
+    SynchronousBackend, lock::Lock, watchdog::Watchdog,
 };
 
 impl EngineShared {
-    pub(crate) fn permit_backend(&self) -> Result<&dyn PermitBackend, LockError> {
-        self.backend
-            .capabilities()
-            .permits
-            .ok_or(LockError::Unsupported("permits"))
-    }
-
-    /// Release a lease of either kind.
-    pub(crate) async fn release(
-        &self,
-        kind: LeaseKind,
-        key: &LockKey,
-        token: &Token,
-    ) -> Result<(), LockError> {
-        match kind {
-            LeaseKind::Lock => self.backend.release(key, token).await,
-            LeaseKind::Permit => self.permit_backend()?.release_permit(key, token).await,
-        }
-    }
-
-    /// Extend a lease of either kind.
-    pub(crate) async fn extend(
-        &self,
-        kind: LeaseKind,
-        key: &LockKey,
-        token: &Token,
-        ttl: Duration,
-        mode: ExtendMode,
-    ) -> Result<Duration, LockError> {
-        match kind {
-            LeaseKind::Lock => self.backend.extend(key, token, ttl, mode).await,
-            LeaseKind::Permit => {
-                self.permit_backend()?
-                    .extend_permit(key, token, ttl, mode)
-                    .await
-            }
-        }
-    }
-
     /// Whether the backend still vouches for a grant whose request was sent at `sent`: it
     /// reported no reset since (see [`Resets`](crate::Resets)).
     pub(crate) fn vouches_for(&self, sent: tokio::time::Instant) -> bool {
         self.resets.as_ref().is_none_or(|r| r.vouch_for(sent))
-    }
-
-    /// Renew a batch of leases of one kind.
-    pub(crate) async fn renew(
-        &self,
-        kind: LeaseKind,
-        batch: &[Renewal],
-    ) -> Result<Vec<bool>, LockError> {
-        match kind {
-            LeaseKind::Lock => self.backend.renew(batch).await,
-            LeaseKind::Permit => self.permit_backend()?.renew_permits(batch).await,
-        }
     }
 }
 
@@ -159,9 +107,9 @@ impl LockEngine {
         )
     }
 
-    /// A handle on `key`, with the engine's default options. The key is validated when
-    /// the lock is used; an invalid key makes every operation return
-    /// [`LockError::InvalidKey`].
+    /// A handle on `key`, with the engine's default options: its lock, or with
+    /// [`Lock::shared`] one of its shared leases. The key is validated when the handle is
+    /// used; an invalid key makes every operation return [`LockError::InvalidKey`].
     pub fn lock(&self, key: impl AsRef<str>) -> Lock {
         Lock::new(
             self.clone(),
@@ -170,21 +118,9 @@ impl LockEngine {
         )
     }
 
-    /// A handle on an already validated key.
-    pub fn lock_key(&self, key: LockKey) -> Lock {
+    /// A handle on an already validated key (as [`lock`](Self::lock)).
+    pub fn lock_on(&self, key: LockKey) -> Lock {
         Lock::new(self.clone(), Ok(key), self.shared.defaults.clone())
-    }
-
-    /// Permits on `key`: up to `permits` shared holders at once, or one exclusive holder
-    /// alone (see [`Permits`]). `u32::MAX` is no limit on shared holders (a read-write
-    /// lock); `0` makes every acquisition fail with [`LockError::InvalidValue`].
-    pub fn permits(&self, key: impl AsRef<str>, permits: u32) -> Permits {
-        Permits::new(self.lock(key), permits)
-    }
-
-    /// [`permits`](Self::permits) on an already validated key.
-    pub fn permits_key(&self, key: LockKey, permits: u32) -> Permits {
-        Permits::new(self.lock_key(key), permits)
     }
 
     /// A [`KeyMutex`] on `key`: run a closure while holding it, or acquire and release by
@@ -223,7 +159,7 @@ impl LockEngine {
     /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
     /// let engine = LockEngine::in_memory();
     /// let key = LockKey::new("order-7")?;
-    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let lease = engine.lock_on(key.clone()).acquire().await?;
     /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
     /// lease.complete(record, Duration::from_secs(3600)).await?;
     /// let stored = engine.record(&key).await?.expect("completed");
@@ -251,7 +187,7 @@ impl LockEngine {
     /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
     /// let engine = LockEngine::in_memory();
     /// let key = LockKey::new("order-7")?;
-    /// let lease = engine.lock_key(key.clone()).acquire().await?;
+    /// let lease = engine.lock_on(key.clone()).acquire().await?;
     /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
     /// lease.complete(record, Duration::from_secs(3600)).await?;
     /// assert!(engine.forget_record(&key).await?);
@@ -271,9 +207,10 @@ impl LockEngine {
         self.record_backend().is_ok()
     }
 
-    /// Whether the backend has permits ([`PermitBackend`], for [`Permits`]).
-    pub fn has_permits(&self) -> bool {
-        self.shared.permit_backend().is_ok()
+    /// Whether the backend has shared mode ([`Lock::shared`]; see
+    /// [`Backend::has_shared_mode`]).
+    pub fn has_shared_mode(&self) -> bool {
+        self.shared.backend.has_shared_mode()
     }
 
     pub(crate) fn record_backend(&self) -> Result<&dyn RecordBackend, LockError> {

@@ -82,9 +82,10 @@ impl Record {
 }
 
 /// What [`Lock::acquire_or_record`](super::Lock::acquire_or_record) found: the lease of a
-/// key with no record stored, or the record stored under it (nothing acquired).
+/// key with no record stored, or the record stored under it (nothing acquired). The seam's
+/// counterpart is [`GrantOrRecord`](super::GrantOrRecord).
 #[derive(Debug)]
-pub enum LeaseOrRecord {
+pub enum Acquired {
     /// The key is held, and no record was stored when it was granted.
     Lease(super::Lease),
     /// A record is stored under the key; the key was not acquired.

@@ -86,7 +86,7 @@ mod tests {
     use super::*;
     use crate::{
         AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockEngine, LockError,
-        LockKey, MemoryBackend, Renewal, Token,
+        LockKey, MemoryBackend, Mode, Renewal, Token,
     };
 
     /// The in-process backend, plus resets the test reports by hand.
@@ -104,18 +104,20 @@ mod tests {
             &'a self,
             key: &'a LockKey,
             token: &'a Token,
+            mode: Mode,
         ) -> BoxFuture<'a, Result<(), LockError>> {
-            self.memory.release(key, token)
+            self.memory.release(key, token, mode)
         }
 
         fn extend<'a>(
             &'a self,
             key: &'a LockKey,
             token: &'a Token,
+            mode: Mode,
             ttl: Duration,
-            mode: ExtendMode,
+            how: ExtendMode,
         ) -> BoxFuture<'a, Result<Duration, LockError>> {
-            self.memory.extend(key, token, ttl, mode)
+            self.memory.extend(key, token, mode, ttl, how)
         }
 
         fn renew<'a>(
@@ -125,11 +127,11 @@ mod tests {
             self.memory.renew(leases)
         }
 
-        fn holder<'a>(
+        fn holders<'a>(
             &'a self,
             key: &'a LockKey,
-        ) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
-            self.memory.holder(key)
+        ) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
+            self.memory.holders(key)
         }
 
         fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {

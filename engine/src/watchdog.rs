@@ -11,7 +11,7 @@ use tokio::{sync::Notify, time::Instant};
 
 use super::{
     LockError, Renewal, Resets,
-    lease::{LeaseKind, LeaseState, renew_interval},
+    lease::{LeaseState, renew_interval},
     lock_engine::EngineShared,
     options::after,
     runtime,
@@ -200,16 +200,9 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
             let Some(shared) = engine.upgrade() else {
                 return;
             };
-            // A batch in flight must not hold up deadlines of other leases. Locks and
-            // permits are kept apart on the backend: one batch of each.
-            let (permits, locks): (Vec<Due>, Vec<Due>) = due
-                .into_iter()
-                .partition(|d| d.lease.kind == LeaseKind::Permit);
-            for (kind, due) in [(LeaseKind::Lock, locks), (LeaseKind::Permit, permits)] {
-                if !due.is_empty() {
-                    tokio::spawn(renew_batch(shared.clone(), inner.clone(), kind, due, now));
-                }
-            }
+            // A batch in flight must not hold up deadlines of other leases. One batch for
+            // both modes: each renewal names its lease's space.
+            tokio::spawn(renew_batch(shared, inner.clone(), due, now));
         }
         match next {
             Some(at) => {
@@ -253,7 +246,6 @@ fn lose_unvouched(st: &mut WatchState, resets: &Resets) {
 async fn renew_batch(
     shared: Arc<EngineShared>,
     inner: Arc<WatchInner>,
-    kind: LeaseKind,
     due: Vec<Due>,
     sent_at: Instant,
 ) {
@@ -261,11 +253,12 @@ async fn renew_batch(
         .iter()
         .map(|d| Renewal {
             key: d.lease.key.clone(),
+            mode: d.lease.mode,
             token: d.lease.token.clone(),
             ttl: d.lease.ttl(),
         })
         .collect();
-    let result = shared.renew(kind, &batch).await;
+    let result = shared.backend.renew(&batch).await;
     drop(shared);
     let watchdog = Watchdog { inner };
     match result {

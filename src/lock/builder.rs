@@ -76,10 +76,11 @@ impl LockLayerBuilder {
     ///
     /// At least 1, or `build` fails
     /// ([`ConfigError::ZeroPermits`](crate::ConfigError::ZeroPermits)). Default: no
-    /// permits, the lock (one request per key; and the fastest path). Permits and locks are
-    /// apart in the engine: to exclude this layer's requests from a background job, take
-    /// [`LockEngine::permits_key`](crate::LockEngine::permits_key)`(key, 1).exclusive()` on
-    /// its [`lock_key`](tower_lock_core::RequestLocker::lock_key), not a lock. Not
+    /// permits, the lock (one request per key; and the fastest path). Permits are the
+    /// engine's shared leases, apart from its lock: to exclude this layer's requests from a
+    /// background job, take [`LockEngine::lock_on`](crate::LockEngine::lock_on)`(key)
+    /// .shared(1)` on its [`lock_key`](tower_lock_core::RequestLocker::lock_key), not
+    /// the lock. Not
     /// offered under idempotency, whose duplicates must never run at once (`build` of
     /// [`without_replay`](crate::IdempotencyLayerBuilder::without_replay) refuses it,
     /// [`ConfigError::IdempotencyPermits`](crate::ConfigError::IdempotencyPermits)).

@@ -77,4 +77,4 @@ pub mod serial;
 pub mod unavailable;
 
 // The suite's macros, where the test files have always found them.
-pub use tower_lock_engine::{conformance_tests, core_conformance_tests, permit_conformance_tests};
+pub use tower_lock_engine::{conformance_tests, core_conformance_tests, shared_conformance_tests};

@@ -20,7 +20,7 @@ use tower_lock::{
     LockError, MemoryBackend, Token,
     engine::{
         AcquireRequest, Backend, BackendError, BackendErrorKind, BoxFuture, Capabilities,
-        ExtendMode, Grant, Holder, LockKey, Renewal,
+        ExtendMode, Grant, Holder, LockKey, Mode, Renewal,
     },
 };
 
@@ -128,10 +128,11 @@ impl Backend for Scripted {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
             self.release.pass().await;
-            let result = self.inner.release(key, token).await;
+            let result = self.inner.release(key, token, mode).await;
             self.release.finished();
             result
         })
@@ -141,10 +142,11 @@ impl Backend for Scripted {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
         ttl: Duration,
-        mode: ExtendMode,
+        how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
-        self.inner.extend(key, token, ttl, mode)
+        self.inner.extend(key, token, mode, ttl, how)
     }
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
@@ -159,12 +161,16 @@ impl Backend for Scripted {
         })
     }
 
-    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
-        self.inner.holder(key)
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
+        self.inner.holders(key)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         self.inner.waiters(key)
+    }
+
+    fn has_shared_mode(&self) -> bool {
+        !self.core_only && self.inner.has_shared_mode()
     }
 
     fn capabilities(&self) -> Capabilities<'_> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use tower_lock::engine::{
-    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockKey, Renewal,
+    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockKey, Mode, Renewal,
 };
 use tower_lock::{BackendError, BackendErrorKind, LockError, Token};
 
@@ -27,6 +27,7 @@ impl Backend for UnavailableBackend {
         &'a self,
         _key: &'a LockKey,
         _token: &'a Token,
+        _mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async { down() })
     }
@@ -35,8 +36,9 @@ impl Backend for UnavailableBackend {
         &'a self,
         _key: &'a LockKey,
         _token: &'a Token,
+        _mode: Mode,
         _ttl: Duration,
-        _mode: ExtendMode,
+        _how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async { down() })
     }
@@ -45,7 +47,7 @@ impl Backend for UnavailableBackend {
         Box::pin(async { down() })
     }
 
-    fn holder<'a>(&'a self, _key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+    fn holders<'a>(&'a self, _key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async { down() })
     }
 

@@ -33,10 +33,10 @@ async fn missing_capabilities_are_unsupported_and_change_nothing() {
     assert!(unsupported(engine.pool("p").add(["a"]).await.map(drop)));
     assert!(unsupported(engine.pool("p").members().await.map(drop)));
     assert!(unsupported(engine.pool("p").health().await.map(drop)));
-    let permits = engine.permits("p", 2);
+    let permits = engine.lock("p").shared(2);
     assert!(unsupported(permits.acquire().await.map(drop)));
     assert!(unsupported(
-        permits.clone().exclusive().try_acquire().await.map(drop)
+        permits.clone().shared(1).try_acquire().await.map(drop)
     ));
     assert!(unsupported(permits.holders().await.map(drop)));
     assert!(unsupported(permits.waiters().await.map(drop)));

@@ -1,7 +1,7 @@
 //! The conformance suite on a Redis Cluster (three primaries, three replicas) of our own,
 //! started once for the whole binary; cases keep apart by key prefix.
 //!
-//! Every core case and every capability the cluster backend offers (permits included); lock pools are not
+//! Every core case in each mode and every capability the cluster backend offers; lock pools are not
 //! offered on a cluster (their health check reads every member's key in one script,
 //! across slots), which the last case checks.
 #![cfg(feature = "redis-cluster")]
@@ -9,7 +9,7 @@
 use tower_lock::LockError;
 use tower_lock_test_support::{
     conformance::{Harness, redis_cluster},
-    conformance_tests, core_conformance_tests, permit_conformance_tests,
+    conformance_tests, core_conformance_tests, shared_conformance_tests,
 };
 
 core_conformance_tests!(
@@ -18,7 +18,7 @@ core_conformance_tests!(
     harness = redis_cluster(),
 );
 
-permit_conformance_tests!(
+shared_conformance_tests!(
     timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
     concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
     harness = redis_cluster(),

@@ -19,7 +19,7 @@ use tower_lock::{
     LockEngine, LockError, MemoryBackend, Token,
     engine::{
         AcquireRequest, Backend, BackendError, BackendErrorKind, BoxFuture, Capabilities,
-        ExtendMode, Grant, Holder, LockKey, Record, RecordBackend, Renewal,
+        ExtendMode, Grant, Holder, LockKey, Mode, Record, RecordBackend, Renewal,
     },
 };
 
@@ -49,18 +49,20 @@ impl Backend for Refusing {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        self.inner.release(key, token)
+        self.inner.release(key, token, mode)
     }
 
     fn extend<'a>(
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
         ttl: Duration,
-        mode: ExtendMode,
+        how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
-        self.inner.extend(key, token, ttl, mode)
+        self.inner.extend(key, token, mode, ttl, how)
     }
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
@@ -74,8 +76,8 @@ impl Backend for Refusing {
         })
     }
 
-    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
-        self.inner.holder(key)
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
+        self.inner.holders(key)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
@@ -131,7 +133,7 @@ async fn a_refused_completion_keeps_its_lease_renewed_until_the_backend_takes_it
     let engine = LockEngine::from_arc(backend.clone());
     let key = LockKey::new("k").unwrap();
     let lease = engine
-        .lock_key(key.clone())
+        .lock_on(key.clone())
         .ttl(Duration::from_millis(300))
         .acquire()
         .await
@@ -152,7 +154,7 @@ async fn a_refused_completion_keeps_its_lease_renewed_until_the_backend_takes_it
     assert!(!lost.is_lost(), "the lease was reported lost");
     let stored = engine.record(&key).await.unwrap().expect("the record");
     assert_eq!(stored.body, record().body);
-    assert!(!engine.lock_key(key).locked().await.unwrap());
+    assert!(!engine.lock_on(key).locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +165,7 @@ async fn a_completion_refused_past_its_lease_ends_with_the_refusal_and_writes_no
     let engine = LockEngine::from_arc(backend.clone());
     let key = LockKey::new("k").unwrap();
     let lease = engine
-        .lock_key(key.clone())
+        .lock_on(key.clone())
         .ttl(Duration::from_millis(300))
         .acquire()
         .await
@@ -181,5 +183,5 @@ async fn a_completion_refused_past_its_lease_ends_with_the_refusal_and_writes_no
     assert!(*backend.refused.borrow() > 1, "never sent again");
     backend.refuse_completions.store(false, Ordering::SeqCst);
     assert!(engine.record(&key).await.unwrap().is_none());
-    assert!(!engine.lock_key(key).locked().await.unwrap());
+    assert!(!engine.lock_on(key).locked().await.unwrap());
 }

@@ -152,8 +152,9 @@ async fn all_ok(sent: impl IntoIterator<Item = JoinHandle<Reply>>) {
 async fn assert_nothing_left(table: &LockTable, key: &str) {
     table
         .engine()
-        .permits(key, 1)
-        .exclusive()
+        .lock(key)
+        .shared(1)
+        .shared(1)
         .wait(Duration::from_secs(5))
         .acquire()
         .await
@@ -166,7 +167,7 @@ async fn assert_nothing_left(table: &LockTable, key: &str) {
 
 /// Wait until `n` requests wait for a permit of `key`.
 async fn until_waiting(table: &LockTable, key: &str, n: usize) {
-    let permits = table.engine().permits(key, 1);
+    let permits = table.engine().lock(key).shared(1);
     tokio::time::timeout(Duration::from_secs(10), async {
         // The engine offers no event for "a waiter queued"; look again shortly.
         while permits.waiters().await.unwrap() < n {

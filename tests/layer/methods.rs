@@ -81,7 +81,7 @@ async fn a_method_list_locks_only_those_methods() {
         .build()
         .unwrap();
     let key = layer.locker().lock_key("/orders").unwrap();
-    let held = engine.lock_key(key).acquire().await.unwrap();
+    let held = engine.lock_on(key).acquire().await.unwrap();
     // PUT meets the held key; GET does not take a lock at all.
     assert_eq!(
         status_of(&layer, Method::PUT, None).await.0,

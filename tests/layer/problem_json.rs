@@ -10,7 +10,7 @@ use tower_lock::{ConfigError, LockEngine, LockLayer, LockLayerBuilder, key::Path
 
 async fn rejected_body(layer: LockLayer, engine: &LockEngine, path: &str) -> serde_json::Value {
     let key = layer.locker().lock_key(path).unwrap();
-    let held = engine.lock_key(key).acquire().await.unwrap();
+    let held = engine.lock_on(key).acquire().await.unwrap();
     let service = tower::ServiceBuilder::new()
         .layer(layer)
         .service(service_fn(|_req: Request<String>| async {

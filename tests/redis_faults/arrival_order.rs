@@ -19,7 +19,14 @@ async fn acquire(node: &LockEngine, kind: Kind, fifo: bool) -> Result<Lease, Loc
     let wait = Duration::from_secs(20);
     match kind {
         Kind::Lock => node.lock("k").fifo(fifo).wait(wait).acquire().await,
-        Kind::Permit => node.permits("k", 1).fifo(fifo).wait(wait).acquire().await,
+        Kind::Permit => {
+            node.lock("k")
+                .shared(1)
+                .fifo(fifo)
+                .wait(wait)
+                .acquire()
+                .await
+        }
     }
 }
 

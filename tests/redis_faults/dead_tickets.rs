@@ -19,7 +19,14 @@ async fn acquire(node: &LockEngine, kind: Kind) -> Result<Lease, LockError> {
     let wait = Duration::from_secs(20);
     match kind {
         Kind::Lock => node.lock("k").fifo(true).wait(wait).acquire().await,
-        Kind::Permit => node.permits("k", 1).fifo(true).wait(wait).acquire().await,
+        Kind::Permit => {
+            node.lock("k")
+                .shared(1)
+                .fifo(true)
+                .wait(wait)
+                .acquire()
+                .await
+        }
     }
 }
 

@@ -50,7 +50,7 @@ async fn a_hand_off_to_a_vanished_waiter_that_lapses_keeps_fences_rising_through
         let (holder, name) = match kind {
             Kind::Lock => (node.lock("k").fifo(true).acquire().await.unwrap(), "lock"),
             Kind::Permit => (
-                node.permits("k", 1).fifo(true).acquire().await.unwrap(),
+                node.lock("k").shared(1).fifo(true).acquire().await.unwrap(),
                 "permits",
             ),
         };
@@ -62,14 +62,14 @@ async fn a_hand_off_to_a_vanished_waiter_that_lapses_keeps_fences_rising_through
         tokio::task::block_in_place(|| server.set_clock(4));
         match kind {
             Kind::Lock => assert!(node.lock("k").holder().await.unwrap().is_none()),
-            Kind::Permit => assert!(node.permits("k", 1).holders().await.unwrap().is_empty()),
+            Kind::Permit => assert!(node.lock("k").shared(1).holders().await.unwrap().is_empty()),
         }
         let kept = tokio::task::block_in_place(|| pttl_of(&server, "lapsed", "fence"));
         // Then the clock steps back, by less than the bound.
         tokio::task::block_in_place(|| server.set_clock(4 - STEP_BACK));
         let next = match kind {
             Kind::Lock => node.lock("k").acquire().await.unwrap(),
-            Kind::Permit => node.permits("k", 1).acquire().await.unwrap(),
+            Kind::Permit => node.lock("k").shared(1).acquire().await.unwrap(),
         };
         assert!(
             next.fence().get() > handed,
@@ -102,7 +102,7 @@ async fn a_tombstone_outlives_its_release_by_at_most_10s_and_keeps_the_bound() {
         let server = RedisServer::start_with_clock();
         let node = engine(&server, "tomb").await;
         let lease = match path {
-            "permits' release" => node.permits("k", 2).ttl(HOUR).acquire().await.unwrap(),
+            "permits' release" => node.lock("k").shared(2).ttl(HOUR).acquire().await.unwrap(),
             _ => node.lock("k").ttl(HOUR).acquire().await.unwrap(),
         };
         if path == "release after a waiter left" {
@@ -127,7 +127,7 @@ async fn a_tombstone_outlives_its_release_by_at_most_10s_and_keeps_the_bound() {
         assert!(tokio::task::block_in_place(|| pttl_of(&server, "tomb", kind)).is_none());
         tokio::task::block_in_place(|| server.set_clock(11 - STEP_BACK));
         let next = match path {
-            "permits' release" => node.permits("k", 2).acquire().await.unwrap(),
+            "permits' release" => node.lock("k").shared(2).acquire().await.unwrap(),
             _ => node.lock("k").acquire().await.unwrap(),
         };
         assert!(

@@ -28,7 +28,7 @@ use std::{
 use tokio::time::{Instant, timeout};
 use tower_lock::{
     LockEngine, LockError,
-    engine::{Permits, redis::RedisBackend},
+    engine::{Lock, redis::RedisBackend},
 };
 use tower_lock_test_support::fallbacks::Fallbacks;
 use tower_lock_test_support::history::{Mode, Recorder};
@@ -40,7 +40,7 @@ async fn engine(server: &RedisServer, prefix: &str) -> LockEngine {
 }
 
 /// Wait until `n` callers wait for a permit of `permits`' key (backend state, no event).
-async fn until_waiters(permits: &Permits, n: usize) {
+async fn until_waiters(permits: &Lock, n: usize) {
     let give_up = Instant::now() + Duration::from_secs(10);
     while permits.waiters().await.unwrap() != n {
         assert!(Instant::now() < give_up, "never saw {n} permit waiters");
@@ -77,7 +77,7 @@ async fn n_permits_admit_n_and_a_release_hands_one_to_the_next_waiter_by_message
         engine(&server, "handoff").await,
         engine(&server, "handoff").await,
     );
-    let permits = a.permits("k", 2).ttl(Duration::from_secs(30));
+    let permits = a.lock("k").shared(2).ttl(Duration::from_secs(30));
     let first = permits.acquire().await.unwrap();
     let second = permits.acquire().await.unwrap();
     assert!(second.fence() > first.fence());
@@ -94,7 +94,7 @@ async fn n_permits_admit_n_and_a_release_hands_one_to_the_next_waiter_by_message
     let mut last_fence = held[1].fence();
     for _ in 0..6 {
         // A waiter on the other node, granted by a release on this one.
-        let other = b.permits("k", 2).wait(Duration::from_secs(10));
+        let other = b.lock("k").shared(2).wait(Duration::from_secs(10));
         let waiter = tokio::spawn(async move { other.acquire().await });
         until_waiters(&permits, 1).await;
         let before = fallbacks.count_under("handoff");
@@ -126,12 +126,13 @@ async fn a_waiting_exclusive_request_holds_back_later_shared_ones() {
     let server = RedisServer::start();
     let engine = engine(&server, "writer").await;
     let doc = engine
-        .permits("doc", u32::MAX)
+        .lock("doc")
+        .shared(u32::MAX)
         .wait(Duration::from_secs(10));
     let reader = doc.acquire().await.unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let writer = {
-        let (doc, order) = (doc.clone().exclusive(), order.clone());
+        let (doc, order) = (doc.clone().shared(1), order.clone());
         tokio::spawn(async move {
             let lease = doc.acquire().await.unwrap();
             order.lock().unwrap().push("writer");
@@ -160,7 +161,7 @@ async fn a_waiting_exclusive_request_holds_back_later_shared_ones() {
         .unwrap();
     let holders = doc.holders().await.unwrap();
     assert_eq!(holders.len(), 1);
-    assert!(holders[0].exclusive);
+    assert!(holders[0].mode.is_alone());
     assert_eq!(
         doc.waiters().await.unwrap(),
         1,
@@ -186,13 +187,14 @@ async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
     let server = RedisServer::start();
     const TTL: Duration = Duration::from_millis(1500);
     let survivor = engine(&server, "crash").await;
-    let permits = survivor.permits("k", 2).ttl(Duration::from_secs(30));
+    let permits = survivor.lock("k").shared(2).ttl(Duration::from_secs(30));
     let live = permits.acquire().await.unwrap();
     // The crashed node.
     let crashed = engine(&server, "crash").await;
     let started = Instant::now();
     let lease = crashed
-        .permits("k", 2)
+        .lock("k")
+        .shared(2)
         .ttl(TTL)
         .auto_renew(false)
         .acquire()
@@ -265,12 +267,13 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
             };
             let who = (u32::try_from(w % 3).unwrap(), u32::try_from(w).unwrap());
             let mut permits = node
-                .permits("k", N as u32)
+                .lock("k")
+                .shared(N as u32)
                 .fifo(fifo)
                 .ttl(Duration::from_secs(5))
                 .wait(Duration::from_secs(20));
             if alone {
-                permits = permits.exclusive();
+                permits = permits.shared(1);
             }
             while !stop.load(Ordering::SeqCst) {
                 // A failure (the server paused) is retried; nothing may be granted wrongly.
@@ -339,11 +342,12 @@ async fn waits_timeouts_and_cancellations_leave_nothing_behind() {
         let engine = engine.clone();
         tasks.push(tokio::spawn(async move {
             let mut permits = engine
-                .permits(format!("k{}", i % 3), 2)
+                .lock(format!("k{}", i % 3))
+                .shared(2)
                 .fifo(i % 2 == 0)
                 .ttl(Duration::from_secs(5));
             if i % 5 == 0 {
-                permits = permits.exclusive();
+                permits = permits.shared(1);
             }
             match i % 3 {
                 // Hold briefly, release explicitly.
@@ -368,7 +372,7 @@ async fn waits_timeouts_and_cancellations_leave_nothing_behind() {
     }
     until_no_residue(&server, "residue").await;
     for k in 0..3 {
-        let permits = engine.permits(format!("k{k}"), 2);
+        let permits = engine.lock(format!("k{k}")).shared(2);
         assert_eq!(permits.waiters().await.unwrap(), 0);
         assert!(permits.holders().await.unwrap().is_empty());
     }
@@ -379,10 +383,10 @@ async fn a_shared_permit_is_not_upgraded_and_an_exclusive_one_re_enters_as_it_is
     let _group = serial::group(module_path!()).await;
     let server = RedisServer::start();
     let engine = engine(&server, "upgrade").await;
-    let doc = engine.permits("doc", 4);
+    let doc = engine.lock("doc").shared(4);
     let reader = doc.acquire().await.unwrap();
     let other = doc.acquire().await.unwrap();
-    let upgrade = doc.clone().exclusive().token(reader.token().clone());
+    let upgrade = doc.clone().shared(1).token(reader.token().clone());
     for attempt in [upgrade.try_acquire().await, upgrade.acquire().await] {
         assert!(
             matches!(attempt, Err(LockError::InvalidValue(_))),
@@ -392,12 +396,12 @@ async fn a_shared_permit_is_not_upgraded_and_an_exclusive_one_re_enters_as_it_is
     // Nothing changed: both still hold, shared, and nobody waits.
     let holders = doc.holders().await.unwrap();
     assert_eq!(holders.len(), 2);
-    assert!(holders.iter().all(|h| !h.exclusive));
+    assert!(holders.iter().all(|h| !h.mode.is_alone()));
     assert_eq!(doc.waiters().await.unwrap(), 0);
     reader.release().await.unwrap();
     other.release().await.unwrap();
 
-    let writer = doc.clone().exclusive().acquire().await.unwrap();
+    let writer = doc.clone().shared(1).acquire().await.unwrap();
     let again = doc
         .clone()
         .token(writer.token().clone())
@@ -406,7 +410,7 @@ async fn a_shared_permit_is_not_upgraded_and_an_exclusive_one_re_enters_as_it_is
         .unwrap();
     assert_eq!(again.fence(), writer.fence());
     let holders = doc.holders().await.unwrap();
-    assert!(holders.len() == 1 && holders[0].exclusive);
+    assert!(holders.len() == 1 && holders[0].mode.is_alone());
     drop(again);
     drop(writer);
     until_no_residue(&server, "upgrade").await;
@@ -467,7 +471,7 @@ impl Drop for Counted {
 }
 
 /// Wait until `n` permits of `permits`' key are held (backend state, no event).
-async fn until_holders(permits: &Permits, n: usize) {
+async fn until_holders(permits: &Lock, n: usize) {
     let give_up = Instant::now() + Duration::from_secs(10);
     while permits.holders().await.unwrap().len() != n {
         assert!(Instant::now() < give_up, "never saw {n} permit holders");
@@ -527,7 +531,7 @@ async fn permit_holder_process() {
         .await
         .unwrap();
     let engine = LockEngine::new(backend);
-    let permits = engine.permits("k", KILLED_N).ttl(KILLED_TTL);
+    let permits = engine.lock("k").shared(KILLED_N).ttl(KILLED_TTL);
     let _held = (
         permits.acquire().await.unwrap(),
         permits.acquire().await.unwrap(),
@@ -548,7 +552,8 @@ async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_que
     let server = RedisServer::start();
     let engine = engine(&server, "killed").await;
     let permits = engine
-        .permits("k", KILLED_N)
+        .lock("k")
+        .shared(KILLED_N)
         .fifo(true)
         .wait(Duration::from_secs(20));
     let census = Arc::new(Census::default());
@@ -571,7 +576,7 @@ async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_que
     let waiter = |name: &'static str, exclusive: bool| {
         let (census, order) = (census.clone(), order.clone());
         let permits = if exclusive {
-            permits.clone().exclusive()
+            permits.clone().shared(1)
         } else {
             permits.clone()
         };
@@ -627,7 +632,7 @@ async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_que
     }
     let holders = permits.holders().await.unwrap();
     assert_eq!(holders.len(), N, "{holders:?}");
-    assert!(holders.iter().all(|h| !h.exclusive));
+    assert!(holders.iter().all(|h| !h.mode.is_alone()));
     assert_eq!(permits.waiters().await.unwrap(), 2, "x and c still wait");
 
     // Everyone leaves: x is granted, alone, and c still waits behind it.
@@ -643,7 +648,7 @@ async fn a_sigkilled_holder_process_frees_its_permits_after_their_ttl_to_the_que
         .unwrap();
     let holders = permits.holders().await.unwrap();
     assert!(
-        holders.len() == 1 && holders[0].exclusive,
+        holders.len() == 1 && holders[0].mode.is_alone(),
         "x is not alone: {holders:?}"
     );
     assert_eq!(permits.waiters().await.unwrap(), 1, "c still waits");
@@ -724,12 +729,13 @@ async fn redis_restarted_mid_run_fails_as_backend_errors_then_never_lets_more_th
         tasks.push(tokio::spawn(async move {
             let alone = w % 6 == 0;
             let mut permits = node
-                .permits("k", N as u32)
+                .lock("k")
+                .shared(N as u32)
                 .fifo(w % 2 == 0)
                 .ttl(Duration::from_secs(5))
                 .wait(Duration::from_secs(5));
             if alone {
-                permits = permits.exclusive();
+                permits = permits.shared(1);
             }
             while !stop.load(Ordering::SeqCst) {
                 let lease = match permits.acquire().await {
@@ -822,7 +828,7 @@ async fn redis_restarted_mid_run_fails_as_backend_errors_then_never_lets_more_th
         timed_out.load(Ordering::SeqCst),
     );
     until_no_residue(&server, "restart").await;
-    let permits = nodes[0].permits("k", N as u32);
+    let permits = nodes[0].lock("k").shared(N as u32);
     assert_eq!(permits.waiters().await.unwrap(), 0);
     assert!(permits.holders().await.unwrap().is_empty());
 }

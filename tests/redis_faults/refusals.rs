@@ -107,7 +107,7 @@ async fn a_completion_refused_with_busy_is_stored_once_the_server_takes_it(frame
     assert_eq!(retry.text(), first.text());
     assert_eq!(app.runs.load(Ordering::SeqCst), 1, "the handler ran again");
     let key = LockKey::new(idempotency_lock_key("b1")).unwrap();
-    assert!(!engine.lock_key(key).locked().await.unwrap());
+    assert!(!engine.lock_on(key).locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,7 +211,7 @@ async fn not_stored_child() {
     tokio::task::block_in_place(|| busy.join().unwrap());
     let key = LockKey::new(idempotency_lock_key("g1")).unwrap();
     assert!(
-        !engine.lock_key(key.clone()).locked().await.unwrap(),
+        !engine.lock_on(key.clone()).locked().await.unwrap(),
         "the lease outlived its TTL"
     );
     // The completion gave up at the lease's deadline, inside the refusal.
@@ -259,7 +259,7 @@ async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again(
     let server = RedisServer::start();
     let engine = redis_engine(&server, "replica", None).await;
     let key = LockKey::new("k").unwrap();
-    let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
+    let lease = engine.lock_on(key.clone()).acquire().await.unwrap();
     let nowhere = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -292,7 +292,7 @@ async fn a_completion_refused_by_a_replica_is_stored_once_it_is_a_primary_again(
     assert!(completed.is_ok(), "{completed:?}");
     let stored = engine.record(&key).await.unwrap().expect("the record");
     assert_eq!(stored.body, record.body);
-    assert!(!engine.lock_key(key).locked().await.unwrap());
+    assert!(!engine.lock_on(key).locked().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,7 +140,7 @@ async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
         }
     });
     let key = LockKey::new(idempotency_lock_key("o1")).unwrap();
-    let lock = engine.lock_key(key.clone());
+    let lock = engine.lock_on(key.clone());
     let give_up = Instant::now() + Duration::from_secs(20);
     while !lock.locked().await.unwrap() {
         assert!(Instant::now() < give_up, "the child never took the key");
@@ -274,7 +274,7 @@ async fn until_completed(engine: &LockEngine, key: &LockKey) -> Option<Record> {
             Ok(None) => {
                 // Free: the record is there now, or never will be (completing writes it
                 // and frees the key in one step, maybe just after the read above).
-                if let Ok(false) = engine.lock_key(key.clone()).locked().await
+                if let Ok(false) = engine.lock_on(key.clone()).locked().await
                     && let Ok(record) = engine.record(key).await
                 {
                     return record;
@@ -417,7 +417,7 @@ async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
             .unwrap(),
     );
     let key = LockKey::new("k").unwrap();
-    let lease = engine.lock_key(key.clone()).acquire().await.unwrap();
+    let lease = engine.lock_on(key.clone()).acquire().await.unwrap();
     let record = Record::new(
         bytes::Bytes::from_static(b"fingerprint"),
         bytes::Bytes::from_static(b"meta"),
@@ -439,5 +439,5 @@ async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
     );
     let stored = engine.record(&key).await.unwrap().expect("the record");
     assert_eq!(stored.body, record.body);
-    assert!(!engine.lock_key(key).locked().await.unwrap());
+    assert!(!engine.lock_on(key).locked().await.unwrap());
 }

@@ -19,7 +19,7 @@ const LONG_TTL: Duration = Duration::from_secs(60);
 pub(crate) enum Kind {
     /// `engine.lock(key).fifo(true)`.
     Lock,
-    /// `engine.permits(key, 1).fifo(true)`.
+    /// `engine.lock(key).shared(1).fifo(true)`.
     Permit,
 }
 
@@ -27,7 +27,7 @@ pub(crate) enum Kind {
 pub(crate) async fn waiters(observer: &LockEngine, kind: Kind, key: &str) -> usize {
     match kind {
         Kind::Lock => observer.lock(key).waiters().await.unwrap(),
-        Kind::Permit => observer.permits(key, 1).waiters().await.unwrap(),
+        Kind::Permit => observer.lock(key).shared(1).waiters().await.unwrap(),
     }
 }
 
@@ -99,7 +99,8 @@ async fn vanished_waiter_entry() {
             .await
             .map(drop),
         "permit" => engine
-            .permits(&key, 1)
+            .lock(&key)
+            .shared(1)
             .fifo(true)
             .ttl(LONG_TTL)
             .wait(wait)

@@ -44,12 +44,13 @@ async fn worker(
         let exclusive = rng.random_bool(0.15);
         let fifo = rng.random_bool(0.5);
         let mut permits = engine
-            .permits(key, PERMITS as u32)
+            .lock(key)
+            .shared(PERMITS as u32)
             .ttl(Duration::from_secs(2))
             .fifo(fifo)
             .wait(Duration::from_millis(500));
         let mode = if exclusive {
-            permits = permits.exclusive();
+            permits = permits.shared(1);
             Mode::Exclusive
         } else {
             Mode::Shared { limit: PERMITS }

@@ -10,10 +10,10 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker, Take};
+use super::{LockGuard, Outcome, RequestLocker};
 use crate::{
     LockError,
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Permits},
+    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
     key::RequestView,
     lease_info::LeaseInfo,
     options::BackendFailurePolicy,
@@ -69,14 +69,14 @@ impl RequestLocker {
                 // The method is asked again only by a layer with permits: the plain lock's
                 // path stays as it was.
                 let take = match &self.shared.config.sharing {
-                    None => Take::Lock,
+                    None => Mode::Exclusive,
                     Some(sharing) => sharing.take(req.method()),
                 };
                 // A free key on the in-process engine is granted right here, with no future
                 // (boxed or not): the request goes straight to the inner service. Not under
                 // the degrade policy, which takes two locks in turn, nor for permits, which
                 // the engine grants in a future.
-                if self.shared.local.is_none() && take == Take::Lock {
+                if self.shared.local.is_none() && take == Mode::Exclusive {
                     let started = Instant::now();
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
@@ -120,11 +120,11 @@ impl RequestLocker {
     /// Take `key` with the lock (idempotency replay's way: its layers have no permits).
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) async fn lock(self, key: LockKey) -> Outcome {
-        self.lock_as(key, Take::Lock).await
+        self.lock_as(key, Mode::Exclusive).await
     }
 
     /// Take `key` as `take` says.
-    async fn lock_as(self, key: LockKey, take: Take) -> Outcome {
+    async fn lock_as(self, key: LockKey, take: Mode) -> Outcome {
         let started = Instant::now();
         if let Some(local) = &self.shared.local {
             return self.lock_degradable(local, key, take, started).await;
@@ -139,7 +139,7 @@ impl RequestLocker {
     pub(super) fn settle(
         &self,
         result: Result<Lease, LockError>,
-        take: Take,
+        take: Mode,
         started: Instant,
     ) -> Outcome {
         let c = &self.shared.config;
@@ -177,7 +177,7 @@ impl RequestLocker {
         &self,
         local: &LockEngine,
         key: LockKey,
-        take: Take,
+        take: Mode,
         started: Instant,
     ) -> Outcome {
         let c = &self.shared.config;
@@ -222,41 +222,12 @@ impl RequestLocker {
         engine: &LockEngine,
         key: &LockKey,
         wait: Duration,
-        take: Take,
+        take: Mode,
     ) -> Result<Lease, LockError> {
-        match take {
-            Take::Lock => self.lock_handle(engine, key, wait).acquire().await,
-            Take::Shared(permits) => {
-                let permits = self.permits_handle(engine, key, wait, permits);
-                permits.acquire().await
-            }
-            Take::Exclusive => {
-                // The limit on shared holders does not bound an exclusive one.
-                let permits = self.permits_handle(engine, key, wait, 1).exclusive();
-                permits.acquire().await
-            }
-        }
-    }
-
-    /// The permits this locker takes on `key` (at most `permits` shared holders), waiting
-    /// up to `wait`, with the same options as [`lock_handle`](Self::lock_handle)'s.
-    fn permits_handle(
-        &self,
-        engine: &LockEngine,
-        key: &LockKey,
-        wait: Duration,
-        permits: u32,
-    ) -> Permits {
-        let options = &self.shared.config.options;
-        let handle = engine
-            .permits_key(key.clone(), permits)
-            .ttl(options.lease_ttl())
-            .fifo(options.is_fifo())
-            .wait(wait);
-        match options.waiter_limit() {
-            Some(max) => handle.max_waiters(max),
-            None => handle,
-        }
+        self.lock_handle(engine, key, wait)
+            .in_mode(take)
+            .acquire()
+            .await
     }
 
     /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
@@ -265,7 +236,7 @@ impl RequestLocker {
         // a waiter limit when it has none) stays the engine's default.
         let options = &self.shared.config.options;
         let lock = engine
-            .lock_key(key.clone())
+            .lock_on(key.clone())
             .ttl(options.lease_ttl())
             .fifo(options.is_fifo())
             .wait(wait);
@@ -279,7 +250,7 @@ impl RequestLocker {
         &self,
         lease: Lease,
         node: Option<Lease>,
-        take: Take,
+        take: Mode,
         started: Instant,
         degraded: bool,
     ) -> Outcome {
@@ -291,9 +262,8 @@ impl RequestLocker {
         let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
         let permit = match take {
-            Take::Lock => None,
-            Take::Shared(_) => Some(self.shared.metrics.permit(false)),
-            Take::Exclusive => Some(self.shared.metrics.permit(true)),
+            Mode::Exclusive => None,
+            shared => Some(self.shared.metrics.permit(shared.is_alone())),
         };
         if contended {
             tracing::debug!(

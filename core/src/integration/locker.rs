@@ -13,10 +13,10 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 #[cfg(feature = "idempotency")]
-use super::{Outcome, Take};
+use super::Outcome;
 use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
 #[cfg(feature = "idempotency")]
-use crate::engine::{LeaseOrRecord, LockError, Record};
+use crate::engine::{Acquired, LockError, Mode, Record};
 use crate::{
     ConfigError, KeyError,
     engine::{LockEngine, LockKey},
@@ -248,11 +248,11 @@ impl RequestLocker {
         let started = Instant::now();
         let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
         let result = match lock.acquire_or_record().await {
-            Ok(LeaseOrRecord::Record(record)) => return Err(record),
-            Ok(LeaseOrRecord::Lease(lease)) => Ok(lease),
+            Ok(Acquired::Record(record)) => return Err(record),
+            Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, Take::Lock, started))
+        Ok(self.settle(result, Mode::Exclusive, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

@@ -62,4 +62,4 @@ pub use replay::{
     BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,
     ReplayLocker, fingerprint::FingerprintFn,
 };
-pub(crate) use sharing::{Sharing, Take};
+pub(crate) use sharing::Sharing;

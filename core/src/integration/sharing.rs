@@ -4,7 +4,7 @@
 use http::Method;
 
 use super::{LockedMethods, methods};
-use crate::config_error::ConfigError;
+use crate::{config_error::ConfigError, engine::Mode};
 
 /// A layer's permits: its requests take a key as one of N shared holders, or alone.
 #[derive(Debug)]
@@ -14,17 +14,6 @@ pub(crate) struct Sharing {
     /// The methods that share a key (`None`: every locked method); the other locked
     /// methods take it alone.
     shared: Option<Box<[Method]>>,
-}
-
-/// How one request takes its key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Take {
-    /// The lock: one holder at a time (a layer without permits).
-    Lock,
-    /// One of this many permits, beside other shared holders.
-    Shared(u32),
-    /// The key alone: no other holder, shared or exclusive.
-    Exclusive,
 }
 
 impl Sharing {
@@ -62,11 +51,14 @@ impl Sharing {
         })
     }
 
-    /// How a request with `method` (one the layer locks) takes its key.
-    pub(crate) fn take(&self, method: &str) -> Take {
+    /// How a request with `method` (one the layer locks) takes its key: one of its shared
+    /// leases, alone (a limit of 1) for the methods that do not share.
+    pub(crate) fn take(&self, method: &str) -> Mode {
         match &self.shared {
-            Some(shared) if !methods::names(shared, method) => Take::Exclusive,
-            _ => Take::Shared(self.permits),
+            Some(shared) if !methods::names(shared, method) => Mode::Shared { limit: 1 },
+            _ => Mode::Shared {
+                limit: self.permits,
+            },
         }
     }
 
@@ -105,17 +97,17 @@ mod tests {
     #[test]
     fn permits_alone_share_every_locked_method() {
         let (locked, s) = sharing(Some(3), None);
-        assert_eq!(s.take("POST"), Take::Shared(3));
-        assert_eq!(s.take("PUT"), Take::Shared(3));
+        assert_eq!(s.take("POST"), Mode::Shared { limit: 3 });
+        assert_eq!(s.take("PUT"), Mode::Shared { limit: 3 });
         assert!(!locked.locks("GET"), "the default methods are unchanged");
     }
 
     #[test]
     fn shared_for_alone_admits_any_number_of_readers_and_one_writer() {
         let (locked, s) = sharing(None, names(&["GET", "HEAD"]));
-        assert_eq!(s.take("GET"), Take::Shared(u32::MAX));
-        assert_eq!(s.take("HEAD"), Take::Shared(u32::MAX));
-        assert_eq!(s.take("PUT"), Take::Exclusive);
+        assert_eq!(s.take("GET"), Mode::Shared { limit: u32::MAX });
+        assert_eq!(s.take("HEAD"), Mode::Shared { limit: u32::MAX });
+        assert_eq!(s.take("PUT"), Mode::Shared { limit: 1 });
         assert!(locked.locks("GET") && locked.locks("HEAD") && locked.locks("PUT"));
         assert!(!locked.locks("OPTIONS"));
     }
@@ -123,8 +115,8 @@ mod tests {
     #[test]
     fn both_limit_the_readers() {
         let (_, s) = sharing(Some(4), names(&["GET"]));
-        assert_eq!(s.take("GET"), Take::Shared(4));
-        assert_eq!(s.take("DELETE"), Take::Exclusive);
+        assert_eq!(s.take("GET"), Mode::Shared { limit: 4 });
+        assert_eq!(s.take("DELETE"), Mode::Shared { limit: 1 });
     }
 
     #[test]

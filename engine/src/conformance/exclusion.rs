@@ -9,13 +9,14 @@ use std::{
     time::Duration,
 };
 
-use super::{Harness, assert_no_residue};
+use super::{Harness, assert_no_residue, in_mode};
+use crate::Mode;
 
-async fn exclusion_rounds(h: &impl Harness, fifo: bool) {
+async fn exclusion_rounds(h: &impl Harness, mode: Mode, fifo: bool) {
     const TASKS: usize = 8;
     const ITERATIONS: usize = 40;
     const ROUNDS: usize = 3;
-    let engine = h.engine();
+    let engine = in_mode(h, mode);
     for round in 0..ROUNDS {
         let key = format!("exclusion-{round}");
         let inside = Arc::new(AtomicBool::new(false));
@@ -60,10 +61,10 @@ async fn exclusion_rounds(h: &impl Harness, fifo: bool) {
     assert_no_residue(h).await;
 }
 
-pub async fn mutual_exclusion_many_tasks_many_iterations(h: &impl Harness) {
-    exclusion_rounds(h, false).await;
+pub async fn mutual_exclusion_many_tasks_many_iterations(h: &impl Harness, mode: Mode) {
+    exclusion_rounds(h, mode, false).await;
 }
 
-pub async fn fifo_mutual_exclusion_many_tasks_many_iterations(h: &impl Harness) {
-    exclusion_rounds(h, true).await;
+pub async fn fifo_mutual_exclusion_many_tasks_many_iterations(h: &impl Harness, mode: Mode) {
+    exclusion_rounds(h, mode, true).await;
 }

@@ -4,10 +4,12 @@ use std::sync::{Arc, Mutex};
 
 use tokio::time::sleep;
 
-use super::{Harness, assert_no_residue};
+use crate::Mode;
 
-pub async fn fences_strictly_increase_per_key(h: &impl Harness) {
-    let engine = h.engine();
+use super::{Harness, assert_no_residue, in_mode};
+
+pub async fn fences_strictly_increase_per_key(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let mut last = None;
     for _ in 0..20 {

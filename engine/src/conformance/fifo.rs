@@ -2,11 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Harness, assert_no_residue, until_waiters};
+use crate::Mode;
 
-pub async fn fifo_grants_in_arrival_order_with_zero_overtakes(h: &impl Harness) {
+use super::{Harness, assert_no_residue, in_mode, until_waiters};
+
+pub async fn fifo_grants_in_arrival_order_with_zero_overtakes(h: &impl Harness, mode: Mode) {
     const WAITERS: usize = 8;
-    let engine = h.engine();
+    let engine = in_mode(h, mode);
     for round in 0..3 {
         let key = format!("fifo-{round}");
         let holder = engine.lock(&key).fifo(true).acquire().await.unwrap();

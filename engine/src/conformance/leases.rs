@@ -3,11 +3,11 @@
 
 use tokio::time::{Instant, sleep, timeout};
 
-use super::{Harness, assert_no_residue};
-use crate::LockError;
+use super::{Harness, assert_no_residue, in_mode};
+use crate::{LockError, Mode};
 
-pub async fn watchdog_keeps_lease_past_its_ttl(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn watchdog_keeps_lease_past_its_ttl(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let lease = engine.lock("renewed").ttl(u * 3).acquire().await.unwrap();
     sleep(u * 10).await;
@@ -24,15 +24,15 @@ pub async fn watchdog_keeps_lease_past_its_ttl(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn lost_fires_when_the_lease_is_gone(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn lost_fires_when_the_lease_is_gone(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let lease = engine.lock("lost").ttl(u * 3).acquire().await.unwrap();
     let signal = lease.lost_signal();
     assert!(!signal.is_lost());
     // Someone removes the key behind the holder's back.
     h.backend()
-        .release(lease.key(), lease.token())
+        .release(lease.key(), lease.token(), lease.mode())
         .await
         .unwrap();
     timeout(u * 6, lease.lost())
@@ -43,8 +43,8 @@ pub async fn lost_fires_when_the_lease_is_gone(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn lost_fires_at_the_deadline_without_renewal(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn lost_fires_at_the_deadline_without_renewal(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let started = Instant::now();
     let lease = engine
@@ -62,8 +62,8 @@ pub async fn lost_fires_at_the_deadline_without_renewal(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn drop_releases_without_waiting_for_the_ttl(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn drop_releases_without_waiting_for_the_ttl(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let lease = engine.lock("dropped").ttl(u * 100).acquire().await.unwrap();
     drop(lease);

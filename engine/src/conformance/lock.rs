@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 
-use super::{Harness, assert_no_residue, remaining, until_waiters};
-use crate::{LockError, LockKey, Token};
+use super::{Harness, assert_no_residue, in_mode, remaining, until_waiters};
+use crate::{ExtendMode, LockError, LockKey, Mode, Token};
 
-pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let ttl = h.unit() * 10;
     let lease = engine.lock("busy").ttl(ttl).acquire().await.unwrap();
     match engine.lock("busy").try_acquire().await {
@@ -33,8 +33,8 @@ pub async fn try_acquire_under_contention_is_busy_with_retry_after(h: &impl Harn
     assert_no_residue(h).await;
 }
 
-pub async fn only_one_of_simultaneous_tries_wins(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn only_one_of_simultaneous_tries_wins(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     for round in 0..5 {
         let key = format!("race-{round}");
         let tries = (0..16).map(|_| {
@@ -56,8 +56,8 @@ pub async fn only_one_of_simultaneous_tries_wins(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn acquire_times_out_after_wait_limit(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn acquire_times_out_after_wait_limit(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let lease = engine.lock("timeout").ttl(u * 50).acquire().await.unwrap();
     let started = Instant::now();
@@ -78,26 +78,32 @@ pub async fn acquire_times_out_after_wait_limit(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn release_by_non_owner_is_refused(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn release_by_non_owner_is_refused(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let lease = engine.lock("owner").acquire().await.unwrap();
     let key = LockKey::new("owner").unwrap();
     let err = h
         .backend()
-        .release(&key, &Token::random())
+        .release(&key, &Token::random(), mode)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::NotOwned), "{err:?}");
+    let err = h
+        .backend()
+        .extend(&key, &Token::random(), mode, h.unit(), ExtendMode::Add)
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::NotOwned), "{err:?}");
     assert!(
         lease.owned().await.unwrap(),
-        "a refused release must not change the holder"
+        "a refused release or extend must not change the holder"
     );
     lease.release().await.unwrap();
     assert_no_residue(h).await;
 }
 
-pub async fn late_release_after_expiry_is_reported_and_not_applied(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn late_release_after_expiry_is_reported_and_not_applied(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     // Expired and nobody else took it: "already gone".
     let a = engine
@@ -125,8 +131,8 @@ pub async fn late_release_after_expiry_is_reported_and_not_applied(h: &impl Harn
     assert_no_residue(h).await;
 }
 
-pub async fn extend_adds_or_replaces_and_reacquire_resets(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn extend_adds_or_replaces_and_reacquire_resets(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let lease = engine
         .lock("extend")
@@ -166,8 +172,8 @@ pub async fn extend_adds_or_replaces_and_reacquire_resets(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn same_token_reenters_and_refreshes(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn same_token_reenters_and_refreshes(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let me = Token::new("worker-1").unwrap();
     let first = engine
@@ -204,8 +210,8 @@ pub async fn same_token_reenters_and_refreshes(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn expired_holder_is_replaced_by_a_waiter(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn expired_holder_is_replaced_by_a_waiter(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let stale = engine
         .lock("expiry")
@@ -232,8 +238,8 @@ pub async fn expired_holder_is_replaced_by_a_waiter(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn invalid_keys_are_refused(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn invalid_keys_are_refused(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     for bad in [String::new(), "x".repeat(10_000), "a\nb".to_string()] {
         let err = engine.lock(&bad).try_acquire().await.unwrap_err();
         assert!(matches!(err, LockError::InvalidKey(_)), "{bad:?}: {err:?}");
@@ -258,8 +264,8 @@ pub async fn invalid_keys_are_refused(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn locked_and_owned_report_state(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn locked_and_owned_report_state(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     assert!(!engine.lock("state").locked().await.unwrap());
     let lease = engine.lock("state").acquire().await.unwrap();
     assert!(engine.lock("state").locked().await.unwrap());
@@ -273,8 +279,8 @@ pub async fn locked_and_owned_report_state(h: &impl Harness) {
 
 /// Durations too long for the clock never panic: an unbounded wait is no limit, a TTL
 /// or extension past the engine's maximum is refused with a typed error.
-pub async fn huge_durations_never_panic(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn huge_durations_never_panic(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let holder = engine.lock("huge").acquire().await.unwrap();
     let waiter = {
         let lock = engine.lock("huge").wait(Duration::MAX);

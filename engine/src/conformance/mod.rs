@@ -1,19 +1,21 @@
-//! The conformance suite: the cases every backend must pass unchanged, written once.
+//! The conformance suite: the cases every backend must pass unchanged, written once, each
+//! run in every acquisition mode the backend has (a lock is the exclusive case).
 //!
 //! A backend plugs in with a [`Harness`] (a fresh engine per case, a time unit, and a way
 //! to list what the backend still keeps; [`BackendHarness`] is one for any [`Backend`](crate::Backend))
 //! and one macro call in its own test file: [`core_conformance_tests!`](crate::core_conformance_tests) for the core cases
-//! every backend must pass, [`conformance_tests!`](crate::conformance_tests) for those and the capability cases
-//! (admin operations, numeric compare-and-set, lock pools, records, permits). A backend that
-//! lacks a capability instantiates the core cases and the capability cases it has, by name
-//! ([`permit_conformance_tests!`](crate::permit_conformance_tests) for the permit cases).
+//! every backend must pass (in exclusive mode), [`shared_conformance_tests!`](crate::shared_conformance_tests) for the
+//! same cases in shared mode plus the shared-only ones (a backend with shared mode, see
+//! [`Backend::has_shared_mode`](crate::Backend::has_shared_mode)), [`conformance_tests!`](crate::conformance_tests) for all
+//! of those and the capability cases (admin operations, numeric compare-and-set, lock pools,
+//! records). A backend that lacks a capability instantiates the cases it has, by name.
 //!
 //! ```
 //! use std::time::Duration;
 //! use tower_lock_engine::{MemoryBackend, conformance::BackendHarness, conformance_tests};
 //!
-//! // One `#[tokio::test]` per case, each on a fresh backend; `residue` lists what the
-//! // backend still keeps, which must be nothing once a case is done.
+//! // One `#[tokio::test]` per case and mode, each on a fresh backend; `residue` lists what
+//! // the backend still keeps, which must be nothing once a case is done.
 //! conformance_tests!(
 //!     timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
 //!     concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
@@ -27,10 +29,12 @@
 //! # fn main() {}
 //! ```
 //!
-//! The cases are written once per capability: the core lock operations, FIFO order,
-//! fences, leases over time, waiters, mutual exclusion under load and `KeyMutex` (the
-//! core); admin, numeric, pools, records and permits (the capabilities). Each case's name is its
-//! specification.
+//! The cases are written once per behaviour: the core lease operations, FIFO order,
+//! fences, leases over time, waiters and mutual exclusion under load, each run in
+//! exclusive mode and (as `shared_mode::…`) in shared mode with a limit of 1; `KeyMutex`
+//! (exclusive only); the shared-only behaviours (N at once, no writer starvation, a
+//! departed head that held the others up, the two spaces of a key kept apart); admin,
+//! numeric, pools and records (the capabilities). Each case's name is its specification.
 
 // The cases are public for the macros' sake; each one's name is its specification.
 #![allow(missing_docs)]
@@ -39,7 +43,7 @@ use std::{future::Future, time::Duration};
 
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::LockEngine;
+use crate::{Lock, LockEngine, Mode};
 
 mod admin;
 mod exclusion;
@@ -50,9 +54,10 @@ mod leases;
 mod lock;
 mod mutex;
 mod numeric;
-mod permits;
 mod pools;
 mod records;
+mod shared;
+mod shared_load;
 mod waiters;
 
 pub use admin::*;
@@ -64,17 +69,26 @@ pub use leases::*;
 pub use lock::*;
 pub use mutex::*;
 pub use numeric::*;
-pub use permits::*;
 pub use pools::*;
 pub use records::*;
+pub use shared::*;
+pub use shared_load::*;
 pub use waiters::*;
 
-/// Instantiate the core cases only: what every backend must pass, whatever optional
-/// capabilities it has (see `tests/conformance_core_only.rs`).
+/// Instantiate the core cases, in exclusive mode: what every backend must pass, whatever
+/// optional capabilities it has (see `tests/engine/conformance_core_only.rs`).
 #[macro_export]
 macro_rules! core_conformance_tests {
     (timed = #[$timed:meta], concurrent = #[$conc:meta], harness = $make:expr $(,)?) => {
+        $crate::core_conformance_tests!(@moded [$timed] [$conc] $make, $crate::Mode::Exclusive);
         $crate::conformance_tests!(@cases [$timed] $make;
+            key_mutex_releases_on_every_exit_path,
+            key_mutex_reports_held_not_held_and_expiry,
+        );
+    };
+    // The cases run in each mode, in `mode`.
+    (@moded [$timed:meta] [$conc:meta] $make:expr, $mode:expr) => {
+        $crate::conformance_tests!(@in_mode [$timed] $make, $mode;
             fifo_grants_in_arrival_order_with_zero_overtakes,
             try_acquire_under_contention_is_busy_with_retry_after,
             only_one_of_simultaneous_tries_wins,
@@ -94,48 +108,49 @@ macro_rules! core_conformance_tests {
             expired_holder_is_replaced_by_a_waiter,
             invalid_keys_are_refused,
             locked_and_owned_report_state,
-            key_mutex_releases_on_every_exit_path,
-            key_mutex_reports_held_not_held_and_expiry,
             a_stale_waiter_dropped_late_leaves_the_next_holder_alone,
+            a_grant_to_a_dropped_waiter_goes_on_to_the_next,
             a_waiter_is_granted_when_a_shorter_successor_lease_expires,
             huge_durations_never_panic,
         );
-        $crate::conformance_tests!(@cases [$conc] $make;
+        $crate::conformance_tests!(@in_mode [$conc] $make, $mode;
             mutual_exclusion_many_tasks_many_iterations,
             fifo_mutual_exclusion_many_tasks_many_iterations,
         );
     };
 }
 
-/// Instantiate the permit cases only (the [`PermitBackend`](crate::PermitBackend)
-/// capability): for a backend that adds permits to the core cases, or whose other
-/// capability cases are listed by name. [`conformance_tests!`](crate::conformance_tests)
-/// includes them.
+/// Instantiate the shared-mode cases, in a module `shared_mode`: every core case run in
+/// shared mode (a limit of 1, alone among the shared holders), and the shared-only cases.
+/// For a backend with shared mode whose other cases are listed by name;
+/// [`conformance_tests!`](crate::conformance_tests) includes them.
 #[macro_export]
-macro_rules! permit_conformance_tests {
+macro_rules! shared_conformance_tests {
     (timed = #[$timed:meta], concurrent = #[$conc:meta], harness = $make:expr $(,)?) => {
-        $crate::conformance_tests!(@cases [$timed] $make;
-            n_permits_are_held_at_once_and_no_more,
-            permit_grants_follow_arrival_order,
-            an_exclusive_waiter_is_not_starved_by_a_stream_of_shared_ones,
-            a_departed_exclusive_waiter_lets_the_shared_ones_behind_it_in,
-            permit_fences_strictly_increase_per_key,
-            an_expired_permit_is_freed_for_a_waiter_on_time,
-            a_permit_waiter_follows_a_shorter_successor_lease,
-            dropped_permit_waiters_leave_nothing,
-            a_grant_to_a_dropped_permit_waiter_goes_on_to_the_next,
-            permit_waits_are_busy_timed_out_or_queue_full,
-            permit_release_extend_and_renew_compare_the_token,
-        );
-        $crate::conformance_tests!(@cases [$conc] $make;
-            permits_never_exceed_n_nor_share_an_exclusive_holder,
-            fifo_permits_never_exceed_n_nor_share_an_exclusive_holder,
-        );
+        mod shared_mode {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $crate::core_conformance_tests!(@moded [$timed] [$conc] $make,
+                $crate::Mode::Shared { limit: 1 });
+            $crate::conformance_tests!(@cases [$timed] $make;
+                n_shared_leases_are_held_at_once_and_no_more,
+                shared_grants_follow_arrival_order_across_limits,
+                a_writer_is_not_starved_by_a_stream_of_readers,
+                a_departed_writer_lets_the_readers_behind_it_in,
+                a_keys_lock_and_its_shared_leases_are_apart,
+            );
+            $crate::conformance_tests!(@cases [$conc] $make;
+                shared_leases_never_exceed_n_nor_share_a_lone_holder,
+                fifo_shared_leases_never_exceed_n_nor_share_a_lone_holder,
+            );
+        }
     };
 }
 
-/// Instantiate every conformance case as a test: the core cases and the capability cases
-/// (admin operations, numeric compare-and-set, lock pools, records, permits).
+/// Instantiate every conformance case as a test: the core cases in each mode, the
+/// shared-only cases, and the capability cases (admin operations, numeric
+/// compare-and-set, lock pools, records).
 ///
 /// `timed` is the test attribute for cases about TTLs and ordering; `concurrent` the one
 /// for many-task cases; `harness` an async expression building a fresh harness.
@@ -158,7 +173,7 @@ macro_rules! conformance_tests {
             acquire_or_record_grants_a_free_key_and_answers_a_stored_record,
             acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote,
         );
-        $crate::permit_conformance_tests!(timed = #[$timed], concurrent = #[$conc], harness = $make);
+        $crate::shared_conformance_tests!(timed = #[$timed], concurrent = #[$conc], harness = $make);
     };
     (@cases [$attr:meta] $make:expr; $($case:ident),* $(,)?) => {
         $(
@@ -166,6 +181,15 @@ macro_rules! conformance_tests {
             async fn $case() {
                 let harness = $make.await;
                 $crate::conformance::bounded($crate::conformance::$case(&harness)).await;
+            }
+        )*
+    };
+    (@in_mode [$attr:meta] $make:expr, $mode:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[$attr]
+            async fn $case() {
+                let harness = $make.await;
+                $crate::conformance::bounded($crate::conformance::$case(&harness, $mode)).await;
             }
         )*
     };
@@ -191,6 +215,37 @@ async fn assert_no_residue(h: &impl Harness) {
     }
 }
 
+/// The engine under test in one mode: its [`lock`](Self::lock) handles take `mode`, and
+/// it is the [`LockEngine`] for everything else.
+#[derive(Clone, Debug)]
+pub struct InMode {
+    engine: LockEngine,
+    mode: Mode,
+}
+
+impl InMode {
+    /// A handle on `key` in this mode.
+    pub fn lock(&self, key: impl AsRef<str>) -> Lock {
+        self.engine.lock(key).in_mode(self.mode)
+    }
+}
+
+impl std::ops::Deref for InMode {
+    type Target = LockEngine;
+
+    fn deref(&self) -> &LockEngine {
+        &self.engine
+    }
+}
+
+/// The harness's engine, its handles in `mode`.
+pub fn in_mode(h: &impl Harness, mode: Mode) -> InMode {
+    InMode {
+        engine: h.engine(),
+        mode,
+    }
+}
+
 /// Wait until `n` callers are queued for `key` (observable backend state, no event to await).
 async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
     let lock = engine.lock(key);
@@ -205,7 +260,7 @@ async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
     }
 }
 
-async fn remaining(engine: &LockEngine, key: &str) -> Duration {
+async fn remaining(engine: &InMode, key: &str) -> Duration {
     engine
         .lock(key)
         .holder()

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::{Lease, LeaseOrRecord, LockEngine, LockError, LockKey, Record};
+use crate::{Acquired, Lease, LockEngine, LockError, LockKey, Record};
 use bytes::Bytes;
 use tokio::time::{sleep, timeout};
 
@@ -173,7 +173,7 @@ pub async fn acquire_or_record_grants_a_free_key_and_answers_a_stored_record(h: 
     let engine = h.engine();
     let u = h.unit();
     let lock = engine.lock("rec-f").ttl(u * 100);
-    let LeaseOrRecord::Lease(lease) = lock.acquire_or_record().await.unwrap() else {
+    let Acquired::Lease(lease) = lock.acquire_or_record().await.unwrap() else {
         panic!("no record yet: the key is granted");
     };
     assert!(lease.owned().await.unwrap());
@@ -183,8 +183,8 @@ pub async fn acquire_or_record_grants_a_free_key_and_answers_a_stored_record(h: 
     let rec = record("f");
     lease.complete(rec.clone(), u * 1000).await.unwrap();
     match lock.acquire_or_record().await.unwrap() {
-        LeaseOrRecord::Record(got) => assert_eq!(got, rec),
-        LeaseOrRecord::Lease(_) => panic!("a stored record must be answered"),
+        Acquired::Record(got) => assert_eq!(got, rec),
+        Acquired::Lease(_) => panic!("a stored record must be answered"),
     }
     // Answering the record took nothing.
     let free = engine.lock("rec-f").try_acquire().await.expect("free");
@@ -212,8 +212,8 @@ pub async fn acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote(
     let rec = record("g");
     holder.complete(rec.clone(), u * 1000).await.unwrap();
     match waiter.await.unwrap().unwrap() {
-        LeaseOrRecord::Record(got) => assert_eq!(got, rec),
-        LeaseOrRecord::Lease(_) => panic!("the holder completed first: its record is answered"),
+        Acquired::Record(got) => assert_eq!(got, rec),
+        Acquired::Lease(_) => panic!("the holder completed first: its record is answered"),
     }
     // The waiter was handed the key, found the record, and gave the key back.
     let free = engine

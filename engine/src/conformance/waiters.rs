@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use tokio::time::sleep;
 
-use super::{Harness, assert_no_residue, until_waiters};
-use crate::LockError;
+use super::{Harness, assert_no_residue, in_mode, until_waiters};
+use crate::{LockError, Mode};
 
-pub async fn cancelled_waiters_leave_no_residue(h: &impl Harness) {
+pub async fn cancelled_waiters_leave_no_residue(h: &impl Harness, mode: Mode) {
     for fifo in [false, true] {
-        let engine = h.engine();
+        let engine = in_mode(h, mode);
         let holder = engine.lock("cancel").fifo(fifo).acquire().await.unwrap();
         let waiters: Vec<_> = (0..5)
             .map(|_| {
@@ -40,8 +40,8 @@ pub async fn cancelled_waiters_leave_no_residue(h: &impl Harness) {
     }
 }
 
-pub async fn timed_out_waiters_leave_no_residue(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn timed_out_waiters_leave_no_residue(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let holder = engine.lock("waited").fifo(true).acquire().await.unwrap();
     let waiters: Vec<_> = (0..4)
@@ -60,8 +60,8 @@ pub async fn timed_out_waiters_leave_no_residue(h: &impl Harness) {
     assert_no_residue(h).await;
 }
 
-pub async fn max_waiters_is_enforced(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn max_waiters_is_enforced(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
     let holder = engine.lock("bounded").acquire().await.unwrap();
     let waiters: Vec<_> = (0..2)
         .map(|_| {
@@ -99,10 +99,17 @@ pub async fn max_waiters_is_enforced(h: &impl Harness) {
 /// out, or an admin frees the key), another caller X takes the key, and only then is the
 /// waiter's future dropped: X must still hold the key. (Every state change compares the
 /// owner token, the clean-up of a dropped waiter included.)
-pub async fn a_stale_waiter_dropped_late_leaves_the_next_holder_alone(h: &impl Harness) {
+pub async fn a_stale_waiter_dropped_late_leaves_the_next_holder_alone(
+    h: &impl Harness,
+    mode: Mode,
+) {
     let u = h.unit();
     for forced in [false, true] {
-        let engine = h.engine();
+        if forced && mode.is_shared() {
+            // An admin frees a key's lock only: the shared run has the other variant.
+            continue;
+        }
+        let engine = in_mode(h, mode);
         let first = engine.lock("stale").acquire().await.unwrap();
         let lock = engine.lock("stale").ttl(u).auto_renew(false);
         let mut waiter = tokio_test::task::spawn(async move { lock.acquire().await });
@@ -148,8 +155,11 @@ pub async fn a_stale_waiter_dropped_late_leaves_the_next_holder_alone(h: &impl H
 
 /// After a hand-off to a holder with a shorter lease than the one a waiter first saw, the
 /// waiter gets the key when that shorter lease runs out, not when the first one would have.
-pub async fn a_waiter_is_granted_when_a_shorter_successor_lease_expires(h: &impl Harness) {
-    let engine = h.engine();
+pub async fn a_waiter_is_granted_when_a_shorter_successor_lease_expires(
+    h: &impl Harness,
+    mode: Mode,
+) {
+    let engine = in_mode(h, mode);
     let u = h.unit();
     let first = engine
         .lock("successor")
@@ -187,5 +197,35 @@ pub async fn a_waiter_is_granted_when_a_shorter_successor_lease_expires(h: &impl
     );
     drop(successor);
     last.release().await.unwrap();
+    assert_no_residue(h).await;
+}
+
+/// A grant that reaches a waiter which is never polled again goes on to the next waiter
+/// when the first one's future is dropped, not when its lease runs out.
+pub async fn a_grant_to_a_dropped_waiter_goes_on_to_the_next(h: &impl Harness, mode: Mode) {
+    let engine = in_mode(h, mode);
+    let u = h.unit();
+    let lock = engine.lock("handed").fifo(true);
+    let holder = lock.acquire().await.unwrap();
+    let first = lock.clone().ttl(u * 200).auto_renew(false);
+    let mut first = tokio_test::task::spawn(async move { first.acquire().await });
+    assert!(first.poll().is_pending(), "the key is held: it waits");
+    until_waiters(&engine, "handed", 1).await;
+    let next = {
+        let lock = lock.clone().wait(u * 30);
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    until_waiters(&engine, "handed", 2).await;
+    holder.release().await.unwrap();
+    // The first waiter is granted (or told), but never polled again; it is dropped.
+    drop(first);
+    let next = next
+        .await
+        .unwrap()
+        .expect("the next waiter is granted well before the first one's TTL");
+    let holders = lock.holders().await.unwrap();
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].token, *next.token());
+    next.release().await.unwrap();
     assert_no_residue(h).await;
 }

@@ -1,11 +1,11 @@
 //! The in-process backend's optional capabilities: admin operations, numeric
-//! compare-and-set and lock pools (permits and records have files of their own).
+//! compare-and-set and lock pools (records have a file of their own).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{HeldBy, MemoryBackend};
+use super::{HeldBy, MemoryBackend, Space};
 use crate::{
     AdminBackend, BoxFuture, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
     PoolBackend, PoolHolders, PoolOp, Token, options::after,
@@ -19,7 +19,7 @@ impl AdminBackend for MemoryBackend {
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let mut shard = self.shard(key);
+            let mut shard = self.locks.shard(key);
             let now = Instant::now();
             let entry = shard.map.entry(key.clone()).or_default();
             entry.set_holder(HeldBy {
@@ -33,7 +33,7 @@ impl AdminBackend for MemoryBackend {
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
-            let mut shard = self.shard(key);
+            let mut shard = self.locks.shard(key);
             let now = Instant::now();
             let Some(entry) = shard.map.get_mut(key) else {
                 return Ok(false);

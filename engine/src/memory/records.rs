@@ -16,8 +16,8 @@ use self::{
 };
 use super::MemoryBackend;
 use crate::{
-    AcquireRequest, Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, RecordOrGrant,
-    Token, options::after, unix_millis,
+    AcquireRequest, Backend, BoxFuture, GrantOrRecord, LockError, LockKey, Mode, Record,
+    RecordBackend, Token, options::after, unix_millis,
 };
 
 mod queue;
@@ -261,11 +261,15 @@ impl RecordBackend for MemoryBackend {
     fn acquire_or_record(
         &self,
         req: AcquireRequest,
-    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+    ) -> BoxFuture<'_, Result<GrantOrRecord, LockError>> {
         Box::pin(async move {
+            if req.mode.is_shared() {
+                // Records live beside the key's lock.
+                return Err(LockError::Unsupported("records of shared leases"));
+            }
             let stored = self.records.lock().unwrap().get(&req.key, Instant::now());
             if let Some(record) = stored {
-                return Ok(RecordOrGrant::Record(record));
+                return Ok(GrantOrRecord::Record(record));
             }
             let (key, token) = (req.key.clone(), req.token.clone());
             let grant = Backend::acquire(self, req).await?;
@@ -274,10 +278,10 @@ impl RecordBackend for MemoryBackend {
             // held, and handed to us) is seen now.
             let stored = self.records.lock().unwrap().get(&key, Instant::now());
             match stored {
-                None => Ok(RecordOrGrant::Granted(grant)),
+                None => Ok(GrantOrRecord::Grant(grant)),
                 Some(record) => {
-                    let _ = Backend::release(self, &key, &token).await;
-                    Ok(RecordOrGrant::Record(record))
+                    let _ = Backend::release(self, &key, &token, Mode::Exclusive).await;
+                    Ok(GrantOrRecord::Record(record))
                 }
             }
         })

@@ -1,9 +1,11 @@
-//! The in-process backend's table of keys: per key, its holder and its waiters in arrival
-//! order, with the hand-off from one to the next; sharded, each shard behind its lock.
+//! The in-process backend's table of one space (a key's lock, or its shared leases): per
+//! key, an entry of that space, sharded, each shard behind its lock. One table type for
+//! both spaces; what differs between them is the entry ([`Space`]).
 
 use std::{
-    collections::{HashMap, VecDeque},
-    sync::Arc,
+    collections::{HashMap, VecDeque, hash_map::RandomState},
+    hash::BuildHasher,
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -13,108 +15,189 @@ use tokio::{
 };
 
 use super::MemoryBackend;
-use crate::{Grant, LockKey, Token, options::after};
+use crate::{AcquireRequest, ExtendMode, Grant, Holder, LockError, LockKey, Mode, Token};
 
-#[derive(Default)]
-pub(super) struct Shard {
-    pub(super) map: HashMap<LockKey, Entry>,
-    /// Sweep expired, abandoned entries when the map grows past this size.
-    pub(super) sweep_at: usize,
+const SHARDS: usize = 64;
+
+/// One key's entry in one space: its holders and its waiters in arrival order, and the
+/// decisions that differ between the lock ([`Exclusive`](super::exclusive::Exclusive))
+/// and the shared leases ([`Shared`](super::shared::Shared)). Every method runs with the
+/// entry's shard locked.
+pub(super) trait Space: Default + Send + 'static {
+    /// Decide `req` now (holders whose lease ran out dropped first): granted, or refused
+    /// at once; `None` when it has to queue.
+    fn decide(
+        &mut self,
+        req: &AcquireRequest,
+        now: Instant,
+        backend: &MemoryBackend,
+    ) -> Option<Result<Grant, LockError>>;
+
+    /// Drop the holders whose lease ran out, granting the waiters that now fit.
+    fn expire(&mut self, now: Instant, backend: &MemoryBackend);
+
+    /// Grant from the head of the queue whoever now fits (a waiter left, say).
+    fn grant_waiters(&mut self, now: Instant, backend: &MemoryBackend);
+
+    /// When the first holder's lease runs out, if anyone holds with an expiry.
+    fn earliest(&self) -> Option<Instant>;
+
+    /// Give back a grant of `fence` to `token` that its waiter never saw, if it still
+    /// holds it (it may have run out, and the key gone on to someone else).
+    fn give_back(&mut self, token: &Token, fence: u64, now: Instant, backend: &MemoryBackend);
+
+    /// Release `token`'s lease, granting the waiters that now fit.
+    fn release(
+        &mut self,
+        token: &Token,
+        now: Instant,
+        backend: &MemoryBackend,
+    ) -> Result<(), LockError>;
+
+    /// Change `token`'s remaining TTL; the new remaining TTL.
+    fn extend(
+        &mut self,
+        token: &Token,
+        ttl: Duration,
+        how: ExtendMode,
+        now: Instant,
+    ) -> Result<Duration, LockError>;
+
+    /// Renew `token`'s lease to at least `ttl` from now (never shorter); whether it holds.
+    fn renew(&mut self, token: &Token, ttl: Duration, now: Instant) -> bool;
+
+    /// The holders now, with their remaining TTLs.
+    fn holders(&self, now: Instant) -> Vec<Holder>;
+
+    /// Whether anyone holds (expired holders included until they are dropped).
+    fn is_held(&self) -> bool;
+
+    /// The waiters.
+    fn queue(&mut self) -> &mut Queue;
+
+    /// How many wait.
+    fn waiting(&self) -> usize;
+
+    /// How long until the first holder's lease runs out (a retry hint).
+    fn remaining(&self, now: Instant) -> Option<Duration> {
+        self.earliest().map(|e| e.saturating_duration_since(now))
+    }
+
+    /// Nothing to keep: nobody waits, and nobody holds.
+    fn is_empty(&self) -> bool {
+        self.waiting() == 0 && !self.is_held()
+    }
+
+    /// Nothing to keep but holders whose leases ran out.
+    fn idle(&self, now: Instant) -> bool;
 }
 
+/// A key's waiters in one space, in arrival order, and what they were told of the
+/// earliest holder expiry.
 #[derive(Default)]
-pub(super) struct Entry {
-    pub(super) holder: Option<HeldBy>,
+pub(super) struct Queue {
     pub(super) waiters: VecDeque<Waiter>,
-    /// Wakes the waiters when the holder's expiry moves earlier than they may have seen
-    /// (a hand-off to a shorter lease, a shortening extend, an admin set), so that each
-    /// re-reads it: a waiter must never sleep past the moment the key frees up.
+    /// Wakes the waiters when the earliest holder expiry moves earlier than they may have
+    /// seen (a grant or hand-off with a shorter lease, a shortening extend, an admin set),
+    /// so that each re-reads it: a waiter must never sleep past the moment the key frees up.
     pub(super) changed: Option<Arc<Notify>>,
-    /// The holder expiry waiters were last told of (`None`: no expiry); every waiter
-    /// sleeps until no later than this.
-    pub(super) told: Option<Instant>,
+    /// The earliest holder expiry as of the last change (`None`: none); a waiter that read
+    /// it sleeps no later than that.
+    told: Option<Instant>,
 }
 
-pub(super) struct HeldBy {
-    pub(super) token: Token,
-    /// `None`: no expiry (only an admin can set that).
-    pub(super) expires: Option<Instant>,
-    pub(super) fence: u64,
-}
-
-impl HeldBy {
-    pub(super) fn expired(&self, now: Instant) -> bool {
-        self.expires.is_some_and(|e| e <= now)
-    }
-}
-
-pub(super) struct Waiter {
-    pub(super) id: u64,
-    pub(super) token: Token,
-    pub(super) ttl: Duration,
-    pub(super) grant: oneshot::Sender<Grant>,
-}
-
-impl Entry {
-    /// Install `holder`, waking the waiters if it expires earlier than they were told.
-    pub(super) fn set_holder(&mut self, holder: HeldBy) {
-        let expires = holder.expires;
-        self.holder = Some(holder);
-        self.expiry_changed(expires);
-    }
-
-    /// The holder's expiry is now `expires`.
-    pub(super) fn expiry_changed(&mut self, expires: Option<Instant>) {
-        let earlier = match (expires, self.told) {
+impl Queue {
+    /// The earliest holder expiry is now `earliest`: wake the waiters if it is earlier than
+    /// what they were told.
+    pub(super) fn expiry_is(&mut self, earliest: Option<Instant>) {
+        let earlier = match (earliest, self.told) {
             (Some(new), Some(told)) => new < told,
             (Some(_), None) => true,
             (None, _) => false,
         };
-        self.told = expires;
+        self.told = earliest;
         if earlier && let Some(changed) = &self.changed {
             changed.notify_waiters();
         }
     }
+}
 
-    /// Drop an expired holder and hand the key to the next waiter.
-    pub(super) fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
-        if self.holder.as_ref().is_some_and(|h| h.expired(now)) {
-            self.holder = None;
-            self.grant_next(now, backend);
+/// A queued acquisition, granted through its channel.
+pub(super) struct Waiter {
+    pub(super) id: u64,
+    pub(super) token: Token,
+    pub(super) ttl: Duration,
+    pub(super) mode: Mode,
+    pub(super) grant: oneshot::Sender<Grant>,
+}
+
+/// The entries of one space, sharded by key.
+pub(super) struct Table<E> {
+    shards: Box<[Mutex<Shard<E>>]>,
+    hasher: RandomState,
+}
+
+pub(super) struct Shard<E> {
+    pub(super) map: HashMap<LockKey, E>,
+    /// Sweep idle entries when the map grows past this size.
+    sweep_at: usize,
+}
+
+impl<E> Default for Shard<E> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::new(),
+            sweep_at: 0,
         }
-    }
-
-    /// Hand the free key to the first waiter still listening.
-    pub(super) fn grant_next(&mut self, now: Instant, backend: &MemoryBackend) {
-        debug_assert!(self.holder.is_none());
-        while let Some(w) = self.waiters.pop_front() {
-            let fence = backend.next_fence();
-            if w.grant.send(Grant::new(fence, now)).is_ok() {
-                self.set_holder(HeldBy {
-                    token: w.token,
-                    expires: Some(after(now, w.ttl)),
-                    fence: fence.get(),
-                });
-                return;
-            }
-        }
-    }
-
-    pub(super) fn remaining(&self, now: Instant) -> Option<Duration> {
-        self.holder
-            .as_ref()
-            .and_then(|h| h.expires)
-            .map(|e| e.saturating_duration_since(now))
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.holder.is_none() && self.waiters.is_empty()
     }
 }
 
-impl Shard {
+impl<E: Space> Default for Table<E> {
+    fn default() -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl<E: Space> Table<E> {
+    pub(super) fn shard(&self, key: &LockKey) -> MutexGuard<'_, Shard<E>> {
+        let i = self.hasher.hash_one(key) as usize % SHARDS;
+        self.shards[i].lock().unwrap()
+    }
+
+    /// How many keys have an entry (held, or waited for, or expired and not yet swept).
+    pub(super) fn key_count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap().map.len())
+            .sum()
+    }
+
+    /// Run `change` on `key`'s entry (its expired holders dropped first), then drop the
+    /// entry if nothing is left; [`LockError::Expired`] if there is no entry.
+    pub(super) fn with_entry<T>(
+        &self,
+        key: &LockKey,
+        backend: &MemoryBackend,
+        change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        let mut shard = self.shard(key);
+        let now = Instant::now();
+        let Some(entry) = shard.map.get_mut(key) else {
+            return Err(LockError::Expired);
+        };
+        entry.expire(now, backend);
+        let result = change(entry, now);
+        shard.remove_if_empty(key);
+        result
+    }
+}
+
+impl<E: Space> Shard<E> {
     pub(super) fn remove_if_empty(&mut self, key: &LockKey) {
-        if self.map.get(key).is_some_and(Entry::is_empty) {
+        if self.map.get(key).is_some_and(E::is_empty) {
             self.map.remove(key);
             // Give memory back after a burst of distinct keys.
             if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 8 {
@@ -123,13 +206,12 @@ impl Shard {
         }
     }
 
+    /// Drop the idle entries when the map has grown past its last size twice over.
     pub(super) fn sweep(&mut self, now: Instant) {
         if self.map.len() < self.sweep_at {
             return;
         }
-        self.map.retain(|_, e| {
-            !(e.waiters.is_empty() && e.holder.as_ref().is_none_or(|h| h.expired(now)))
-        });
+        self.map.retain(|_, e| !e.idle(now));
         self.sweep_at = (self.map.len() * 2).max(64);
     }
 }

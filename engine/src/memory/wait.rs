@@ -1,5 +1,6 @@
-//! The wait of a queued acquisition, a lock's or a permit's: until its grant is handed
-//! over, its wait limit passes, or a holder's lease runs out (which may grant it).
+//! The wait of a queued acquisition, in either space: until its grant is handed over, its
+//! wait limit passes, or a holder's lease runs out (which may grant it); and the guard
+//! that cleans up after a wait that ends without its grant.
 
 use std::{sync::Arc, time::Duration};
 
@@ -8,63 +9,104 @@ use tokio::{
     time::Instant,
 };
 
-use crate::{Grant, LockError};
+use super::{
+    MemoryBackend,
+    table::{Space, Table},
+};
+use crate::{Grant, LockError, LockKey, Token};
 
-/// A queued waiter's guard: its grant's receiver, taken once the grant is in. Dropping the
-/// guard with the receiver still there removes the waiter (or gives back a grant that raced
-/// in).
-pub(super) trait Queued {
-    fn receiver(&mut self) -> &mut Option<oneshot::Receiver<Grant>>;
+/// Removes a waiter whose acquire future is dropped, or gives back a grant it never saw;
+/// either way the waiters that now fit are granted.
+pub(super) struct WaitGuard<'a, E: Space> {
+    pub(super) backend: &'a MemoryBackend,
+    pub(super) table: &'a Table<E>,
+    pub(super) key: &'a LockKey,
+    pub(super) token: &'a Token,
+    pub(super) id: u64,
+    pub(super) rx: Option<oneshot::Receiver<Grant>>,
 }
 
-/// What the wait asks of its table, each time it looks.
-pub(super) struct Table<E, R> {
-    /// Drop the holders whose lease ran out (granting who now fits), and say when the next
-    /// lease runs out.
-    pub(super) expire: E,
-    /// The retry hint of a wait that timed out.
-    pub(super) remaining: R,
-}
-
-/// Wait for `guard`'s grant. Nobody polls: the grant comes through the guard's channel,
-/// and the waiter wakes otherwise only when the earliest holder expiry passes (to expire
-/// it, which may grant the queue), when `changed` says that expiry moved, or at its
-/// deadline.
-pub(super) async fn for_grant<G: Queued>(
-    mut guard: G,
-    changed: Arc<Notify>,
-    started: Instant,
-    wait: Option<Duration>,
-    mut table: Table<impl FnMut() -> Option<Instant>, impl FnOnce() -> Option<Duration>>,
-) -> Result<Grant, LockError> {
-    // A wait too long for the clock is a wait without limit.
-    let deadline = wait.and_then(|w| started.checked_add(w));
-    loop {
-        // Listening before the expiry is read, so a change in between is not missed.
-        let notified = changed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let next_expiry = (table.expire)();
-        let rx = guard
-            .receiver()
-            .as_mut()
-            .expect("receiver present while waiting");
-        tokio::select! {
-            biased;
-            granted = rx => {
-                *guard.receiver() = None;
-                // The sender is only dropped after a send or by our own guard.
-                return granted.map_err(|_| LockError::Expired);
+impl<E: Space> Drop for WaitGuard<'_, E> {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else {
+            return;
+        };
+        let mut shard = self.table.shard(self.key);
+        let now = Instant::now();
+        if let Some(entry) = shard.map.get_mut(self.key) {
+            entry.expire(now, self.backend);
+            let waiters = &mut entry.queue().waiters;
+            if let Some(pos) = waiters.iter().position(|w| w.id == self.id) {
+                waiters.remove(pos);
+            } else if let Ok(grant) = rx.try_recv() {
+                // Granted before we got here. Give it back only if that grant still holds:
+                // it may have run out, or been forced free, and the key passed on to
+                // someone else whom we must not touch.
+                entry.give_back(self.token, grant.fence.get(), now, self.backend);
             }
-            _ = &mut notified => {}
-            _ = sleep_until_opt(next_expiry) => {}
-            _ = sleep_until_opt(deadline) => {
-                let retry_after = (table.remaining)();
-                // Dropping the guard removes us (or passes on a grant that raced in).
-                drop(guard);
-                return Err(LockError::TimedOut { waited: started.elapsed(), retry_after });
+            // The one who left may have been the head that did not fit.
+            entry.grant_waiters(now, self.backend);
+        }
+        shard.remove_if_empty(self.key);
+    }
+}
+
+impl<E: Space> WaitGuard<'_, E> {
+    /// Wait for the grant. Nobody polls: the grant comes through the channel, and the
+    /// waiter wakes otherwise only when the earliest holder expiry passes (to expire it,
+    /// which may grant the queue), when `changed` says that expiry moved, or at its
+    /// deadline.
+    pub(super) async fn for_grant(
+        mut self,
+        changed: Arc<Notify>,
+        started: Instant,
+        wait: Option<Duration>,
+    ) -> Result<Grant, LockError> {
+        // A wait too long for the clock is a wait without limit.
+        let deadline = wait.and_then(|w| started.checked_add(w));
+        loop {
+            // Listening before the expiry is read, so a change in between is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let next_expiry = self.expire();
+            let rx = self.rx.as_mut().expect("receiver present while waiting");
+            tokio::select! {
+                biased;
+                granted = rx => {
+                    self.rx = None;
+                    // The sender is only dropped after a send or by our own guard.
+                    return granted.map_err(|_| LockError::Expired);
+                }
+                _ = &mut notified => {}
+                _ = sleep_until_opt(next_expiry) => {}
+                _ = sleep_until_opt(deadline) => {
+                    let retry_after = self.remaining();
+                    // Dropping the guard removes us (or passes on a grant that raced in).
+                    drop(self);
+                    return Err(LockError::TimedOut { waited: started.elapsed(), retry_after });
+                }
             }
         }
+    }
+
+    /// Drop the holders whose lease ran out (granting who now fits); when the next lease
+    /// runs out.
+    fn expire(&self) -> Option<Instant> {
+        let mut shard = self.table.shard(self.key);
+        shard.map.get_mut(self.key).and_then(|entry| {
+            entry.expire(Instant::now(), self.backend);
+            entry.earliest()
+        })
+    }
+
+    /// The retry hint of a wait that timed out.
+    fn remaining(&self) -> Option<Duration> {
+        let shard = self.table.shard(self.key);
+        shard
+            .map
+            .get(self.key)
+            .and_then(|e| e.remaining(Instant::now()))
     }
 }
 

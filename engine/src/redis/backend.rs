@@ -1,25 +1,23 @@
-//! The core [`Backend`] methods on Redis: one script call each.
+//! The core [`Backend`] methods on Redis, in both modes: one script call each, on the
+//! lock's keys and scripts or on the shared leases' (see [`shared`](super::shared)).
 
 use std::time::Duration;
 
 use super::{
-    FENCE_MARGIN, RENEW_CHUNK, RedisBackend,
-    acquire::Target,
+    RENEW_CHUNK, RedisBackend,
     commands::ScriptCall,
-    malformed_token, millis,
-    names::Names,
-    outcome, remaining,
-    scripts::{EXTEND, HOLDER, RELEASE, RENEW, WAITERS},
+    malformed_token, millis, outcome, remaining,
+    scripts::{EXTEND, HOLDER, RENEW},
 };
 use crate::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
-    LockKey, Renewal, Token,
+    LockKey, Mode, Renewal, Token,
 };
 use crate::{BackendError, BackendErrorKind};
 
 impl RedisBackend {
-    /// One [`RENEW`] call for `chunk`: whether each lease was renewed.
-    async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
+    /// One [`RENEW`] call for `chunk` of locks: whether each lease was renewed.
+    async fn renew_lock_chunk(&self, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
         let mut inv = ScriptCall::new(&RENEW, chunk.len());
         for lease in chunk {
             inv.key(self.inner.names(&lease.key).lock());
@@ -36,57 +34,54 @@ impl RedisBackend {
         }
         Ok(results.into_iter().map(|r| r == 1).collect())
     }
-}
 
-/// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
-/// also takes first. (A hand-off lasts the waiter's claim period, which its ticket carries.)
-/// `extra_keys`: keys the caller adds after these (before any argument).
-pub(super) fn release_call(
-    script: &redis::Script,
-    names: Names<'_>,
-    extra_keys: usize,
-) -> ScriptCall {
-    let mut inv = ScriptCall::new(script, 3 + extra_keys);
-    inv.key(names.lock()).key(names.fence()).key(names.queue());
-    inv
-}
-
-/// The arguments of [`RELEASE`], after every key.
-pub(super) fn release_args(inv: &mut ScriptCall, names: Names<'_>, token: &Token) {
-    inv.arg(token.as_str())
-        .arg(names.channel())
-        .arg(millis(FENCE_MARGIN));
-}
-
-impl super::Inner {
-    /// What a release script answered tells which way the key's next acquire should look
-    /// (see [`Contended`](super::contended::Contended)).
-    pub(super) fn released(&self, names: Names<'_>, code: i64) {
-        match code {
-            2 => self.contended.mark(names.tag),
-            1 => self.contended.clear(names.tag),
-            _ => {}
+    /// One renew call for `chunk`, all of one space.
+    async fn renew_chunk(&self, shared: bool, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
+        if shared {
+            self.inner.renew_shared_chunk(chunk).await
+        } else {
+            self.renew_lock_chunk(chunk).await
         }
+    }
+
+    /// The renewals of one space, in chunks (one per lease on a cluster).
+    async fn renew_space(&self, shared: bool, leases: &[&Renewal]) -> Result<Vec<bool>, LockError> {
+        let mut renewed = Vec::with_capacity(leases.len());
+        if self.inner.cluster {
+            // The leases' keys are in as many slots as there are leases (one hash tag per
+            // key), and a script may touch only one slot: one call per lease, all at once.
+            // (Grouping by slot would save calls only for leases that happen to share one.)
+            let calls = leases
+                .iter()
+                .map(|lease| self.renew_chunk(shared, std::slice::from_ref(lease)));
+            for one in futures_util::future::join_all(calls).await {
+                renewed.extend(one?);
+            }
+            return Ok(renewed);
+        }
+        for chunk in leases.chunks(RENEW_CHUNK) {
+            renewed.extend(self.renew_chunk(shared, chunk).await?);
+        }
+        Ok(renewed)
     }
 }
 
 impl Backend for RedisBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        Box::pin(self.inner.clone().acquire(req, Target::Lock))
+        Box::pin(self.inner.clone().acquire(req))
     }
 
     fn release<'a>(
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let names = self.inner.names(key);
-            let mut inv = release_call(&RELEASE, names, 0);
-            release_args(&mut inv, names, token);
-            let released = self.inner.call("release", &inv).await?;
-            self.inner.released(names, released);
-            outcome(released)
+            if mode.is_shared() {
+                return self.inner.release_shared(key, token).await;
+            }
+            self.inner.release_lock(self.inner.names(key), token).await
         })
     }
 
@@ -94,15 +89,19 @@ impl Backend for RedisBackend {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
+        mode: Mode,
         ttl: Duration,
-        mode: ExtendMode,
+        how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
+            if mode.is_shared() {
+                return self.inner.extend_shared(key, token, ttl, how).await;
+            }
             let mut inv = ScriptCall::new(&EXTEND, 1);
             inv.key(self.inner.names(key).lock())
                 .arg(token.as_str())
                 .arg(millis(ttl))
-                .arg(match mode {
+                .arg(match how {
                     ExtendMode::Add => "add",
                     ExtendMode::Replace => "replace",
                 });
@@ -114,48 +113,56 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
-            if self.inner.cluster {
-                // The leases' keys are in as many slots as there are leases (one hash tag
-                // per lock), and a script may touch only one slot: one call per lease, all
-                // at once. (Grouping by slot would save calls only for leases that happen
-                // to share one.)
-                let calls = leases
-                    .iter()
-                    .map(|lease| self.renew_chunk(std::slice::from_ref(lease)));
-                let mut renewed = Vec::with_capacity(leases.len());
-                for one in futures_util::future::join_all(calls).await {
-                    renewed.extend(one?);
+            // The two spaces have scripts of their own: one batch each, the answers put
+            // back in the order asked.
+            let (shared, locks): (Vec<_>, Vec<_>) = leases
+                .iter()
+                .enumerate()
+                .partition(|(_, r)| r.mode.is_shared());
+            let mut renewed = vec![false; leases.len()];
+            for (is_shared, part) in [(false, locks), (true, shared)] {
+                if part.is_empty() {
+                    continue;
                 }
-                return Ok(renewed);
-            }
-            let mut renewed = Vec::with_capacity(leases.len());
-            for chunk in leases.chunks(RENEW_CHUNK) {
-                renewed.extend(self.renew_chunk(chunk).await?);
+                let batch: Vec<&Renewal> = part.iter().map(|(_, r)| *r).collect();
+                let answers = self.renew_space(is_shared, &batch).await?;
+                for ((i, _), ok) in part.iter().zip(answers) {
+                    renewed[*i] = ok;
+                }
             }
             Ok(renewed)
         })
     }
 
-    fn holder<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Holder>, LockError>> {
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async move {
             let mut inv = ScriptCall::new(&HOLDER, 1);
             inv.key(self.inner.names(key).lock());
-            let (token, pttl): (String, i64) = self.inner.call("holder", &inv).await?;
-            if token.is_empty() {
-                return Ok(None);
+            let lock = self.inner.call::<(String, i64)>("holder", &inv);
+            let (lock, shared) =
+                futures_util::future::join(lock, self.inner.shared_holders(key)).await;
+            let (token, pttl) = lock?;
+            let mut holders = Vec::new();
+            if !token.is_empty() {
+                let token = Token::new(&token).map_err(malformed_token)?;
+                holders.push(Holder::new(token, remaining(pttl)));
             }
-            let token = Token::new(&token).map_err(malformed_token)?;
-            Ok(Some(Holder::new(token, remaining(pttl))))
+            holders.extend(shared?);
+            Ok(holders)
         })
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
-            let mut inv = ScriptCall::new(&WAITERS, 1);
-            inv.key(self.inner.names(key).queue());
-            let n: i64 = self.inner.call("waiters", &inv).await?;
-            Ok(usize::try_from(n).unwrap_or(0))
+            let lock = self.inner.waiting(self.inner.names(key));
+            let shared = self.inner.waiting(self.inner.shared_names(key));
+            let (lock, shared) = futures_util::future::join(lock, shared).await;
+            Ok(lock? + shared?)
         })
+    }
+
+    fn has_shared_mode(&self) -> bool {
+        true
     }
 
     fn resets(&self) -> Option<crate::Resets> {
@@ -166,8 +173,7 @@ impl Backend for RedisBackend {
         let capabilities = Capabilities::none()
             .with_admin(self)
             .with_numeric(self)
-            .with_records(self)
-            .with_permits(self);
+            .with_records(self);
         if self.inner.cluster {
             // A pool's holders are read in one script over every member's lock key, which
             // lie in as many slots: not valid in a cluster (see the module docs).

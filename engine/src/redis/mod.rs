@@ -12,15 +12,16 @@ mod commands;
 mod connector;
 mod contended;
 mod names;
-mod permits;
 mod pool;
 mod records;
+mod release;
 mod script_call;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]
 mod sentinel;
 mod server_checks;
 mod session;
+mod shared;
 mod tls;
 mod wakeup;
 

@@ -18,9 +18,9 @@ pub(super) struct Names<'a> {
     /// The FNV-1a hash of the key: its hash tag.
     pub(super) tag: u64,
     sharded: bool,
-    /// The names of the key's permits (`pholders`, `pfence`, `pqueue`, `pwake`) in the
+    /// The names of the key's shared leases (`pholders`, `pfence`, `pqueue`, `pwake`) in the
     /// lock's slots, for the wait loop both share.
-    permits: bool,
+    shared: bool,
 }
 
 impl<'a> Names<'a> {
@@ -33,14 +33,14 @@ impl<'a> Names<'a> {
             key,
             tag: fnv1a(key.as_str().as_bytes()),
             sharded,
-            permits: false,
+            shared: false,
         }
     }
 
-    /// The names of the key's permits instead of its lock: `lock` names the holders,
+    /// The names of the key's shared leases instead of its lock: `lock` names the holders,
     /// `fence` the fence hash, `queue` the queue, `channel` the wake-up channel.
-    pub(super) fn for_permits(mut self) -> Self {
-        self.permits = true;
+    pub(super) fn for_shared(mut self) -> Self {
+        self.shared = true;
         self
     }
 
@@ -59,15 +59,15 @@ impl<'a> Names<'a> {
     }
 
     pub(super) fn lock(&self) -> Name<'a> {
-        self.name(if self.permits { "pholders" } else { "lock" })
+        self.name(if self.shared { "pholders" } else { "lock" })
     }
 
     pub(super) fn fence(&self) -> Name<'a> {
-        self.name(if self.permits { "pfence" } else { "fence" })
+        self.name(if self.shared { "pfence" } else { "fence" })
     }
 
     pub(super) fn queue(&self) -> Name<'a> {
-        self.name(if self.permits { "pqueue" } else { "queue" })
+        self.name(if self.shared { "pqueue" } else { "queue" })
     }
 
     /// The idempotency record (a hash).
@@ -76,7 +76,7 @@ impl<'a> Names<'a> {
     }
 
     pub(super) fn channel(&self) -> Name<'a> {
-        self.name(match (self.permits, self.sharded) {
+        self.name(match (self.shared, self.sharded) {
             (false, false) => "wake",
             (false, true) => "swake",
             (true, false) => "pwake",

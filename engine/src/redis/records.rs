@@ -6,14 +6,13 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{
-    RedisBackend,
-    backend::{release_args, release_call},
-    millis, outcome,
+    RedisBackend, millis, outcome,
+    release::{release_args, release_call},
     scripts::COMPLETE,
 };
 use crate::{
-    AcquireRequest, Backend, BoxFuture, LockError, LockKey, Record, RecordBackend, RecordOrGrant,
-    Token, from_unix_millis, unix_millis,
+    AcquireRequest, Backend, BoxFuture, GrantOrRecord, LockError, LockKey, Mode, Record,
+    RecordBackend, Token, from_unix_millis, unix_millis,
 };
 use crate::{BackendError, BackendErrorKind};
 
@@ -40,7 +39,7 @@ impl RecordBackend for RedisBackend {
     fn acquire_or_record(
         &self,
         req: AcquireRequest,
-    ) -> BoxFuture<'_, Result<RecordOrGrant, LockError>> {
+    ) -> BoxFuture<'_, Result<GrantOrRecord, LockError>> {
         Box::pin(self.inner.clone().acquire_or_record(req))
     }
 
@@ -108,7 +107,7 @@ impl RecordBackend for RedisBackend {
                     // Still nothing: give the key back by token rather than leave retries
                     // facing a 409 for the whole TTL. (Unless the first attempt landed
                     // unseen, the response is not stored, and a retry runs the request.)
-                    if let Err(error) = self.release(key, token).await {
+                    if let Err(error) = self.release(key, token, Mode::Exclusive).await {
                         tracing::debug!(%key, %error, "releasing after a failed completion failed too; the lease's TTL frees the key");
                     }
                     Err(again)

@@ -1,6 +1,6 @@
 //! Every Lua script of the Redis backend, one file per family (`lock`: acquire and leave;
-//! `release`: release and complete; `lease`: extend, renew, holder, waiters; `admin`;
-//! `numeric`; `pools`), each with its contract: `KEYS`, `ARGV`, what it returns, why it is
+//! `release`: release and complete; `lease`: extend, renew, holder, waiters; `shared`: the
+//! shared leases' own; `admin`; `numeric`; `pools`), each with its contract: `KEYS`, `ARGV`, what it returns, why it is
 //! atomic, and what it costs in commands.
 //!
 //! Each script runs atomically on the server: no other command touches the lock's keys
@@ -39,6 +39,7 @@ mod lock;
 mod numeric;
 mod pools;
 mod release;
+pub(crate) mod shared;
 
 pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
 pub(crate) use lease::{EXTEND, HOLDER, RENEW, WAITERS};
@@ -153,7 +154,7 @@ local function live_head(id)
 end
 "#;
 
-/// Every script, permits' included, for loading them all at start-up (and on `NOSCRIPT`).
+/// Every script, the shared leases' included, for loading them all at start-up (and on `NOSCRIPT`).
 pub(crate) fn all() -> Vec<&'static Script> {
     let mut all: Vec<&'static Script> = vec![
         &ACQUIRE,
@@ -173,6 +174,6 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &POOL_MEMBERS,
         &POOL_HOLDERS,
     ];
-    all.extend(super::permits::scripts());
+    all.extend(shared::all());
     all
 }

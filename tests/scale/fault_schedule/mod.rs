@@ -109,21 +109,28 @@ async fn worker(
         let fifo = settings.fifo.unwrap_or_else(|| rng.random_bool(0.5));
         let wait = Duration::from_millis(rng.random_range(0..600));
         let permits = rng.random_bool(0.3);
-        let (key, mode, lock) = if permits {
-            let exclusive = rng.random_bool(0.2);
-            let handle = engine.permits(PERMIT_KEY, PERMITS);
-            let (handle, mode) = if exclusive {
-                (handle.exclusive(), Mode::Exclusive)
+        // (key, the history's mode, a lease that writes the key's register, whether it may
+        // expire while held)
+        let (key, mode, lock, writes, expiring) = if permits {
+            // A writer beside the shared holders: alone among them.
+            let alone = rng.random_bool(0.2);
+            let (limit, mode) = if alone {
+                (1, Mode::Exclusive)
             } else {
                 (
-                    handle,
+                    PERMITS,
                     Mode::Shared {
                         limit: PERMITS as usize,
                     },
                 )
             };
-            let handle = handle.ttl(settings.ttl).fifo(fifo).wait(wait);
-            (PERMIT_KEY, mode, Either::Permits(handle))
+            let lock = engine
+                .lock(PERMIT_KEY)
+                .shared(limit)
+                .ttl(settings.ttl)
+                .fifo(fifo)
+                .wait(wait);
+            (PERMIT_KEY, mode, lock, false, false)
         } else {
             let key = LOCK_KEYS[rng.random_range(0..LOCK_KEYS.len())];
             // Some leases are never renewed and outlive their TTL while held.
@@ -138,7 +145,7 @@ async fn worker(
                 .auto_renew(!expiring)
                 .fifo(fifo)
                 .wait(wait);
-            (key, Mode::Exclusive, Either::Lock(lock, expiring))
+            (key, Mode::Exclusive, lock, true, expiring)
         };
         if rng.random_bool(0.05) {
             // A waiter registered, then abandoned unpolled for a while before it is dropped.
@@ -160,7 +167,7 @@ async fn worker(
             Err(_) | Ok(Err(_)) => continue,
         };
         let holding = acquiring.granted(&lease);
-        if let Either::Lock(_, expiring) = lock {
+        if writes {
             let fence = lease.fence().get();
             if let Some(read) = registers.call(key, fence, None).await {
                 let work = if expiring {
@@ -197,21 +204,6 @@ async fn worker(
             _ => {
                 let _ = lease.release().await;
             }
-        }
-    }
-}
-
-/// A lock or a permits handle, acquired alike.
-enum Either {
-    Lock(tower_lock::Lock, bool),
-    Permits(tower_lock::engine::Permits),
-}
-
-impl Either {
-    async fn acquire(&self) -> Result<tower_lock::Lease, LockError> {
-        match self {
-            Self::Lock(lock, _) => lock.acquire().await,
-            Self::Permits(permits) => permits.acquire().await,
         }
     }
 }
@@ -401,7 +393,7 @@ fn memory_fault_schedule_keeps_every_check() {
             for key in LOCK_KEYS {
                 engine.lock(key).locked().await.unwrap();
             }
-            let _ = engine.permits(PERMIT_KEY, PERMITS).holders().await;
+            let _ = engine.lock(PERMIT_KEY).shared(PERMITS).holders().await;
             if backend.key_count() == 0 {
                 break;
             }

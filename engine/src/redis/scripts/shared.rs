@@ -1,4 +1,4 @@
-//! The Lua scripts of permits, each with its contract: `KEYS`, `ARGV`, what it returns,
+//! The Lua scripts of shared leases (permits), each with its contract: `KEYS`, `ARGV`, what it returns,
 //! why it is atomic, and what it costs in commands.
 //!
 //! Every script that writes takes the three keys of one permit set, all with the key's

@@ -1,0 +1,357 @@
+//! The states of one acquire between its attempts: what an attempt's answer means (decided,
+//! or registered and waiting), the wait for a wake-up or the fallback timer, the claim of a
+//! grant a wake-up carries, and giving up at the wait limit.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::time::Instant;
+
+use super::{
+    attempt::{Attempt, TicketId, TicketState},
+    cleanup::{Cleanup, Leaving},
+};
+use crate::redis::{
+    FALLBACK_CAP, Inner, millis,
+    names::Names,
+    records::stored,
+    wakeup::{Subscription, Woken},
+};
+use crate::{
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, GrantOrRecord, LockError,
+};
+
+/// What an attempt's answer leaves the acquire with.
+pub(super) enum Step {
+    /// Decided: the acquire's outcome, and whether it was the first attempt's.
+    Done(Result<(GrantOrRecord, bool), LockError>),
+    /// Registered (or its refresh failed): wait, then try again; the holder's remaining
+    /// TTL, if known.
+    Waiting(Option<Duration>),
+}
+
+/// One acquire's state across its attempts.
+pub(super) struct Wait<'a> {
+    inner: &'a Arc<Inner>,
+    req: &'a AcquireRequest,
+    names: Names<'a>,
+    ticket: &'a str,
+    ttl_ms: u64,
+    started: Instant,
+    deadline: Option<Instant>,
+    /// Whether the acquire may wait at all (a try answers at once).
+    waiting: bool,
+    first: bool,
+    cleanup: Cleanup<'a>,
+    /// The wake-up channel's name, made only when the first attempt did not decide.
+    channel: Option<String>,
+    subscription: Option<Subscription>,
+    /// Where the wake-up channel stood before the last attempt went out (see `covered`).
+    mark: Option<u64>,
+    /// When the last attempt was sent: the TTL cannot have started on the server earlier.
+    sent: Instant,
+    /// When the attempt that registered (or last refreshed) our ticket was sent: a
+    /// hand-off of that ticket happened later, so its claim runs from no earlier.
+    last_sent: Instant,
+    /// Whether the last wait ended on the fallback timer, not on a wake-up.
+    by_timer: bool,
+    /// A registered waiter's failed refresh (a timeout, a server busy or failing over for
+    /// a moment) does not end its wait: it is retried on the next fallback period while
+    /// the ticket lives (a ticket TTL after the last refresh that got through; after that
+    /// its place is gone anyway). The error is kept to answer a wait that ends while the
+    /// backend is still failing.
+    failed: Option<LockError>,
+    last_ok: Instant,
+}
+
+impl<'a> Wait<'a> {
+    pub(super) fn new(inner: &'a Arc<Inner>, req: &'a AcquireRequest, id: &'a TicketId) -> Self {
+        let started = Instant::now();
+        let waiting = req.wait != Some(Duration::ZERO);
+        let names = inner.names_in(&req.key, req.mode);
+        let ticket = if waiting { id.as_str() } else { "" };
+        let ttl_ms = millis(req.ttl);
+        Self {
+            inner,
+            req,
+            names,
+            ticket,
+            ttl_ms,
+            started,
+            deadline: req.wait.map(|w| started + w),
+            waiting,
+            first: true,
+            cleanup: Cleanup {
+                inner,
+                names,
+                ticket,
+                token: &req.token,
+                ttl_ms,
+                mode: req.mode,
+                armed: true,
+                registered: false,
+                known: None,
+                in_flight: false,
+                pinned: None,
+            },
+            channel: None,
+            subscription: None,
+            mark: None,
+            sent: started,
+            last_sent: started,
+            by_timer: false,
+            failed: None,
+            last_ok: started,
+        }
+    }
+
+    /// One attempt: the first try, the registration of our ticket, or its refresh. `None`
+    /// when a registered waiter's refresh failed within its ticket's life (retried later).
+    pub(super) async fn attempt(
+        &mut self,
+        with_record: bool,
+    ) -> Result<Option<Attempt>, LockError> {
+        let inner = self.inner;
+        self.mark = match &self.subscription {
+            None if self.waiting => self.names.channel().with_str(|c| inner.wakeup.mark(c)),
+            _ => None,
+        };
+        self.cleanup.in_flight = true;
+        // Taken before sending: the TTL cannot have started on the server any earlier.
+        self.sent = Instant::now();
+        // On error the cleanup stays armed with `in_flight`: the grant may have landed, or
+        // a refresh renamed our ticket (the script finds it again by its id).
+        let ticket = TicketState {
+            id: self.ticket,
+            known: self.cleanup.known,
+            renamed: self.failed.is_some(),
+        };
+        let with_record = with_record && self.first;
+        let reply = inner
+            .attempt(
+                self.names,
+                self.req,
+                ticket,
+                with_record,
+                self.req.mode,
+                &mut self.cleanup.pinned,
+            )
+            .await;
+        match reply {
+            Ok(outcome) => {
+                self.cleanup.in_flight = false;
+                self.failed = None;
+                self.last_ok = self.sent;
+                Ok(Some(outcome))
+            }
+            Err(e)
+                if self.cleanup.registered
+                    && self.last_ok.elapsed() < Duration::from_millis(inner.ticket_ttl_ms) =>
+            {
+                tracing::debug!(
+                    channel = %self.names.channel(),
+                    error = %e,
+                    "lock waiter's refresh failed; retrying within its wait"
+                );
+                self.failed = Some(e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// What the attempt's answer means: decided, or registered and waiting.
+    pub(super) async fn settle(&mut self, outcome: Option<Attempt>) -> Step {
+        // Kept for the clean-up while the call it went out with is unresolved.
+        let pinned = if self.cleanup.in_flight {
+            None
+        } else {
+            self.cleanup.pinned.take()
+        };
+        let first = std::mem::replace(&mut self.first, false);
+        let decided = match outcome {
+            // The refresh failed: wait for a wake-up or the fallback period, then retry.
+            None => return Step::Waiting(None),
+            Some(Attempt::Busy {
+                retry_after,
+                deadline,
+            }) if self.waiting => {
+                self.cleanup.registered = true;
+                self.cleanup.known = Some(deadline);
+                self.last_sent = self.sent;
+                return Step::Waiting(retry_after);
+            }
+            Some(Attempt::Busy { retry_after, .. }) => Err(LockError::Busy { retry_after }),
+            Some(Attempt::Record(fields)) => match stored(fields.0, fields.1, fields.2, fields.3) {
+                Ok(Some(record)) => Ok((GrantOrRecord::Record(record), true)),
+                Ok(None) => Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::Protocol,
+                    "acquire script answered an empty record",
+                ))),
+                Err(e) => Err(e),
+            },
+            Some(Attempt::Granted(fence)) => {
+                if self.by_timer
+                    && !self
+                        .subscription
+                        .as_ref()
+                        .is_some_and(Subscription::granted)
+                {
+                    // A hand-off whose message has not come (lost, or just late), or a
+                    // lease that ran out: found at the cost of up to FALLBACK_CAP.
+                    tracing::debug!(
+                        channel = %self.names.channel(),
+                        "lock granted on the fallback timer's retry, not by a wake-up"
+                    );
+                }
+                Ok((GrantOrRecord::Grant(Grant::new(fence, self.sent)), first))
+            }
+            Some(Attempt::Unacknowledged { acked, wanted }) => {
+                // Give the grant back (and drop our ticket) behind the script, on its
+                // connection; if that fails, the cleanup retries it in the background.
+                let leaving = self.leaving(None);
+                self.cleanup.in_flight = true;
+                if self.inner.leave(self.names, &leaving, pinned).await.is_ok() {
+                    self.cleanup.armed = false;
+                }
+                return Step::Done(Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::NotReplicated,
+                    format!(
+                        "{acked} of {wanted} replicas acknowledged the grant in time; released"
+                    ),
+                ))));
+            }
+            // Nothing was registered by this call; an earlier registration expired.
+            Some(Attempt::Full(retry_after)) => Err(LockError::QueueFull { retry_after }),
+            Some(Attempt::NotUpgraded) => Err(LockError::InvalidValue(
+                "a shared lease held beside others cannot be re-entered alone",
+            )),
+        };
+        self.cleanup.armed = false;
+        Step::Done(decided)
+    }
+
+    /// What our ticket tells the leave script (`known`: its deadline as last reported,
+    /// `None` to search for it).
+    fn leaving(&self, known: Option<u64>) -> Leaving {
+        Leaving {
+            ticket: self.ticket.to_owned(),
+            known,
+            token: self.req.token.clone(),
+            ttl_ms: self.ttl_ms,
+            mode: self.req.mode,
+        }
+    }
+
+    /// Whether the wait limit has passed.
+    pub(super) fn is_over(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The wait limit passed: leave the queue, and answer why the wait ended.
+    pub(super) async fn give_up(mut self, retry_after: Option<Duration>) -> LockError {
+        // After a failed refresh our ticket may have been renamed: search.
+        let known = if self.cleanup.in_flight {
+            None
+        } else {
+            self.cleanup.known
+        };
+        let leaving = self.leaving(known);
+        // Behind a failed refresh on its connection, so it cannot overtake it.
+        let behind = self
+            .cleanup
+            .in_flight
+            .then(|| self.cleanup.pinned.take())
+            .flatten();
+        let retry_after = match self.inner.leave(self.names, &leaving, behind).await {
+            Ok(left) => {
+                self.cleanup.armed = false;
+                left.or(retry_after)
+            }
+            // The clean-up retries it in the background (see `Cleanup`).
+            Err(_) => retry_after,
+        };
+        // A wait that ended while the backend was failing says so.
+        if let Some(e) = self.failed.take() {
+            return e;
+        }
+        LockError::TimedOut {
+            waited: self.started.elapsed(),
+            retry_after,
+        }
+    }
+
+    /// Wait for a wake-up, the fallback period (capped by the holder's remaining TTL) or
+    /// the wait limit; a grant the wake-up carries for our ticket is claimed.
+    pub(super) async fn sleep(&mut self, retry_after: Option<Duration>) -> Option<Grant> {
+        let now = Instant::now();
+        let fallback = retry_after
+            .map_or(FALLBACK_CAP, |r| r.min(FALLBACK_CAP))
+            .max(Duration::from_millis(1));
+        let wake_at = self
+            .deadline
+            .map_or(now + fallback, |d| d.min(now + fallback));
+        let woken = match self.subscription.as_ref() {
+            Some(sub) => woken_by(sub, wake_at).await,
+            None => {
+                let (names, inner) = (self.names, self.inner);
+                let channel = self
+                    .channel
+                    .get_or_insert_with(|| names.channel().to_string());
+                let sub = inner.wakeup.subscribe(channel, self.ticket, self.mark);
+                let woken = if sub.covered() {
+                    // Subscribed since before the attempt: a grant after it is heard.
+                    woken_by(&sub, wake_at).await
+                } else {
+                    // Retry once the subscription is confirmed: a grant before it was
+                    // unheard (the retry finds it: re-entry), one after it is heard.
+                    tokio::select! {
+                        woken = sub.woken() => Some(woken),
+                        _ = sub.confirmed() => None,
+                        _ = tokio::time::sleep_until(wake_at) => None,
+                    }
+                };
+                self.subscription = Some(sub);
+                woken
+            }
+        };
+        self.by_timer = woken.is_none() && Instant::now() >= wake_at;
+        self.claim(woken?)
+    }
+
+    /// A grant of the ticket as we registered it last, or as a later refresh whose reply we
+    /// never saw renamed it (its deadline is later still): either way the hand-off came
+    /// after the attempt sent at `last_sent`. (One naming an older registration is stale:
+    /// its claim may be over.)
+    fn claim(&mut self, woken: Woken) -> Option<Grant> {
+        let Woken::Granted {
+            deadline,
+            fence,
+            px,
+        } = woken
+        else {
+            return None;
+        };
+        if self.cleanup.known.is_none_or(|known| deadline < known) {
+            return None;
+        }
+        if self.inner.replica_ack.is_some() {
+            // Handed over by a release, which waited for no replica: confirm it with one
+            // more attempt (re-entry, the full lease) and its WAIT.
+            return None;
+        }
+        self.cleanup.armed = false;
+        // The expiry the releasing script set (the claim period our ticket carries),
+        // counted from before the attempt that registered the ticket it granted: never
+        // later than the server's. Not our own settings: the server decided.
+        let valid = Duration::from_millis(px);
+        Some(Grant::new(Fence::new(fence), self.last_sent).valid_for(valid))
+    }
+}
+
+/// The next wake-up of `sub`, or `None` when `at` comes first.
+async fn woken_by(sub: &Subscription, at: Instant) -> Option<Woken> {
+    tokio::select! {
+        woken = sub.woken() => Some(woken),
+        _ = tokio::time::sleep_until(at) => None,
+    }
+}

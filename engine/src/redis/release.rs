@@ -1,0 +1,54 @@
+//! The call of the lock's release script ([`RELEASE`]), which the lease release, the
+//! completion with a record and the give-back of an unused grant all make, and what its
+//! answer tells the next acquire.
+
+use super::{FENCE_MARGIN, Inner, commands::ScriptCall, millis, names::Names, outcome};
+use crate::{LockError, Token};
+
+#[cfg(doc)]
+use super::scripts::RELEASE;
+
+/// The keys and arguments of [`RELEASE`], which [`COMPLETE`](super::scripts::COMPLETE)
+/// also takes first. (A hand-off lasts the waiter's claim period, which its ticket carries.)
+/// `extra_keys`: keys the caller adds after these (before any argument).
+pub(super) fn release_call(
+    script: &redis::Script,
+    names: Names<'_>,
+    extra_keys: usize,
+) -> ScriptCall {
+    let mut inv = ScriptCall::new(script, 3 + extra_keys);
+    inv.key(names.lock()).key(names.fence()).key(names.queue());
+    inv
+}
+
+/// The arguments of [`RELEASE`], after every key.
+pub(super) fn release_args(inv: &mut ScriptCall, names: Names<'_>, token: &Token) {
+    inv.arg(token.as_str())
+        .arg(names.channel())
+        .arg(millis(FENCE_MARGIN));
+}
+
+impl Inner {
+    /// What a release script answered tells which way the key's next acquire should look
+    /// (see [`Contended`](super::contended::Contended)).
+    pub(super) fn released(&self, names: Names<'_>, code: i64) {
+        match code {
+            2 => self.contended.mark(names.tag),
+            1 => self.contended.clear(names.tag),
+            _ => {}
+        }
+    }
+
+    /// Release the lock of `names` if `token` holds it, handing it to the next waiter.
+    pub(super) async fn release_lock(
+        &self,
+        names: Names<'_>,
+        token: &Token,
+    ) -> Result<(), LockError> {
+        let mut inv = release_call(&super::scripts::RELEASE, names, 0);
+        release_args(&mut inv, names, token);
+        let released = self.call("release", &inv).await?;
+        self.released(names, released);
+        outcome(released)
+    }
+}
