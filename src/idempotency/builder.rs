@@ -388,15 +388,28 @@ impl IdempotencyLayerBuilder {
         self
     }
 
+    /// Count the authority (the host name and port the client addressed) in the
+    /// fingerprint: a key reused under another host name is then a `422`.
+    ///
+    /// Off by default: the nodes of one service answer the same resources under several
+    /// addresses (each node's own, an internal and an external name, another region's after
+    /// a failover), and a client's retry of the same request on any of them is replayed.
+    /// Turn it on for a layer in front of several hosts whose names select different
+    /// resources (virtual hosts, a tenant per host name), or scope the keys by the host
+    /// (`scope_by(HeaderKey::new("host"))`), so that each host has records of its own.
+    pub fn fingerprint_authority(mut self) -> Self {
+        self.options.fingerprint.authority = true;
+        self
+    }
+
     /// Add a part of the application's own to the fingerprint: `f` gets the request and
     /// its whole body, and what it returns counts besides the default fingerprint (SHA-256
-    /// over the method, the full original target with its query, the authority, the
-    /// content type, the [named headers](Self::fingerprint_headers) and the body, or its
+    /// over the method, the full original target with its query, the content type, the [named headers](Self::fingerprint_headers) and the body, or its
     /// [canonical JSON](Self::canonical_json)), never instead of it. Two requests with one
     /// key are the same request only when both agree, so a part can tell apart requests
     /// the default would take for one (what an earlier layer put in the extensions, a
     /// setting the handler reads from elsewhere), and can never make a request with
-    /// another query, host or route the same as the stored one.
+    /// another query or route the same as the stored one.
     ///
     /// ```
     /// use tower_lock::{IdempotencyLayer, LockEngine, bytes::Bytes, key::RequestView};

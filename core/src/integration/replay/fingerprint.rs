@@ -17,9 +17,9 @@ use crate::key::RequestView;
 pub type FingerprintFn = Arc<dyn Fn(&dyn RequestView, &[u8]) -> Bytes + Send + Sync>;
 
 /// Which fingerprint a layer takes: the default one, over the body's bytes or its
-/// canonical JSON, and the application's part, if any. There is no way to leave out a part
-/// of the default: a fingerprint that forgot the query, the host or the full target would
-/// replay one request's response to another.
+/// canonical JSON, with or without the authority, and the application's part, if any.
+/// There is no way to leave out another part of the default: a fingerprint that forgot the
+/// query or the full target would replay one route's response to another.
 #[derive(Clone, Default)]
 // Reached only through the hidden `settings` module, by tower-lock's builders: not an API
 // of this crate.
@@ -29,12 +29,16 @@ pub struct FingerprintKind {
     pub canonical_json: bool,
     /// The application's part.
     pub extra: Option<FingerprintFn>,
+    /// The authority (host and port) counts: for a layer in front of several hosts whose
+    /// names select different resources. Off by default, so that a retry sent to another
+    /// node of the fleet (another address, an internal and an external name) is replayed.
+    pub authority: bool,
 }
 
 /// The default fingerprint, fed while the body streams in: SHA-256 over length-delimited
 /// fields (a version tag, the method, the full original target's path and query, the
-/// authority, every value of the content type, and every value of each header the layer
-/// names), then the body bytes and, last, the body's length.
+/// authority when the layer counts it, every value of the content type, and every value of
+/// each header the layer names), then the body bytes and, last, the body's length.
 ///
 /// Every field before the body carries its length (and absent values a marker of their
 /// own), each header's values are preceded by their count, and the body's length closes
@@ -42,23 +46,26 @@ pub struct FingerprintKind {
 /// path into the query, from one header value into the next, or from one header into the
 /// next, changes the fingerprint.
 ///
-/// The target is the one the client sent (axum's original URI inside a nested router), and
-/// the authority is part of it, so a key reused on another route or host name is another
-/// request (`422`), never a replay of that route's or host's response.
+/// The target is the one the client sent (axum's original URI inside a nested router), so a
+/// key reused on another route is another request (`422`), never a replay of that route's
+/// response. The authority is not, by default: the nodes of one service answer one
+/// resource under several addresses, and a client may retry on any of them. (A layer whose
+/// hosts name different resources counts it, or scopes its keys by the host.)
 pub(crate) struct Hasher {
     sha: Sha256,
     body_len: u64,
 }
 
 impl Hasher {
-    pub(crate) fn new(req: &dyn RequestView, headers: &[HeaderName]) -> Self {
+    pub(crate) fn new(req: &dyn RequestView, headers: &[HeaderName], authority: bool) -> Self {
         let mut sha = Sha256::new();
-        field(&mut sha, b"tower-lock fingerprint v2");
+        // The version tag says which fields follow: v3 has the authority as an option.
+        field(&mut sha, b"tower-lock fingerprint v3");
         field(&mut sha, req.method().as_bytes());
         let (path, query) = req.original_target();
         field(&mut sha, path.as_bytes());
         optional(&mut sha, query.map(str::as_bytes));
-        optional(&mut sha, req.authority());
+        optional(&mut sha, req.authority().filter(|_| authority));
         all_values(&mut sha, req, "content-type");
         for name in headers {
             field(&mut sha, name.as_str().as_bytes());
@@ -119,7 +126,7 @@ impl Fingerprinter {
         req: &dyn RequestView,
     ) -> Self {
         Self {
-            hasher: Hasher::new(req, headers),
+            hasher: Hasher::new(req, headers, kind.authority),
             json: kind.canonical_json,
             extra: kind.extra.clone(),
         }
@@ -165,7 +172,7 @@ mod tests {
         }
         let req = req.body(()).unwrap();
         let named: Vec<HeaderName> = named.iter().map(|n| n.parse().unwrap()).collect();
-        let mut h = Hasher::new(&req, &named);
+        let mut h = Hasher::new(&req, &named, true);
         for chunk in body {
             h.update(chunk);
         }
@@ -200,6 +207,24 @@ mod tests {
         assert_eq!(base, fp("/a?x=1", &[("x-trace", "1")], &[b"body"], &[]));
         // Empty query and no query differ.
         assert_ne!(fp("/a?", &[], &[], &[]), fp("/a", &[], &[], &[]));
+    }
+
+    #[test]
+    fn the_authority_counts_only_when_the_layer_says_so() {
+        let with = |host: &str, authority: bool| {
+            let req = http::Request::post(format!("http://{host}/a"))
+                .body(())
+                .unwrap();
+            let mut h = Hasher::new(&req, &[], authority);
+            h.update(b"body");
+            h.finish()
+        };
+        // Another node's address, or another name: the same request by default.
+        assert_eq!(with("10.0.0.1:4001", false), with("10.0.0.2:4002", false));
+        assert_eq!(with("api.example", false), with("api.internal", false));
+        // Counted: another request.
+        assert_ne!(with("10.0.0.1:4001", true), with("10.0.0.2:4002", true));
+        assert_ne!(with("api.example", true), with("api.example", false));
     }
 
     #[test]

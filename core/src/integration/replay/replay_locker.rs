@@ -242,7 +242,7 @@ impl ReplayLocker {
         if record.fingerprint != *fingerprint {
             return ReplayDecision::Rejected(locker.reject(
                 RejectionKind::FingerprintMismatch,
-                "this idempotency key was already used with a different request (method, path and query, host, content type, fingerprinted headers or body)".to_owned(),
+                "this idempotency key was already used with a different request (method, path and query, content type, fingerprinted headers or body, or the host where it counts)".to_owned(),
                 None,
             ));
         }

@@ -1,6 +1,7 @@
 //! A custom fingerprint adds parts to the default one; it cannot take the default's parts
 //! away. Even a hook that looks only at the method, the path a router sees and the body
-//! keeps the query, the host and the full original target in the fingerprint.
+//! keeps the query, the full original target and (where the layer counts it) the host in
+//! the fingerprint.
 
 use std::sync::{
     Arc,
@@ -32,11 +33,12 @@ fn method_path_body(req: &dyn RequestView, body: &[u8]) -> Bytes {
 
 /// With a custom fingerprint, a real request after a `?dry_run=true` one with the same key
 /// and body is `422`, not the dry run's replay; so is the same request sent to another
-/// host. The request itself is still replayed.
+/// host, on a layer that counts the host. The request itself is still replayed.
 pub async fn a_custom_fingerprint_keeps_the_query_and_the_host(on: Stack) {
     let table = on.table("replay-custom-fp").await;
     let layer = preset(&table)
         .fingerprint_with(method_path_body)
+        .fingerprint_authority()
         .build()
         .unwrap();
     let app = replay_app(on, layer).await;

@@ -1,6 +1,7 @@
-//! What makes a retry the same request: a key reused with another body, path, query, host
-//! or header value is a `422`, never the other request's stored response, and inside
-//! axum's nested routers the record is bound to the full original target.
+//! What makes a retry the same request: a key reused with another body, path, query or
+//! header value (or host, where the layer counts it) is a `422`, never the other request's
+//! stored response; inside axum's nested routers the record is bound to the full original
+//! target; a retry of the same request on another node of the fleet is replayed.
 
 use std::sync::{
     Arc,
@@ -51,11 +52,12 @@ pub async fn a_reused_key_with_another_request_is_422(on: Stack) {
         .await;
 }
 
-/// A key reused for the same path on another host name is a `422`, not a replay of the
-/// other host's response.
-pub async fn a_key_reused_on_another_host_is_422(on: Stack) {
+/// Where the layer counts the host (`fingerprint_authority`), a key reused for the same
+/// path on another host name is a `422`, not a replay of the other host's response.
+pub async fn a_key_reused_on_another_host_is_422_where_the_host_counts(on: Stack) {
     let table = on.table("replay-host").await;
-    let app = replay_app(on, preset(&table).build().unwrap()).await;
+    let layer = preset(&table).fingerprint_authority().build().unwrap();
+    let app = replay_app(on, layer).await;
     let send = |host: &'static str| {
         let server = app.server.clone();
         async move {
@@ -83,6 +85,31 @@ pub async fn a_key_reused_on_another_host_is_422(on: Stack) {
         other.text()
     );
     assert_eq!(app.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Two nodes of one service (two servers, each at its own address, on one lock table): a
+/// client's retry of the same request sent to the other node is replayed from the first
+/// node's record, and the handler ran once. By default the host does not count.
+pub async fn a_retry_on_another_node_is_replayed(on: Stack) {
+    let table = on.table("replay-node").await;
+    let one = replay_app(on, preset(&table).build().unwrap()).await;
+    let two = replay_app(on, preset(&table).build().unwrap()).await;
+    assert_ne!(one.server.addr(), two.server.addr());
+    let first = post_with(&one.server, "/orders", "r1", "same").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    until_recorded(&table, "r1").await;
+    let retry = post_with(&two.server, "/orders", "r1", "same").await;
+    assert_eq!(
+        retry.status,
+        StatusCode::CREATED,
+        "the retry on the other node was answered {} {:?}",
+        retry.status,
+        retry.text()
+    );
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(retry.text(), first.text());
+    let runs = one.runs.load(Ordering::SeqCst) + two.runs.load(Ordering::SeqCst);
+    assert_eq!(runs, 1, "the handler ran {runs} times");
 }
 
 /// Every value of a fingerprinted header counts, in order: a retry that differs only in

@@ -57,7 +57,7 @@ async fn post_with(server: &TestServer, path: &str, k: &str, body: &str) -> Repl
 }
 
 /// `POST path` with idempotency key `k` and no body, written on a plain TCP connection
-/// (with the `Host` the test client sends, which is part of the fingerprint).
+/// (with the `Host` the test client sends).
 async fn raw_post(server: &TestServer, path: &str, k: &str) -> tokio::net::TcpStream {
     let request = format!(
         "POST {path} HTTP/1.1\r\nhost: {}\r\nidempotency-key: \"{k}\"\r\ncontent-length: 0\r\n\r\n",
@@ -105,7 +105,8 @@ macro_rules! replay_scenarios {
             records_expire_after_the_retention,
             bad_keys_are_400_and_oversized_requests_413,
             the_quick_start_preset_never_replays_a_response_to_another_caller,
-            a_key_reused_on_another_host_is_422,
+            a_key_reused_on_another_host_is_422_where_the_host_counts,
+            a_retry_on_another_node_is_replayed,
             every_value_of_a_fingerprinted_header_counts,
             answers_that_mean_try_again_are_never_stored,
             a_panicking_body_or_handler_costs_only_its_own_request,
