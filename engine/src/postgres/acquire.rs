@@ -1,0 +1,292 @@
+//! The acquire wait loop: one `acquire` call per attempt, grants delivered by the listener
+//! between attempts, and the clean-up of an acquire that ends without handing its outcome
+//! to the caller.
+//!
+//! A waiter enters the listener's table, then sends its attempt; a failed one registers its
+//! ticket. The release that grants it makes it the holder itself and notifies the ticket's
+//! id, fence and claim, so the notification alone completes the acquire. Between
+//! notifications the waiter retries on the fallback timer (at most [`FALLBACK_CAP`] apart),
+//! which refreshes its ticket and finds a grant whose notification was lost (re-entry).
+//!
+//! Every call runs as a task on the engine's runtime (see [`Inner::spawn_call`]): a call
+//! whose caller goes away still finishes, and the clean-up waits for it before it leaves, so
+//! a grant that lands unseen is always given back.
+
+use std::{sync::Arc, time::Duration};
+
+use sqlx::{Executor, Row, postgres::PgRow};
+use tokio::{task::JoinHandle, time::Instant};
+
+use super::{
+    FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out,
+};
+use crate::{
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Token,
+    runtime,
+};
+
+/// A call in flight on the engine's runtime.
+pub(super) type InFlight = JoinHandle<Result<Option<PgRow>, LockError>>;
+
+enum Attempt {
+    Granted(Fence),
+    Busy(Option<Duration>),
+    Full(Option<Duration>),
+}
+
+impl Inner {
+    /// Send `sql` from a task on the engine's runtime, bounded by the call timeout: it runs
+    /// to its end even if its caller goes away, and no user runtime owns its connection.
+    pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
+        let inner = self.clone();
+        runtime::handle().spawn(async move {
+            let query = inner.pool.fetch_optional(sqlx::raw_sql(&sql));
+            match tokio::time::timeout(inner.timeout, query).await {
+                Ok(result) => result.map_err(|e| backend_error(what, e)),
+                Err(_) => Err(timed_out(what, inner.timeout)),
+            }
+        })
+    }
+
+    /// One call, awaited: the row it answered, if any.
+    pub(super) async fn call(
+        self: &Arc<Self>,
+        what: &'static str,
+        sql: String,
+    ) -> Result<Option<PgRow>, LockError> {
+        joined(self.spawn_call(what, sql).await)
+    }
+
+    /// A waiter leaves: its ticket deleted, a grant it received unseen given back. Returns
+    /// the holder's remaining TTL.
+    pub(super) async fn leave(
+        self: &Arc<Self>,
+        key: &LockKey,
+        ticket: &str,
+        token: &Token,
+    ) -> Result<Option<Duration>, LockError> {
+        let sql = Call::function(self.names.leave())
+            .text(key.as_str())
+            .text(ticket)
+            .text(token.as_str())
+            .finish();
+        let row = self.call("leave", sql).await?;
+        Ok(remaining(int(row.as_ref(), 0)?))
+    }
+
+    fn attempt_sql(&self, req: &AcquireRequest, ticket: &str) -> String {
+        Call::function(self.names.acquire())
+            .text(req.key.as_str())
+            .text(req.token.as_str())
+            .int(millis(req.ttl))
+            .text(ticket)
+            .int(i64::try_from(self.ticket_ttl_ms).unwrap_or(i64::MAX))
+            .int(
+                req.max_waiters
+                    .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
+            )
+            .finish()
+    }
+
+    /// The acquire loop.
+    pub(super) async fn acquire(self: Arc<Self>, req: AcquireRequest) -> Result<Grant, LockError> {
+        let started = Instant::now();
+        // `None`: no limit (a wait too long to add to the clock is one).
+        let deadline = req.wait.and_then(|w| started.checked_add(w));
+        let waiting = req.wait != Some(Duration::ZERO);
+        let id = if waiting {
+            let hex = crate::key::random_hex();
+            String::from_utf8_lossy(&hex).into_owned()
+        } else {
+            String::new()
+        };
+        // Entered before the first attempt: a grant right after it is heard.
+        let mut waiting_entry = waiting.then(|| self.listener.wait_for(&id));
+        let mut cleanup = Cleanup {
+            inner: self.clone(),
+            key: req.key.clone(),
+            ticket: id.clone(),
+            token: req.token.clone(),
+            armed: true,
+            registered: false,
+            unsure: false,
+            in_flight: None,
+        };
+        let sql = self.attempt_sql(&req, &id);
+        // When the attempt that last registered or refreshed our ticket was sent: a hand-off
+        // of it came later, so its claim runs from no earlier.
+        let mut last_sent = started;
+        // A registered waiter's failed refresh does not end its wait while its ticket lives;
+        // the error answers a wait that ends while the database is still failing.
+        let mut failed: Option<LockError>;
+        let mut last_ok = started;
+        let ticket_ttl = Duration::from_millis(self.ticket_ttl_ms);
+        loop {
+            let sent = Instant::now();
+            let in_flight = cleanup.in_flight.insert(self.spawn_call("acquire", sql.clone()));
+            let reply = joined(in_flight.await);
+            cleanup.in_flight = None;
+            let outcome = match reply.and_then(|row| parse_attempt(row.as_ref())) {
+                Ok(outcome) => {
+                    cleanup.unsure = false;
+                    failed = None;
+                    last_ok = sent;
+                    Some(outcome)
+                }
+                Err(e) if cleanup.registered && last_ok.elapsed() < ticket_ttl => {
+                    tracing::debug!(error = %e, "postgres waiter's refresh failed; retrying");
+                    // It may have landed: the clean-up looks.
+                    cleanup.unsure = true;
+                    failed = Some(e);
+                    None
+                }
+                Err(e) => {
+                    cleanup.unsure = true;
+                    return Err(e);
+                }
+            };
+            let retry_after = match outcome {
+                None => None,
+                Some(Attempt::Granted(fence)) => {
+                    cleanup.armed = false;
+                    return Ok(Grant::new(fence, sent));
+                }
+                Some(Attempt::Full(retry_after)) => {
+                    cleanup.armed = false;
+                    return Err(LockError::QueueFull { retry_after });
+                }
+                Some(Attempt::Busy(retry_after)) if !waiting => {
+                    cleanup.armed = false;
+                    return Err(LockError::Busy { retry_after });
+                }
+                Some(Attempt::Busy(retry_after)) => {
+                    cleanup.registered = true;
+                    last_sent = sent;
+                    retry_after
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                let retry_after = match self.leave(&req.key, &id, &req.token).await {
+                    Ok(left) => {
+                        cleanup.armed = false;
+                        left.or(retry_after)
+                    }
+                    // The clean-up tries again (see `Cleanup`).
+                    Err(_) => retry_after,
+                };
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                return Err(LockError::TimedOut {
+                    waited: started.elapsed(),
+                    retry_after,
+                });
+            }
+            let fallback = retry_after
+                .map_or(FALLBACK_CAP, |r| r.min(FALLBACK_CAP))
+                .max(Duration::from_millis(1));
+            let wake_at = deadline.map_or(now + fallback, |d| d.min(now + fallback));
+            let Some(entry) = waiting_entry.as_mut() else {
+                tokio::time::sleep_until(wake_at).await;
+                continue;
+            };
+            tokio::select! {
+                handed = entry.granted() => {
+                    cleanup.armed = false;
+                    // The expiry the release set (the claim our ticket carries), counted from
+                    // before the attempt that last registered our ticket: never later than
+                    // the database's.
+                    return Ok(Grant::new(Fence::new(handed.fence), last_sent).valid_for(handed.claim));
+                }
+                () = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+    }
+}
+
+/// A joined call: a task that panicked or was cancelled is a failure of the backend.
+fn joined(
+    result: Result<Result<Option<PgRow>, LockError>, tokio::task::JoinError>,
+) -> Result<Option<PgRow>, LockError> {
+    result.unwrap_or_else(|e| {
+        Err(LockError::Backend(BackendError::new(
+            BackendErrorKind::Unavailable,
+            format!("postgres call did not finish: {e}"),
+        )))
+    })
+}
+
+/// Column `i` of `row` as a number.
+pub(super) fn int(row: Option<&PgRow>, i: usize) -> Result<i64, LockError> {
+    let row = row.ok_or_else(|| protocol("a function answered no row"))?;
+    row.try_get::<i64, _>(i)
+        .or_else(|_| row.try_get::<i32, _>(i).map(i64::from))
+        .map_err(|e| backend_error("decode", e))
+}
+
+pub(super) fn protocol(what: &str) -> LockError {
+    LockError::Backend(BackendError::new(BackendErrorKind::Protocol, what.to_owned()))
+}
+
+fn parse_attempt(row: Option<&PgRow>) -> Result<Attempt, LockError> {
+    let status = int(row, 0)?;
+    let value = int(row, 1)?;
+    Ok(match status {
+        1 => Attempt::Granted(Fence::new(
+            u64::try_from(value).map_err(|_| protocol("acquire answered a negative fence"))?,
+        )),
+        0 => Attempt::Busy(remaining(value)),
+        2 => Attempt::Full(remaining(value)),
+        _ => return Err(protocol("acquire answered an unknown status")),
+    })
+}
+
+/// Cleans up after an acquire that ends without handing its outcome to the caller: waits
+/// for a call still in flight, then removes the ticket and gives back a grant received
+/// unseen. Runs as a task on the engine's runtime, so dropping the acquire never blocks.
+struct Cleanup {
+    inner: Arc<Inner>,
+    key: LockKey,
+    ticket: String,
+    token: Token,
+    armed: bool,
+    /// A ticket may be registered (and then a hand-off may have made us the holder).
+    registered: bool,
+    /// A call failed after it may have landed: we may hold the key unseen.
+    unsure: bool,
+    in_flight: Option<InFlight>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.armed || !(self.registered || self.unsure || self.in_flight.is_some()) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let key = self.key.clone();
+        let ticket = std::mem::take(&mut self.ticket);
+        let token = self.token.clone();
+        let in_flight = self.in_flight.take();
+        runtime::handle().spawn(async move {
+            if let Some(call) = in_flight {
+                let _ = call.await;
+            }
+            // A clean-up the database refused is tried again until the ticket would have
+            // lapsed anyway; one that timed out was sent and lands when the database
+            // answers.
+            let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
+            loop {
+                let Err(error) = inner.leave(&key, &ticket, &token).await else {
+                    return;
+                };
+                let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);
+                if sent || Instant::now() + FALLBACK_CAP >= give_up {
+                    tracing::debug!(%error, "postgres waiter cleanup failed; its ticket will lapse");
+                    return;
+                }
+                tokio::time::sleep(FALLBACK_CAP).await;
+            }
+        });
+    }
+}

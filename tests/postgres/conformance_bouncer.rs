@@ -1,0 +1,23 @@
+//! The conformance suite's core cases on Postgres through PgBouncer in transaction pooling
+//! mode: every call may run on another server connection. The listener connects directly
+//! (`LISTEN` needs a session of its own).
+
+use tower_lock_test_support::{core_conformance_tests, postgres::PostgresServer};
+
+use crate::harness::{bouncer, harness};
+
+/// The bouncer's URL and the cluster's, both started on first use.
+async fn urls() -> (String, String) {
+    tokio::task::spawn_blocking(|| (bouncer().url(), PostgresServer::shared().url()))
+        .await
+        .unwrap()
+}
+
+core_conformance_tests!(
+    timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+    concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
+    harness = async {
+        let (through, direct) = urls().await;
+        harness(through, Some(direct)).await
+    },
+);

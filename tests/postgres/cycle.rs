@@ -1,0 +1,35 @@
+//! The uncontended cycle on Postgres: what an acquire and a release cost, measured (printed,
+//! never asserted: the benches compare figures, a test only checks what they mean).
+
+use std::time::{Duration, Instant};
+
+use tower_lock::engine::LockEngine;
+use tower_lock_test_support::postgres::PostgresServer;
+
+use crate::harness::backend;
+
+/// One acquire and one release per cycle, one statement each: run with `--nocapture` to see
+/// the mean cycle time on this machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
+    let url = tokio::task::spawn_blocking(|| PostgresServer::shared().url())
+        .await
+        .unwrap();
+    let engine = LockEngine::new(backend(url, None, "cycle").await);
+    let lock = engine.lock("cycle").ttl(Duration::from_secs(5));
+    // Warm the pool and the functions' plans.
+    for _ in 0..20 {
+        lock.try_acquire().await.unwrap().release().await.unwrap();
+    }
+    let cycles = 300;
+    let mut last = None;
+    let started = Instant::now();
+    for _ in 0..cycles {
+        let lease = lock.try_acquire().await.unwrap();
+        assert!(last.is_none_or(|f| lease.fence() > f), "fences rise");
+        last = Some(lease.fence());
+        lease.release().await.unwrap();
+    }
+    let per_cycle = started.elapsed() / cycles;
+    println!("postgres uncontended acquire + release: {per_cycle:?} per cycle ({cycles} cycles)");
+}
