@@ -130,7 +130,9 @@ impl LockEngine {
     /// ```
     #[cfg(feature = "postgres")]
     pub async fn postgres(url: impl Into<String>) -> Result<Self, crate::BackendError> {
-        Ok(Self::new(super::postgres::PostgresBackend::connect(url).await?))
+        Ok(Self::new(
+            super::postgres::PostgresBackend::connect(url).await?,
+        ))
     }
 
     /// An engine over any backend.

@@ -44,7 +44,10 @@ pub(crate) async fn backend(url: String, listen: Option<String>, name: &str) -> 
 }
 
 /// The harness on `url`: the time unit is short but comfortably above a round trip.
-pub(crate) async fn harness(url: String, listen: Option<String>) -> BackendHarness<PostgresBackend> {
+pub(crate) async fn harness(
+    url: String,
+    listen: Option<String>,
+) -> BackendHarness<PostgresBackend> {
     let backend = backend(url, listen, "conformance").await;
     BackendHarness::new(backend, Duration::from_millis(200), |b| {
         Box::pin(residue(b))

@@ -17,7 +17,10 @@ use tower_lock_test_support::postgres::PostgresServer;
 fn documented(e: &LockError) -> bool {
     match e {
         LockError::Backend(b) => {
-            matches!(b.kind(), BackendErrorKind::Unavailable | BackendErrorKind::Timeout)
+            matches!(
+                b.kind(),
+                BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+            )
         }
         LockError::TimedOut { .. } => true,
         _ => false,
@@ -75,7 +78,11 @@ async fn a_crash_and_restart_under_a_holder_and_a_waiter_never_makes_two_holders
     let asked = Instant::now();
     let err = engine.lock("other").try_acquire().await.unwrap_err();
     assert!(documented(&err), "{err:?}");
-    assert!(asked.elapsed() < Duration::from_secs(2), "took {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        asked.elapsed()
+    );
 
     let up = server.clone();
     tokio::task::spawn_blocking(move || up.restart())

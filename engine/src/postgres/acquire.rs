@@ -17,9 +17,7 @@ use std::{sync::Arc, time::Duration};
 use sqlx::{Executor, Row, postgres::PgRow};
 use tokio::{task::JoinHandle, time::Instant};
 
-use super::{
-    FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out,
-};
+use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
 use crate::{
     AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Token,
     runtime,
@@ -123,7 +121,9 @@ impl Inner {
         let ticket_ttl = Duration::from_millis(self.ticket_ttl_ms);
         loop {
             let sent = Instant::now();
-            let in_flight = cleanup.in_flight.insert(self.spawn_call("acquire", sql.clone()));
+            let in_flight = cleanup
+                .in_flight
+                .insert(self.spawn_call("acquire", sql.clone()));
             let reply = joined(in_flight.await);
             cleanup.in_flight = None;
             let outcome = match reply.and_then(|row| parse_attempt(row.as_ref())) {
@@ -226,7 +226,10 @@ pub(super) fn int(row: Option<&PgRow>, i: usize) -> Result<i64, LockError> {
 }
 
 pub(super) fn protocol(what: &str) -> LockError {
-    LockError::Backend(BackendError::new(BackendErrorKind::Protocol, what.to_owned()))
+    LockError::Backend(BackendError::new(
+        BackendErrorKind::Protocol,
+        what.to_owned(),
+    ))
 }
 
 fn parse_attempt(row: Option<&PgRow>) -> Result<Attempt, LockError> {

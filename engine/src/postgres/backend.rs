@@ -5,9 +5,9 @@ use std::time::Duration;
 use sqlx::Row;
 
 use super::{
-    PostgresBackend, backend_error,
+    PostgresBackend,
     acquire::{int, protocol},
-    millis, remaining,
+    backend_error, millis, remaining,
     sql::Call,
 };
 use crate::{

@@ -180,14 +180,14 @@ impl PostgresBackendBuilder {
         };
         check_version(&pool, &names, timeout).await?;
         let target = match (&self.listen_url, direct) {
-            (Some(url), _) => ListenTarget::Direct(options(url)?),
-            (None, Some(options)) => ListenTarget::Direct(options),
+            (Some(url), _) => ListenTarget::Direct(Box::new(options(url)?)),
+            (None, Some(options)) => ListenTarget::Direct(Box::new(options)),
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
         let listener = Listener::start(target, names.channel(), timeout).await?;
         let sweeper = Sweeper::start(pool.clone(), names.sweep(), timeout);
-        let ticket_ttl_ms = u64::try_from((timeout * 3).max(FALLBACK_CAP * 4).as_millis())
-            .unwrap_or(u64::MAX);
+        let ticket_ttl_ms =
+            u64::try_from((timeout * 3).max(FALLBACK_CAP * 4).as_millis()).unwrap_or(u64::MAX);
         Ok(PostgresBackend {
             inner: Arc::new(Inner {
                 pool,
@@ -232,7 +232,11 @@ async fn on_engine_runtime<T: Send + 'static>(
 }
 
 /// Refuse a schema that is missing or at another version, naming the fix.
-async fn check_version(pool: &PgPool, names: &Names, timeout: Duration) -> Result<(), BackendError> {
+async fn check_version(
+    pool: &PgPool,
+    names: &Names,
+    timeout: Duration,
+) -> Result<(), BackendError> {
     let sql = names.version_query();
     let read = tokio::time::timeout(timeout, pool.fetch_optional(sqlx::raw_sql(&sql))).await;
     let fix = format!(
@@ -250,15 +254,14 @@ async fn check_version(pool: &PgPool, names: &Names, timeout: Duration) -> Resul
         Ok(Err(sqlx::Error::Database(db)))
             if matches!(db.code().as_deref(), Some("42P01" | "3F000")) =>
         {
-            return Err(config(format!(
-                "the tower-lock tables are missing: {fix}"
-            )));
+            return Err(config(format!("the tower-lock tables are missing: {fix}")));
         }
         Ok(Err(e)) => {
-            return Err(
-                BackendError::new(BackendErrorKind::Unavailable, "postgres is unreachable")
-                    .with_source(e),
-            );
+            return Err(BackendError::new(
+                BackendErrorKind::Unavailable,
+                "postgres is unreachable",
+            )
+            .with_source(e));
         }
         Ok(Ok(row)) => row,
     };

@@ -33,7 +33,8 @@ pub(super) struct Handed {
 /// Where the listener connects: its own direct connection, or one of the application's pool.
 #[derive(Clone, Debug)]
 pub(super) enum ListenTarget {
-    Direct(PgConnectOptions),
+    /// Boxed: ten times the size of a pool handle.
+    Direct(Box<PgConnectOptions>),
     Pool(PgPool),
 }
 
@@ -136,7 +137,7 @@ async fn connect(
             let pool = PgPoolOptions::new()
                 .max_connections(1)
                 .acquire_timeout(timeout)
-                .connect_lazy_with(options.clone());
+                .connect_lazy_with((**options).clone());
             PgListener::connect_with(&pool).await?
         }
         ListenTarget::Pool(pool) => PgListener::connect_with(pool).await?,

@@ -148,7 +148,10 @@ impl Names {
 
     /// The statement that reads the schema's version.
     pub(super) fn version_query(&self) -> String {
-        format!("SELECT max(version)::bigint FROM {}", self.table("schema_version"))
+        format!(
+            "SELECT max(version)::bigint FROM {}",
+            self.table("schema_version")
+        )
     }
 
     /// The whole migration, one multi-statement message (one implicit transaction),
@@ -160,7 +163,10 @@ impl Names {
             .replace("@locks@", &self.table("locks"))
             .replace("@tickets@", &self.table("tickets"))
             .replace("@version@", &self.table("schema_version"))
-            .replace("@queue_index@", &format!("\"{}tickets_queue\"", self.prefix))
+            .replace(
+                "@queue_index@",
+                &format!("\"{}tickets_queue\"", self.prefix),
+            )
             .replace("@handoff@", &format!("{}handoff\"", self.qualified))
             .replace("@acquire@", &self.acquire)
             .replace("@release@", &self.release)

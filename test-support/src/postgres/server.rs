@@ -274,7 +274,11 @@ impl Drop for PostgresServer {
 impl Guardian {
     /// Run `program args` as the `postgres` user under a guardian shell that sends `stop`
     /// to it when our end of its stdin closes.
-    pub(super) fn spawn(program: &Path, args: &[String], stop: &'static str) -> Result<Self, String> {
+    pub(super) fn spawn(
+        program: &Path,
+        args: &[String],
+        stop: &'static str,
+    ) -> Result<Self, String> {
         let script = format!(
             r#""$@" >/dev/null 2>&1 & echo $!; read _; kill {stop} $! 2>/dev/null; wait $!"#
         );
