@@ -73,7 +73,7 @@
 //! ticket id, the fence and the claim; a release that finds no live ticket frees the key and
 //! notifies nobody. One listener connection per backend (a direct one: `LISTEN` needs its
 //! session) hears the grant and completes the waiter's acquire. A waiter also retries on a
-//! fallback timer (at most [`FALLBACK_CAP`] apart), which refreshes its ticket and finds a
+//! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
 //! that.
 //!
