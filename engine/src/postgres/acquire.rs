@@ -23,6 +23,10 @@ use crate::{
     runtime,
 };
 
+/// How long a call's task waits for its statement's answer after its caller stopped
+/// waiting (see [`Inner::spawn_call`]).
+const LANDING_BOUND: Duration = Duration::from_secs(60);
+
 /// A call in flight on the engine's runtime.
 pub(super) type InFlight = JoinHandle<Result<Option<PgRow>, LockError>>;
 
@@ -33,26 +37,43 @@ enum Attempt {
 }
 
 impl Inner {
-    /// Send `sql` from a task on the engine's runtime, bounded by the call timeout: it runs
-    /// to its end even if its caller goes away, and no user runtime owns its connection.
+    /// Send `sql` from a task on the engine's runtime: it runs to its end even if its
+    /// caller goes away or stops waiting for it, and no user runtime owns its connection.
+    /// The caller's bound is [`Inner::timeout`] ([`Inner::call`]); the task's own is
+    /// [`LANDING_BOUND`], so that a clean-up can wait for what a timed-out statement really
+    /// did before it gives a grant back (a statement still queued in the server when its
+    /// give-back arrived on another connection would otherwise land after it).
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
         let inner = self.clone();
         runtime::handle().spawn(async move {
             let query = inner.pool.fetch_optional(sqlx::raw_sql(&sql));
-            match tokio::time::timeout(inner.timeout, query).await {
+            let bound = LANDING_BOUND.max(inner.timeout);
+            match tokio::time::timeout(bound, query).await {
                 Ok(result) => result.map_err(|e| backend_error(what, e)),
-                Err(_) => Err(timed_out(what, inner.timeout)),
+                Err(_) => Err(timed_out(what, bound)),
             }
         })
     }
 
-    /// One call, awaited: the row it answered, if any.
+    /// Wait for `call` at most the call timeout; on a timeout it goes on running.
+    async fn bounded(
+        &self,
+        what: &'static str,
+        call: &mut InFlight,
+    ) -> Result<Option<PgRow>, LockError> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(result) => joined(result),
+            Err(_) => Err(timed_out(what, self.timeout)),
+        }
+    }
+
+    /// One call, awaited within the call timeout: the row it answered, if any.
     pub(super) async fn call(
         self: &Arc<Self>,
         what: &'static str,
         sql: String,
     ) -> Result<Option<PgRow>, LockError> {
-        joined(self.spawn_call(what, sql).await)
+        self.bounded(what, &mut self.spawn_call(what, sql)).await
     }
 
     /// A waiter leaves: its ticket deleted, a grant it received unseen given back. Returns
@@ -108,7 +129,7 @@ impl Inner {
             armed: true,
             registered: false,
             unsure: false,
-            in_flight: None,
+            in_flight: Vec::new(),
         };
         let sql = self.attempt_sql(&req, &id);
         // When the attempt that last registered or refreshed our ticket was sent: a hand-off
@@ -121,11 +142,14 @@ impl Inner {
         let ticket_ttl = Duration::from_millis(self.ticket_ttl_ms);
         loop {
             let sent = Instant::now();
-            let in_flight = cleanup
-                .in_flight
-                .insert(self.spawn_call("acquire", sql.clone()));
-            let reply = joined(in_flight.await);
-            cleanup.in_flight = None;
+            // Calls that timed out earlier and have ended since need no more waiting for.
+            cleanup.in_flight.retain(|call| !call.is_finished());
+            let mut call = self.spawn_call("acquire", sql.clone());
+            let reply = self.bounded("acquire", &mut call).await;
+            if !call.is_finished() {
+                // Timed out, still running: the clean-up waits for it.
+                cleanup.in_flight.push(call);
+            }
             let outcome = match reply.and_then(|row| parse_attempt(row.as_ref())) {
                 Ok(outcome) => {
                     cleanup.unsure = false;
@@ -258,21 +282,22 @@ struct Cleanup {
     registered: bool,
     /// A call failed after it may have landed: we may hold the key unseen.
     unsure: bool,
-    in_flight: Option<InFlight>,
+    /// Calls that timed out and may still land.
+    in_flight: Vec<InFlight>,
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if !self.armed || !(self.registered || self.unsure || self.in_flight.is_some()) {
+        if !self.armed || !(self.registered || self.unsure || !self.in_flight.is_empty()) {
             return;
         }
         let inner = self.inner.clone();
         let key = self.key.clone();
         let ticket = std::mem::take(&mut self.ticket);
         let token = self.token.clone();
-        let in_flight = self.in_flight.take();
+        let in_flight = std::mem::take(&mut self.in_flight);
         runtime::handle().spawn(async move {
-            if let Some(call) = in_flight {
+            for call in in_flight {
                 let _ = call.await;
             }
             // A clean-up the database refused is tried again until the ticket would have
