@@ -2,7 +2,9 @@
 //! mode: every call may run on another server connection. The listener connects directly
 //! (`LISTEN` needs a session of its own).
 
-use tower_lock_test_support::{core_conformance_tests, postgres::PostgresServer};
+use tower_lock_test_support::{
+    conformance_tests, core_conformance_tests, postgres::PostgresServer,
+};
 
 use crate::harness::{bouncer, harness};
 
@@ -20,4 +22,14 @@ core_conformance_tests!(
         let (through, direct) = urls().await;
         harness(through, Some(direct)).await
     },
+);
+
+// The admin capability's cases, by name (the backend has no other capability yet).
+conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async {
+        let (through, direct) = urls().await;
+        harness(through, Some(direct)).await
+    };
+    status_tells_free_locked_reserved_and_no_expiry,
+    admin_force_release_hands_the_key_to_the_next_waiter,
 );

@@ -1,6 +1,8 @@
 //! The conformance suite's core cases on Postgres, directly connected.
 
-use tower_lock_test_support::{core_conformance_tests, postgres::PostgresServer};
+use tower_lock_test_support::{
+    conformance_tests, core_conformance_tests, postgres::PostgresServer,
+};
 
 use crate::harness::harness;
 
@@ -16,4 +18,11 @@ core_conformance_tests!(
     timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
     concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
     harness = async { harness(url().await, None).await },
+);
+
+// The admin capability's cases, by name (the backend has no other capability yet).
+conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async { harness(url().await, None).await };
+    status_tells_free_locked_reserved_and_no_expiry,
+    admin_force_release_hands_the_key_to_the_next_waiter,
 );

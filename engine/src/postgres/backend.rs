@@ -11,8 +11,8 @@ use super::{
     sql::Call,
 };
 use crate::{
-    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockError, LockKey, Renewal,
-    Token,
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
+    LockKey, Renewal, Token,
 };
 
 /// Leases renewed per statement.
@@ -111,6 +111,10 @@ impl Backend for PostgresBackend {
             let token = Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
             Ok(Some(Holder::new(token, remaining(int(Some(&row), 1)?))))
         })
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none().with_admin(self)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {

@@ -79,10 +79,11 @@
 //!
 //! # Not in this version
 //!
-//! Permits (shared leases), admin operations, numeric compare-and-set, lock pools and
-//! records answer [`LockError::Unsupported`].
+//! Permits (shared leases), numeric compare-and-set, lock pools and records answer
+//! [`LockError::Unsupported`]. Admin operations ([`LockAdmin`](crate::LockAdmin)) work.
 
 mod acquire;
+mod admin;
 mod backend;
 mod builder;
 mod listener;

@@ -44,6 +44,8 @@ pub(super) struct Names {
     holder: String,
     waiters: String,
     sweep: String,
+    admin_set: String,
+    force_release: String,
 }
 
 impl Names {
@@ -91,6 +93,8 @@ impl Names {
             holder: function("holder"),
             waiters: function("waiters"),
             sweep: function("sweep"),
+            admin_set: function("admin_set"),
+            force_release: function("force_release"),
             qualified,
         })
     }
@@ -135,6 +139,14 @@ impl Names {
         &self.sweep
     }
 
+    pub(super) fn admin_set(&self) -> &str {
+        &self.admin_set
+    }
+
+    pub(super) fn force_release(&self) -> &str {
+        &self.force_release
+    }
+
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -168,6 +180,9 @@ impl Names {
                 &format!("\"{}tickets_queue\"", self.prefix),
             )
             .replace("@handoff@", &format!("{}handoff\"", self.qualified))
+            .replace("@ms@", &format!("{}ms\"", self.qualified))
+            .replace("@admin_set@", &self.admin_set)
+            .replace("@force_release@", &self.force_release)
             .replace("@acquire@", &self.acquire)
             .replace("@release@", &self.release)
             .replace("@leave@", &self.leave)
@@ -237,6 +252,16 @@ impl Names {
 /// TTL). Returns one character per lease, `1` renewed, `0` no longer held by that token. One
 /// `UPDATE` per lease, after the locks of every key in hash order.
 ///
+/// # `admin_set(k, tok, ms) -> integer`, `force_release(k) -> integer`
+///
+/// Admin, ignoring ownership: make `tok` the holder for `ms` (`< 0`: no expiry, an
+/// `infinity` expiry) with a fresh fence, waiters left waiting; release whoever holds `k`,
+/// handing it to the next waiter (`handoff`), `1` if it was held, else `0`.
+///
+/// # `ms(e, t) -> bigint`
+///
+/// The ms from `t` to `e`, rounded up; `-1` for no expiry.
+///
 /// # `holder(k) -> (token, ms)`, `waiters(k) -> bigint`
 ///
 /// Reads: the live holder and its remaining ms (no row when free); the live tickets.
@@ -267,6 +292,11 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   PRIMARY KEY (key, id)
 );
 CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
+
+CREATE OR REPLACE FUNCTION @ms@(e timestamptz, t timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $fn$
+  SELECT CASE WHEN isfinite(e) THEN ceil(extract(epoch FROM e - t) * 1000)::bigint ELSE -1 END
+$fn$;
 
 CREATE OR REPLACE FUNCTION @handoff@(k text, f bigint, t timestamptz) RETURNS integer
 LANGUAGE plpgsql AS $fn$
@@ -316,7 +346,7 @@ BEGIN
     RETURN;
   END IF;
   IF live THEN
-    val := ceil(extract(epoch FROM cur.expires_at - t) * 1000)::bigint;
+    val := @ms@(cur.expires_at, t);
   ELSE
     DELETE FROM @tickets@ WHERE key = k AND deadline <= t;
     SELECT id INTO head FROM @tickets@ WHERE key = k ORDER BY seq LIMIT 1;
@@ -398,7 +428,7 @@ BEGIN
     PERFORM @handoff@(k, cur.fence, t);
     RETURN -2;
   END IF;
-  RETURN ceil(extract(epoch FROM cur.expires_at - t) * 1000)::bigint;
+  RETURN @ms@(cur.expires_at, t);
 END
 $fn$;
 
@@ -419,14 +449,14 @@ BEGIN
   IF cur.token <> tok THEN
     RETURN -1;
   END IF;
-  IF mode = 'add' THEN
+  IF mode = 'add' AND isfinite(cur.expires_at) THEN
     e := cur.expires_at + ms * interval '1 millisecond';
   ELSE
     e := t + ms * interval '1 millisecond';
   END IF;
   e := greatest(e, t + interval '1 millisecond');
   UPDATE @locks@ SET expires_at = e WHERE key = k;
-  RETURN ceil(extract(epoch FROM e - t) * 1000)::bigint;
+  RETURN @ms@(e, t);
 END
 $fn$;
 
@@ -451,9 +481,51 @@ BEGIN
 END
 $fn$;
 
+CREATE OR REPLACE FUNCTION @admin_set@(k text, tok text, ms bigint) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  t timestamptz;
+  cur @locks@%ROWTYPE;
+  e timestamptz;
+BEGIN
+  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
+  PERFORM set_config('synchronous_commit', 'on', true);
+  t := clock_timestamp();
+  SELECT * INTO cur FROM @locks@ WHERE key = k;
+  IF ms < 0 THEN
+    e := 'infinity';
+  ELSE
+    e := t + greatest(ms, 1) * interval '1 millisecond';
+  END IF;
+  INSERT INTO @locks@ (key, token, fence, expires_at)
+    VALUES (k, tok, greatest(coalesce(cur.fence + 1, 0), floor(extract(epoch FROM t) * 1000000)::bigint), e)
+    ON CONFLICT (key) DO UPDATE
+      SET token = excluded.token, fence = excluded.fence, expires_at = excluded.expires_at;
+  RETURN 1;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @force_release@(k text) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  t timestamptz;
+  cur @locks@%ROWTYPE;
+BEGIN
+  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
+  PERFORM set_config('synchronous_commit', 'on', true);
+  t := clock_timestamp();
+  SELECT * INTO cur FROM @locks@ WHERE key = k;
+  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
+    RETURN 0;
+  END IF;
+  PERFORM @handoff@(k, cur.fence, t);
+  RETURN 1;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint)
 RETURNS SETOF record LANGUAGE sql AS $fn$
-  SELECT l.token, ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000)::bigint
+  SELECT l.token, @ms@(l.expires_at, clock_timestamp())
     FROM @locks@ l
     WHERE l.key = k AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()
 $fn$;
