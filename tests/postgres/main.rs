@@ -1,6 +1,7 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
-//! core cases directly and through a PgBouncer in transaction pooling mode, a server crash
-//! and restart under a holder and a waiter, and the uncontended cycle's cost.
+//! core and admin cases directly and through a PgBouncer in transaction pooling mode, a
+//! server crash and restart under a holder and a waiter, the set-up (schema check, names,
+//! the application's own pool, tombstone sweeping), and the uncontended cycle's cost.
 //!
 //! `cargo test --features postgres --test postgres`; needs Debian's `postgresql` and
 //! `pgbouncer` packages (`scripts/test.sh` installs them).
@@ -11,3 +12,4 @@ mod conformance_direct;
 mod cycle;
 mod harness;
 mod restart;
+mod setup;

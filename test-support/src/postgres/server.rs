@@ -146,8 +146,11 @@ impl PostgresServer {
             match server.spawn() {
                 Ok(g) => {
                     *server.running.lock().unwrap() = Some(g);
-                    server.psql(&format!("CREATE ROLE {TEST_USER} LOGIN"));
-                    server.psql(&format!("CREATE DATABASE {TEST_USER} OWNER {TEST_USER}"));
+                    server.psql_in("postgres", &format!("CREATE ROLE {TEST_USER} LOGIN"));
+                    server.psql_in(
+                        "postgres",
+                        &format!("CREATE DATABASE {TEST_USER} OWNER {TEST_USER}"),
+                    );
                     return server;
                 }
                 Err(e) => last = e,
@@ -213,11 +216,16 @@ impl PostgresServer {
         format!("postgres://{TEST_USER}@127.0.0.1:{}/{TEST_USER}", self.port)
     }
 
-    /// Run SQL as the superuser with `psql` and return its unaligned output (trimmed).
+    /// Run SQL in the test database as the superuser with `psql` and return its unaligned
+    /// output (trimmed).
     pub fn psql(&self, sql: &str) -> String {
+        self.psql_in(TEST_USER, sql)
+    }
+
+    fn psql_in(&self, database: &str, sql: &str) -> String {
         let out = Command::new("psql")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "postgres", "-d", "postgres", "-X", "-q", "-A", "-t"])
+            .args(["-U", "postgres", "-d", database, "-X", "-q", "-A", "-t"])
             .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
             .stdin(Stdio::null())
             .output()
