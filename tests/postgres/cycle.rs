@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use tower_lock::engine::LockEngine;
+use tower_lock::engine::{
+    LockEngine,
+    postgres::sqlx::{self, Executor},
+};
 use tower_lock_test_support::postgres::PostgresServer;
 
 use crate::harness::backend;
@@ -15,7 +18,8 @@ async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
     let url = tokio::task::spawn_blocking(|| PostgresServer::shared().url())
         .await
         .unwrap();
-    let engine = LockEngine::new(backend(url, None, "cycle").await);
+    let backend = backend(url, None, "cycle").await;
+    let engine = LockEngine::new(backend.clone());
     let lock = engine.lock("cycle").ttl(Duration::from_secs(5));
     // Warm the pool and the functions' plans.
     for _ in 0..20 {
@@ -34,8 +38,19 @@ async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
         lease.release().await.unwrap();
         releasing += started.elapsed();
     }
+    // The baseline in the same run: a bare round trip on the backend's own pool.
+    let started = Instant::now();
+    for _ in 0..cycles {
+        backend
+            .pool()
+            .execute(sqlx::raw_sql("SELECT 1"))
+            .await
+            .unwrap();
+    }
+    let round_trip = started.elapsed() / cycles;
     println!(
-        "postgres uncontended cycle: acquire {:?}, release {:?} ({cycles} cycles)",
+        "postgres uncontended cycle: acquire {:?}, release {:?}; a bare SELECT 1 round trip \
+         {round_trip:?} ({cycles} each)",
         acquiring / cycles,
         releasing / cycles
     );
