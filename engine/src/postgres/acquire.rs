@@ -43,12 +43,29 @@ impl Inner {
     /// [`LANDING_BOUND`], so that a clean-up can wait for what a timed-out statement really
     /// did before it gives a grant back (a statement still queued in the server when its
     /// give-back arrived on another connection would otherwise land after it).
+    ///
+    /// The pool does not ping a connection before a call (that would double the round
+    /// trips), so one that died while idle (a database restart) fails the call it serves:
+    /// a call whose repetition changes nothing (an acquire attempt, whose repeat is a
+    /// re-entry; a leave, a renewal, a read) is then sent once more, on another connection,
+    /// within the same bound. A release or an extension is not: its repeat would report
+    /// what the first did as a failure, or extend twice.
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
         let inner = self.clone();
+        let repeatable = matches!(what, "acquire" | "leave" | "renew" | "holder" | "waiters");
         runtime::handle().spawn(async move {
-            let query = inner.pool.fetch_optional(sqlx::raw_sql(&sql));
             let bound = LANDING_BOUND.max(inner.timeout);
-            match tokio::time::timeout(bound, query).await {
+            let call = async {
+                let first = inner.pool.fetch_optional(sqlx::raw_sql(&sql)).await;
+                match first {
+                    Err(e) if repeatable && died_idle(&e) => {
+                        tracing::debug!(error = %e, what, "postgres connection was dead; once more");
+                        inner.pool.fetch_optional(sqlx::raw_sql(&sql)).await
+                    }
+                    other => other,
+                }
+            };
+            match tokio::time::timeout(bound, call).await {
                 Ok(result) => result.map_err(|e| backend_error(what, e)),
                 Err(_) => Err(timed_out(what, bound)),
             }
@@ -226,6 +243,16 @@ impl Inner {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
+    }
+}
+
+/// Whether `e` is what a connection that died while idle answers: an I/O failure, or the
+/// server's farewell (`57P01`-`57P03`: shut down, crashed, starting) read before the call.
+fn died_idle(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P")),
+        _ => false,
     }
 }
 

@@ -54,7 +54,10 @@
 //! Time is the database's (`clock_timestamp()`, which moves within a transaction, unlike
 //! `now()`): lease expiries, ticket deadlines and fences are judged by one clock.
 //!
-//! An uncontended acquire and release are one statement each (two round trips).
+//! An uncontended acquire and release are one statement each (two round trips). sqlx's pool
+//! also pings each connection as it takes it back (a protocol `Sync`, no statement), off the
+//! caller's path, and pings none before a call: a connection that died while idle fails
+//! the call it serves, which is sent once more when repeating it changes nothing.
 //!
 //! # Fences
 //!
