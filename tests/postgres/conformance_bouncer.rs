@@ -24,7 +24,8 @@ core_conformance_tests!(
     },
 );
 
-// The admin capability's cases, by name (the backend has no other capability yet).
+// The capability cases of what the backend has (admin operations, numeric compare-and-set),
+// by name.
 conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async {
         let (through, direct) = urls().await;
@@ -32,4 +33,7 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     };
     status_tells_free_locked_reserved_and_no_expiry,
     admin_force_release_hands_the_key_to_the_next_waiter,
+    numeric_compare_and_set_follows_each_comparison,
+    numeric_values_expire_and_delete,
+    numeric_ttls_past_the_maximum_are_refused,
 );

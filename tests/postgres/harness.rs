@@ -54,8 +54,8 @@ pub(crate) async fn harness(
     })
 }
 
-/// The live leases and every ticket the backend keeps; rows that stopped holding are fence
-/// tombstones, documented and swept, which must not outlive their bound.
+/// The live leases, live numbers and every ticket the backend keeps; rows that stopped
+/// holding are fence tombstones, documented and swept, which must not outlive their bound.
 pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
     let schema = backend.schema();
     let prefix = backend.table_prefix();
@@ -63,6 +63,8 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
         "SELECT 'lock ' || key FROM \"{schema}\".\"{prefix}locks\"
            WHERE token IS NOT NULL AND expires_at > clock_timestamp()
          UNION ALL SELECT 'ticket ' || key FROM \"{schema}\".\"{prefix}tickets\"
+         UNION ALL SELECT 'number ' || key FROM \"{schema}\".\"{prefix}numbers\"
+           WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'stale tombstone ' || key FROM \"{schema}\".\"{prefix}locks\"
            WHERE expires_at < clock_timestamp() - interval '15 seconds'"
     );

@@ -114,7 +114,7 @@ impl Backend for PostgresBackend {
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none().with_admin(self)
+        Capabilities::none().with_admin(self).with_numeric(self)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {

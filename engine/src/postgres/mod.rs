@@ -37,6 +37,9 @@
 //!   (how long a hand-off to it lasts before it confirms, its ticket TTL). A ticket lives
 //!   until `deadline` unless its waiter refreshes it (every fallback period); a dead one is
 //!   skipped by a release and deleted by the next acquire or the sweeper.
+//! - `numbers (key text primary key, value double precision, expires_at timestamptz)`: the
+//!   numeric values of [`NumericKey`](crate::NumericKey), `infinity` for no expiry; swept
+//!   once expired.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks.
 //!
 //! # Statements
@@ -82,14 +85,16 @@
 //!
 //! # Not in this version
 //!
-//! Permits (shared leases), numeric compare-and-set, lock pools and records answer
-//! [`LockError::Unsupported`]. Admin operations ([`LockAdmin`](crate::LockAdmin)) work.
+//! Permits (shared leases), lock pools and records answer [`LockError::Unsupported`]. Admin
+//! operations ([`LockAdmin`](crate::LockAdmin)) and numeric compare-and-set
+//! ([`NumericKey`](crate::NumericKey), table `numbers`) work.
 
 mod acquire;
 mod admin;
 mod backend;
 mod builder;
 mod listener;
+mod numeric;
 mod schema;
 mod sql;
 mod sweeper;

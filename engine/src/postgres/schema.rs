@@ -46,6 +46,8 @@ pub(super) struct Names {
     sweep: String,
     admin_set: String,
     force_release: String,
+    compare_and_set: String,
+    numeric_get: String,
 }
 
 impl Names {
@@ -95,6 +97,8 @@ impl Names {
             sweep: function("sweep"),
             admin_set: function("admin_set"),
             force_release: function("force_release"),
+            compare_and_set: function("compare_and_set"),
+            numeric_get: function("numeric_get"),
             qualified,
         })
     }
@@ -147,6 +151,14 @@ impl Names {
         &self.force_release
     }
 
+    pub(super) fn compare_and_set(&self) -> &str {
+        &self.compare_and_set
+    }
+
+    pub(super) fn numeric_get(&self) -> &str {
+        &self.numeric_get
+    }
+
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -174,6 +186,9 @@ impl Names {
             .replace("@schema@", &format!("\"{}\"", self.schema))
             .replace("@locks@", &self.table("locks"))
             .replace("@tickets@", &self.table("tickets"))
+            .replace("@numbers@", &self.table("numbers"))
+            .replace("@compare_and_set@", &self.compare_and_set)
+            .replace("@numeric_get@", &self.numeric_get)
             .replace("@version@", &self.table("schema_version"))
             .replace(
                 "@queue_index@",
@@ -258,6 +273,14 @@ impl Names {
 /// `infinity` expiry) with a fresh fence, waiters left waiting; release whoever holds `k`,
 /// handing it to the next waiter (`handoff`), `1` if it was held, else `0`.
 ///
+/// # `compare_and_set(k, cmp, given, eps, action, ms) -> integer`, `numeric_get(k)`
+///
+/// Numeric values, in a table of their own (`numbers`, a key namespace apart from the
+/// locks'): if no live value is stored, or `given` compares to it as `cmp` says (`gt` `lt`
+/// `ge` `le` `eq` `ne`, the last four within `eps`), store `given` for `ms` (`< 0`: no
+/// expiry) or delete it (`action` `'del'`) and return `1`; else `0`. Atomic under the key's
+/// lock, so two raisers of a high-water mark never both win. `numeric_get`: the live value.
+///
 /// # `ms(e, t) -> bigint`
 ///
 /// The ms from `t` to `e`, rounded up; `-1` for no expiry.
@@ -269,8 +292,8 @@ impl Names {
 /// # `sweep(margin_ms) -> bigint`
 ///
 /// Deletes the rows that stopped holding more than `margin_ms` ago (tombstones and lapsed
-/// leases) and the dead tickets, each only if its key's lock is free right now (a try, so
-/// the sweep never waits for a call); returns how many.
+/// leases), the dead tickets and the expired numbers, each only if its key's lock is free
+/// right now (a try, so the sweep never waits for a call); returns how many.
 const MIGRATION: &str = r#"
 SELECT pg_advisory_xact_lock(@class@, 0);
 CREATE SCHEMA IF NOT EXISTS @schema@;
@@ -292,6 +315,11 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   PRIMARY KEY (key, id)
 );
 CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
+CREATE TABLE IF NOT EXISTS @numbers@ (
+  key text PRIMARY KEY,
+  value double precision NOT NULL,
+  expires_at timestamptz NOT NULL
+);
 
 CREATE OR REPLACE FUNCTION @ms@(e timestamptz, t timestamptz) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $fn$
@@ -523,6 +551,52 @@ BEGIN
 END
 $fn$;
 
+CREATE OR REPLACE FUNCTION @compare_and_set@(
+  k text, cmp text, given double precision, eps double precision, action text, ms bigint)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  t timestamptz;
+  s double precision;
+  ok boolean;
+BEGIN
+  -- '#': the numbers' keys apart from the locks' (a collision only serializes).
+  PERFORM pg_advisory_xact_lock(@class@, hashtext('#' || k));
+  PERFORM set_config('synchronous_commit', 'on', true);
+  t := clock_timestamp();
+  SELECT value INTO s FROM @numbers@ WHERE key = k AND expires_at > t;
+  IF FOUND THEN
+    ok := CASE cmp
+      WHEN 'gt' THEN given > s
+      WHEN 'lt' THEN given < s
+      WHEN 'ge' THEN given >= s - eps
+      WHEN 'le' THEN given <= s + eps
+      WHEN 'eq' THEN abs(given - s) <= eps
+      WHEN 'ne' THEN abs(given - s) > eps
+    END;
+    IF ok IS NULL THEN
+      RAISE EXCEPTION 'unknown comparison %', cmp;
+    END IF;
+    IF NOT ok THEN
+      RETURN 0;
+    END IF;
+  END IF;
+  IF action = 'del' THEN
+    DELETE FROM @numbers@ WHERE key = k;
+  ELSE
+    INSERT INTO @numbers@ (key, value, expires_at)
+      VALUES (k, given, CASE WHEN ms < 0 THEN 'infinity'
+                             ELSE t + greatest(ms, 1) * interval '1 millisecond' END)
+      ON CONFLICT (key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at;
+  END IF;
+  RETURN 1;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @numeric_get@(k text) RETURNS SETOF double precision
+LANGUAGE sql AS $fn$
+  SELECT value FROM @numbers@ WHERE key = k AND expires_at > clock_timestamp()
+$fn$;
+
 CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint)
 RETURNS SETOF record LANGUAGE sql AS $fn$
   SELECT l.token, @ms@(l.expires_at, clock_timestamp())
@@ -540,6 +614,7 @@ DECLARE
   t timestamptz := clock_timestamp();
   leases bigint;
   tickets bigint;
+  numbers bigint;
 BEGIN
   -- CASE: the lock is tried only for the rows to delete (AND evaluates in any order).
   DELETE FROM @locks@ WHERE CASE
@@ -549,7 +624,11 @@ BEGIN
   DELETE FROM @tickets@ WHERE CASE
     WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext(key)) ELSE false END;
   GET DIAGNOSTICS tickets = ROW_COUNT;
-  RETURN leases + tickets;
+  DELETE FROM @numbers@ WHERE CASE
+    WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || key))
+    ELSE false END;
+  GET DIAGNOSTICS numbers = ROW_COUNT;
+  RETURN leases + tickets + numbers;
 END
 $fn$;
 

@@ -46,6 +46,14 @@ impl Call {
         self
     }
 
+    /// A `double precision` argument: a finite number, written as the shortest text that
+    /// reads back as the same `f64` (digits, `.`, `e`, `-` only).
+    pub(super) fn float(mut self, value: f64) -> Self {
+        self.sep();
+        let _ = write!(self.sql, "'{value:e}'::double precision");
+        self
+    }
+
     /// A `text[]` argument.
     pub(super) fn texts<'a>(mut self, values: impl Iterator<Item = &'a str>) -> Self {
         self.sep();
@@ -94,6 +102,15 @@ pub(super) fn text_literal(out: &mut String, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floats_read_back_exactly() {
+        let sql = Call::function("f").float(9.995).float(-1e-300).finish();
+        assert_eq!(
+            sql,
+            "SELECT * FROM f('9.995e0'::double precision, '-1e-300'::double precision)"
+        );
+    }
 
     #[test]
     fn values_are_hex_literals() {
