@@ -24,8 +24,8 @@ core_conformance_tests!(
     },
 );
 
-// The capability cases of what the backend has (admin operations, numeric compare-and-set),
-// by name.
+// The capability cases of what the backend has (admin operations, numeric compare-and-set,
+// lock pools), by name.
 conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async {
         let (through, direct) = urls().await;
@@ -36,4 +36,5 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     numeric_compare_and_set_follows_each_comparison,
     numeric_values_expire_and_delete,
     numeric_ttls_past_the_maximum_are_refused,
+    pool_membership_and_health,
 );

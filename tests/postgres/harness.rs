@@ -54,8 +54,9 @@ pub(crate) async fn harness(
     })
 }
 
-/// The live leases, live numbers and every ticket the backend keeps; rows that stopped
-/// holding are fence tombstones, documented and swept, which must not outlive their bound.
+/// The live leases, live numbers, pool members and every ticket the backend keeps; rows
+/// that stopped holding are fence tombstones, documented and swept, which must not outlive
+/// their bound.
 pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
     let schema = backend.schema();
     let prefix = backend.table_prefix();
@@ -65,6 +66,7 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
          UNION ALL SELECT 'ticket ' || key FROM \"{schema}\".\"{prefix}tickets\"
          UNION ALL SELECT 'number ' || key FROM \"{schema}\".\"{prefix}numbers\"
            WHERE expires_at > clock_timestamp()
+         UNION ALL SELECT 'pool ' || pool || ' ' || member FROM \"{schema}\".\"{prefix}pools\"
          UNION ALL SELECT 'stale tombstone ' || key FROM \"{schema}\".\"{prefix}locks\"
            WHERE expires_at < clock_timestamp() - interval '15 seconds'"
     );

@@ -28,7 +28,7 @@ use crate::{
 const LANDING_BOUND: Duration = Duration::from_secs(60);
 
 /// A call in flight on the engine's runtime.
-pub(super) type InFlight = JoinHandle<Result<Option<PgRow>, LockError>>;
+pub(super) type InFlight = JoinHandle<Result<Vec<PgRow>, LockError>>;
 
 enum Attempt {
     Granted(Fence),
@@ -52,15 +52,25 @@ impl Inner {
     /// what the first did as a failure, or extend twice.
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
         let inner = self.clone();
-        let repeatable = matches!(what, "acquire" | "leave" | "renew" | "holder" | "waiters");
+        let repeatable = matches!(
+            what,
+            "acquire"
+                | "leave"
+                | "renew"
+                | "holder"
+                | "waiters"
+                | "numeric_get"
+                | "pool_members"
+                | "pool_holders"
+        );
         runtime::handle().spawn(async move {
             let bound = LANDING_BOUND.max(inner.timeout);
             let call = async {
-                let first = inner.pool.fetch_optional(sqlx::raw_sql(&sql)).await;
+                let first = inner.pool.fetch_all(sqlx::raw_sql(&sql)).await;
                 match first {
                     Err(e) if repeatable && died_idle(&e) => {
                         tracing::debug!(error = %e, what, "postgres connection was dead; once more");
-                        inner.pool.fetch_optional(sqlx::raw_sql(&sql)).await
+                        inner.pool.fetch_all(sqlx::raw_sql(&sql)).await
                     }
                     other => other,
                 }
@@ -77,7 +87,7 @@ impl Inner {
         &self,
         what: &'static str,
         call: &mut InFlight,
-    ) -> Result<Option<PgRow>, LockError> {
+    ) -> Result<Vec<PgRow>, LockError> {
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => joined(result),
             Err(_) => Err(timed_out(what, self.timeout)),
@@ -89,7 +99,7 @@ impl Inner {
         self: &Arc<Self>,
         what: &'static str,
         sql: String,
-    ) -> Result<Option<PgRow>, LockError> {
+    ) -> Result<Vec<PgRow>, LockError> {
         self.bounded(what, &mut self.spawn_call(what, sql)).await
     }
 
@@ -107,7 +117,7 @@ impl Inner {
             .text(token.as_str())
             .finish();
         let row = self.call("leave", sql).await?;
-        Ok(remaining(int(row.as_ref(), 0)?))
+        Ok(remaining(int(row.first(), 0)?))
     }
 
     fn attempt_sql(&self, req: &AcquireRequest, ticket: &str) -> String {
@@ -167,7 +177,7 @@ impl Inner {
                 // Timed out, still running: the clean-up waits for it.
                 cleanup.in_flight.push(call);
             }
-            let outcome = match reply.and_then(|row| parse_attempt(row.as_ref())) {
+            let outcome = match reply.and_then(|row| parse_attempt(row.first())) {
                 Ok(outcome) => {
                     cleanup.unsure = false;
                     failed = None;
@@ -258,8 +268,8 @@ fn died_idle(e: &sqlx::Error) -> bool {
 
 /// A joined call: a task that panicked or was cancelled is a failure of the backend.
 fn joined(
-    result: Result<Result<Option<PgRow>, LockError>, tokio::task::JoinError>,
-) -> Result<Option<PgRow>, LockError> {
+    result: Result<Result<Vec<PgRow>, LockError>, tokio::task::JoinError>,
+) -> Result<Vec<PgRow>, LockError> {
     result.unwrap_or_else(|e| {
         Err(LockError::Backend(BackendError::new(
             BackendErrorKind::Unavailable,

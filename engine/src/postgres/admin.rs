@@ -18,7 +18,7 @@ impl AdminBackend for PostgresBackend {
                 .text(value.as_str())
                 .int(ttl.map_or(-1, millis))
                 .finish();
-            int(self.inner.call("admin_set", sql).await?.as_ref(), 0)?;
+            int(self.inner.call("admin_set", sql).await?.first(), 0)?;
             Ok(())
         })
     }
@@ -29,7 +29,7 @@ impl AdminBackend for PostgresBackend {
                 .text(key.as_str())
                 .finish();
             let row = self.inner.call("force_release", sql).await?;
-            Ok(int(row.as_ref(), 0)? == 1)
+            Ok(int(row.first(), 0)? == 1)
         })
     }
 }

@@ -36,7 +36,9 @@ impl PostgresBackend {
             .ints(chunk.iter().map(|l| millis(l.ttl)))
             .finish();
         let row = self.inner.call("renew", sql).await?;
-        let row = row.ok_or_else(|| protocol("renew answered no row"))?;
+        let row = row
+            .first()
+            .ok_or_else(|| protocol("renew answered no row"))?;
         let renewed: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
         if renewed.len() != chunk.len() {
             return Err(protocol("renew answered the wrong number of results"));
@@ -61,7 +63,7 @@ impl Backend for PostgresBackend {
                 .text(token.as_str())
                 .finish();
             let row = self.inner.call("release", sql).await?;
-            refused(int(row.as_ref(), 0)?)
+            refused(int(row.first(), 0)?)
         })
     }
 
@@ -83,7 +85,7 @@ impl Backend for PostgresBackend {
                 })
                 .finish();
             let row = self.inner.call("extend", sql).await?;
-            let left = int(row.as_ref(), 0)?;
+            let left = int(row.first(), 0)?;
             refused(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
         })
@@ -104,17 +106,21 @@ impl Backend for PostgresBackend {
             let sql = Call::function(self.inner.names.holder())
                 .text(key.as_str())
                 .finish();
-            let Some(row) = self.inner.call("holder", sql).await? else {
+            let rows = self.inner.call("holder", sql).await?;
+            let Some(row) = rows.first() else {
                 return Ok(None);
             };
             let token: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
             let token = Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
-            Ok(Some(Holder::new(token, remaining(int(Some(&row), 1)?))))
+            Ok(Some(Holder::new(token, remaining(int(Some(row), 1)?))))
         })
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
-        Capabilities::none().with_admin(self).with_numeric(self)
+        Capabilities::none()
+            .with_admin(self)
+            .with_numeric(self)
+            .with_pools(self)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
@@ -123,7 +129,7 @@ impl Backend for PostgresBackend {
                 .text(key.as_str())
                 .finish();
             let row = self.inner.call("waiters", sql).await?;
-            Ok(usize::try_from(int(row.as_ref(), 0)?).unwrap_or(0))
+            Ok(usize::try_from(int(row.first(), 0)?).unwrap_or(0))
         })
     }
 }

@@ -40,6 +40,8 @@
 //! - `numbers (key text primary key, value double precision, expires_at timestamptz)`: the
 //!   numeric values of [`NumericKey`](crate::NumericKey), `infinity` for no expiry; swept
 //!   once expired.
+//! - `pools (pool text, member text)`: the members of each [`LockPool`](crate::LockPool),
+//!   kept until removed (as a Redis pool is).
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks.
 //!
 //! # Statements
@@ -85,9 +87,10 @@
 //!
 //! # Not in this version
 //!
-//! Permits (shared leases), lock pools and records answer [`LockError::Unsupported`]. Admin
-//! operations ([`LockAdmin`](crate::LockAdmin)) and numeric compare-and-set
-//! ([`NumericKey`](crate::NumericKey), table `numbers`) work.
+//! Permits (shared leases) and records answer [`LockError::Unsupported`]. Admin operations
+//! ([`LockAdmin`](crate::LockAdmin)), numeric compare-and-set
+//! ([`NumericKey`](crate::NumericKey), table `numbers`) and lock pools
+//! ([`LockPool`](crate::LockPool), table `pools`) work.
 
 mod acquire;
 mod admin;
@@ -95,6 +98,7 @@ mod backend;
 mod builder;
 mod listener;
 mod numeric;
+mod pools;
 mod schema;
 mod sql;
 mod sweeper;

@@ -25,7 +25,7 @@ impl NumericBackend for PostgresBackend {
                 .int(ttl)
                 .finish();
             let row = self.inner.call("compare_and_set", sql).await?;
-            Ok(int(row.as_ref(), 0)? == 1)
+            Ok(int(row.first(), 0)? == 1)
         })
     }
 
@@ -37,7 +37,8 @@ impl NumericBackend for PostgresBackend {
             let sql = Call::function(self.inner.names.numeric_get())
                 .text(key.as_str())
                 .finish();
-            let Some(row) = self.inner.call("numeric_get", sql).await? else {
+            let rows = self.inner.call("numeric_get", sql).await?;
+            let Some(row) = rows.first() else {
                 return Ok(None);
             };
             row.try_get::<f64, _>(0)

@@ -48,6 +48,9 @@ pub(super) struct Names {
     force_release: String,
     compare_and_set: String,
     numeric_get: String,
+    pool_modify: String,
+    pool_members: String,
+    pool_holders: String,
 }
 
 impl Names {
@@ -99,6 +102,9 @@ impl Names {
             force_release: function("force_release"),
             compare_and_set: function("compare_and_set"),
             numeric_get: function("numeric_get"),
+            pool_modify: function("pool_modify"),
+            pool_members: function("pool_members"),
+            pool_holders: function("pool_holders"),
             qualified,
         })
     }
@@ -159,6 +165,18 @@ impl Names {
         &self.numeric_get
     }
 
+    pub(super) fn pool_modify(&self) -> &str {
+        &self.pool_modify
+    }
+
+    pub(super) fn pool_members(&self) -> &str {
+        &self.pool_members
+    }
+
+    pub(super) fn pool_holders(&self) -> &str {
+        &self.pool_holders
+    }
+
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -187,6 +205,10 @@ impl Names {
             .replace("@locks@", &self.table("locks"))
             .replace("@tickets@", &self.table("tickets"))
             .replace("@numbers@", &self.table("numbers"))
+            .replace("@pools@", &self.table("pools"))
+            .replace("@pool_modify@", &self.pool_modify)
+            .replace("@pool_members@", &self.pool_members)
+            .replace("@pool_holders@", &self.pool_holders)
             .replace("@compare_and_set@", &self.compare_and_set)
             .replace("@numeric_get@", &self.numeric_get)
             .replace("@version@", &self.table("schema_version"))
@@ -281,6 +303,14 @@ impl Names {
 /// expiry) or delete it (`action` `'del'`) and return `1`; else `0`. Atomic under the key's
 /// lock, so two raisers of a high-water mark never both win. `numeric_get`: the live value.
 ///
+/// # `pool_modify(p, op, ms) -> bigint`, `pool_members(p)`, `pool_holders(p)`
+///
+/// Lock pools, in a table of their own (`pools`, one row per member): `op` `add`, `rem`,
+/// `replace` (all of them, never seen half done) or `clear`, under the pool's lock; returns
+/// the new size. `pool_members`: the members (unordered). `pool_holders`: every member with
+/// its live holder and remaining ms (`NULL` token when free, `-1` ms for no expiry), one
+/// statement, so one snapshot: every member read at the same instant.
+///
 /// # `ms(e, t) -> bigint`
 ///
 /// The ms from `t` to `e`, rounded up; `-1` for no expiry.
@@ -315,6 +345,11 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   PRIMARY KEY (key, id)
 );
 CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
+CREATE TABLE IF NOT EXISTS @pools@ (
+  pool text NOT NULL,
+  member text NOT NULL,
+  PRIMARY KEY (pool, member)
+);
 CREATE TABLE IF NOT EXISTS @numbers@ (
   key text PRIMARY KEY,
   value double precision NOT NULL,
@@ -595,6 +630,38 @@ $fn$;
 CREATE OR REPLACE FUNCTION @numeric_get@(k text) RETURNS SETOF double precision
 LANGUAGE sql AS $fn$
   SELECT value FROM @numbers@ WHERE key = k AND expires_at > clock_timestamp()
+$fn$;
+
+CREATE OR REPLACE FUNCTION @pool_modify@(p text, op text, ms text[]) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+BEGIN
+  -- '%': the pools' names apart from the locks' (a collision only serializes).
+  PERFORM pg_advisory_xact_lock(@class@, hashtext('%' || p));
+  IF op = 'replace' OR op = 'clear' THEN
+    DELETE FROM @pools@ WHERE pool = p;
+  END IF;
+  IF op = 'add' OR op = 'replace' THEN
+    INSERT INTO @pools@ (pool, member) SELECT p, m FROM unnest(ms) AS m
+      ON CONFLICT DO NOTHING;
+  ELSIF op = 'rem' THEN
+    DELETE FROM @pools@ WHERE pool = p AND member = ANY (ms);
+  END IF;
+  RETURN (SELECT count(*) FROM @pools@ WHERE pool = p);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @pool_members@(p text) RETURNS SETOF text
+LANGUAGE sql AS $fn$
+  SELECT member FROM @pools@ WHERE pool = p
+$fn$;
+
+CREATE OR REPLACE FUNCTION @pool_holders@(p text, OUT member text, OUT token text, OUT ms bigint)
+RETURNS SETOF record LANGUAGE sql AS $fn$
+  SELECT m.member, l.token, @ms@(l.expires_at, clock_timestamp())
+    FROM @pools@ m
+    LEFT JOIN @locks@ l
+      ON l.key = m.member AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()
+    WHERE m.pool = p
 $fn$;
 
 CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint)
