@@ -44,7 +44,7 @@
 //! - `redis`: the Redis backend ([`redis::RedisBackend`]); `redis-tls`, `redis-cluster`
 //!   and `redis-sentinel` add TLS, Redis Cluster and Sentinel to it.
 //! - `postgres`: the Postgres backend ([`postgres::PostgresBackend`]): everything but
-//!   permits and records in this version.
+//!   permits in this version.
 //! - `conformance`: the backend conformance suite, for a backend's own tests.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -20,8 +20,7 @@ core_conformance_tests!(
     harness = async { harness(url().await, None).await },
 );
 
-// The capability cases of what the backend has (admin operations, numeric compare-and-set,
-// lock pools), by name.
+// The capability cases of what the backend has (all but permits), by name.
 conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async { harness(url().await, None).await };
     status_tells_free_locked_reserved_and_no_expiry,
@@ -30,4 +29,11 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     numeric_values_expire_and_delete,
     numeric_ttls_past_the_maximum_are_refused,
     pool_membership_and_health,
+    a_record_appears_with_the_release_for_the_holder_only,
+    a_lapsed_holder_writes_no_record_and_keeps_the_next_holder,
+    a_waiter_granted_by_a_completion_finds_the_record,
+    records_expire_after_their_retention,
+    a_record_or_tombstone_is_deleted_by_key_and_the_lock_is_left_alone,
+    acquire_or_record_grants_a_free_key_and_answers_a_stored_record,
+    acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote,
 );

@@ -54,7 +54,7 @@ pub(crate) async fn harness(
     })
 }
 
-/// The live leases, live numbers, pool members and every ticket the backend keeps; rows
+/// The live leases, numbers and records, pool members and every ticket the backend keeps; rows
 /// that stopped holding are fence tombstones, documented and swept, which must not outlive
 /// their bound.
 pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
@@ -67,6 +67,8 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
          UNION ALL SELECT 'number ' || key FROM \"{schema}\".\"{prefix}numbers\"
            WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'pool ' || pool || ' ' || member FROM \"{schema}\".\"{prefix}pools\"
+         UNION ALL SELECT 'record ' || key FROM \"{schema}\".\"{prefix}records\"
+           WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'stale tombstone ' || key FROM \"{schema}\".\"{prefix}locks\"
            WHERE expires_at < clock_timestamp() - interval '15 seconds'"
     );

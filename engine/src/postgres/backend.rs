@@ -121,6 +121,7 @@ impl Backend for PostgresBackend {
             .with_admin(self)
             .with_numeric(self)
             .with_pools(self)
+            .with_records(self)
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {

@@ -42,6 +42,9 @@
 //!   once expired.
 //! - `pools (pool text, member text)`: the members of each [`LockPool`](crate::LockPool),
 //!   kept until removed (as a Redis pool is).
+//! - `records (key, fingerprint, meta, body, completed_at_ms, kept, expires_at)`: the
+//!   records of [`Lease::complete`](crate::Lease::complete), each until its retention ends;
+//!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks.
 //!
 //! # Statements
@@ -87,10 +90,11 @@
 //!
 //! # Not in this version
 //!
-//! Permits (shared leases) and records answer [`LockError::Unsupported`]. Admin operations
+//! Permits (shared leases) answer [`LockError::Unsupported`]. Admin operations
 //! ([`LockAdmin`](crate::LockAdmin)), numeric compare-and-set
-//! ([`NumericKey`](crate::NumericKey), table `numbers`) and lock pools
-//! ([`LockPool`](crate::LockPool), table `pools`) work.
+//! ([`NumericKey`](crate::NumericKey), table `numbers`), lock pools
+//! ([`LockPool`](crate::LockPool), table `pools`) and records written with a release
+//! ([`Lease::complete`](crate::Lease::complete), table `records`) work.
 
 mod acquire;
 mod admin;
@@ -99,6 +103,7 @@ mod builder;
 mod listener;
 mod numeric;
 mod pools;
+mod records;
 mod schema;
 mod sql;
 mod sweeper;

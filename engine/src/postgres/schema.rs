@@ -51,6 +51,9 @@ pub(super) struct Names {
     pool_modify: String,
     pool_members: String,
     pool_holders: String,
+    complete: String,
+    record: String,
+    forget: String,
 }
 
 impl Names {
@@ -105,6 +108,9 @@ impl Names {
             pool_modify: function("pool_modify"),
             pool_members: function("pool_members"),
             pool_holders: function("pool_holders"),
+            complete: function("complete"),
+            record: function("record"),
+            forget: function("forget"),
             qualified,
         })
     }
@@ -177,6 +183,18 @@ impl Names {
         &self.pool_holders
     }
 
+    pub(super) fn complete(&self) -> &str {
+        &self.complete
+    }
+
+    pub(super) fn record(&self) -> &str {
+        &self.record
+    }
+
+    pub(super) fn forget(&self) -> &str {
+        &self.forget
+    }
+
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -205,6 +223,10 @@ impl Names {
             .replace("@locks@", &self.table("locks"))
             .replace("@tickets@", &self.table("tickets"))
             .replace("@numbers@", &self.table("numbers"))
+            .replace("@records@", &self.table("records"))
+            .replace("@complete@", &self.complete)
+            .replace("@record@", &self.record)
+            .replace("@forget@", &self.forget)
             .replace("@pools@", &self.table("pools"))
             .replace("@pool_modify@", &self.pool_modify)
             .replace("@pool_members@", &self.pool_members)
@@ -311,6 +333,16 @@ impl Names {
 /// its live holder and remaining ms (`NULL` token when free, `-1` ms for no expiry), one
 /// statement, so one snapshot: every member read at the same instant.
 ///
+/// # `complete(k, tok, fp, meta, body, at_ms, kept, retention_ms) -> integer`
+///
+/// Records written with the release that ends the work they record (`records`, one row per
+/// key, kept `retention_ms`): if `tok` holds `k`, store the record (replacing any) and
+/// release or hand the key on (`handoff`), under the key's lock: the record appears in the
+/// same commit as the release, so a waiter granted by it finds the record. `-1` another
+/// token holds `k`, `-2` nobody does: nothing is written. `record(k)`: the live record, its
+/// bytes as hex (the text protocol carries them whole). `forget(k)`: delete it, `1` if it
+/// was live.
+///
 /// # `ms(e, t) -> bigint`
 ///
 /// The ms from `t` to `e`, rounded up; `-1` for no expiry.
@@ -349,6 +381,15 @@ CREATE TABLE IF NOT EXISTS @pools@ (
   pool text NOT NULL,
   member text NOT NULL,
   PRIMARY KEY (pool, member)
+);
+CREATE TABLE IF NOT EXISTS @records@ (
+  key text PRIMARY KEY,
+  fingerprint bytea NOT NULL,
+  meta bytea NOT NULL,
+  body bytea NOT NULL,
+  completed_at_ms bigint NOT NULL,
+  kept boolean NOT NULL,
+  expires_at timestamptz NOT NULL
 );
 CREATE TABLE IF NOT EXISTS @numbers@ (
   key text PRIMARY KEY,
@@ -664,6 +705,54 @@ RETURNS SETOF record LANGUAGE sql AS $fn$
     WHERE m.pool = p
 $fn$;
 
+CREATE OR REPLACE FUNCTION @complete@(
+  k text, tok text, fp bytea, meta bytea, body bytea, at_ms bigint, kept bigint,
+  retention_ms bigint)
+RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+  t timestamptz;
+  cur @locks@%ROWTYPE;
+BEGIN
+  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
+  PERFORM set_config('synchronous_commit', 'on', true);
+  t := clock_timestamp();
+  SELECT * INTO cur FROM @locks@ WHERE key = k;
+  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
+    RETURN -2;
+  END IF;
+  IF cur.token <> tok THEN
+    RETURN -1;
+  END IF;
+  INSERT INTO @records@ (key, fingerprint, meta, body, completed_at_ms, kept, expires_at)
+    VALUES (k, fp, meta, body, at_ms, kept = 1,
+            t + greatest(retention_ms, 1) * interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint,
+      meta = excluded.meta, body = excluded.body, completed_at_ms = excluded.completed_at_ms,
+      kept = excluded.kept, expires_at = excluded.expires_at;
+  RETURN @handoff@(k, cur.fence, t);
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION @record@(
+  k text, OUT fingerprint text, OUT meta text, OUT body text, OUT completed_at_ms bigint,
+  OUT kept integer)
+RETURNS SETOF record LANGUAGE sql AS $fn$
+  SELECT encode(r.fingerprint, 'hex'), encode(r.meta, 'hex'), encode(r.body, 'hex'),
+         r.completed_at_ms, CASE WHEN r.kept THEN 1 ELSE 0 END
+    FROM @records@ r
+    WHERE r.key = k AND r.expires_at > clock_timestamp()
+$fn$;
+
+CREATE OR REPLACE FUNCTION @forget@(k text) RETURNS integer
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  live boolean;
+BEGIN
+  DELETE FROM @records@ WHERE key = k RETURNING expires_at > clock_timestamp() INTO live;
+  RETURN CASE WHEN live THEN 1 ELSE 0 END;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint)
 RETURNS SETOF record LANGUAGE sql AS $fn$
   SELECT l.token, @ms@(l.expires_at, clock_timestamp())
@@ -682,6 +771,7 @@ DECLARE
   leases bigint;
   tickets bigint;
   numbers bigint;
+  records bigint;
 BEGIN
   -- CASE: the lock is tried only for the rows to delete (AND evaluates in any order).
   DELETE FROM @locks@ WHERE CASE
@@ -695,7 +785,9 @@ BEGIN
     WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || key))
     ELSE false END;
   GET DIAGNOSTICS numbers = ROW_COUNT;
-  RETURN leases + tickets + numbers;
+  DELETE FROM @records@ WHERE expires_at < t;
+  GET DIAGNOSTICS records = ROW_COUNT;
+  RETURN leases + tickets + numbers + records;
 END
 $fn$;
 

@@ -46,6 +46,18 @@ impl Call {
         self
     }
 
+    /// A `bytea` argument, as hex digits.
+    pub(super) fn bytes(mut self, value: &[u8]) -> Self {
+        self.sep();
+        self.sql.reserve(value.len() * 2 + 24);
+        self.sql.push_str("decode('");
+        for byte in value {
+            let _ = write!(self.sql, "{byte:02x}");
+        }
+        self.sql.push_str("', 'hex')");
+        self
+    }
+
     /// A `double precision` argument: a finite number, written as the shortest text that
     /// reads back as the same `f64` (digits, `.`, `e`, `-` only).
     pub(super) fn float(mut self, value: f64) -> Self {
