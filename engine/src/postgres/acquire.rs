@@ -14,7 +14,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::{Executor, Row, postgres::PgRow};
+use sqlx::{
+    Executor, Row,
+    postgres::{PgPoolOptions, PgRow},
+};
 use tokio::{task::JoinHandle, time::Instant};
 
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
@@ -47,8 +50,8 @@ impl Inner {
     /// The pool does not ping a connection before a call (that would double the round
     /// trips), so one that died while idle (a database restart) fails the call it serves:
     /// a call whose repetition changes nothing (an acquire attempt, whose repeat is a
-    /// re-entry; a leave, a renewal, a read) is then sent once more, on another connection,
-    /// within the same bound. A release or an extension is not: its repeat would report
+    /// re-entry; a leave, a renewal, a read) is then sent once more, on a fresh connection of
+    /// its own, within the same bound. A release or an extension is not: its repeat would report
     /// what the first did as a failure, or extend twice.
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
         let inner = self.clone();
@@ -62,6 +65,7 @@ impl Inner {
                 | "numeric_get"
                 | "pool_members"
                 | "pool_holders"
+                | "record"
         );
         runtime::handle().spawn(async move {
             let bound = LANDING_BOUND.max(inner.timeout);
@@ -70,7 +74,15 @@ impl Inner {
                 match first {
                     Err(e) if repeatable && died_idle(&e) => {
                         tracing::debug!(error = %e, what, "postgres connection was dead; once more");
-                        inner.pool.fetch_all(sqlx::raw_sql(&sql)).await
+                        // On a connection of its own: the pool's other idle ones may have
+                        // died with it (a restart kills them all).
+                        let fresh = PgPoolOptions::new()
+                            .max_connections(1)
+                            .connect_with((*inner.pool.connect_options()).clone())
+                            .await?;
+                        let again = fresh.fetch_all(sqlx::raw_sql(&sql)).await;
+                        fresh.close().await;
+                        again
                     }
                     other => other,
                 }
