@@ -50,14 +50,20 @@
 //! # Statements
 //!
 //! Every operation is one statement (see `schema.rs` for each function's contract): a call
-//! of a PL/pgSQL function that [`PostgresBackendBuilder::migrate`] installs, or one plain
-//! `SELECT`. A function runs in the statement's own transaction, and takes a
+//! of a function that [`PostgresBackendBuilder::migrate`] installs. A function runs in the statement's own transaction, and takes a
 //! transaction-level advisory lock on the key first (`pg_advisory_xact_lock`, released at
 //! commit): so "is it free / is it mine / who is next" and the write that follows see one
 //! state, as a Lua script does on Redis. Nothing outlives the statement on its connection:
 //! no session advisory lock, no `SET`, no prepared statement (calls go out in the simple
 //! query protocol, their values written as hex-decoded literals, never spliced as text), so
-//! the backend works unchanged behind PgBouncer in transaction pooling mode.
+//! the backend works unchanged behind PgBouncer in transaction pooling mode. A function that
+//! changes a lease commits synchronously whatever the database's `synchronous_commit` says
+//! (for its own transaction only): a grant the caller was told of survives a crash.
+//!
+//! Every call runs as a task on the engine's runtime (one thread hop), where the backend's
+//! own connections live: a runtime the application shuts down or blocks takes no connection
+//! and no call with it. (Over the application's pool, [`PostgresBackend::from_pool`], the
+//! connections are the application's.)
 //!
 //! Time is the database's (`clock_timestamp()`, which moves within a transaction, unlike
 //! `now()`): lease expiries, ticket deadlines and fences are judged by one clock.
