@@ -11,7 +11,8 @@ use sqlx::{
 use super::{
     DEFAULT_SCHEMA, FALLBACK_CAP, Inner, PostgresBackend,
     listener::{ListenTarget, Listener},
-    schema::{Names, SCHEMA_VERSION},
+    names::Names,
+    schema::SCHEMA_VERSION,
     sweeper::Sweeper,
 };
 use crate::{BackendError, BackendErrorKind, runtime};

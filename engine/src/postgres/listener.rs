@@ -2,7 +2,7 @@
 //! grant a release notified to the local waiter whose ticket it names.
 //!
 //! A release that hands a key over sends `NOTIFY` with `"<ticket id> <fence> <claim ms>"`
-//! (see `schema.rs`). Every node listening on the channel hears it; only the node where that
+//! (see `schema/locks.rs`). Every node listening on the channel hears it; only the node where that
 //! ticket's waiter lives finds it in its table, so one release wakes one waiter (no herd).
 //! A waiter is entered before its first attempt goes out, so a grant is never heard before
 //! its waiter can take it. While the connection is down (a restart, a network cut)

@@ -49,7 +49,7 @@
 //!
 //! # Statements
 //!
-//! Every operation is one statement (see `schema.rs` for each function's contract): a call
+//! Every operation is one statement (see `schema/` for each function's contract): a call
 //! of a function that [`PostgresBackendBuilder::migrate`] installs. A function runs in the statement's own transaction, and takes a
 //! transaction-level advisory lock on the key first (`pg_advisory_xact_lock`, released at
 //! commit): so "is it free / is it mine / who is next" and the write that follows see one
@@ -107,6 +107,7 @@ mod admin;
 mod backend;
 mod builder;
 mod listener;
+mod names;
 mod numeric;
 mod pools;
 mod records;
@@ -121,7 +122,7 @@ pub use builder::{MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
 /// [`PostgresBackend::from_pool`], and no version mismatch can arise.
 pub use sqlx;
 
-use self::{listener::Listener, schema::Names};
+use self::{listener::Listener, names::Names};
 use crate::{BackendError, BackendErrorKind, LockError};
 
 /// The default schema.
