@@ -37,3 +37,46 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     acquire_or_record_grants_a_free_key_and_answers_a_stored_record,
     acquire_or_record_after_a_wait_answers_the_record_its_holder_wrote,
 );
+
+/// Beyond the shared suite: FIFO order holds across nodes, each with its own pool and
+/// listener, sharing one schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_holds_across_nodes() {
+    use std::sync::{Arc, Mutex};
+
+    use tower_lock::engine::{LockEngine, postgres::PostgresBackend};
+
+    let schema = crate::harness::unique_schema("nodes");
+    let url = url().await;
+    let builder = PostgresBackend::builder(url).schema(&schema).pool_size(4);
+    builder.migrate().await.unwrap();
+    let mut nodes = Vec::new();
+    for _ in 0..3 {
+        nodes.push(LockEngine::new(builder.clone().build().await.unwrap()));
+    }
+    let holder = nodes[0].lock("k").fifo(true).acquire().await.unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..9 {
+        let (engine, order) = (nodes[i % 3].clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = engine.lock("k").fifo(true).acquire().await.unwrap();
+            order.lock().unwrap().push(i);
+            lease.release().await.unwrap();
+        }));
+        // Arrival order is defined once the waiter is queued.
+        let give_up = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while nodes[0].lock("k").waiters().await.unwrap() != i + 1 {
+            assert!(
+                tokio::time::Instant::now() < give_up,
+                "waiter {i} never queued"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+    holder.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..9).collect::<Vec<_>>());
+}
