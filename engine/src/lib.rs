@@ -51,6 +51,8 @@
 //!
 //! - `redis`: the Redis backend ([`redis::RedisBackend`]); `redis-tls`, `redis-cluster`
 //!   and `redis-sentinel` add TLS, Redis Cluster and Sentinel to it.
+//! - `postgres`: the Postgres backend ([`postgres::PostgresBackend`]): everything but
+//!   permits in this version.
 //! - `conformance`: the backend conformance suite, for a backend's own tests.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -75,6 +77,9 @@ mod mode;
 mod mutex;
 mod numeric;
 mod options;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

@@ -64,6 +64,25 @@ impl LockEngine {
         Ok(Self::new(super::redis::RedisBackend::connect(url).await?))
     }
 
+    /// An engine over the Postgres at `url`, with the Postgres backend's defaults (see
+    /// [`PostgresBackend::connect`](super::postgres::PostgresBackend::connect)); the schema
+    /// must have been installed with
+    /// [`migrate`](super::postgres::PostgresBackendBuilder::migrate). For anything else,
+    /// build a [`PostgresBackend`](super::postgres::PostgresBackend) and hand it to
+    /// [`LockEngine::new`].
+    ///
+    /// ```rust,no_run
+    /// # async fn f() -> Result<(), tower_lock_engine::BackendError> {
+    /// let engine = tower_lock_engine::LockEngine::postgres("postgres://app@127.0.0.1/app").await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "postgres")]
+    pub async fn postgres(url: impl Into<String>) -> Result<Self, crate::BackendError> {
+        Ok(Self::new(
+            super::postgres::PostgresBackend::connect(url).await?,
+        ))
+    }
+
     /// An engine over any backend.
     pub fn new(backend: impl Backend) -> Self {
         let backend = Arc::new(backend);

@@ -1,0 +1,154 @@
+//! The core [`Backend`] methods on Postgres: one statement each.
+
+use std::time::Duration;
+
+use sqlx::Row;
+
+use super::{
+    PostgresBackend,
+    acquire::{int, protocol},
+    backend_error, millis, remaining,
+    sql::Call,
+};
+use crate::{
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
+    LockKey, Mode, Renewal, Token,
+};
+
+/// Shared leases are not in this version of the Postgres backend: the engine answers
+/// `Unsupported` before it calls (see [`Backend::has_shared_mode`]), and so does each method.
+const NO_SHARED: LockError = LockError::Unsupported("shared leases");
+
+/// Leases renewed per statement.
+const RENEW_CHUNK: usize = 256;
+
+/// What `release`, `extend` answer when they change nothing: `-1` another token holds the
+/// key, `-2` nobody does.
+fn refused(code: i64) -> Result<(), LockError> {
+    match code {
+        -1 => Err(LockError::NotOwned),
+        c if c < 0 => Err(LockError::Expired),
+        _ => Ok(()),
+    }
+}
+
+impl PostgresBackend {
+    async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        let sql = Call::function(self.inner.names.renew())
+            .texts(chunk.iter().map(|l| l.key.as_str()))
+            .texts(chunk.iter().map(|l| l.token.as_str()))
+            .ints(chunk.iter().map(|l| millis(l.ttl)))
+            .finish();
+        let row = self.inner.call("renew", sql).await?;
+        let row = row
+            .first()
+            .ok_or_else(|| protocol("renew answered no row"))?;
+        let renewed: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
+        if renewed.len() != chunk.len() {
+            return Err(protocol("renew answered the wrong number of results"));
+        }
+        Ok(renewed.bytes().map(|b| b == b'1').collect())
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
+        if req.mode.is_shared() {
+            return Box::pin(std::future::ready(Err(NO_SHARED)));
+        }
+        Box::pin(self.inner.clone().acquire(req))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mode: Mode,
+    ) -> BoxFuture<'a, Result<(), LockError>> {
+        Box::pin(async move {
+            if mode.is_shared() {
+                return Err(NO_SHARED);
+            }
+            let sql = Call::function(self.inner.names.release())
+                .text(key.as_str())
+                .text(token.as_str())
+                .finish();
+            let row = self.inner.call("release", sql).await?;
+            refused(int(row.first(), 0)?)
+        })
+    }
+
+    fn extend<'a>(
+        &'a self,
+        key: &'a LockKey,
+        token: &'a Token,
+        mode: Mode,
+        ttl: Duration,
+        how: ExtendMode,
+    ) -> BoxFuture<'a, Result<Duration, LockError>> {
+        Box::pin(async move {
+            if mode.is_shared() {
+                return Err(NO_SHARED);
+            }
+            let sql = Call::function(self.inner.names.extend())
+                .text(key.as_str())
+                .text(token.as_str())
+                .int(millis(ttl))
+                .text(match how {
+                    ExtendMode::Add => "add",
+                    ExtendMode::Replace => "replace",
+                })
+                .finish();
+            let row = self.inner.call("extend", sql).await?;
+            let left = int(row.first(), 0)?;
+            refused(left)?;
+            Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
+        })
+    }
+
+    fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
+        Box::pin(async move {
+            if leases.iter().any(|l| l.mode.is_shared()) {
+                return Err(NO_SHARED);
+            }
+            let mut renewed = Vec::with_capacity(leases.len());
+            for chunk in leases.chunks(RENEW_CHUNK) {
+                renewed.extend(self.renew_chunk(chunk).await?);
+            }
+            Ok(renewed)
+        })
+    }
+
+    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
+        Box::pin(async move {
+            let sql = Call::function(self.inner.names.holder())
+                .text(key.as_str())
+                .finish();
+            let rows = self.inner.call("holder", sql).await?;
+            let Some(row) = rows.first() else {
+                return Ok(Vec::new());
+            };
+            let token: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
+            let token = Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
+            Ok(vec![Holder::new(token, remaining(int(Some(row), 1)?))])
+        })
+    }
+
+    fn capabilities(&self) -> Capabilities<'_> {
+        Capabilities::none()
+            .with_admin(self)
+            .with_numeric(self)
+            .with_pools(self)
+            .with_records(self)
+    }
+
+    fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
+        Box::pin(async move {
+            let sql = Call::function(self.inner.names.waiters())
+                .text(key.as_str())
+                .finish();
+            let row = self.inner.call("waiters", sql).await?;
+            Ok(usize::try_from(int(row.first(), 0)?).unwrap_or(0))
+        })
+    }
+}

@@ -1,0 +1,204 @@
+//! The listener: one `LISTEN` connection per backend, on the engine's runtime, handing each
+//! grant a release notified to the local waiter whose ticket it names.
+//!
+//! A release that hands a key over sends `NOTIFY` with `"<ticket id> <fence> <claim ms>"`
+//! (see `schema/locks.rs`). Every node listening on the channel hears it; only the node where that
+//! ticket's waiter lives finds it in its table, so one release wakes one waiter (no herd).
+//! A waiter is entered before its first attempt goes out, so a grant is never heard before
+//! its waiter can take it. While the connection is down (a restart, a network cut)
+//! notifications are lost: the listener reconnects every [`FALLBACK_CAP`] and the waiters'
+//! fallback timer finds their grants meanwhile.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::oneshot;
+
+use super::FALLBACK_CAP;
+use crate::{BackendError, BackendErrorKind, runtime};
+
+/// A hand-off as its notification tells it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Handed {
+    pub(super) fence: u64,
+    /// The lease's expiry the release set, from then: the waiter's claim period, or its TTL
+    /// when shorter.
+    pub(super) claim: Duration,
+}
+
+/// Where the listener connects: its own direct connection, or one of the application's pool.
+#[derive(Clone, Debug)]
+pub(super) enum ListenTarget {
+    /// Boxed: ten times the size of a pool handle.
+    Direct(Box<PgConnectOptions>),
+    Pool(PgPool),
+}
+
+/// The backend's listener: the waiters' table and the task that fills it. Dropping it ends
+/// the task and closes its connection.
+pub(super) struct Listener {
+    waiters: Arc<Waiters>,
+    task: tokio::task::AbortHandle,
+}
+
+type Waiters = Mutex<HashMap<String, oneshot::Sender<Handed>>>;
+
+/// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
+/// table when dropped.
+pub(super) struct Waiting {
+    id: String,
+    waiters: Arc<Waiters>,
+    grant: Option<oneshot::Receiver<Handed>>,
+}
+
+impl Waiting {
+    /// The grant of this waiter's ticket; pending for ever once the listener has gone (the
+    /// fallback timer then decides).
+    pub(super) async fn granted(&mut self) -> Handed {
+        if let Some(grant) = self.grant.as_mut()
+            && let Ok(handed) = grant.await
+        {
+            return handed;
+        }
+        self.grant = None;
+        std::future::pending().await
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.id);
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Listener {
+    /// Connect and `LISTEN` on `channel` (once that is confirmed, a notification is heard),
+    /// then keep listening on the engine's runtime.
+    pub(super) async fn start(
+        target: ListenTarget,
+        channel: String,
+        timeout: Duration,
+    ) -> Result<Self, BackendError> {
+        let first = tokio::time::timeout(timeout, connect(&target, &channel, timeout))
+            .await
+            .map_err(|_| {
+                BackendError::new(
+                    BackendErrorKind::Timeout,
+                    format!("postgres LISTEN did not answer within {timeout:?}"),
+                )
+            })?
+            .map_err(|e| {
+                BackendError::new(BackendErrorKind::Unavailable, "postgres LISTEN failed")
+                    .with_source(e)
+            })?;
+        let waiters: Arc<Waiters> = Arc::default();
+        let task = runtime::handle()
+            .spawn(listen(first, target, channel, timeout, waiters.clone()))
+            .abort_handle();
+        Ok(Self { waiters, task })
+    }
+
+    /// Enter the waiter of ticket `id`.
+    pub(super) fn wait_for(&self, id: &str) -> Waiting {
+        let (tx, rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(id.to_owned(), tx);
+        Waiting {
+            id: id.to_owned(),
+            waiters: self.waiters.clone(),
+            grant: Some(rx),
+        }
+    }
+}
+
+async fn connect(
+    target: &ListenTarget,
+    channel: &str,
+    timeout: Duration,
+) -> Result<PgListener, sqlx::Error> {
+    let mut listener = match target {
+        ListenTarget::Direct(options) => {
+            // A pool of one, only for the listener's reconnects.
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(timeout)
+                .connect_lazy_with((**options).clone());
+            PgListener::connect_with(&pool).await?
+        }
+        ListenTarget::Pool(pool) => PgListener::connect_with(pool).await?,
+    };
+    listener.listen(channel).await?;
+    Ok(listener)
+}
+
+/// The listening task: hand each grant to its waiter; after a failure, a fresh connection
+/// every [`FALLBACK_CAP`] until one listens again.
+async fn listen(
+    first: PgListener,
+    target: ListenTarget,
+    channel: String,
+    timeout: Duration,
+    waiters: Arc<Waiters>,
+) {
+    let mut listener = Some(first);
+    loop {
+        let Some(current) = listener.as_mut() else {
+            tokio::time::sleep(FALLBACK_CAP).await;
+            match tokio::time::timeout(timeout, connect(&target, &channel, timeout)).await {
+                Ok(Ok(fresh)) => {
+                    tracing::debug!(%channel, "postgres listener connected again");
+                    listener = Some(fresh);
+                }
+                Ok(Err(error)) => tracing::debug!(%channel, %error, "postgres listener down"),
+                Err(_) => tracing::debug!(%channel, "postgres listener connect timed out"),
+            }
+            continue;
+        };
+        match current.try_recv().await {
+            Ok(Some(notification)) => deliver(&waiters, notification.payload()),
+            // The connection was lost: anything notified meanwhile is lost too.
+            Ok(None) | Err(_) => {
+                tracing::debug!(%channel, "postgres listener lost its connection");
+                listener = None;
+            }
+        }
+    }
+}
+
+/// Hand `"<ticket id> <fence> <claim ms>"` to its waiter, if it is here.
+fn deliver(waiters: &Waiters, payload: &str) {
+    let mut parts = payload.split(' ');
+    let (Some(id), Some(fence), Some(claim)) = (parts.next(), parts.next(), parts.next()) else {
+        tracing::debug!(payload, "malformed postgres hand-off notification");
+        return;
+    };
+    let (Ok(fence), Ok(claim)) = (fence.parse::<u64>(), claim.parse::<u64>()) else {
+        tracing::debug!(payload, "malformed postgres hand-off notification");
+        return;
+    };
+    let waiter = waiters
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(id);
+    if let Some(waiter) = waiter {
+        let _ = waiter.send(Handed {
+            fence,
+            claim: Duration::from_millis(claim),
+        });
+    }
+}

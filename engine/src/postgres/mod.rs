@@ -1,0 +1,264 @@
+//! The Postgres backend: leases kept in tables of the database the application already has,
+//! for services that run no Redis.
+//!
+//! ```rust,no_run
+//! use std::time::Duration;
+//! use tower_lock_engine::{LockEngine, postgres::PostgresBackend};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let builder = PostgresBackend::builder("postgres://app@127.0.0.1/app")
+//!     .schema("tower_lock")
+//!     .table_prefix("");
+//! // Once per deployment (or at start-up: it is idempotent and serialized).
+//! builder.migrate().await?;
+//! let engine = LockEngine::new(builder.build().await?);
+//! let lease = engine.lock("invoice:42").wait(Duration::from_secs(2)).acquire().await?;
+//! println!("fence {}", lease.fence());
+//! lease.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Tables
+//!
+//! In the schema the builder names (default `tower_lock`), each table name after the
+//! table prefix (default none):
+//!
+//! - `locks (key text primary key, token text, fence bigint, expires_at timestamptz)`: one
+//!   row per key held, or released within the last [`TOMBSTONE_MARGIN`]. `token` is the
+//!   holder's; `NULL` once released: the row is then the key's fence tombstone, kept so
+//!   that the next grant's fence exceeds it. A row whose `expires_at` has passed holds
+//!   nothing (a lease that ran out is its own tombstone). The sweeper deletes every row
+//!   whose `expires_at` is more than [`TOMBSTONE_MARGIN`] past.
+//! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms)`: the waiters, one row each,
+//!   in arrival order (`seq`, an identity column), each with everything a release needs to
+//!   grant it the key without asking anyone: its token, its lease TTL and its claim period
+//!   (how long a hand-off to it lasts before it confirms, its ticket TTL). A ticket lives
+//!   until `deadline` unless its waiter refreshes it (every fallback period); a dead one is
+//!   skipped by a release and deleted by the next acquire or the sweeper.
+//! - `numbers (key text primary key, value double precision, expires_at timestamptz)`: the
+//!   numeric values of [`NumericKey`](crate::NumericKey), `infinity` for no expiry; swept
+//!   once expired.
+//! - `pools (pool text, member text)`: the members of each [`LockPool`](crate::LockPool),
+//!   kept until removed (as a Redis pool is).
+//! - `records (key, fingerprint, meta, body, completed_at_ms, kept, expires_at)`: the
+//!   records of [`Lease::complete`](crate::Lease::complete), each until its retention ends;
+//!   swept then.
+//! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks.
+//!
+//! # Statements
+//!
+//! Every operation is one statement (see `schema/` for each function's contract): a call
+//! of a function that [`PostgresBackendBuilder::migrate`] installs. A function runs in the statement's own transaction, and takes a
+//! transaction-level advisory lock on the key first (`pg_advisory_xact_lock`, released at
+//! commit): so "is it free / is it mine / who is next" and the write that follows see one
+//! state, as a Lua script does on Redis. Nothing outlives the statement on its connection:
+//! no session advisory lock, no `SET`, no prepared statement (calls go out in the simple
+//! query protocol, their values written as hex-decoded literals, never spliced as text), so
+//! the backend works unchanged behind PgBouncer in transaction pooling mode. A function that
+//! changes a lease commits synchronously whatever the database's `synchronous_commit` says
+//! (for its own transaction only): a grant the caller was told of survives a crash.
+//!
+//! Every call runs as a task on the engine's runtime (one thread hop), where the backend's
+//! own connections live: a runtime the application shuts down or blocks takes no connection
+//! and no call with it. (Over the application's pool, [`PostgresBackend::from_pool`], the
+//! connections are the application's.)
+//!
+//! Time is the database's (`clock_timestamp()`, which moves within a transaction, unlike
+//! `now()`): lease expiries, ticket deadlines and fences are judged by one clock.
+//!
+//! An uncontended acquire and release are one statement each (two round trips). sqlx's pool
+//! also pings each connection as it takes it back (a protocol `Sync`, no statement), off the
+//! caller's path, and pings none before a call: a connection that died while idle fails
+//! the call it serves, which is sent once more when repeating it changes nothing.
+//!
+//! # Fences
+//!
+//! A grant's fence is `max(last fence + 1, database time in µs)`, the last fence read from
+//! the key's row (a holder's, a lapsed lease's or a tombstone's); a hand-off's is the
+//! releaser's fence + 1. Every fence is at most the database time at its grant (plus one
+//! per hand-off within the same microsecond), so once a row is swept (at least
+//! [`TOMBSTONE_MARGIN`] after it stopped holding) the clock has moved past it: fences
+//! strictly increase per key unless the database clock steps back by more than that margin.
+//!
+//! # Waiting
+//!
+//! A failed attempt registers the waiter's ticket. A release hands the key over itself: the
+//! releasing statement makes the queue's first live ticket the holder (for the waiter's
+//! claim period, then renewed to the full TTL by the engine) and sends `NOTIFY` with the
+//! ticket id, the fence and the claim; a release that finds no live ticket frees the key and
+//! notifies nobody. One listener connection per backend (a direct one: `LISTEN` needs its
+//! session) hears the grant and completes the waiter's acquire. A waiter also retries on a
+//! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
+//! grant whose notification was lost (re-entry): the listener's reconnects cost at most
+//! that.
+//!
+//! # Not in this version
+//!
+//! Permits (shared leases) answer [`LockError::Unsupported`]. Admin operations
+//! ([`LockAdmin`](crate::LockAdmin)), numeric compare-and-set
+//! ([`NumericKey`](crate::NumericKey), table `numbers`), lock pools
+//! ([`LockPool`](crate::LockPool), table `pools`) and records written with a release
+//! ([`Lease::complete`](crate::Lease::complete), table `records`) work.
+
+mod acquire;
+mod admin;
+mod backend;
+mod builder;
+mod listener;
+mod names;
+mod numeric;
+mod pools;
+mod records;
+mod schema;
+mod sql;
+mod sweeper;
+
+use std::{fmt, sync::Arc, time::Duration};
+
+pub use builder::{MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
+/// The sqlx crate the backend is built on (0.8): name its `PgPool` through this path for
+/// [`PostgresBackend::from_pool`], and no version mismatch can arise.
+pub use sqlx;
+
+use self::{listener::Listener, names::Names};
+use crate::{BackendError, BackendErrorKind, LockError};
+
+/// The default schema.
+pub const DEFAULT_SCHEMA: &str = "tower_lock";
+/// The longest schema name and table prefix accepted, in bytes (so that every table,
+/// function and channel name fits Postgres's 63-byte identifiers).
+pub const MAX_NAME_LEN: usize = 24;
+/// How long a released key's row (its fence tombstone) is kept before the sweeper deletes
+/// it; a lease that ran out unreleased is kept as long after its expiry.
+pub const TOMBSTONE_MARGIN: Duration = Duration::from_secs(5);
+/// Waiters retry at least this often, whatever the listener does.
+pub(crate) const FALLBACK_CAP: Duration = Duration::from_millis(250);
+/// How often the sweeper deletes lapsed rows: a tombstone lives at most
+/// [`TOMBSTONE_MARGIN`] + this after its release.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
+
+/// The Postgres backend: see the [module docs](self) for the tables, the statements and the
+/// waiting. Cheap to clone; clones share the pool, the listener and the sweeper.
+#[derive(Clone)]
+pub struct PostgresBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: sqlx::PgPool,
+    names: Names,
+    /// Every call's bound.
+    timeout: Duration,
+    /// How long a waiter's ticket lives unrefreshed, in ms; also the claim period of a
+    /// hand-off to this node's waiters, which their tickets carry.
+    ticket_ttl_ms: u64,
+    listener: Listener,
+    /// Ends the sweeper with the backend.
+    _sweeper: sweeper::Sweeper,
+}
+
+impl fmt::Debug for PostgresBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresBackend")
+            .field("schema", &self.inner.names.schema())
+            .field("table_prefix", &self.inner.names.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresBackend {
+    /// A builder for `url` (`postgres://user:password@host:port/database`): the backend
+    /// opens a pool of its own there, and its listener connection too unless
+    /// [`listen_url`](PostgresBackendBuilder::listen_url) says otherwise (the direct
+    /// address, when `url` is a PgBouncer's).
+    pub fn builder(url: impl Into<String>) -> PostgresBackendBuilder {
+        PostgresBackendBuilder::new(builder::Source::Url(url.into()))
+    }
+
+    /// A builder over the application's own pool: its connections serve the calls. The
+    /// listener takes one of them for as long as the backend lives, unless
+    /// [`listen_url`](PostgresBackendBuilder::listen_url) names a direct address (which it
+    /// must when the pool goes through PgBouncer in transaction mode: `LISTEN` needs a
+    /// session).
+    pub fn from_pool(pool: sqlx::PgPool) -> PostgresBackendBuilder {
+        PostgresBackendBuilder::new(builder::Source::Pool(pool))
+    }
+
+    /// Connect with the defaults (schema `tower_lock`, no table prefix), after checking the
+    /// schema (see [`PostgresBackendBuilder::build`]).
+    pub async fn connect(url: impl Into<String>) -> Result<Self, BackendError> {
+        Self::builder(url).build().await
+    }
+
+    /// The schema of the backend's tables.
+    pub fn schema(&self) -> &str {
+        self.inner.names.schema()
+    }
+
+    /// The prefix of the backend's table names.
+    pub fn table_prefix(&self) -> &str {
+        self.inner.names.prefix()
+    }
+
+    /// The backend's pool (the application's own, or the one it opened).
+    pub fn pool(&self) -> &sqlx::PgPool {
+        &self.inner.pool
+    }
+}
+
+/// A failure of the database or of the connection to it, as the engine reports it.
+fn backend_error(what: &'static str, e: sqlx::Error) -> LockError {
+    let kind = match &e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Tls(_) => BackendErrorKind::Unavailable,
+        // Class 08: connection exceptions; 57P01-03: the server shutting down or starting.
+        sqlx::Error::Database(db)
+            if db
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")) =>
+        {
+            BackendErrorKind::Unavailable
+        }
+        sqlx::Error::Configuration(_) => BackendErrorKind::Config,
+        _ => BackendErrorKind::Protocol,
+    };
+    LockError::Backend(BackendError::new(kind, format!("postgres {what} failed")).with_source(e))
+}
+
+fn timed_out(what: &'static str, after: Duration) -> LockError {
+    LockError::Backend(BackendError::new(
+        BackendErrorKind::Timeout,
+        format!("postgres {what} did not answer within {after:?}"),
+    ))
+}
+
+/// Milliseconds, rounded up, at least 1, at most `i64::MAX`: a lease is never shorter on
+/// the server than asked.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos().div_ceil(1_000_000))
+        .unwrap_or(i64::MAX)
+        .max(1)
+}
+
+/// A remaining TTL reported by a function (`< 0`: none).
+fn remaining(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_up_and_saturate() {
+        assert_eq!(millis(Duration::from_micros(1)), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 2);
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,91 @@
+//! The schema the backend owns: its tables, and every PL/pgSQL function the calls run, each
+//! with its contract (arguments, what it returns, why it is atomic, statements inside).
+//!
+//! Every function that changes a key takes `pg_advisory_xact_lock(class, hashtext(key))`
+//! first: a transaction-level lock (released at the statement's commit, so nothing is left
+//! on a pooled connection), `class` a number of this schema and prefix. Two calls on one key
+//! so run one after the other, each seeing the other's commit (a function reads with a fresh
+//! snapshot per statement, taken after the lock): the compare-token-then-write of a release,
+//! the "free, and am I next?" of an acquire and the hand-off are each one atomic step. Two
+//! keys whose hashes collide only wait for each other a moment. The batched renewal takes its
+//! keys' locks in hash order, and every other function takes one key's: no cycle, no
+//! deadlock.
+//!
+//! Every function that changes a lease also sets `synchronous_commit` on for its own
+//! transaction (`set_config(..., true)`: nothing stays on the session): a grant the caller
+//! was told of must survive a crash of the server, or a second holder would be granted after
+//! the restart while the first still runs. A database or role configured with
+//! `synchronous_commit = off` so still keeps every lease it reported.
+//!
+//! Microsecond fences (about 2^51) fit a `bigint`. Durations travel as milliseconds.
+
+mod capabilities;
+mod leases;
+mod locks;
+
+/// The version of the tables and functions [`migration`] installs; `build()` refuses a
+/// database whose `schema_version` is another.
+pub(super) const SCHEMA_VERSION: i32 = 1;
+
+/// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
+/// fills in a name: the tables, every function, then the version. One multi-statement
+/// message, so one implicit transaction, serialized by an advisory lock.
+pub(super) fn migration() -> String {
+    [
+        TABLES,
+        locks::FUNCTIONS,
+        leases::FUNCTIONS,
+        capabilities::FUNCTIONS,
+        VERSION,
+    ]
+    .join("\n\n")
+}
+
+/// The tables (see the module docs of `postgres` for what each holds).
+const TABLES: &str = r#"
+SELECT pg_advisory_xact_lock(@class@, 0);
+CREATE SCHEMA IF NOT EXISTS @schema@;
+CREATE TABLE IF NOT EXISTS @version@ (version integer NOT NULL);
+CREATE TABLE IF NOT EXISTS @locks@ (
+  key text PRIMARY KEY,
+  token text,
+  fence bigint NOT NULL,
+  expires_at timestamptz NOT NULL
+) WITH (fillfactor = 70);
+CREATE TABLE IF NOT EXISTS @tickets@ (
+  key text NOT NULL,
+  id text NOT NULL,
+  seq bigint GENERATED ALWAYS AS IDENTITY,
+  token text NOT NULL,
+  deadline timestamptz NOT NULL,
+  ttl_ms bigint NOT NULL,
+  claim_ms bigint NOT NULL,
+  PRIMARY KEY (key, id)
+);
+CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
+CREATE TABLE IF NOT EXISTS @pools@ (
+  pool text NOT NULL,
+  member text NOT NULL,
+  PRIMARY KEY (pool, member)
+);
+CREATE TABLE IF NOT EXISTS @records@ (
+  key text PRIMARY KEY,
+  fingerprint bytea NOT NULL,
+  meta bytea NOT NULL,
+  body bytea NOT NULL,
+  completed_at_ms bigint NOT NULL,
+  kept boolean NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+CREATE TABLE IF NOT EXISTS @numbers@ (
+  key text PRIMARY KEY,
+  value double precision NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+"#;
+
+/// The version row, last: a migration that failed half way leaves the old one.
+const VERSION: &str = r#"
+DELETE FROM @version@;
+INSERT INTO @version@ (version) VALUES (@schema_version@);
+"#;

@@ -1,0 +1,142 @@
+//! Statements as text, in the simple query protocol: one message, one round trip, and no
+//! prepared statement on any server connection, named or unnamed (sqlx's extended protocol
+//! parses with one `Sync` and executes with another, and PgBouncer in transaction mode may
+//! send those to two different servers).
+//!
+//! Values are written as literals no input can break out of: strings as
+//! `convert_from(decode('<hex>', 'hex'), 'UTF8')` (hex digits only between the quotes,
+//! whatever `standard_conforming_strings` says), numbers as digits.
+
+use std::fmt::Write;
+
+/// A function call or query being written: `SELECT * FROM <function>(<arguments>)`.
+pub(super) struct Call {
+    sql: String,
+    first: bool,
+}
+
+impl Call {
+    /// `SELECT * FROM <function>(`; `function` is a qualified, quoted name.
+    pub(super) fn function(function: &str) -> Self {
+        let mut sql = String::with_capacity(256);
+        sql.push_str("SELECT * FROM ");
+        sql.push_str(function);
+        sql.push('(');
+        Self { sql, first: true }
+    }
+
+    fn sep(&mut self) {
+        if !self.first {
+            self.sql.push_str(", ");
+        }
+        self.first = false;
+    }
+
+    /// A text argument.
+    pub(super) fn text(mut self, value: &str) -> Self {
+        self.sep();
+        text_literal(&mut self.sql, value);
+        self
+    }
+
+    /// A `bigint` argument.
+    pub(super) fn int(mut self, value: i64) -> Self {
+        self.sep();
+        let _ = write!(self.sql, "{value}::bigint");
+        self
+    }
+
+    /// A `bytea` argument, as hex digits.
+    pub(super) fn bytes(mut self, value: &[u8]) -> Self {
+        self.sep();
+        self.sql.reserve(value.len() * 2 + 24);
+        self.sql.push_str("decode('");
+        for byte in value {
+            let _ = write!(self.sql, "{byte:02x}");
+        }
+        self.sql.push_str("', 'hex')");
+        self
+    }
+
+    /// A `double precision` argument: a finite number, written as the shortest text that
+    /// reads back as the same `f64` (digits, `.`, `e`, `-` only).
+    pub(super) fn float(mut self, value: f64) -> Self {
+        self.sep();
+        let _ = write!(self.sql, "'{value:e}'::double precision");
+        self
+    }
+
+    /// A `text[]` argument.
+    pub(super) fn texts<'a>(mut self, values: impl Iterator<Item = &'a str>) -> Self {
+        self.sep();
+        self.sql.push_str("ARRAY[");
+        for (i, value) in values.enumerate() {
+            if i > 0 {
+                self.sql.push_str(", ");
+            }
+            text_literal(&mut self.sql, value);
+        }
+        self.sql.push_str("]::text[]");
+        self
+    }
+
+    /// A `bigint[]` argument.
+    pub(super) fn ints(mut self, values: impl Iterator<Item = i64>) -> Self {
+        self.sep();
+        self.sql.push_str("ARRAY[");
+        for (i, value) in values.enumerate() {
+            if i > 0 {
+                self.sql.push_str(", ");
+            }
+            let _ = write!(self.sql, "{value}");
+        }
+        self.sql.push_str("]::bigint[]");
+        self
+    }
+
+    /// The statement.
+    pub(super) fn finish(mut self) -> String {
+        self.sql.push(')');
+        self.sql
+    }
+}
+
+/// `value` as a text literal made of hex digits only.
+pub(super) fn text_literal(out: &mut String, value: &str) {
+    out.reserve(value.len() * 2 + 40);
+    out.push_str("convert_from(decode('");
+    for byte in value.bytes() {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out.push_str("', 'hex'), 'UTF8')");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_read_back_exactly() {
+        let sql = Call::function("f").float(9.995).float(-1e-300).finish();
+        assert_eq!(
+            sql,
+            "SELECT * FROM f('9.995e0'::double precision, '-1e-300'::double precision)"
+        );
+    }
+
+    #[test]
+    fn values_are_hex_literals() {
+        let sql = Call::function("\"s\".\"f\"")
+            .text("a'b")
+            .int(-2)
+            .texts(["x", "y"].into_iter())
+            .ints([1, 2].into_iter())
+            .finish();
+        assert_eq!(
+            sql,
+            "SELECT * FROM \"s\".\"f\"(convert_from(decode('612762', 'hex'), 'UTF8'), \
+             -2::bigint, ARRAY[convert_from(decode('78', 'hex'), 'UTF8'), \
+             convert_from(decode('79', 'hex'), 'UTF8')]::text[], ARRAY[1, 2]::bigint[])"
+        );
+    }
+}

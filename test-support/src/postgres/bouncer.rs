@@ -1,0 +1,102 @@
+//! A PgBouncer of the test's own in front of a [`PostgresServer`], in transaction pooling
+//! mode: each transaction may run on another server connection, so nothing a client leaves
+//! on its session (a `LISTEN`, a `SET`, a prepared statement) can be relied on.
+//!
+//! Debian's PgBouncer (1.18) refuses to run as root: it runs as the `postgres` user, with
+//! its configuration in a directory of its own, under the same guardian as the server.
+
+use std::{
+    net::TcpStream,
+    path::PathBuf,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use super::{
+    PostgresServer,
+    server::{Guardian, TEST_USER, free_port, postgres_dir},
+};
+
+/// A PgBouncer process owned by the test.
+#[derive(Debug)]
+pub struct PgBouncer {
+    port: u16,
+    dir: PathBuf,
+    running: Mutex<Option<Guardian>>,
+}
+
+impl PgBouncer {
+    /// Start a PgBouncer in transaction pooling mode in front of `server`, on a free port.
+    pub fn start(server: &PostgresServer) -> Self {
+        let dir = postgres_dir("pgbouncer");
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let config = format!(
+                "[databases]\n\
+                 * = host=127.0.0.1 port={server_port}\n\
+                 [pgbouncer]\n\
+                 listen_addr = 127.0.0.1\n\
+                 listen_port = {port}\n\
+                 unix_socket_dir =\n\
+                 auth_type = trust\n\
+                 auth_file = {dir}/users.txt\n\
+                 pool_mode = transaction\n\
+                 max_client_conn = 1000\n\
+                 default_pool_size = 20\n\
+                 ignore_startup_parameters = extra_float_digits,options\n\
+                 pidfile = {dir}/pgbouncer.pid\n\
+                 logfile = {dir}/pgbouncer.log\n",
+                server_port = server.port(),
+                dir = dir.display(),
+            );
+            std::fs::write(dir.join("pgbouncer.ini"), config).expect("write pgbouncer.ini");
+            std::fs::write(dir.join("users.txt"), format!("\"{TEST_USER}\" \"\"\n"))
+                .expect("write the auth file");
+            let status = std::process::Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("run chown");
+            assert!(status.success());
+            let program = PathBuf::from("/usr/sbin/pgbouncer");
+            let args = [dir.join("pgbouncer.ini").to_string_lossy().into_owned()];
+            match Guardian::spawn(&program, &args, "-KILL") {
+                Ok(mut g) => {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    loop {
+                        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                            return Self {
+                                port,
+                                dir,
+                                running: Mutex::new(Some(g)),
+                            };
+                        }
+                        if Instant::now() >= deadline {
+                            g.kill();
+                            last = format!("pgbouncer on port {port} never listened");
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start pgbouncer (package `pgbouncer`): {last}");
+    }
+
+    /// `postgres://tower_lock@127.0.0.1:<port>/tower_lock`, through the bouncer.
+    pub fn url(&self) -> String {
+        format!("postgres://{TEST_USER}@127.0.0.1:{}/{TEST_USER}", self.port)
+    }
+}
+
+impl Drop for PgBouncer {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.running.get_mut().unwrap().take() {
+            g.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,335 @@
+//! A throwaway Postgres cluster of the test's own, on a free loopback port.
+//!
+//! ```ignore
+//! let server = PostgresServer::start(); // initdb + postgres, as the `postgres` user
+//! let url = server.url();               // postgres://tower_lock@127.0.0.1:<port>/tower_lock
+//! server.kill();                        // immediate shutdown (SIGQUIT): a crash
+//! server.restart();                     // same port, same data (recovered)
+//! ```
+//!
+//! Postgres refuses to run as root, so the cluster is made and run as the `postgres` system
+//! user Debian's package creates, in a temporary directory that user owns (data directory
+//! and a private socket directory). Flushing to disk is off (`fsync`, `full_page_writes`):
+//! a crash of the server process still loses nothing (every commit's WAL is written to the
+//! OS, which keeps it), only a crash of the machine would. Authentication is `trust`, on loopback only.
+//! The server runs under a `sh` guardian that reads our end of a pipe, as the Redis fixture
+//! does: when the test process exits for any reason the guardian stops the server.
+
+use std::{
+    io::{BufRead, BufReader},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::{Arc, Mutex, OnceLock},
+    time::{Duration, Instant},
+};
+
+/// The role and database made for the tests.
+pub const TEST_USER: &str = "tower_lock";
+
+/// A Postgres cluster owned by the test.
+#[derive(Debug)]
+pub struct PostgresServer {
+    port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+    running: Mutex<Option<Guardian>>,
+}
+
+/// A process run as the `postgres` user under a guardian shell (see the module docs).
+#[derive(Debug)]
+pub(super) struct Guardian {
+    shell: Child,
+    lifeline: Option<ChildStdin>,
+    pid: u32,
+    /// The signal that stops it on a kill or a drop.
+    stop: &'static str,
+}
+
+/// Where Debian keeps the newest installed Postgres's programs.
+fn bin_dir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("Postgres is not installed (Debian's package `postgresql`)")
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|p| p.join("postgres").exists())
+        .collect();
+    versions.sort_by_key(|p| {
+        p.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    versions
+        .pop()
+        .expect("no /usr/lib/postgresql/<version>/bin/postgres")
+}
+
+/// Run `program args` as the `postgres` user; panics if it fails.
+pub(super) fn as_postgres(program: &Path, args: &[&str]) {
+    let out = Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run runuser");
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        program.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fresh directory owned by the `postgres` user, private to it.
+pub(super) fn postgres_dir(name: &str) -> PathBuf {
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("tower-lock-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("make a temporary directory");
+    let status = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(&dir)
+        .status()
+        .expect("run chown");
+    assert!(status.success(), "chown to the postgres user failed");
+    let status = Command::new("chmod")
+        .arg("700")
+        .arg(&dir)
+        .status()
+        .expect("run chmod");
+    assert!(status.success());
+    dir
+}
+
+impl PostgresServer {
+    /// Make a cluster (`initdb`), start it on a free port, and make the test role and
+    /// database ([`TEST_USER`]).
+    pub fn start() -> Self {
+        let bin = bin_dir();
+        let dir = postgres_dir("pg");
+        let data = dir.join("data");
+        as_postgres(
+            &bin.join("initdb"),
+            &[
+                "-D",
+                data.to_str().expect("a UTF-8 temporary path"),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        std::fs::create_dir_all(dir.join("socket")).expect("make the socket directory");
+        let status = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(dir.join("socket"))
+            .status()
+            .expect("run chown");
+        assert!(status.success());
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let server = Self {
+                port,
+                dir: dir.clone(),
+                bin: bin.clone(),
+                running: Mutex::new(None),
+            };
+            match server.spawn() {
+                Ok(g) => {
+                    *server.running.lock().unwrap() = Some(g);
+                    server.psql_in("postgres", &format!("CREATE ROLE {TEST_USER} LOGIN"));
+                    server.psql_in(
+                        "postgres",
+                        &format!("CREATE DATABASE {TEST_USER} OWNER {TEST_USER}"),
+                    );
+                    return server;
+                }
+                Err(e) => last = e,
+            }
+        }
+        panic!("could not start postgres: {last}");
+    }
+
+    /// One cluster per test binary, started on first use and stopped when the process
+    /// exits. Tests sharing it keep apart by schema; never kill or restart it.
+    pub fn shared() -> &'static Arc<Self> {
+        static SHARED: OnceLock<Arc<PostgresServer>> = OnceLock::new();
+        SHARED.get_or_init(|| Arc::new(Self::start()))
+    }
+
+    fn spawn(&self) -> Result<Guardian, String> {
+        let data = self.dir.join("data");
+        let socket = self.dir.join("socket");
+        let args = [
+            "-D".to_owned(),
+            data.to_string_lossy().into_owned(),
+            "-p".to_owned(),
+            self.port.to_string(),
+            "-k".to_owned(),
+            socket.to_string_lossy().into_owned(),
+            "-c".to_owned(),
+            "listen_addresses=127.0.0.1".to_owned(),
+            "-c".to_owned(),
+            "fsync=off".to_owned(),
+            "-c".to_owned(),
+            "full_page_writes=off".to_owned(),
+            "-c".to_owned(),
+            "max_connections=300".to_owned(),
+            "-c".to_owned(),
+            "unix_socket_permissions=0700".to_owned(),
+        ];
+        let g = Guardian::spawn(&self.bin.join("postgres"), &args, "-QUIT")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-q"])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(g);
+            }
+            if Instant::now() >= deadline {
+                let mut g = g;
+                g.kill();
+                return Err(format!("postgres on port {} never became ready", self.port));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://tower_lock@127.0.0.1:<port>/tower_lock`.
+    pub fn url(&self) -> String {
+        format!("postgres://{TEST_USER}@127.0.0.1:{}/{TEST_USER}", self.port)
+    }
+
+    /// Run SQL in the test database as the superuser with `psql` and return its unaligned
+    /// output (trimmed).
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_in(TEST_USER, sql)
+    }
+
+    fn psql_in(&self, database: &str, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", database, "-X", "-q", "-A", "-t"])
+            .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run psql");
+        assert!(
+            out.status.success(),
+            "psql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Stop the server the way a crash does (an immediate shutdown, SIGQUIT: no checkpoint,
+    /// every connection cut) and wait until its port refuses connections.
+    pub fn kill(&self) {
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "postgres did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Start the server again on the same port, on the same data (it recovers first).
+    pub fn restart(&self) {
+        self.kill();
+        // The last backends may hold the data directory's lock a moment after the port
+        // closed.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let g = loop {
+            match self.spawn() {
+                Ok(g) => break g,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "restart postgres: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        };
+        *self.running.lock().unwrap() = Some(g);
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut g) = self.running.get_mut().unwrap().take() {
+            g.kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Guardian {
+    /// Run `program args` as the `postgres` user under a guardian shell that sends `stop`
+    /// to it when our end of its stdin closes.
+    pub(super) fn spawn(
+        program: &Path,
+        args: &[String],
+        stop: &'static str,
+    ) -> Result<Self, String> {
+        let script = format!(
+            r#""$@" >/dev/null 2>&1 & echo $!; read _; kill {stop} $! 2>/dev/null; wait $!"#
+        );
+        let mut shell = Command::new("runuser")
+            .args(["-u", "postgres", "--", "sh", "-c", &script, "sh"])
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn {} (is it installed?): {e}", program.display()))?;
+        let mut line = String::new();
+        BufReader::new(shell.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let pid: u32 = line
+            .trim()
+            .parse()
+            .map_err(|_| format!("guardian printed {line:?}"))?;
+        Ok(Self {
+            lifeline: shell.stdin.take(),
+            shell,
+            pid,
+            stop,
+        })
+    }
+
+    pub(super) fn kill(&mut self) {
+        let _ = Command::new("kill")
+            .args([self.stop, &self.pid.to_string()])
+            .stderr(Stdio::null())
+            .status();
+        // Closing the lifeline ends the guardian's `read`; it then waits for the process.
+        drop(self.lifeline.take());
+        let _ = self.shell.wait();
+    }
+}
+
+/// A loopback port nobody listens on right now.
+pub(super) fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}

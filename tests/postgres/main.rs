@@ -1,0 +1,17 @@
+//! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
+//! cases (all but permits) directly and through a PgBouncer in transaction pooling mode, a
+//! server crash and restart under a holder and a waiter, killed pool and listener
+//! connections, the set-up (schema check, names, the application's own pool, tombstone
+//! sweeping), and the uncontended cycle's cost.
+//!
+//! `cargo test --features postgres --test postgres`; needs Debian's `postgresql` and
+//! `pgbouncer` packages (`scripts/test.sh` installs them).
+#![cfg(feature = "postgres")]
+
+mod conformance_bouncer;
+mod conformance_direct;
+mod cycle;
+mod faults;
+mod harness;
+mod restart;
+mod setup;

@@ -1,0 +1,153 @@
+//! Setting the backend up: the schema check at build time, names that are refused, the
+//! application's own pool, and released keys that leave no row beyond the tombstone margin.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tower_lock::engine::{
+    BackendErrorKind, LockEngine,
+    postgres::{
+        PostgresBackend, TOMBSTONE_MARGIN,
+        sqlx::{self, Executor, Row, postgres::PgPoolOptions},
+    },
+};
+use tower_lock_test_support::postgres::PostgresServer;
+
+use crate::harness::{backend, unique_schema};
+
+async fn url() -> String {
+    tokio::task::spawn_blocking(|| PostgresServer::shared().url())
+        .await
+        .unwrap()
+}
+
+async fn psql(sql: String) {
+    tokio::task::spawn_blocking(move || PostgresServer::shared().psql(&sql))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_a_missing_or_older_schema_and_names_the_fix() {
+    let schema = unique_schema("unmigrated");
+    let builder = PostgresBackend::builder(url().await).schema(&schema);
+    let missing = builder.clone().build().await.unwrap_err();
+    assert_eq!(missing.kind(), BackendErrorKind::Config, "{missing}");
+    assert!(missing.to_string().contains("migrate()"), "{missing}");
+
+    builder.migrate().await.unwrap();
+    drop(
+        builder
+            .clone()
+            .build()
+            .await
+            .expect("a migrated schema is accepted"),
+    );
+
+    psql(format!(
+        "UPDATE \"{schema}\".schema_version SET version = 0"
+    ))
+    .await;
+    let older = builder.clone().build().await.unwrap_err();
+    assert_eq!(older.kind(), BackendErrorKind::Config, "{older}");
+    assert!(
+        older.to_string().contains("older") && older.to_string().contains("migrate()"),
+        "{older}"
+    );
+    // Migrating again brings it up to date.
+    builder.migrate().await.unwrap();
+    drop(
+        builder
+            .build()
+            .await
+            .expect("a migrated schema is accepted"),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_and_prefixes_that_are_not_plain_identifiers_are_refused() {
+    let url = url().await;
+    for (schema, prefix) in [("Public", ""), ("s", "x;drop"), ("a\"b", ""), ("", "")] {
+        let builder = PostgresBackend::builder(url.clone())
+            .schema(schema)
+            .table_prefix(prefix);
+        let e = builder.migrate().await.unwrap_err();
+        assert_eq!(
+            e.kind(),
+            BackendErrorKind::Config,
+            "{schema:?} {prefix:?}: {e}"
+        );
+        let e = builder.build().await.unwrap_err();
+        assert_eq!(
+            e.kind(),
+            BackendErrorKind::Config,
+            "{schema:?} {prefix:?}: {e}"
+        );
+    }
+}
+
+/// The application's pool serves the calls, and (no listen URL given) one of its
+/// connections listens: a waiter is handed the key its holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_own_pool_serves_the_backend() {
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url().await)
+        .await
+        .unwrap();
+    let builder = PostgresBackend::from_pool(pool.clone()).schema(unique_schema("own_pool"));
+    builder.migrate().await.unwrap();
+    let engine = LockEngine::new(builder.build().await.unwrap());
+    let holder = engine.lock("k").acquire().await.unwrap();
+    let waiter = {
+        let lock = engine.lock("k").wait(Duration::from_secs(10));
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.lock("k").waiters().await.unwrap() != 1 {
+        assert!(Instant::now() < give_up, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let first = holder.fence();
+    holder.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("the waiter is handed the key");
+    assert!(next.fence() > first);
+    next.release().await.unwrap();
+}
+
+/// A released key's row is its fence tombstone, swept within the margin and one sweep
+/// period; the next grant's fence still exceeds the last one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
+    let backend = backend(url().await, None, "sweep").await;
+    let count = format!(
+        "SELECT count(*)::bigint FROM \"{}\".locks",
+        backend.schema()
+    );
+    let rows = |backend: PostgresBackend, sql: String| async move {
+        let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
+        row.get::<i64, _>(0)
+    };
+    let engine = LockEngine::new(backend.clone());
+    let lease = engine.lock("k").try_acquire().await.unwrap();
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    let released = Instant::now();
+    assert_eq!(
+        rows(backend.clone(), count.clone()).await,
+        1,
+        "the tombstone"
+    );
+    // The sweeper runs every 5 s and takes rows past the margin: at most 10 s in all.
+    let bound = TOMBSTONE_MARGIN * 2 + Duration::from_secs(5);
+    while rows(backend.clone(), count.clone()).await != 0 {
+        assert!(
+            released.elapsed() < bound,
+            "the tombstone outlived {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let again = engine.lock("k").try_acquire().await.unwrap();
+    assert!(again.fence() > fence, "fences rise past a swept tombstone");
+    again.release().await.unwrap();
+}
