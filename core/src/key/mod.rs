@@ -62,7 +62,7 @@ pub use path::{MethodPathKey, PathKey};
 pub use principal::Principal;
 pub use request_view::{HeaderValues, RequestView};
 pub use route_key::RouteKey;
-pub use route_matcher::{MatchedRoute, RouteMatcher};
+pub use route_matcher::RouteMatcher;
 pub use scoped::ScopedKey;
 
 /// A `POST /a/b?q=1` with `headers`, for the extractors' unit tests.

@@ -77,21 +77,21 @@ impl<R> fmt::Debug for RouteKey<R> {
 
 impl<R: RouteMatcher> KeyExtractor for RouteKey<R> {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        let matched = R::matched(req, !matches!(self.params, Params::None))?;
-        let mut key = RouteValue::new(&matched.route);
+        let route = R::route(req)?;
+        let mut key = RouteValue::new(&route);
         match &self.params {
             Params::None => {}
             Params::All => {
-                for (name, raw) in &matched.params {
+                for (name, raw) in R::params(req, &route)? {
                     key.param(name, &R::decode(name, raw)?);
                 }
             }
             Params::Named(names) => {
+                let params = R::params(req, &route)?;
                 for name in names {
-                    let Some((_, raw)) = matched.params.iter().find(|(n, _)| n == name) else {
+                    let Some((_, raw)) = params.iter().find(|(n, _)| n == name) else {
                         return Err(ExtractError::misconfigured(format!(
-                            "the route {} has no parameter {name}",
-                            matched.route
+                            "the route {route} has no parameter {name}"
                         )));
                     };
                     key.param(name, &R::decode(name, raw)?);
@@ -130,7 +130,6 @@ mod tests {
     use std::borrow::Cow;
 
     use super::*;
-    use crate::key::MatchedRoute;
 
     /// A router that matched `/t/{id}/j/{job}` with the path parameters in the `x-params`
     /// header (`id=7,job=9`), decoding `%7C` only.
@@ -139,20 +138,16 @@ mod tests {
     impl RouteMatcher for Fake {
         const KIND: &'static str = "fake-route";
 
-        fn matched<'r>(
-            req: &'r dyn RequestView,
-            params: bool,
-        ) -> Result<MatchedRoute<'r>, ExtractError> {
+        fn route<'r>(_: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
+            Ok(Cow::Borrowed("/t/{id}/j/{job}"))
+        }
+
+        fn params<'a>(
+            req: &'a dyn RequestView,
+            _: &'a str,
+        ) -> Result<Vec<(&'a str, &'a str)>, ExtractError> {
             let raw = req.header_str("x-params").unwrap_or("");
-            let params = if params {
-                raw.split(',').filter_map(|p| p.split_once('=')).collect()
-            } else {
-                Vec::new()
-            };
-            Ok(MatchedRoute {
-                route: Cow::Borrowed("/t/{id}/j/{job}"),
-                params,
-            })
+            Ok(raw.split(',').filter_map(|p| p.split_once('=')).collect())
         }
 
         fn decode<'a>(_: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {

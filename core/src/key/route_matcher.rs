@@ -1,5 +1,5 @@
-//! [`RouteMatcher`]: what a framework tells a [`RouteKey`](super::RouteKey), the route it
-//! matched and its path parameters; and [`MatchedRoute`], its answer.
+//! [`RouteMatcher`]: what a framework tells a [`RouteKey`](super::RouteKey): the route it
+//! matched, its path parameters, and how it decodes them.
 
 use std::borrow::Cow;
 
@@ -14,25 +14,20 @@ pub trait RouteMatcher: Send + Sync + 'static {
     /// frameworks never share a lock.
     const KIND: &'static str;
 
-    /// The route `req` matched, with its path parameters (raw, as in the path) when
-    /// `params` is true. A request with no matched route is the server's setup (the layer
-    /// sits outside the router): [`ExtractError::misconfigured`], naming the fix.
-    fn matched<'r>(
-        req: &'r dyn RequestView,
-        params: bool,
-    ) -> Result<MatchedRoute<'r>, ExtractError>;
+    /// The pattern of the route `req` matched, e.g. `/tenants/{id}/jobs`. A request with
+    /// no matched route is the server's setup (the layer sits outside the router):
+    /// [`ExtractError::misconfigured`], naming the fix.
+    fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError>;
+
+    /// `(name, raw value)` of each path parameter of `route` in `req`, in route order;
+    /// asked only by a key that locks on parameters.
+    fn params<'a>(
+        req: &'a dyn RequestView,
+        route: &'a str,
+    ) -> Result<Vec<(&'a str, &'a str)>, ExtractError>;
 
     /// The raw parameter `name`'s value, percent-decoded as the framework's own path
     /// extractor decodes it (so `/tenants/acm%65` and `/tenants/acme` lock one key), or
     /// [`ExtractError::malformed`] when the framework would refuse it too.
     fn decode<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError>;
-}
-
-/// The route a [`RouteMatcher`] matched: its pattern and its raw path parameters.
-#[derive(Clone, Debug)]
-pub struct MatchedRoute<'r> {
-    /// The pattern the router matched, e.g. `/tenants/{id}/jobs`.
-    pub route: Cow<'r, str>,
-    /// `(name, raw value)` of each path parameter, in route order (empty when not asked).
-    pub params: Vec<(&'r str, &'r str)>,
 }

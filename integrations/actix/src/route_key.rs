@@ -2,7 +2,8 @@
 
 use std::borrow::Cow;
 
-use tower_lock::key::{ExtractError, MatchedRoute, RequestView, RouteMatcher};
+use actix_web::HttpRequest;
+use tower_lock::key::{ExtractError, RequestView, RouteMatcher};
 
 use crate::http_request;
 
@@ -64,38 +65,29 @@ pub struct ActixRoutes;
 impl RouteMatcher for ActixRoutes {
     const KIND: &'static str = "actix-route";
 
-    fn matched<'r>(
-        req: &'r dyn RequestView,
-        params: bool,
-    ) -> Result<MatchedRoute<'r>, ExtractError> {
-        let Some(req) = http_request(req) else {
-            return Err(ExtractError::misconfigured(
-                "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
-            ));
-        };
-        let Some(pattern) = req.match_pattern() else {
-            return Err(ExtractError::misconfigured(
+    fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
+        match actix_request(req)?.match_pattern() {
+            Some(pattern) => Ok(Cow::Owned(pattern)),
+            None => Err(ExtractError::misconfigured(
                 "no matched route for the lock key: wrap a web::resource or web::scope with the middleware, not the App",
-            ));
-        };
-        let info = req.match_info();
+            )),
+        }
+    }
+
+    fn params<'a>(
+        req: &'a dyn RequestView,
+        route: &'a str,
+    ) -> Result<Vec<(&'a str, &'a str)>, ExtractError> {
+        let info = actix_request(req)?.match_info();
         // Around the whole `App` the middleware runs before routing: actix still finds the
         // pattern by the path, but has matched no parameter yet. Keying on the pattern
         // alone would put every tenant under one lock.
-        if params && info.segment_count() == 0 && pattern.contains('{') {
+        if info.segment_count() == 0 && route.contains('{') {
             return Err(ExtractError::misconfigured(format!(
-                "the parameters of {pattern} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
+                "the parameters of {route} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
             )));
         }
-        let params = if params {
-            info.iter().collect()
-        } else {
-            Vec::new()
-        };
-        Ok(MatchedRoute {
-            route: Cow::Owned(pattern),
-            params,
-        })
+        Ok(info.iter().collect())
     }
 
     /// Fully percent-decoded (actix's router leaves `%2F`, `%25` and `%2B` encoded and
@@ -103,6 +95,16 @@ impl RouteMatcher for ActixRoutes {
     fn decode<'a>(_name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {
         Ok(percent_encoding::percent_decode_str(raw).decode_utf8_lossy())
     }
+}
+
+/// The actix-web request behind `req`, or the server's mistake: a route key of actix
+/// used outside [`LockMiddleware`](crate::LockMiddleware).
+fn actix_request(req: &dyn RequestView) -> Result<&HttpRequest, ExtractError> {
+    http_request(req).ok_or_else(|| {
+        ExtractError::misconfigured(
+            "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
+        )
+    })
 }
 
 #[cfg(test)]

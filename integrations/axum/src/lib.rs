@@ -74,7 +74,7 @@ use axum::{
 };
 use tower_lock::{
     Fence, LeaseInfo,
-    key::{ExtractError, MatchedRoute, RequestView, RouteMatcher},
+    key::{ExtractError, RequestView, RouteMatcher},
 };
 
 /// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
@@ -194,32 +194,27 @@ pub struct AxumRoutes;
 impl RouteMatcher for AxumRoutes {
     const KIND: &'static str = "axum-route";
 
-    fn matched<'r>(
-        req: &'r dyn RequestView,
-        params: bool,
-    ) -> Result<MatchedRoute<'r>, ExtractError> {
-        let extensions = req.extensions();
-        let Some(matched) = extensions.and_then(|e| e.get::<MatchedPath>()) else {
+    fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
+        match req.extensions().and_then(|e| e.get::<MatchedPath>()) {
+            Some(matched) => Ok(Cow::Borrowed(matched.as_str())),
             // The server's setup: the layer wraps the router's fallback (an unknown path
             // under `Router::layer`), or sits outside any router.
-            return Err(ExtractError::misconfigured(
+            None => Err(ExtractError::misconfigured(
                 "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
-            ));
-        };
-        let template = matched.as_str();
-        let params = if params {
-            // Inside a nested router the URI has lost its prefix; the matched path has not.
-            let path = extensions
-                .and_then(|e| e.get::<OriginalUri>())
-                .map_or_else(|| req.path(), |uri| uri.0.path());
-            match_params(template, path)
-        } else {
-            Vec::new()
-        };
-        Ok(MatchedRoute {
-            route: Cow::Borrowed(template),
-            params,
-        })
+            )),
+        }
+    }
+
+    fn params<'a>(
+        req: &'a dyn RequestView,
+        route: &'a str,
+    ) -> Result<Vec<(&'a str, &'a str)>, ExtractError> {
+        // Inside a nested router the URI has lost its prefix; the matched path has not.
+        let path = req
+            .extensions()
+            .and_then(|e| e.get::<OriginalUri>())
+            .map_or_else(|| req.path(), |uri| uri.0.path());
+        Ok(match_params(route, path))
     }
 
     fn decode<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {
