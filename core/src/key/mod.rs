@@ -1,5 +1,7 @@
-//! Deriving a lock key from a request: the [`KeyExtractor`] trait and the built-in
-//! extractors.
+//! Deriving a lock key from a request: the [`KeyExtractor`] trait, the built-in
+//! extractors, and their combinators: [`ScopedKey`] (any extractor's value scoping any
+//! key, a [`Principal`] among them) and [`RouteKey`] (a framework's matched route and the
+//! chosen path parameters, behind its [`RouteMatcher`]).
 //!
 //! Extractors see a request through [`RequestView`]: method, path, headers, and (for
 //! `http` 1 requests) the extensions. That keeps them framework-neutral: the tower layer
