@@ -16,7 +16,7 @@ use bytes::Bytes;
 pub use crate::integration::replay::{
     fingerprint::FingerprintKind,
     options::{ReplayHook, ReplayOptions, StoreFn},
-    scope::{Principal, Scope},
+    scope::Scope,
 };
 use crate::{
     config_error::ConfigError,

@@ -9,15 +9,13 @@ use http::{HeaderMap, HeaderName, StatusCode};
 use super::layer::IdempotencyLayer;
 use tower_lock_core::{
     FingerprintFn, ReplayLocker,
-    settings::{
-        FingerprintKind, LockSettings, Principal, ReplayHook, ReplayOptions, Scope, StoreFn,
-    },
+    settings::{FingerprintKind, LockSettings, ReplayHook, ReplayOptions, Scope, StoreFn},
 };
 
 use crate::{
     BackendFailurePolicy, ConfigError, LockLayerBuilder,
     engine::LockEngine,
-    key::{IdempotencyKey, KeyExtractor, RequestView},
+    key::{IdempotencyKey, KeyExtractor, Principal, RequestView},
     setters::lock_setters,
 };
 
@@ -140,7 +138,9 @@ impl IdempotencyLayerBuilder {
     /// derived, a principal read by a closure. Only use a value the server vouches for
     /// (set by an authentication layer or a gateway that strips it from client input): a
     /// header the client sets freely lets a client choose whose records it shares. A
-    /// request without a scope has no key (`400`).
+    /// request without a scope has no key (`400`), unless the scope says it is the server's
+    /// mistake (a [`Principal`](crate::key::Principal): `500`). The layer is keyed by
+    /// [`ScopedKey::by(scope, key)`](crate::key::ScopedKey::by), as a lock layer would be.
     ///
     /// ```
     /// use tower_lock::{IdempotencyLayer, LockEngine, key};

@@ -154,7 +154,7 @@ fn a_principal_scope_is_refused_when_the_actix_middleware_is_made() {
     use std::fmt;
     use tower_lock::{
         IdempotencyLayer,
-        key::{HeaderKey, IdempotencyKey, PrincipalScopedKey},
+        key::{HeaderKey, IdempotencyKey, Principal, ScopedKey},
     };
     use tower_lock_actix::ReplayMiddleware;
 
@@ -186,7 +186,10 @@ fn a_principal_scope_is_refused_when_the_actix_middleware_is_made() {
             .unwrap_err(),
     );
     let principal_key = LockLayer::builder(LockEngine::in_memory())
-        .key(PrincipalScopedKey::<UserId, _>::new(IdempotencyKey::new()))
+        .key(ScopedKey::by(
+            Principal::<UserId>::new(),
+            IdempotencyKey::new(),
+        ))
         .build()
         .unwrap();
     assert_refused(

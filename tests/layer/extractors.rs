@@ -207,7 +207,7 @@ fn scoped_keys_take_their_scope_header_by_text_checked_when_built() {
         key::{IdempotencyKey, KeyExtractor, ScopedKey},
     };
     let scoped = ScopedKey::new("X-Tenant-Id", IdempotencyKey::new());
-    assert_eq!(scoped.kind(), "scoped(x-tenant-id,idempotency-key)");
+    assert_eq!(scoped.kind(), "scope(header=x-tenant-id,idempotency-key)");
     let ok = LockLayer::builder(LockEngine::in_memory())
         .key(scoped)
         .build();

@@ -9,7 +9,8 @@ use proptest::prelude::*;
 use tower_lock::{
     LockEngine, LockLayer, LockLayerBuilder, MissingKeyPolicy,
     key::{
-        self, GlobalKey, HeaderKey, IdempotencyKey, MethodPathKey, PathKey, RequestView, ScopedKey,
+        self, GlobalKey, HeaderKey, IdempotencyKey, KeyExtractor, MethodPathKey, PathKey,
+        Principal, RequestView, ScopedKey,
     },
 };
 use tower_lock_core::RequestLocker;
@@ -23,6 +24,8 @@ enum Extractor {
     Idempotency,
     /// `ScopedKey` by the named header, around an inner extractor.
     Scoped(&'static str, Box<Self>),
+    /// `ScopedKey` by the [`Account`] principal, around an inner extractor.
+    PrincipalScoped(Box<Self>),
     /// `PathKey`.
     Path,
     /// `MethodPathKey`.
@@ -53,6 +56,16 @@ struct Case {
     value: Value,
 }
 
+/// The principal an authentication layer put in the request extensions.
+#[derive(Clone)]
+struct Account(String);
+
+impl std::fmt::Display for Account {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// The closure extractor of the model: the trimmed `x-custom` header.
 fn custom(req: &dyn RequestView) -> Option<String> {
     req.header("x-custom")
@@ -70,15 +83,23 @@ impl Extractor {
             Self::MethodPath => builder.key(MethodPathKey),
             Self::Global(key) => builder.key(GlobalKey::new(key.clone())),
             Self::Custom => builder.key(key::from_fn("custom", custom)),
-            Self::Scoped(scope, inner) => match &**inner {
-                Self::Header(name) => {
-                    builder.key(ScopedKey::new(scope, HeaderKey::new(header(name))))
-                }
-                Self::Idempotency => builder.key(ScopedKey::new(scope, IdempotencyKey::new())),
-                Self::Custom => builder.key(ScopedKey::new(scope, key::from_fn("custom", custom))),
-                other => unreachable!("the model scopes no {other:?}"),
-            },
+            Self::Scoped(scope, inner) => scope_by(builder, HeaderKey::new(scope), inner),
+            Self::PrincipalScoped(inner) => scope_by(builder, Principal::<Account>::new(), inner),
         }
+    }
+}
+
+/// A builder keyed on the model's `inner` extractor within `scope`.
+fn scope_by(
+    builder: LockLayerBuilder,
+    scope: impl KeyExtractor,
+    inner: &Extractor,
+) -> LockLayerBuilder {
+    match inner {
+        Extractor::Header(name) => builder.key(ScopedKey::by(scope, HeaderKey::new(name))),
+        Extractor::Idempotency => builder.key(ScopedKey::by(scope, IdempotencyKey::new())),
+        Extractor::Custom => builder.key(ScopedKey::by(scope, key::from_fn("custom", custom))),
+        other => unreachable!("the model scopes no {other:?}"),
     }
 }
 
@@ -111,6 +132,9 @@ impl Case {
                 }
                 (Extractor::Scoped(scope, inner), Value::Scoped(s, v)) => {
                     say(req.header(*scope, s), inner, v)
+                }
+                (Extractor::PrincipalScoped(inner), Value::Scoped(s, v)) => {
+                    say(req.extension(Account(s.clone())), inner, v)
                 }
                 (Extractor::Global(_), Value::Nothing) => req,
                 other => unreachable!("no request says {other:?}"),
@@ -159,6 +183,8 @@ const WORDS: &[&str] = &[
     "route",
     "header",
     "scoped",
+    "scope",
+    "principal",
     "global",
     "custom",
     "POST",
@@ -195,15 +221,19 @@ fn plain_extractor() -> impl Strategy<Value = Extractor> {
 }
 
 fn extractor() -> impl Strategy<Value = Extractor> {
+    let inner = || {
+        prop_oneof![
+            Just(Extractor::Header("x-key")),
+            Just(Extractor::Idempotency),
+            Just(Extractor::Custom),
+        ]
+    };
     prop_oneof![
         3 => plain_extractor(),
+        1 => inner().prop_map(|inner| Extractor::PrincipalScoped(Box::new(inner))),
         1 => (
             prop::sample::select(&["x-tenant", "x-org"][..]),
-            prop_oneof![
-                Just(Extractor::Header("x-key")),
-                Just(Extractor::Idempotency),
-                Just(Extractor::Custom),
-            ],
+            inner(),
         )
             .prop_map(|(scope, inner)| Extractor::Scoped(scope, Box::new(inner))),
     ]
@@ -219,9 +249,11 @@ fn value_for(extractor: &Extractor) -> BoxedStrategy<Value> {
             .prop_map(|(m, p)| Value::MethodPath(m.to_owned(), p))
             .boxed(),
         Extractor::Global(_) => Just(Value::Nothing).boxed(),
-        Extractor::Scoped(_, inner) => (header_value(), value_for(inner))
-            .prop_map(|(scope, v)| Value::Scoped(scope, Box::new(v)))
-            .boxed(),
+        Extractor::Scoped(_, inner) | Extractor::PrincipalScoped(inner) => {
+            (header_value(), value_for(inner))
+                .prop_map(|(scope, v)| Value::Scoped(scope, Box::new(v)))
+                .boxed()
+        }
     }
 }
 

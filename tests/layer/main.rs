@@ -8,6 +8,7 @@
 
 mod extractors;
 mod in_process;
+mod key_kinds;
 mod key_namespace;
 mod long_scopes;
 mod methods;

@@ -250,7 +250,8 @@ async fn a_misconfigured_key_is_a_500_logged_once_then_throttled() {
     let _subscriber =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
     let locker = LockLayer::builder(LockEngine::in_memory())
-        .key(tower_lock::key::PrincipalScopedKey::<Account, _>::new(
+        .key(tower_lock::key::ScopedKey::by(
+            tower_lock::key::Principal::<Account>::new(),
             HeaderKey::new("x-tenant-id"),
         ))
         .metrics_name("jobs")

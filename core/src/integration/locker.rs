@@ -220,12 +220,13 @@ impl RequestLocker {
 
     /// Whether the locker can key requests that carry no `http` extensions
     /// ([`RequestView::extensions`] is `None`, as under actix-web):
-    /// [`ConfigError::NeedsExtensions`] when its key extractor reads a principal from them,
-    /// for a framework integration to refuse when its middleware is made. A key that cannot
-    /// tell (a closure) is left to the request: a `500` naming the cause in the log.
+    /// [`ConfigError::NeedsExtensions`] when its key reads a [`Principal`](crate::key::Principal)
+    /// from them (its kind says so), for a framework integration to refuse when its
+    /// middleware is made. A key that cannot tell (a closure) is left to the request: a
+    /// `500` naming the cause in the log.
     pub fn check_without_extensions(&self) -> Result<(), ConfigError> {
         let extractor = &self.shared.config.extractor;
-        if extractor.needs_extensions() {
+        if crate::key::kind::reads_principal(extractor.kind()) {
             return Err(ConfigError::NeedsExtensions(extractor.kind().to_owned()));
         }
         Ok(())

@@ -1,7 +1,7 @@
 //! The [`KeyExtractor`] trait, implemented by every built-in extractor (and by closures
 //! through [`from_fn`](super::from_fn)).
 
-use std::borrow::Cow;
+use std::{borrow::Cow, sync::Arc};
 
 use super::{ExtractError, RequestView};
 
@@ -42,8 +42,8 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// locks.
     ///
     /// The built-in extractors each have a fixed kind (`header=<name>`,
-    /// `idempotency-key`, `scoped(<header>,<inner kind>)`, `path`, `method-path`,
-    /// `global`); a closure's is the one given to [`from_fn`](super::from_fn). There is
+    /// `idempotency-key`, `scope(<scope kind>,<inner kind>)`, `principal`, `path`,
+    /// `method-path`, `global`; see [the key kinds](crate::key#key-kinds)); a closure's is the one given to [`from_fn`](super::from_fn). There is
     /// no default: an extractor type that could silently share its locks with every other
     /// type that forgot to name itself would be a trap. The layer reads it once, when it
     /// is built.
@@ -57,14 +57,28 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn validate(&self) -> Result<(), String> {
         Ok(())
     }
+}
 
-    /// Whether the extractor reads the request's `http` extensions
-    /// ([`RequestView::extensions`]) and finds no key without them, as a principal scope
-    /// does: a framework whose requests carry none (actix-web) then refuses the layer when
-    /// its middleware is made, rather than answering every request `500`. Wrappers forward
-    /// their inner extractors'. The default (`false`) leaves that to the request.
-    #[doc(hidden)]
-    fn needs_extensions(&self) -> bool {
-        false
+/// A shared extractor is an extractor: the idempotency preset keeps its scope and its key
+/// as `Arc<dyn KeyExtractor>` and scopes one by the other with the same
+/// [`ScopedKey`](super::ScopedKey) as everyone else.
+impl<T: KeyExtractor + ?Sized> KeyExtractor for Arc<T> {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        (**self).extract(req)
+    }
+
+    fn extract_ref<'r>(
+        &self,
+        req: &'r dyn RequestView,
+    ) -> Result<Option<Cow<'r, str>>, ExtractError> {
+        (**self).extract_ref(req)
+    }
+
+    fn kind(&self) -> &str {
+        (**self).kind()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        (**self).validate()
     }
 }

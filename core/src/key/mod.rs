@@ -1,5 +1,7 @@
-//! Deriving a lock key from a request: the [`KeyExtractor`] trait and the built-in
-//! extractors.
+//! Deriving a lock key from a request: the [`KeyExtractor`] trait, the built-in
+//! extractors, and their combinators: [`ScopedKey`] (any extractor's value scoping any
+//! key, a [`Principal`] among them) and [`RouteKey`] (a framework's matched route and the
+//! chosen path parameters, behind its [`RouteMatcher`]).
 //!
 //! Extractors see a request through [`RequestView`]: method, path, headers, and (for
 //! `http` 1 requests) the extensions. That keeps them framework-neutral: the tower layer
@@ -26,7 +28,7 @@
 //!     .unwrap();
 //! assert_eq!(per_tenant.kind(), "header=x-tenant-id");
 //! assert_eq!(per_tenant.extract(&req).unwrap().as_deref(), Some("acme"));
-//! assert_eq!(idempotent.kind(), "scoped(x-tenant-id,idempotency-key)");
+//! assert_eq!(idempotent.kind(), "scope(header=x-tenant-id,idempotency-key)");
 //! assert_eq!(idempotent.extract(&req).unwrap().as_deref(), Some("acme/8e03978e"));
 //! assert_eq!(per_account.kind(), "account");
 //! assert_eq!(per_account.extract(&req).unwrap().as_deref(), Some("7"));
@@ -41,10 +43,13 @@ mod from_fn;
 mod global;
 mod header;
 mod idempotency;
+pub(crate) mod kind;
 mod path;
 mod principal;
 mod request_view;
 mod route;
+mod route_key;
+mod route_matcher;
 mod scoped;
 
 pub use encoding::encode;
@@ -56,11 +61,10 @@ pub use global::GlobalKey;
 pub use header::HeaderKey;
 pub use idempotency::{IdempotencyKey, MAX_IDEMPOTENCY_KEY_LEN};
 pub use path::{MethodPathKey, PathKey};
-pub use principal::PrincipalScopedKey;
-#[cfg(feature = "idempotency")]
-pub(crate) use principal::principal_missing;
+pub use principal::Principal;
 pub use request_view::{HeaderValues, RequestView};
-pub use route::RouteValue;
+pub use route_key::RouteKey;
+pub use route_matcher::RouteMatcher;
 pub use scoped::ScopedKey;
 
 /// A `POST /a/b?q=1` with `headers`, for the extractors' unit tests.
@@ -100,8 +104,8 @@ mod tests {
             [
                 "header=x-tenant",
                 "idempotency-key",
-                "scoped(x-tenant,idempotency-key)",
-                "scoped(x-tenant,header=x-k)",
+                "scope(header=x-tenant,idempotency-key)",
+                "scope(header=x-tenant,header=x-k)",
                 "path",
                 "method-path",
                 "global",

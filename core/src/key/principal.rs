@@ -1,88 +1,98 @@
-//! [`PrincipalScopedKey`]: another extractor's key, scoped by the authenticated principal
-//! an earlier middleware put in the request extensions.
+//! [`Principal`]: the authenticated principal an earlier middleware put in the request
+//! extensions, a plain extractor (scope any key by it with [`ScopedKey::by`](super::ScopedKey::by)).
 
 use std::{any::type_name, fmt, marker::PhantomData};
 
-use super::{ExtractError, KeyExtractor, RequestView, encoding::scoped};
+use super::{ExtractError, KeyExtractor, RequestView, kind};
 
-/// Another extractor's key, scoped by the principal of type `P` found in the request
-/// extensions (put there by an authentication middleware that runs before the lock
-/// layer): two principals sending the same inner key lock different keys. A request
-/// without a `P` is the server's mistake (the authentication layer is missing or runs
-/// inside this one): it is answered `500` with the `misconfigured` problem type and one
-/// throttled `error!` log, as under
-/// `IdempotencyLayerBuilder::per_principal`.
+/// The principal of type `P` found in the request extensions (its `Display`), put there by
+/// an authentication middleware that runs before the lock layer. Usually a scope:
+/// `ScopedKey::by(Principal::<User>::new(), IdempotencyKey::new())`, or the idempotency
+/// preset's `per_principal::<User>()`, which builds just that.
 ///
-/// The value is `<principal>/<inner value>`, the principal (its `Display`) escaped as in
-/// the [lock key](crate::key#the-lock-key), or written as its SHA-256 when it is long;
-/// the kind is `principal(<type of P>,<inner kind>)`. Framework integrations without
-/// `http` extensions (actix) find no principal.
-pub struct PrincipalScopedKey<P, K> {
-    inner: K,
-    kind: String,
-    _principal: PhantomData<fn() -> P>,
-}
+/// A request without a `P`, or with one whose `Display` is empty, is the server's mistake
+/// (the authentication layer is missing, runs inside this one, or lets anonymous
+/// requests through): it is answered `500` with the `misconfigured` problem type and one
+/// throttled `error!` log naming the fix, never a `400` that blames the client.
+///
+/// Its kind is `principal`, not the type's name: a key must not change when the type
+/// moves to another module (a fleet in a rolling deploy would take two keys for one
+/// request). The kind is reserved: it tells a framework whose requests carry no `http`
+/// extensions (actix-web) to refuse the key when its middleware is made.
+///
+/// ```
+/// use tower_lock::key::{IdempotencyKey, KeyExtractor, Principal, ScopedKey};
+///
+/// #[derive(Clone)]
+/// struct User(String);
+/// impl std::fmt::Display for User {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str(&self.0)
+///     }
+/// }
+///
+/// let per_user = ScopedKey::by(Principal::<User>::new(), IdempotencyKey::new());
+/// let mut req = http::Request::post("/orders").header("idempotency-key", "\"o-1\"").body(()).unwrap();
+/// assert!(per_user.extract(&req).is_err(), "no user: the server's mistake");
+/// req.extensions_mut().insert(User("alice".into()));
+/// assert_eq!(per_user.extract(&req).unwrap().as_deref(), Some("alice/o-1"));
+/// assert_eq!(per_user.kind(), "scope(principal,idempotency-key)");
+/// ```
+pub struct Principal<P>(PhantomData<fn() -> P>);
 
-impl<P, K: KeyExtractor> PrincipalScopedKey<P, K> {
-    /// Scope `inner` by the `P` in the request extensions.
-    pub fn new(inner: K) -> Self {
-        let kind = format!("principal({},{})", type_name::<P>(), inner.kind());
-        Self {
-            inner,
-            kind,
-            _principal: PhantomData,
-        }
+impl<P> Principal<P> {
+    /// The principal of type `P` in the request extensions.
+    pub fn new() -> Self {
+        Self(PhantomData)
     }
 }
 
-impl<P, K: fmt::Debug> fmt::Debug for PrincipalScopedKey<P, K> {
+impl<P> Default for Principal<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P> Clone for Principal<P> {
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl<P> fmt::Debug for Principal<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PrincipalScopedKey")
-            .field("principal", &type_name::<P>())
-            .field("inner", &self.inner)
-            .finish()
+        f.debug_tuple("Principal").field(&type_name::<P>()).finish()
     }
 }
 
-impl<P, K> KeyExtractor for PrincipalScopedKey<P, K>
+impl<P> KeyExtractor for Principal<P>
 where
     P: fmt::Display + Send + Sync + 'static,
-    K: KeyExtractor,
 {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        // No principal is the server's mistake: blaming the client with a 400 would send
+        // the alert to the wrong team.
         let Some(principal) = req.extensions().and_then(|e| e.get::<P>()) else {
-            // The server's mistake: see `Principal` in the replay scope.
             return Err(principal_missing::<P>(req));
         };
         let principal = principal.to_string();
         if principal.is_empty() {
-            return Err(ExtractError::missing(format!(
-                "a principal: the request's {} is empty",
+            return Err(ExtractError::misconfigured(format!(
+                "the request's {} is empty: the authentication layer must give every principal a non-empty Display",
                 type_name::<P>()
             )));
         }
-        let Some(inner) = self.inner.extract_ref(req)? else {
-            return Ok(None);
-        };
-        Ok(Some(scoped(&principal, &inner)))
+        Ok(Some(principal))
     }
 
     fn kind(&self) -> &str {
-        &self.kind
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        self.inner.validate()
-    }
-
-    fn needs_extensions(&self) -> bool {
-        true
+        kind::PRINCIPAL
     }
 }
 
-/// The error of a principal scope that finds no principal of type `P` in the request.
-pub(crate) fn principal_missing<P>(req: &dyn RequestView) -> ExtractError {
-    let principal = std::any::type_name::<P>();
+/// The error of a principal that is not in the request.
+fn principal_missing<P>(req: &dyn RequestView) -> ExtractError {
+    let principal = type_name::<P>();
     if req.extensions().is_none() {
         ExtractError::misconfigured(format!(
             "no principal: this framework's requests carry no http extensions, so no {principal} can be found (scope with scope_by instead)"
@@ -97,7 +107,7 @@ pub(crate) fn principal_missing<P>(req: &dyn RequestView) -> ExtractError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{IdempotencyKey, test_request as req};
+    use crate::key::{ExtractErrorKind, IdempotencyKey, ScopedKey, test_request as req};
 
     #[derive(Clone)]
     struct User(&'static str);
@@ -110,25 +120,20 @@ mod tests {
 
     #[test]
     fn principals_scope_the_inner_key_and_a_missing_principal_is_a_server_mistake() {
-        let k = PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
+        let k = ScopedKey::by(Principal::<User>::new(), IdempotencyKey::new());
         let with = |user| {
             let mut r = req(&[("idempotency-key", "k")]);
             r.extensions_mut().insert(User(user));
-            k.extract(&r).unwrap()
+            k.extract(&r)
         };
-        assert_ne!(with("a/b"), with("a"));
-        assert_eq!(with("alice").as_deref(), Some("alice/k"));
+        assert_ne!(with("a/b").unwrap(), with("a").unwrap());
+        assert_eq!(with("alice").unwrap().as_deref(), Some("alice/k"));
         let none = k.extract(&req(&[("idempotency-key", "k")])).unwrap_err();
-        assert_eq!(none.kind(), crate::key::ExtractErrorKind::Misconfigured);
-        assert!(k.kind().starts_with("principal(") && k.kind().ends_with(",idempotency-key)"));
-    }
-
-    #[test]
-    fn principal_keys_need_the_extensions_and_wrappers_say_so() {
-        let principal = || PrincipalScopedKey::<User, _>::new(IdempotencyKey::new());
-        assert!(principal().needs_extensions());
-        assert!(crate::key::ScopedKey::new("x-tenant", principal()).needs_extensions());
-        assert!(!crate::key::ScopedKey::new("x-tenant", IdempotencyKey::new()).needs_extensions());
-        assert!(!IdempotencyKey::new().needs_extensions());
+        assert_eq!(none.kind(), ExtractErrorKind::Misconfigured);
+        assert_eq!(
+            with("").unwrap_err().kind(),
+            ExtractErrorKind::Misconfigured
+        );
+        assert_eq!(k.kind(), "scope(principal,idempotency-key)");
     }
 }

@@ -1,28 +1,26 @@
-//! [`RouteValue`]: the value of a route key (the matched route and its path parameters),
-//! written one way for every framework's `RouteKey`.
+//! `RouteValue`: the value of a [`RouteKey`](super::RouteKey) (the matched route and its
+//! path parameters), written one way for every framework.
 
-/// The value of a route key, as the framework integrations' `RouteKey`s build it: the
+/// The value of a route key: the
 /// matched route's pattern, then `|name=value` for each chosen path parameter. `%` and `|`
 /// are escaped (as `%25` and `%7C`) in the pattern and in each value, so that no parameter
 /// value can pose as another parameter or another route: different routes and parameters
 /// give different values.
 ///
-/// ```
-/// use tower_lock::key::RouteValue;
-///
+/// ```text
 /// let mut value = RouteValue::new("/tenants/{id}/jobs/{job}");
 /// value.param("id", "7");
 /// value.param("job", "a|job=9");
 /// assert_eq!(value.into_string(), "/tenants/{id}/jobs/{job}|id=7|job=a%7Cjob=9");
 /// ```
 #[derive(Clone, Debug)]
-pub struct RouteValue {
+pub(crate) struct RouteValue {
     text: String,
 }
 
 impl RouteValue {
     /// The value of `route`, the pattern the router matched, with no parameter yet.
-    pub fn new(route: &str) -> Self {
+    pub(crate) fn new(route: &str) -> Self {
         let mut text = String::with_capacity(route.len());
         escape_into(&mut text, route);
         Self { text }
@@ -31,29 +29,16 @@ impl RouteValue {
     /// Add the path parameter `name`, whose value is `value` (already percent-decoded, as
     /// the framework's path extractor decodes it, so that `/tenants/acm%65` and
     /// `/tenants/acme` lock the same key).
-    pub fn param(&mut self, name: &str, value: &str) {
+    pub(crate) fn param(&mut self, name: &str, value: &str) {
         self.text.push('|');
         self.text.push_str(name);
         self.text.push('=');
         escape_into(&mut self.text, value);
     }
 
-    /// The value, for [`KeyExtractor::extract`](super::KeyExtractor::extract).
-    pub fn into_string(self) -> String {
+    /// The value.
+    pub(crate) fn into_string(self) -> String {
         self.text
-    }
-
-    /// Whether `name` can name a path parameter of any route, for a route key's
-    /// [`validate`](super::KeyExtractor::validate): a name that is empty or holds `/`, `{`,
-    /// `}` or `*` never matches, so a layer keyed on it is refused by `build()` rather than
-    /// answering every request with a `500`.
-    pub fn check_param_name(name: &str) -> Result<(), String> {
-        if name.is_empty() || name.contains(['/', '{', '}', '*']) {
-            return Err(format!(
-                "{name:?} can never name a path parameter (give the name without braces, e.g. \"id\" for /tenants/{{id}})"
-            ));
-        }
-        Ok(())
     }
 }
 

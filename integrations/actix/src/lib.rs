@@ -173,7 +173,7 @@ pub use middleware::{LockMiddleware, LockMiddlewareService};
 #[cfg(feature = "idempotency")]
 pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
 pub use request::{ActixRequest, http_request};
-pub use route_key::RouteKey;
+pub use route_key::{ActixRoutes, RouteKey};
 
 // The README's code blocks compile as doctests, so it cannot drift from the API.
 #[cfg(doctest)]

@@ -12,7 +12,7 @@ use tower_lock::key::{HeaderValues, RequestView};
 /// Extractors written for actix reach the whole [`HttpRequest`] through it (see
 /// [`http_request`]): its extensions, the matched route and its parameters (as
 /// [`RouteKey`](crate::RouteKey) does). Extractors that need `http` 1 extensions (axum's route keys,
-/// [`PrincipalScopedKey`](tower_lock::key::PrincipalScopedKey)) find none here.
+/// [`Principal`](tower_lock::key::Principal)) find none here.
 ///
 /// ```
 /// use actix_web::test::TestRequest;

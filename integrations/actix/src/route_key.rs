@@ -1,6 +1,9 @@
 //! [`RouteKey`]: the lock key from the route actix-web matched and its path parameters.
 
-use tower_lock::key::{ExtractError, KeyExtractor, RequestView, RouteValue};
+use std::borrow::Cow;
+
+use actix_web::HttpRequest;
+use tower_lock::key::{ExtractError, RequestView, RouteMatcher};
 
 use crate::http_request;
 
@@ -47,130 +50,72 @@ use crate::http_request;
 ///
 /// [`HttpRequest::match_pattern`]: actix_web::HttpRequest::match_pattern
 /// [`HttpRequest::match_info`]: actix_web::HttpRequest::match_info
-#[derive(Clone, Debug)]
-pub struct RouteKey {
-    params: Params,
-}
+pub type RouteKey = tower_lock::key::RouteKey<ActixRoutes>;
 
-#[derive(Clone, Debug)]
-enum Params {
-    None,
-    All,
-    Named(Vec<String>),
-}
+/// actix-web's router as a [`RouteMatcher`]: the route [`HttpRequest::match_pattern`]
+/// names and its parameters ([`HttpRequest::match_info`]), decoded as `web::Path` decodes
+/// them. The adapter behind [`RouteKey`]; its kind is `actix-route`.
+///
+/// [`HttpRequest::match_pattern`]: actix_web::HttpRequest::match_pattern
+/// [`HttpRequest::match_info`]: actix_web::HttpRequest::match_info
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct ActixRoutes;
 
-impl RouteKey {
-    /// The matched route alone.
-    pub fn route() -> Self {
-        Self {
-            params: Params::None,
-        }
-    }
+impl RouteMatcher for ActixRoutes {
+    const KIND: &'static str = "actix-route";
 
-    /// The matched route and all of its path parameters.
-    pub fn params() -> Self {
-        Self {
-            params: Params::All,
-        }
-    }
-
-    /// The matched route and the parameter `name`; chain [`and`](Self::and) for more.
-    pub fn param(name: impl Into<String>) -> Self {
-        Self {
-            params: Params::Named(vec![name.into()]),
-        }
-    }
-
-    /// Also key on the parameter `name`.
-    #[must_use]
-    pub fn and(mut self, name: impl Into<String>) -> Self {
-        match &mut self.params {
-            Params::Named(names) => names.push(name.into()),
-            _ => self.params = Params::Named(vec![name.into()]),
-        }
-        self
-    }
-}
-
-/// Add the parameter `name`, its value fully percent-decoded (actix's router leaves `%2F`,
-/// `%25` and `%2B` encoded and decodes the rest lossily; `web::Path` decodes these three
-/// the same way).
-fn push_param(key: &mut RouteValue, name: &str, raw: &str) {
-    key.param(
-        name,
-        &percent_encoding::percent_decode_str(raw).decode_utf8_lossy(),
-    );
-}
-
-impl KeyExtractor for RouteKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        let Some(req) = http_request(req) else {
-            return Err(ExtractError::misconfigured(
-                "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
-            ));
-        };
-        let Some(pattern) = req.match_pattern() else {
-            return Err(ExtractError::misconfigured(
+    fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
+        match actix_request(req)?.match_pattern() {
+            Some(pattern) => Ok(Cow::Owned(pattern)),
+            None => Err(ExtractError::misconfigured(
                 "no matched route for the lock key: wrap a web::resource or web::scope with the middleware, not the App",
-            ));
-        };
-        let info = req.match_info();
+            )),
+        }
+    }
+
+    fn params<'a>(
+        req: &'a dyn RequestView,
+        route: &'a str,
+    ) -> Result<Vec<(&'a str, &'a str)>, ExtractError> {
+        let info = actix_request(req)?.match_info();
         // Around the whole `App` the middleware runs before routing: actix still finds the
         // pattern by the path, but has matched no parameter yet. Keying on the pattern
         // alone would put every tenant under one lock.
-        if !matches!(self.params, Params::None)
-            && info.segment_count() == 0
-            && pattern.contains('{')
-        {
+        if info.segment_count() == 0 && route.contains('{') {
             return Err(ExtractError::misconfigured(format!(
-                "the parameters of {pattern} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
+                "the parameters of {route} are not matched yet: wrap the web::resource or web::scope with the middleware, not the App"
             )));
         }
-        let mut key = RouteValue::new(&pattern);
-        match &self.params {
-            Params::None => {}
-            Params::All => {
-                for (name, value) in info.iter() {
-                    push_param(&mut key, name, value);
-                }
-            }
-            Params::Named(names) => {
-                for name in names {
-                    let Some(value) = info.get(name) else {
-                        return Err(ExtractError::misconfigured(format!(
-                            "the route {pattern} has no parameter {name}"
-                        )));
-                    };
-                    push_param(&mut key, name, value);
-                }
-            }
-        }
-        Ok(Some(key.into_string()))
+        Ok(info.iter().collect())
     }
 
-    fn kind(&self) -> &str {
-        "actix-route"
+    /// Fully percent-decoded (actix's router leaves `%2F`, `%25` and `%2B` encoded and
+    /// decodes the rest lossily; `web::Path` decodes these three the same way).
+    fn decode<'a>(_name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {
+        Ok(percent_encoding::percent_decode_str(raw).decode_utf8_lossy())
     }
+}
 
-    fn validate(&self) -> Result<(), String> {
-        match &self.params {
-            Params::Named(names) => names
-                .iter()
-                .try_for_each(|n| RouteValue::check_param_name(n)),
-            _ => Ok(()),
-        }
-    }
+/// The actix-web request behind `req`, or the server's mistake: a route key of actix
+/// used outside [`LockMiddleware`](crate::LockMiddleware).
+fn actix_request(req: &dyn RequestView) -> Result<&HttpRequest, ExtractError> {
+    http_request(req).ok_or_else(|| {
+        ExtractError::misconfigured(
+            "tower_lock_actix::RouteKey needs an actix-web request (tower_lock_actix::LockMiddleware)",
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tower_lock::key::KeyExtractor;
 
     #[test]
-    fn values_are_decoded_then_escaped() {
-        let mut key = RouteValue::new("");
-        push_param(&mut key, "id", "a%2Fb%7Cc");
-        assert_eq!(key.into_string(), "|id=a/b%7Cc");
+    fn values_are_fully_decoded() {
+        assert_eq!(ActixRoutes::decode("id", "a%2Fb%7Cc").unwrap(), "a/b|c");
+        assert_eq!(ActixRoutes::decode("id", "%FF").unwrap(), "\u{fffd}");
     }
 
     #[test]

@@ -65,7 +65,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::{convert::Infallible, fmt};
+use std::{borrow::Cow, convert::Infallible, fmt};
 
 use axum::{
     extract::{FromRequestParts, MatchedPath, OptionalFromRequestParts, OriginalUri},
@@ -74,7 +74,7 @@ use axum::{
 };
 use tower_lock::{
     Fence, LeaseInfo,
-    key::{ExtractError, KeyExtractor, RequestView, RouteValue},
+    key::{ExtractError, RequestView, RouteMatcher},
 };
 
 /// Extracts the [`LeaseInfo`] of the lock the request holds: its key, fencing token, wait
@@ -182,47 +182,43 @@ impl IntoResponse for LockNotInstalled {
 /// Two layers with one namespace and route keys share the locks of one route (and the
 /// same parameters); to keep the locks of two layers on one route apart, give them
 /// different namespaces.
-#[derive(Clone, Debug)]
-pub struct RouteKey {
-    params: Params,
-}
+pub type RouteKey = tower_lock::key::RouteKey<AxumRoutes>;
 
-#[derive(Clone, Debug)]
-enum Params {
-    None,
-    All,
-    Named(Vec<String>),
-}
+/// axum's router as a [`RouteMatcher`]: the route [`MatchedPath`] names, its parameters
+/// read from the path ([`OriginalUri`]'s inside a nested router), decoded as axum's `Path`
+/// decodes them. The adapter behind [`RouteKey`]; its kind is `axum-route`.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct AxumRoutes;
 
-impl RouteKey {
-    /// The matched route alone.
-    pub fn route() -> Self {
-        Self {
-            params: Params::None,
+impl RouteMatcher for AxumRoutes {
+    const KIND: &'static str = "axum-route";
+
+    fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
+        match req.extensions().and_then(|e| e.get::<MatchedPath>()) {
+            Some(matched) => Ok(Cow::Borrowed(matched.as_str())),
+            // The server's setup: the layer wraps the router's fallback (an unknown path
+            // under `Router::layer`), or sits outside any router.
+            None => Err(ExtractError::misconfigured(
+                "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
+            )),
         }
     }
 
-    /// The matched route and all of its path parameters.
-    pub fn params() -> Self {
-        Self {
-            params: Params::All,
-        }
+    fn params<'a>(
+        req: &'a dyn RequestView,
+        route: &'a str,
+    ) -> Result<Vec<(&'a str, &'a str)>, ExtractError> {
+        // Inside a nested router the URI has lost its prefix; the matched path has not.
+        let path = req
+            .extensions()
+            .and_then(|e| e.get::<OriginalUri>())
+            .map_or_else(|| req.path(), |uri| uri.0.path());
+        Ok(match_params(route, path))
     }
 
-    /// The matched route and the parameter `name`; chain [`and`](Self::and) for more.
-    pub fn param(name: impl Into<String>) -> Self {
-        Self {
-            params: Params::Named(vec![name.into()]),
-        }
-    }
-
-    /// Also key on the parameter `name`.
-    pub fn and(mut self, name: impl Into<String>) -> Self {
-        match &mut self.params {
-            Params::Named(names) => names.push(name.into()),
-            _ => self.params = Params::Named(vec![name.into()]),
-        }
-        self
+    fn decode<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {
+        decoded(name, raw)
     }
 }
 
@@ -249,7 +245,7 @@ fn match_params<'a>(template: &'a str, path: &'a str) -> Vec<(&'a str, &'a str)>
 }
 
 /// The decoded form of a raw path parameter.
-fn decoded<'a>(name: &str, raw: &'a str) -> Result<std::borrow::Cow<'a, str>, ExtractError> {
+fn decoded<'a>(name: &str, raw: &'a str) -> Result<Cow<'a, str>, ExtractError> {
     percent_encoding::percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| {
@@ -257,61 +253,6 @@ fn decoded<'a>(name: &str, raw: &'a str) -> Result<std::borrow::Cow<'a, str>, Ex
                 "path parameter {name} is not valid UTF-8 once decoded"
             ))
         })
-}
-
-impl KeyExtractor for RouteKey {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        let extensions = req.extensions();
-        let Some(matched) = extensions.and_then(|e| e.get::<MatchedPath>()) else {
-            // The server's setup: the layer wraps the router's fallback (an unknown path
-            // under `Router::layer`), or sits outside any router.
-            return Err(ExtractError::misconfigured(
-                "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
-            ));
-        };
-        let template = matched.as_str();
-        let mut key = RouteValue::new(template);
-        if matches!(self.params, Params::None) {
-            return Ok(Some(key.into_string()));
-        }
-        // Inside a nested router the URI has lost its prefix; the matched path has not.
-        let path = extensions
-            .and_then(|e| e.get::<OriginalUri>())
-            .map_or_else(|| req.path(), |uri| uri.0.path());
-        let params = match_params(template, path);
-        match &self.params {
-            Params::None => {}
-            Params::All => {
-                for (name, value) in params {
-                    key.param(name, &decoded(name, value)?);
-                }
-            }
-            Params::Named(names) => {
-                for name in names {
-                    let Some((_, value)) = params.iter().find(|(n, _)| n == name) else {
-                        return Err(ExtractError::misconfigured(format!(
-                            "the route {template} has no parameter {name}"
-                        )));
-                    };
-                    key.param(name, &decoded(name, value)?);
-                }
-            }
-        }
-        Ok(Some(key.into_string()))
-    }
-
-    fn kind(&self) -> &str {
-        "axum-route"
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        match &self.params {
-            Params::Named(names) => names
-                .iter()
-                .try_for_each(|n| RouteValue::check_param_name(n)),
-            _ => Ok(()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -341,6 +282,8 @@ mod tests {
 
     #[test]
     fn route_keys_have_a_kind_of_their_own() {
+        use tower_lock::key::KeyExtractor;
+
         assert_eq!(RouteKey::route().kind(), "axum-route");
         assert_eq!(RouteKey::params().kind(), "axum-route");
         assert_eq!(RouteKey::param("id").and("job").kind(), "axum-route");

@@ -7,13 +7,13 @@
 //! `order-1` are common, so without a scope two callers collide routinely, not only
 //! through malice.
 
-use std::{fmt, marker::PhantomData, sync::Arc};
+use std::{fmt, sync::Arc};
 
 use crate::{
     ConfigError, KeyError,
     engine::MAX_KEY_LEN,
     key::{
-        ExtractError, KeyExtractor, MAX_IDEMPOTENCY_KEY_LEN, RequestView,
+        KeyExtractor, MAX_IDEMPOTENCY_KEY_LEN, ScopedKey,
         encoding::{MAX_SCOPE_LEN, key_head, scoped},
     },
 };
@@ -37,11 +37,12 @@ impl fmt::Debug for Scope {
 }
 
 impl Scope {
-    /// The lock key extractor of a layer with this scope and idempotency `key`.
+    /// The lock key extractor of a layer with this scope and idempotency `key`: the public
+    /// [`ScopedKey`], whose kind is `scope(<scope kind>,<key kind>)`.
     pub fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
         match self {
             Self::Unscoped => key,
-            Self::By(scope) => Arc::new(Scoped::new(scope.clone(), key)),
+            Self::By(scope) => Arc::new(ScopedKey::by(scope.clone(), key)),
         }
     }
 
@@ -76,99 +77,10 @@ impl Scope {
     }
 }
 
-/// The idempotency key within a scope: `<scope>/<key>`, the scope escaped as in the lock
-/// key, so that a scope containing `/` cannot pose as another scope's keys. A request
-/// whose scope or key is missing has no key.
-struct Scoped {
-    scope: Arc<dyn KeyExtractor>,
-    key: Arc<dyn KeyExtractor>,
-    kind: String,
-}
-
-impl Scoped {
-    fn new(scope: Arc<dyn KeyExtractor>, key: Arc<dyn KeyExtractor>) -> Self {
-        let kind = format!("scope({},{})", scope.kind(), key.kind());
-        Self { scope, key, kind }
-    }
-}
-
-impl KeyExtractor for Scoped {
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        let Some(scope) = self.scope.extract_ref(req)? else {
-            return Ok(None);
-        };
-        if scope.is_empty() {
-            return Err(ExtractError::missing(format!(
-                "a value for the scope ({}): it is empty",
-                self.scope.kind()
-            )));
-        }
-        let Some(key) = self.key.extract_ref(req)? else {
-            return Ok(None);
-        };
-        Ok(Some(scoped(&scope, &key)))
-    }
-
-    fn kind(&self) -> &str {
-        &self.kind
-    }
-
-    fn validate(&self) -> Result<(), String> {
-        self.scope.validate()?;
-        self.key.validate()
-    }
-
-    fn needs_extensions(&self) -> bool {
-        self.scope.needs_extensions() || self.key.needs_extensions()
-    }
-}
-
-/// The principal of type `P` an authentication layer put in the request extensions (its
-/// `Display`): the scope of `per_principal`.
-///
-/// Its kind is `principal`, not the type's name: a key must not change when the type moves
-/// to another module (a fleet in a rolling deploy would take two keys for one request).
-// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
-// of this crate.
-#[allow(missing_docs, missing_debug_implementations)]
-pub struct Principal<P>(PhantomData<fn() -> P>);
-
-// Reached only through the hidden `settings` module, by tower-lock's builders: not an API
-// of this crate.
-#[allow(missing_docs, clippy::new_without_default)]
-impl<P> Principal<P> {
-    pub fn new() -> Self {
-        Self(PhantomData)
-    }
-}
-
-impl<P> KeyExtractor for Principal<P>
-where
-    P: fmt::Display + Send + Sync + 'static,
-{
-    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
-        // No principal is the server's mistake: the authentication layer is missing, runs
-        // inside this layer, or lets anonymous requests through to an endpoint scoped per
-        // principal. Blaming the client with a 400 would send the alert to the wrong team.
-        match req.extensions().and_then(|e| e.get::<P>()) {
-            Some(principal) => Ok(Some(principal.to_string())),
-            None => Err(crate::key::principal_missing::<P>(req)),
-        }
-    }
-
-    fn kind(&self) -> &str {
-        "principal"
-    }
-
-    fn needs_extensions(&self) -> bool {
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{IdempotencyKey, test_request as req};
+    use crate::key::{IdempotencyKey, Principal, test_request as req};
 
     #[derive(Clone)]
     struct User(&'static str);
