@@ -248,6 +248,20 @@ impl BackendError {
         self
     }
 
+    /// The underlying error, shared (to carry it over into another error).
+    pub(crate) fn source_error(&self) -> Option<std::sync::Arc<dyn StdError + Send + Sync>> {
+        self.source.clone()
+    }
+
+    /// This error with `source` (shared) as its underlying error.
+    pub(crate) fn with_shared_source(
+        mut self,
+        source: std::sync::Arc<dyn StdError + Send + Sync>,
+    ) -> Self {
+        self.source = Some(source);
+        self
+    }
+
     /// What kind of failure this is.
     #[must_use]
     pub fn kind(&self) -> BackendErrorKind {

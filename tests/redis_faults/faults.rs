@@ -285,6 +285,12 @@ async fn building_against_a_redis_that_refuses_connections_says_so() {
         "build took {:?} to fail",
         started.elapsed()
     );
+    // Nothing retries once build() has failed, and the way to start before Redis is named.
+    let text = err.to_string();
+    assert!(
+        !text.contains("retrying") && text.contains("start_before_redis(true)"),
+        "the build error does not name the fix, or promises a retry: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,6 +295,29 @@ impl RedisBackendBuilder {
                     !self.allow_evicting_policy,
                 ));
             }
+            // Unreachable, and the service may not start before Redis does: say so, and how
+            // to start anyway (nothing retries once `build` has returned).
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+                ) =>
+            {
+                let target = commands.connector().map_or_else(
+                    || "the cluster's nodes".to_owned(),
+                    |c| c.target().to_owned(),
+                );
+                let mut refused = BackendError::new(
+                    e.kind(),
+                    format!(
+                        "cannot connect to {target} to build the backend; to start before Redis is up, build it with `start_before_redis(true)` (calls then fail at once until Redis answers)"
+                    ),
+                );
+                if let Some(cause) = e.source_error() {
+                    refused = refused.with_shared_source(cause);
+                }
+                return Err(refused);
+            }
             Err(e) => return Err(e),
         }
         // A waiter's attempt takes up to the command timeout (plus the WAIT timeout):
