@@ -144,6 +144,36 @@ async fn an_outage_is_logged_once_down_summarized_while_it_lasts_and_once_back_u
     assert_eq!(visible(&events)[0].level, Level::ERROR);
 }
 
+/// An outage's end is seen only at the next request; the recovery's `down_for` stops at
+/// the last failed request, and the quiet stretch after it is reported apart
+/// (`seen_after`), never counted as downtime.
+#[tokio::test(start_paused = true)]
+async fn a_recovery_seen_long_after_the_last_failure_does_not_overstate_the_outage() {
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let backend = Arc::new(Scripted::default());
+    let locker = LockLayer::builder(LockEngine::from_arc(backend.clone()))
+        .key(HeaderKey::new("x-tenant-id"))
+        .metrics_name("jobs")
+        .build_locker()
+        .unwrap();
+    backend.fail_acquires.store(true, Ordering::SeqCst);
+    assert!(matches!(send(&locker).await, Outcome::Rejected(_)));
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(matches!(send(&locker).await, Outcome::Rejected(_)));
+    // The backend comes back, and nobody calls for a while.
+    backend.fail_acquires.store(false, Ordering::SeqCst);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    capture.take();
+    assert!(matches!(send(&locker).await, Outcome::Locked(_)));
+    let events = capture.take();
+    let shown = visible(&events);
+    assert_eq!(shown.len(), 1, "{shown:#?}");
+    assert_eq!(shown[0].fields["down_for"], "2s", "{shown:#?}");
+    assert_eq!(shown[0].fields["seen_after"], "5s", "{shown:#?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_fail_open_outage_is_logged_at_its_transitions_too() {
     let capture = Capture::default();

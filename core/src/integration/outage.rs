@@ -5,6 +5,12 @@
 //! to down once (`error!`, with the first error), a summary while it lasts (`warn!`, every
 //! [`SUMMARY_EVERY`], with the number of requests affected), the transition back once
 //! (`info!`, with the outage's length and total), and each affected request at `debug!`.
+//!
+//! A layer sees the backend only through its requests, so the end of an outage is seen at
+//! the first request after it: the recovery reports `down_for` from the first failed
+//! request to the last, and apart from it `seen_after`, the quiet stretch between the last
+//! failure and the request that found the backend back (an upper bound on how much longer
+//! the outage may have lasted), never folded into the downtime.
 
 use std::{
     sync::{
@@ -24,6 +30,8 @@ pub(crate) const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 struct Down {
     since: Instant,
+    /// The last request that met the failure.
+    last_failed: Instant,
     /// Requests affected since the outage began.
     affected: u64,
     /// When the last summary (or the transition) was logged, and `affected` then.
@@ -54,6 +62,7 @@ impl OutageLog {
         let Some(down) = state.as_mut() else {
             *state = Some(Down {
                 since: now,
+                last_failed: now,
                 affected: 1,
                 summarized: now,
                 summarized_affected: 1,
@@ -62,6 +71,7 @@ impl OutageLog {
             return;
         };
         down.affected += 1;
+        down.last_failed = now;
         tracing::debug!(layer, %error, "lock backend still unavailable; {action}");
         if now.saturating_duration_since(down.summarized) >= SUMMARY_EVERY {
             tracing::warn!(
@@ -88,7 +98,8 @@ impl OutageLog {
             tracing::info!(
                 layer,
                 affected_total = down.affected,
-                down_for = ?Instant::now().saturating_duration_since(down.since),
+                down_for = ?down.last_failed.saturating_duration_since(down.since),
+                seen_after = ?Instant::now().saturating_duration_since(down.last_failed),
                 "lock backend available again"
             );
         }

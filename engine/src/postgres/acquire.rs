@@ -183,11 +183,21 @@ impl Inner {
             let sent = Instant::now();
             // Calls that timed out earlier and have ended since need no more waiting for.
             cleanup.in_flight.retain(|call| !call.is_finished());
-            let mut call = self.spawn_call("acquire", sql.clone());
-            let reply = self.bounded("acquire", &mut call).await;
-            if !call.is_finished() {
-                // Timed out, still running: the clean-up waits for it.
-                cleanup.in_flight.push(call);
+            // In the clean-up's hands while it runs: if this future is dropped mid-call (a
+            // caller that stops polling), the call still lands (it may register our ticket,
+            // and a release may then hand us the key), and the clean-up waits for it before
+            // it leaves.
+            cleanup
+                .in_flight
+                .push(self.spawn_call("acquire", sql.clone()));
+            let reply = {
+                let call = cleanup.in_flight.last_mut().expect("pushed just above");
+                self.bounded("acquire", call).await
+            };
+            if cleanup.in_flight.last().is_some_and(InFlight::is_finished) {
+                // Answered (its outcome is read below): nothing left to wait for. A call that
+                // timed out stays, still running, for the clean-up.
+                cleanup.in_flight.pop();
             }
             let outcome = match reply.and_then(|row| parse_attempt(row.first())) {
                 Ok(outcome) => {
