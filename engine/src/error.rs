@@ -249,11 +249,13 @@ impl BackendError {
     }
 
     /// The underlying error, shared (to carry it over into another error).
+    #[cfg(feature = "redis")]
     pub(crate) fn source_error(&self) -> Option<std::sync::Arc<dyn StdError + Send + Sync>> {
         self.source.clone()
     }
 
     /// This error with `source` (shared) as its underlying error.
+    #[cfg(feature = "redis")]
     pub(crate) fn with_shared_source(
         mut self,
         source: std::sync::Arc<dyn StdError + Send + Sync>,
