@@ -32,22 +32,7 @@ impl Faults for Standalone {
                 recorder.outage(began);
                 "restart".to_owned()
             }
-            1 => {
-                self.redis.suspend();
-                thread::sleep(pause);
-                self.redis.resume();
-                format!("SIGSTOP {pause:?}")
-            }
-            2 => {
-                let ms = pause.as_millis().to_string();
-                self.redis.cli(["CLIENT", "PAUSE", &ms, "ALL"]);
-                format!("CLIENT PAUSE {pause:?}")
-            }
-            3 => {
-                self.redis.cli(["CLIENT", "KILL", "TYPE", "normal"]);
-                self.redis.cli(["CLIENT", "KILL", "TYPE", "pubsub"]);
-                "connections killed".to_owned()
-            }
+            which @ 1..=3 => server_fault(&self.redis, which - 1, pause),
             _ => {
                 let n = self
                     .holders
@@ -59,6 +44,30 @@ impl Faults for Standalone {
                     n,
                 )
             }
+        }
+    }
+}
+
+/// One of the faults every server takes, `which` in `0..3`: suspended (SIGSTOP) for
+/// `pause`, paused (`CLIENT PAUSE`) for `pause`, or every client connection killed.
+fn server_fault(server: &RedisServer, which: u32, pause: Duration) -> String {
+    let port = server.port();
+    match which {
+        0 => {
+            server.suspend();
+            thread::sleep(pause);
+            server.resume();
+            format!("SIGSTOP {port} {pause:?}")
+        }
+        1 => {
+            let ms = pause.as_millis().to_string();
+            server.cli(["CLIENT", "PAUSE", &ms, "ALL"]);
+            format!("CLIENT PAUSE {port} {pause:?}")
+        }
+        _ => {
+            server.cli(["CLIENT", "KILL", "TYPE", "normal"]);
+            server.cli(["CLIENT", "KILL", "TYPE", "pubsub"]);
+            format!("connections of {port} killed")
         }
     }
 }
@@ -143,23 +152,8 @@ impl Faults for Clustered {
         let primaries = self.cluster.primaries();
         let primary = primaries[rng.random_range(0..primaries.len())];
         match rng.random_range(0..4) {
-            0 => {
-                // Well under the cluster's node timeout (1 s): no failover.
-                primary.suspend();
-                thread::sleep(pause);
-                primary.resume();
-                format!("SIGSTOP {} {pause:?}", primary.port())
-            }
-            1 => {
-                let ms = pause.as_millis().to_string();
-                primary.cli(["CLIENT", "PAUSE", &ms, "ALL"]);
-                format!("CLIENT PAUSE {} {pause:?}", primary.port())
-            }
-            2 => {
-                primary.cli(["CLIENT", "KILL", "TYPE", "normal"]);
-                primary.cli(["CLIENT", "KILL", "TYPE", "pubsub"]);
-                format!("connections of {} killed", primary.port())
-            }
+            // A pause stays well under the cluster's node timeout (1 s): no failover.
+            which @ 0..=2 => server_fault(primary, which, pause),
             _ => {
                 let n = self
                     .holders
