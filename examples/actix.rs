@@ -3,7 +3,7 @@
 //! the tower layer.
 //!
 //! - `POST /orders`: Idempotency-Key required (`400`), scoped per signed-in account
-//!   (`Authorization: Bearer <account>`, `400` without one), a duplicate in flight is
+//!   (`Authorization: Bearer <account>`, `401` without one), a duplicate in flight is
 //!   `409`, a retry after completion is replayed, the same key with another body is
 //!   `422`, and another account's same key runs its own order.
 //! - `POST /tenants/{id}/jobs`: one at a time per tenant, wait up to 1 s, then `429`.
@@ -17,7 +17,13 @@ mod common;
 
 use std::{env, error::Error, time::Duration};
 
-use actix_web::{App, HttpResponse, HttpServer, web};
+use actix_web::{
+    App, HttpMessage, HttpResponse, HttpServer,
+    body::{BoxBody, MessageBody},
+    dev::{ServiceRequest, ServiceResponse},
+    middleware::{self, Next},
+    web,
+};
 use serde_json::json;
 use tower_lock::{ConfigError, IdempotencyLayer, LockEngine, LockLayer, key};
 use tower_lock_actix::{LockMiddleware, Locked, ReplayMiddleware, RouteKey};
@@ -36,13 +42,15 @@ impl Guards {
     /// The guards, locking on `engine`; every handler takes `work` to answer.
     pub(crate) fn new(engine: LockEngine, work: Duration) -> Result<Self, ConfigError> {
         Ok(Self {
-            // Scoped per account (actix requests carry no `http` extensions, so the scope
-            // is read by a closure; a real service would verify a signed token there, or
-            // read what its auth middleware put in the actix extensions through
-            // `tower_lock_actix::http_request`).
+            // Scoped per account: what `authenticate` (wrapped outside) put in actix's
+            // extensions, reached through `http_request`. Without it (the authentication
+            // middleware forgotten) the layer answers 500 and logs the fix.
             orders: IdempotencyLayer::builder(engine.clone())
                 .scope_by(key::from_fn("account", |req| {
-                    Some(common::authenticate(req.header("authorization"))?.0)
+                    let req = tower_lock_actix::http_request(req)?;
+                    req.extensions()
+                        .get::<common::Account>()
+                        .map(ToString::to_string)
                 }))
                 .build()?
                 .try_into()?,
@@ -71,6 +79,8 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, guards: &Guards) {
     cfg.service(
         web::resource("/orders")
             .wrap(guards.orders.clone())
+            // The last `wrap` runs first: authentication, then the idempotency layer.
+            .wrap(middleware::from_fn(authenticate))
             .route(web::post().to(move |Locked(lease): Locked| async move {
                 actix_web::rt::time::sleep(work).await;
                 HttpResponse::Created().json(json!({
@@ -110,6 +120,24 @@ pub(crate) fn routes(cfg: &mut web::ServiceConfig, guards: &Guards) {
     );
 }
 
+/// The example's authentication: a request without a valid `Authorization: Bearer
+/// <account>` is answered `401`; a signed-in one carries its [`common::Account`] in the
+/// extensions, where the idempotency layer's scope reads it.
+async fn authenticate(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let authorization = req.headers().get("authorization").map(|v| v.as_bytes());
+    let Some(account) = common::authenticate(authorization) else {
+        let refused = HttpResponse::Unauthorized()
+            .insert_header(("www-authenticate", "Bearer"))
+            .finish();
+        return Ok(req.into_response(refused));
+    };
+    req.extensions_mut().insert(account);
+    Ok(next.call(req).await?.map_into_boxed_body())
+}
+
 #[actix_web::main]
 async fn main() -> Result<(), Box<dyn Error>> {
     let engine = common::engine_from_env().await;
@@ -124,8 +152,10 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let addr = server.addrs()[0];
     println!(
         "tower-lock actix demo on http://{addr} (each handler takes {work:?}, 4 workers)\n\
-         Try: curl -si -X POST http://{addr}/orders -H 'Idempotency-Key: \"order-1\"' &\n     \
-         sleep 0.2; curl -si -X POST http://{addr}/orders -H 'Idempotency-Key: \"order-1\"'"
+         Try: curl -si -X POST http://{addr}/orders -H 'Authorization: Bearer alice' \
+         -H 'Idempotency-Key: \"order-1\"' &\n     \
+         sleep 0.2; curl -si -X POST http://{addr}/orders -H 'Authorization: Bearer alice' \
+         -H 'Idempotency-Key: \"order-1\"'   # 409 while the first runs, its replay after"
     );
     server.run().await?;
     Ok(())

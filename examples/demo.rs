@@ -61,6 +61,8 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
         .route_layer(
             IdempotencyLayer::builder(engine.clone())
                 .per_principal::<Account>()
+                // Until the layer has seen a hold, tell a contender a handler's time.
+                .retry_after_fallback(work)
                 .build()?,
         )
         // Authentication outside the idempotency layer, so the account is known to it.
@@ -82,6 +84,7 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
                 .wait(Duration::from_secs(1))
                 .fifo(true)
                 .max_waiters(4)
+                .retry_after_fallback(work)
                 .build()?,
         );
 
@@ -101,6 +104,7 @@ pub(crate) fn app(engine: LockEngine, work: Duration) -> Result<Router, ConfigEr
         .route_layer(
             LockLayer::builder(engine)
                 .key(RouteKey::param("id"))
+                .retry_after_fallback(work)
                 .build()?,
         );
 
@@ -140,13 +144,17 @@ fn describe(lease: &LeaseInfo, mut fields: Value) -> Value {
 /// What to try once the demo listens on `addr`.
 pub(crate) fn curl_hint(addr: SocketAddr, work: Duration) -> String {
     let base = format!("http://{addr}");
+    let secs = work.as_secs() + 1;
     format!(
         "tower-lock demo on {base} (each handler takes {work:?})\n\
          Try, in another terminal:\n\
          \n  # 201, and 409 for the same Idempotency-Key while the first runs\
          \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}' &\
          \n  sleep 0.2; curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}'\
-         \n  # then the same again: replayed; as bob: bob's own order\
+         \n  # once the first is done, the same request is replayed (Idempotent-Replayed: true)\
+         \n  sleep {secs}; curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}'\
+         \n  # 422: the same key with another body; as bob: bob's own order (201)\
+         \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":43}}'\
          \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer bob' -H 'Idempotency-Key: \"order-1\"' -d '{{\"sku\":42}}'\
          \n  # 400: the key is required\
          \n  curl -si -X POST {base}/orders -H 'Authorization: Bearer alice'\

@@ -86,7 +86,8 @@
 //!   (`409` under the idempotency preset). A wait limit: the request waits (in arrival
 //!   order with `fifo`), bounded by `max_waiters`; a wait that runs out or a full queue
 //!   is answered `429`. `Retry-After` is the 95th percentile of the layer's recent hold
-//!   times, bounded by the holder's remaining lease: whole seconds, rounded up, never 0.
+//!   times less what this node's holder already had, bounded by the holder's remaining
+//!   lease: whole seconds, rounded to the nearest, never 0.
 //! - **Methods.** By default every method but the safe ones (RFC 9110: `GET`, `HEAD`,
 //!   `OPTIONS`, `TRACE`) takes the lock, so a CORS preflight or a status read passes
 //!   unlocked; `methods([..])` locks exactly the methods it names (the idempotency

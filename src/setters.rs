@@ -109,8 +109,9 @@ macro_rules! lock_setters {
         /// The `Retry-After` sent when nothing better is known: a `503`, or contention
         /// before the layer has observed a hold (after that, the 95th percentile of its
         /// recent hold times). Set it to how long your handler usually takes if that is
-        /// much more than a second. Never more than the holder's remaining lease; rounded
-        /// up to whole seconds, at least 1. Default: 1 s.
+        /// much more than a second. Less what this node's holder has already held the key;
+        /// never more than its remaining lease; rounded to whole seconds, at least 1.
+        /// Default: 1 s.
         pub fn retry_after_fallback(mut self, d: std::time::Duration) -> Self {
             self.settings.retry_after_fallback(d);
             self

@@ -5,7 +5,10 @@ use std::{error::Error as StdError, fmt, time::Duration};
 use crate::{engine::KeyError, options::BackendFailurePolicy};
 
 /// A `LockLayerBuilder` configuration that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Debug` is its `Display`, so that `fn main() -> Result<(), ConfigError>` (or a `?`
+/// into `Box<dyn Error>` returned from `main`) prints what to change, not a variant name.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
     /// No key extractor was set.
@@ -21,8 +24,11 @@ pub enum ConfigError {
     NeedsWait(&'static str),
     /// The named duration (`ttl` or `wait`) is longer than a day.
     TooLong(&'static str),
-    /// The idempotency preset answers a duplicate in flight with `409` at once; waiting
-    /// would run the duplicate after the first instead.
+    /// `wait` on the idempotency preset without replay
+    /// (`IdempotencyLayer::builder(..).without_replay()`): nothing is stored, so a
+    /// duplicate that waited would run again after the first; it is answered `409` at
+    /// once instead. (With replay, `wait` is allowed: a waiting duplicate gets the
+    /// replay.)
     IdempotencyWait,
     /// `methods` was given an empty list: the layer would lock nothing.
     NoMethods,
@@ -72,6 +78,12 @@ pub enum ConfigError {
     /// `permits` or `shared_for` on the idempotency preset: two requests with one
     /// idempotency key must never run at once.
     IdempotencyPermits,
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl fmt::Display for ConfigError {
@@ -129,14 +141,16 @@ impl fmt::Display for ConfigError {
                 write!(f, "`{option}` is longer than a day")
             }
             Self::IdempotencyWait => f.write_str(
-                "the idempotency preset answers duplicates with 409 at once; it cannot wait",
+                "`wait` with `without_replay()`: without a stored response a duplicate that \
+                 waited would run again, so it is answered 409 at once; drop the wait, or keep \
+                 replay (a waiting duplicate then gets the first one's response)",
             ),
             Self::Extractor(reason) => write!(f, "invalid key extractor: {reason}"),
             Self::NeedsExtensions(kind) => write!(
                 f,
                 "the key `{kind}` reads a principal from the request's http extensions, which actix-web requests do not carry, so no request would have a key: \
-                 scope by a header instead (`ScopedKey::new(\"x-tenant-id\", key)`, or `.scope_by(HeaderKey::new(\"x-tenant-id\"))` for the idempotency preset) \
-                 set by a gateway that vouches for it, or by a `key::from_fn` closure that reads actix's extensions through `tower_lock_actix::http_request`"
+                 scope by a `key::from_fn` closure that reads actix's extensions through `tower_lock_actix::http_request` \
+                 (what your authentication middleware put there), or by a header only a gateway that vouches for it can set"
             ),
             Self::ZeroPermits => f.write_str("`permits` must be at least 1"),
             Self::NoSharedMethods => f.write_str(
@@ -156,5 +170,18 @@ impl StdError for ConfigError {
             Self::Namespace(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConfigError;
+
+    /// `main` returning a `ConfigError` prints its `Debug`: the fix, not a variant name.
+    #[test]
+    fn debug_says_what_to_change() {
+        let debug = format!("{:?}", ConfigError::NeedsWait("fifo"));
+        assert_eq!(debug, ConfigError::NeedsWait("fifo").to_string());
+        assert!(debug.contains("`fifo` needs a wait limit"), "{debug}");
     }
 }

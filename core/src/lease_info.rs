@@ -50,7 +50,24 @@ impl LeaseInfo {
     }
 
     /// Resolves when the lease is lost (renewal failed or the key expired): the handler
-    /// is no longer protected and should stop.
+    /// is no longer protected and should stop. The same as the engine's
+    /// [`Lease::lost`](crate::engine::Lease::lost), so `lease.lost()` reads alike in a
+    /// handler and beside the engine.
+    ///
+    /// ```no_run
+    /// # async fn handler(lease: tower_lock_core::LeaseInfo) -> &'static str {
+    /// tokio::select! {
+    ///     () = lease.lost() => "lost the lease: stopped before writing",
+    ///     () = std::future::pending::<()>() => "done", // the handler's work
+    /// }
+    /// # }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let signal = self.lost.clone();
+        async move { signal.lost().await }
+    }
+
+    /// A cloneable handle on the lost signal, for handing to other tasks.
     pub fn lost_signal(&self) -> LostSignal {
         self.lost.clone()
     }

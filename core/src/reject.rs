@@ -174,22 +174,11 @@ impl RejectionKind {
         }
     }
 
-    /// The metric label of this kind, e.g. `"queue_full"`.
+    /// The metric label of this kind (the `reason` of `tower_lock_rejected_total`): the
+    /// problem type's [`slug`](Self::slug), e.g. `"too-many-waiters"`, so a dashboard, a
+    /// log line and a client's problem body name a reason alike.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MissingKey => "missing_key",
-            Self::MalformedKey => "malformed_key",
-            Self::Conflict => "conflict",
-            Self::Locked => "locked",
-            Self::TimedOut => "timed_out",
-            Self::QueueFull => "queue_full",
-            Self::BackendUnavailable => "unavailable",
-            Self::FingerprintMismatch => "fingerprint_mismatch",
-            Self::NotReplayable => "not_replayable",
-            Self::RequestTooLarge => "request_too_large",
-            Self::UnreadableBody => "unreadable_body",
-            Self::Misconfigured => "misconfigured",
-        }
+        self.slug()
     }
 }
 
@@ -213,15 +202,15 @@ pub struct Rejection {
     original_status: Option<u16>,
 }
 
-/// `Retry-After` in whole seconds: rounded up, and never 0 (a client told "retry after 0"
-/// retries in a tight loop).
+/// `Retry-After` in whole seconds: rounded to the nearest (a 2.003 s estimate is `2`, not
+/// a second more), and never 0 (a client told "retry after 0" retries in a tight loop).
 pub(crate) fn retry_after_secs(d: Duration) -> u64 {
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let secs = d.saturating_add(Duration::from_millis(500)).as_secs();
     secs.max(1)
 }
 
 impl Rejection {
-    /// A rejection of `kind` explaining itself with `detail`; `retry_after` is rounded up
+    /// A rejection of `kind` explaining itself with `detail`; `retry_after` is rounded
     /// to whole seconds (at least 1) and sent as `Retry-After`.
     pub fn new(
         kind: RejectionKind,
@@ -369,11 +358,14 @@ mod tests {
     }
 
     #[test]
-    fn retry_after_rounds_up_and_is_never_zero() {
+    fn retry_after_rounds_to_the_nearest_second_and_is_never_zero() {
+        let ms = Duration::from_millis;
         assert_eq!(retry_after_secs(Duration::ZERO), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1000)), 1);
-        assert_eq!(retry_after_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(ms(1)), 1);
+        assert_eq!(retry_after_secs(ms(1000)), 1);
+        assert_eq!(retry_after_secs(ms(1499)), 1);
+        assert_eq!(retry_after_secs(ms(1500)), 2);
+        assert_eq!(retry_after_secs(ms(2003)), 2);
     }
 
     #[test]

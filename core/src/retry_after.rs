@@ -1,5 +1,6 @@
 //! `Retry-After` from what the layer has observed: a high percentile of its recent hold
-//! times, bounded by the holder's remaining lease.
+//! times, less what the current holder has already had when it holds the key on this node,
+//! bounded by the holder's remaining lease.
 //!
 //! The holder's remaining lease alone (30 s by default) is an upper bound that a renewed
 //! holder almost never reaches: a client told to wait it out waits far too long. The hold
@@ -8,9 +9,14 @@
 //! lease, or every client that honours `Retry-After` would wait half a minute.
 
 use std::{
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed},
+    hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
+    sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed},
     time::Duration,
 };
+
+use tokio::time::Instant;
+
+use crate::engine::LockKey;
 
 /// How many recent hold times are kept: enough for a stable 95th percentile, few enough
 /// to follow a change of load within seconds on a busy layer, and cheap to sort on a
@@ -65,17 +71,90 @@ impl RecentHolds {
     }
 }
 
-/// The `Retry-After` of a contended request (before rounding up to whole seconds, at
-/// least 1): the layer's recent hold-time percentile, or `fallback` before it has observed
-/// a hold, but never more than the holder's remaining lease (the key is free by then at
-/// the latest).
+/// How many holders [`CurrentHolders`] remembers: keys whose hashes share a slot overwrite
+/// each other, which only costs the later one's contenders the elapsed-time correction.
+const HOLDERS: usize = 64;
+
+/// When this node's current exclusive holders of a layer's keys began, so that a
+/// contender is told what is left of a usual hold rather than a whole one. Lock-free and
+/// bounded: one slot per key hash, two atomics each. A reader that races a writer may pair
+/// one holder's key with another's start; the answer is then a hint off by one hold, never
+/// a wrong exclusion. A holder on another node is not here: its contenders are told a
+/// whole usual hold, as before.
+pub(crate) struct CurrentHolders {
+    keys: [AtomicU32; HOLDERS],
+    since: [AtomicU64; HOLDERS],
+    epoch: Instant,
+}
+
+/// A holder's place in [`CurrentHolders`] (its key's hash, never 0, which marks a free
+/// slot), kept by its guard to clear it at release. Four bytes, so a guard stays small.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HolderSlot(u32);
+
+impl Default for CurrentHolders {
+    fn default() -> Self {
+        Self {
+            keys: std::array::from_fn(|_| AtomicU32::new(0)),
+            since: std::array::from_fn(|_| AtomicU64::new(0)),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+impl CurrentHolders {
+    fn hash(key: &LockKey) -> u32 {
+        // A fixed-key SipHash: the same on every call; never 0.
+        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key.as_str());
+        (hash as u32) | 1
+    }
+
+    fn slot(hash: u32) -> usize {
+        (hash >> 1) as usize % HOLDERS
+    }
+
+    /// `key`'s holder on this node began at `at`.
+    pub(crate) fn began(&self, key: &LockKey, at: Instant) -> HolderSlot {
+        let hash = Self::hash(key);
+        let slot = Self::slot(hash);
+        let micros = at.saturating_duration_since(self.epoch).as_micros();
+        self.since[slot].store(u64::try_from(micros).unwrap_or(u64::MAX), Relaxed);
+        self.keys[slot].store(hash, Relaxed);
+        HolderSlot(hash)
+    }
+
+    /// The holder of `slot` released its key (unless another took the slot since).
+    pub(crate) fn ended(&self, holder: HolderSlot) {
+        let slot = Self::slot(holder.0);
+        let _ = self.keys[slot].compare_exchange(holder.0, 0, Relaxed, Relaxed);
+    }
+
+    /// How long `key`'s holder on this node has held it, if one does.
+    pub(crate) fn elapsed(&self, key: &LockKey) -> Option<Duration> {
+        let hash = Self::hash(key);
+        let slot = Self::slot(hash);
+        if self.keys[slot].load(Relaxed) != hash {
+            return None;
+        }
+        let since = self.epoch + Duration::from_micros(self.since[slot].load(Relaxed));
+        Some(Instant::now().saturating_duration_since(since))
+    }
+}
+
+/// The `Retry-After` of a contended request (before rounding to whole seconds, at least
+/// 1): the layer's recent hold-time percentile (or `fallback` before it has observed a
+/// hold) less what the holder has already held the key, when it holds it on this node
+/// (`holder_elapsed`), but never more than the holder's remaining lease (the key is free
+/// by then at the latest).
 pub(crate) fn contended(
     observed: Option<Duration>,
+    holder_elapsed: Option<Duration>,
     holder_remaining: Option<Duration>,
     fallback: Duration,
 ) -> Duration {
-    let expected = observed.unwrap_or(fallback);
-    holder_remaining.map_or(expected, |remaining| expected.min(remaining))
+    let usual = observed.unwrap_or(fallback);
+    let left = holder_elapsed.map_or(usual, |elapsed| usual.saturating_sub(elapsed));
+    holder_remaining.map_or(left, |remaining| left.min(remaining))
 }
 
 #[cfg(test)]
@@ -120,11 +199,35 @@ mod tests {
     #[test]
     fn contended_retry_is_the_observed_percentile_or_the_fallback_bounded_by_the_remaining_lease() {
         let s = Duration::from_secs;
-        assert_eq!(contended(Some(s(2)), Some(s(29)), s(1)), s(2));
-        assert_eq!(contended(Some(s(8)), Some(s(3)), s(1)), s(3));
-        assert_eq!(contended(None, Some(s(29)), s(1)), s(1));
-        assert_eq!(contended(None, Some(s(3)), s(5)), s(3));
-        assert_eq!(contended(Some(s(2)), None, s(1)), s(2));
-        assert_eq!(contended(None, None, s(1)), s(1));
+        assert_eq!(contended(Some(s(2)), None, Some(s(29)), s(1)), s(2));
+        assert_eq!(contended(Some(s(8)), None, Some(s(3)), s(1)), s(3));
+        assert_eq!(contended(None, None, Some(s(29)), s(1)), s(1));
+        assert_eq!(contended(None, None, Some(s(3)), s(5)), s(3));
+        assert_eq!(contended(Some(s(2)), None, None, s(1)), s(2));
+        assert_eq!(contended(None, None, None, s(1)), s(1));
+    }
+
+    #[test]
+    fn contended_retry_subtracts_what_the_holder_already_had() {
+        let s = Duration::from_secs;
+        assert_eq!(contended(Some(s(5)), Some(s(3)), Some(s(29)), s(1)), s(2));
+        assert_eq!(contended(None, Some(s(3)), None, s(5)), s(2));
+        // A holder past the usual hold: nothing left to wait, by this estimate.
+        assert_eq!(
+            contended(Some(s(5)), Some(s(9)), None, s(1)),
+            Duration::ZERO
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn current_holders_say_how_long_a_key_has_been_held_here() {
+        let holders = CurrentHolders::default();
+        let (a, b) = (LockKey::new("a").unwrap(), LockKey::new("b").unwrap());
+        let slot = holders.began(&a, Instant::now());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(holders.elapsed(&a), Some(Duration::from_millis(1500)));
+        assert_eq!(holders.elapsed(&b), None);
+        holders.ended(slot);
+        assert_eq!(holders.elapsed(&a), None);
     }
 }

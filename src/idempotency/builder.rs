@@ -138,8 +138,10 @@ impl IdempotencyLayerBuilder {
     /// derived, a principal read by a closure. Only use a value the server vouches for
     /// (set by an authentication layer or a gateway that strips it from client input): a
     /// header the client sets freely lets a client choose whose records it shares. A
-    /// request without a scope has no key (`400`), unless the scope says it is the server's
-    /// mistake (a [`Principal`](crate::key::Principal): `500`). The layer is keyed by
+    /// request in which the scope finds nothing (a closure returning `None`) is the
+    /// server's mistake, as for [`per_principal`](Self::per_principal): `500
+    /// misconfigured`, its cause logged (an authentication middleware missing or ordered
+    /// after this layer); a client cannot send a scope. The layer is keyed by
     /// [`ScopedKey::by(scope, key)`](crate::key::ScopedKey::by), as a lock layer would be.
     ///
     /// ```

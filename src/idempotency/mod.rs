@@ -53,7 +53,7 @@
 //!     .unwrap();
 //! let app = axum::Router::<()>::new()
 //!     .route("/orders", axum::routing::post(|| async { (http::StatusCode::CREATED, "order 1") }))
-//!     .layer(layer);
+//!     .route_layer(layer);
 //! # let _ = app;
 //! ```
 

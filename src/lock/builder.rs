@@ -74,6 +74,10 @@ impl LockLayerBuilder {
     /// `423`/`429` as for the lock. With [`shared_for`](Self::shared_for), `n` bounds the
     /// requests that share a key; the other methods take it alone.
     ///
+    /// Without [`methods`](Self::methods), a layer with permits limits `GET` and `HEAD`
+    /// too (an export, a report), unlike the lock's default: only `OPTIONS` (a CORS
+    /// preflight) and `TRACE` pass unlimited.
+    ///
     /// At least 1, or `build` fails
     /// ([`ConfigError::ZeroPermits`](crate::ConfigError::ZeroPermits)). Default: no
     /// permits, the lock (one request per key; and the fastest path). Permits are the

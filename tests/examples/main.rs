@@ -146,6 +146,13 @@ async fn demo_prints_a_curl_session_for_its_address() {
     let hint = demo::curl_hint(SocketAddr::from(([127, 0, 0, 1], 4567)), Duration::ZERO);
     assert!(hint.contains("curl -si -X POST http://127.0.0.1:4567/orders"));
     assert!(hint.contains("/tenants/acme/jobs"));
+    // The session shows a replay (the first order's request again, once it is done) and a
+    // 422 (its key with another body).
+    let first =
+        "-H 'Authorization: Bearer alice' -H 'Idempotency-Key: \"order-1\"' -d '{\"sku\":42}'";
+    assert!(hint.matches(first).count() >= 3, "{hint}");
+    assert!(hint.contains("sleep 1; curl"), "{hint}");
+    assert!(hint.contains("{\"sku\":43}"), "{hint}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,6 +223,15 @@ async fn actix_example_answers_like_the_demo_across_workers() {
 
     let missing = server.post("/orders", &[alice]).await;
     assert_problem(&missing, StatusCode::BAD_REQUEST, "missing-key");
+    let anonymous = server
+        .post("/orders", &[("idempotency-key", "\"order-1\"")])
+        .await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::UNAUTHORIZED,
+        "{}",
+        anonymous.text()
+    );
 
     let _order = hold(&engine, "/scope(account,idempotency-key)/alice/order-2").await;
     let duplicate = server

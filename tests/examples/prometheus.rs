@@ -63,7 +63,7 @@ async fn metrics_endpoint_exports_the_layers_series_after_a_few_requests() {
         "# TYPE tower_lock_acquired_total counter",
         "tower_lock_acquired_total{layer=\"orders\"} 2",
         "tower_lock_acquired_total{layer=\"reports\"} 1",
-        "tower_lock_rejected_total{layer=\"orders\",reason=\"missing_key\"} 1",
+        "tower_lock_rejected_total{layer=\"orders\",reason=\"missing-key\"} 1",
         "tower_lock_rejected_total{layer=\"orders\",reason=\"conflict\"} 1",
         "tower_lock_contended_total{layer=\"orders\"} 1",
         "tower_lock_replayed_total{layer=\"orders\"} 1",

@@ -167,7 +167,7 @@ fn a_principal_scope_is_refused_when_the_actix_middleware_is_made() {
     let assert_refused = |error: &dyn fmt::Display| {
         let message = error.to_string();
         assert!(message.contains("extensions"), "{message}");
-        assert!(message.contains("scope by a header"), "{message}");
+        assert!(message.contains("key::from_fn"), "{message}");
     };
 
     let replay = IdempotencyLayer::builder(LockEngine::in_memory())
@@ -340,4 +340,56 @@ async fn a_rejection_keeps_the_connection_alive() {
             .is_some_and(|r| r.starts_with("HTTP/1.1 200")),
         "the connection was closed after the 423: {served:?}"
     );
+}
+
+/// A scope is the server's to derive: an idempotency layer scoped by a closure that finds
+/// no principal (the authentication middleware forgotten or ordered after it) answers
+/// `500 misconfigured` naming the cause, never a `400` that blames the client, and runs
+/// nothing. The closure is the README's, returning `Option`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_closure_that_finds_no_principal_is_the_servers_mistake() {
+    use actix_web::HttpMessage;
+    use tower_lock::{IdempotencyLayer, key};
+    use tower_lock_actix::ReplayMiddleware;
+
+    #[derive(Clone)]
+    struct AccountId(u64);
+
+    let orders: ReplayMiddleware = IdempotencyLayer::builder(LockEngine::in_memory())
+        .scope_by(key::from_fn("account", |req| {
+            let req = tower_lock_actix::http_request(req)?;
+            req.extensions().get::<AccountId>().map(|a| a.0.to_string())
+        }))
+        .build()
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let server = serve_actix(1, move || {
+        let counted = counted.clone();
+        App::new().service(
+            web::resource("/orders")
+                .wrap(orders.clone())
+                .route(web::post().to(move || {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    async { "ran" }
+                })),
+        )
+    });
+    let reply = server.post("/orders", &[("idempotency-key", "k1")]).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        reply.text()
+    );
+    assert!(
+        reply
+            .text()
+            .contains("urn:tower-lock:problem:misconfigured"),
+        "{}",
+        reply.text()
+    );
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -361,3 +361,61 @@ mod actix_redis {
     use super::*;
     every_case!(Actix, Redis);
 }
+
+/// `permits(n)` without `methods([..])` limits every method but `OPTIONS` and `TRACE`: a
+/// `GET` export under `permits(1)` takes its permit (its handler sees the lease), where
+/// the lock's default (safe methods pass unlocked) would have let it through unlimited.
+/// Under axum and actix, over real sockets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_on_a_get_endpoint_limit_it_without_a_method_filter() {
+    let layer = LockLayer::builder(tower_lock::LockEngine::in_memory())
+        .key(tower_lock::key::GlobalKey::new("export"))
+        .permits(1)
+        .build()
+        .unwrap();
+    let axum = serve(
+        Router::new()
+            .route(
+                "/export",
+                any(|req: Request| async move {
+                    if req.extensions().get::<LeaseInfo>().is_some() {
+                        "limited"
+                    } else {
+                        "unlimited"
+                    }
+                }),
+            )
+            .route_layer(layer.clone()),
+    )
+    .await;
+    let actix_layer: LockMiddleware = layer.try_into().unwrap();
+    let actix = serve_actix(1, move || {
+        App::new().service(
+            web::resource("/export")
+                .wrap(actix_layer.clone())
+                .route(web::get().to(|lease: Option<Locked>| async move {
+                    if lease.is_some() {
+                        "limited"
+                    } else {
+                        "unlimited"
+                    }
+                }))
+                .route(web::method(http_02_options()).to(|| async { "preflight" })),
+        )
+    });
+    assert_eq!(axum.send("GET", "/export", &[]).await.text(), "limited");
+    assert_eq!(actix.send("GET", "/export", &[]).await.text(), "limited");
+    // A CORS preflight never takes a permit.
+    assert_eq!(
+        axum.send("OPTIONS", "/export", &[]).await.text(),
+        "unlimited"
+    );
+    assert_eq!(
+        actix.send("OPTIONS", "/export", &[]).await.text(),
+        "preflight"
+    );
+}
+
+fn http_02_options() -> actix_web::http::Method {
+    actix_web::http::Method::OPTIONS
+}

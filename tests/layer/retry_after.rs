@@ -1,6 +1,7 @@
 //! `Retry-After` of a contended request: the 95th percentile of the layer's recent hold
-//! times (before any, the fallback: 1 s unless set), bounded by the holder's remaining
-//! lease, in whole seconds rounded up, never 0.
+//! times (before any, the fallback: 1 s unless set), less what the holder has already held
+//! the key when it is one of the layer's requests on this node, bounded by the holder's
+//! remaining lease, in whole seconds rounded to the nearest, never 0.
 //!
 //! Hold times are measured on tokio's clock, paused here and advanced by hand; each holder
 //! is taken after the holds, so its remaining lease is its TTL.
@@ -78,10 +79,46 @@ async fn observed_holds_shorten_it_to_their_95th_percentile() {
     holds(&locker, "x", Duration::from_secs(20), 1).await;
     let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
     assert_eq!(retry_after(&locker, "a").await, 2);
-    // Seconds are rounded up: 2.5 s holds answer 3.
+    // Seconds are rounded to the nearest: 2.5 s holds answer 3, 2.003 s holds 2.
     holds(&locker, "x", Duration::from_millis(2_500), 128).await;
     let _held = holder(&engine, &locker, "b", Duration::from_secs(30)).await;
     assert_eq!(retry_after(&locker, "b").await, 3);
+    holds(&locker, "x", Duration::from_millis(2_003), 128).await;
+    let _held = holder(&engine, &locker, "c", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "c").await, 2);
+}
+
+/// A contender is told what is left of a usual hold: with 5 s holds, a holder (a request
+/// of this layer on this node) that has run 3 s leaves about 2 s; one past the usual hold
+/// leaves the minimum, 1 s. The same with the fallback standing in before any hold.
+#[tokio::test(start_paused = true)]
+async fn what_the_holder_already_had_is_taken_off() {
+    let engine = LockEngine::in_memory();
+    let locker = locker(&engine);
+    holds(&locker, "x", Duration::from_secs(5), 20).await;
+    let Outcome::Locked(guard) = locker.acquire(&req("a")).await else {
+        panic!("a is free");
+    };
+    assert_eq!(retry_after(&locker, "a").await, 5);
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(retry_after(&locker, "a").await, 2);
+    tokio::time::advance(Duration::from_secs(4)).await;
+    assert_eq!(retry_after(&locker, "a").await, 1);
+    guard.release().await;
+    // A holder that is not one of the layer's requests here: a whole usual hold.
+    let _other = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
+    assert_eq!(retry_after(&locker, "a").await, 5);
+
+    let fresh = LockLayer::builder(engine.clone())
+        .key(HeaderKey::new("x-k"))
+        .retry_after_fallback(Duration::from_secs(5))
+        .build_locker()
+        .unwrap();
+    let Outcome::Locked(_guard) = fresh.acquire(&req("b")).await else {
+        panic!("b is free");
+    };
+    tokio::time::advance(Duration::from_secs(3)).await;
+    assert_eq!(retry_after(&fresh, "b").await, 2);
 }
 
 #[tokio::test(start_paused = true)]

@@ -441,3 +441,33 @@ async fn a_completion_that_landed_but_lost_its_reply_counts_as_done() {
     assert_eq!(stored.body, record.body);
     assert!(!engine.lock_on(key).locked().await.unwrap());
 }
+
+/// A completion lost to a Redis outage (the server gone while the handler ran) is counted
+/// in `discarded` (`tower_lock_replay_discarded_total`), so it can be alerted on, not only
+/// logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_lost_to_an_outage_is_counted() {
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let engine = redis_engine(&server, "outage", Some(Duration::from_millis(300))).await;
+    let layer = IdempotencyLayer::builder(engine.clone())
+        .unscoped()
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let metrics = layer.metrics();
+    let mut app = replay_app(Stack::new(Framework::Tower, Backend::Redis), layer).await;
+    let first = slow_order_inside(&mut app, "o1").await;
+    tokio::task::block_in_place(|| server.kill());
+    app.control.let_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while metrics.snapshot().discarded == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "10 s after the handler answered into an outage, no lost completion was counted"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metrics.snapshot().discarded, 1);
+}

@@ -10,7 +10,7 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker};
+use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs};
 use crate::{
     LockError,
     engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
@@ -81,7 +81,7 @@ impl RequestLocker {
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
                         let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        return Acquisition::Decided(self.settle(result, take, started));
+                        return Acquisition::Decided(self.settle(&key, result, take, started));
                     }
                 }
                 // It must wait (or the backend answers over the network): one boxed future,
@@ -132,12 +132,13 @@ impl RequestLocker {
         let result = self
             .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
             .await;
-        self.settle(result, take, started)
+        self.settle(&key, result, take, started)
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy).
     pub(super) fn settle(
         &self,
+        key: &LockKey,
         result: Result<Lease, LockError>,
         take: Mode,
         started: Instant,
@@ -166,7 +167,7 @@ impl RequestLocker {
                     Outcome::Unlocked
                 }
             },
-            Err(e) => self.refuse(&e),
+            Err(e) => self.refuse(key, &e),
         }
     }
 
@@ -183,7 +184,7 @@ impl RequestLocker {
         let c = &self.shared.config;
         let node = match self.lock_on(local, &key, c.wait, take).await {
             Ok(lease) => lease,
-            Err(e) => return self.refuse(&e),
+            Err(e) => return self.refuse(&key, &e),
         };
         // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
@@ -205,7 +206,7 @@ impl RequestLocker {
                 self.shared.metrics.degraded();
                 self.held(node, None, take, started, true)
             }
-            Err(e) => self.refuse(&e),
+            Err(e) => self.refuse(&key, &e),
         }
     }
 
@@ -261,9 +262,11 @@ impl RequestLocker {
         // is counted as contended.
         let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
-        let permit = match take {
-            Mode::Exclusive => None,
-            shared => Some(self.shared.metrics.permit(shared.is_alone())),
+        let held_as = match take {
+            // Where this node's holder of the key began, for a contender's `Retry-After`
+            // (for a lock only: among shared holders none is "the" holder).
+            Mode::Exclusive => HeldAs::Alone(self.shared.metrics.began(lease.key(), now)),
+            shared => HeldAs::Permit(self.shared.metrics.permit(shared.is_alone())),
         };
         if contended {
             tracing::debug!(
@@ -289,15 +292,17 @@ impl RequestLocker {
             now,
             self.shared.metrics.clone(),
             self.shared.config.release,
-            permit,
+            held_as,
         ))
     }
 
-    fn refuse(&self, error: &LockError) -> Outcome {
+    fn refuse(&self, key: &LockKey, error: &LockError) -> Outcome {
         let c = &self.shared.config;
-        // What this layer has seen of hold times, bounded by the holder's remaining lease.
+        // What this layer has seen of hold times, less what the holder has already had
+        // when it is this layer's (on this node), bounded by its remaining lease.
         let retry = retry_after::contended(
             self.shared.metrics.recent_hold(),
+            self.shared.metrics.holder_elapsed(key),
             error.retry_after(),
             c.retry_after_fallback,
         );

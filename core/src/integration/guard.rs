@@ -12,7 +12,7 @@ use crate::engine::{LockError, Record};
 use crate::{
     engine::Lease,
     lease_info::LeaseInfo,
-    metrics::{LockMetrics, PermitInUse},
+    metrics::{HolderSlot, LockMetrics, PermitInUse},
     options::ReleasePoint,
 };
 
@@ -32,9 +32,10 @@ pub struct LockGuard {
     metrics: LockMetrics,
     /// The layer's release point, which [`LockGuard::after_head`] follows.
     release: ReleasePoint,
-    /// Counts the lease in the layer's permits gauge while the guard lives, when it is a
-    /// permit.
-    _permit: Option<PermitInUse>,
+    /// How the lease holds its key, as the layer's metrics know it: alone (this node's
+    /// record of the holder, for a contender's `Retry-After`, cleared at release), or as a
+    /// permit (counted in the permits gauge while the guard lives).
+    held_as: HeldAs,
 }
 
 impl fmt::Debug for LockGuard {
@@ -45,6 +46,14 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// How a [`LockGuard`]'s lease holds its key, for the layer's metrics.
+pub(crate) enum HeldAs {
+    /// Alone: where this node's record of the holder is.
+    Alone(HolderSlot),
+    /// As one of a key's permits; the permits gauge counts it until dropped.
+    Permit(#[allow(dead_code, reason = "held for its Drop")] PermitInUse),
+}
+
 impl LockGuard {
     pub(crate) fn new(
         lease: Lease,
@@ -53,7 +62,7 @@ impl LockGuard {
         granted: Instant,
         metrics: LockMetrics,
         release: ReleasePoint,
-        permit: Option<PermitInUse>,
+        held_as: HeldAs,
     ) -> Self {
         Self {
             lease: Some(lease),
@@ -62,7 +71,7 @@ impl LockGuard {
             granted,
             metrics,
             release,
-            _permit: permit,
+            held_as,
         }
     }
 
@@ -157,6 +166,9 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         let held = self.granted.elapsed();
         self.metrics.held(held);
+        if let HeldAs::Alone(holder) = &self.held_as {
+            self.metrics.ended(*holder);
+        }
         if self.info.is_lost() {
             self.metrics.lost();
             tracing::warn!(key = %self.info.key(), ?held, "lease was lost while the request held it");

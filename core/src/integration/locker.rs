@@ -253,7 +253,7 @@ impl RequestLocker {
             Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, Mode::Exclusive, started))
+        Ok(self.settle(&key, result, Mode::Exclusive, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

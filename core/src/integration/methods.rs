@@ -66,6 +66,15 @@ impl LockedMethods {
         }
     }
 
+    /// The default and `GET` and `HEAD` (the default of a layer with permits); methods
+    /// named by the builder stay as named.
+    pub(crate) fn with_reads_by_default(self) -> Self {
+        match self {
+            Self::Unsafe => Self::Unsafe.and(&[Method::GET, Method::HEAD]),
+            named => named,
+        }
+    }
+
     /// Whether a request with `method` takes a lock.
     pub(crate) fn locks(&self, method: &str) -> bool {
         match self {

@@ -35,7 +35,11 @@ impl Sharing {
         Ok(match (permits, shared) {
             (None, None) => (locked, None),
             (Some(permits), None) => (
-                locked,
+                // A limit of N at once is as much about reads (an export, a report) as
+                // writes: without `methods`, `GET` and `HEAD` take a permit too (a CORS
+                // preflight and `TRACE` still pass), so `permits(n)` on a `GET` endpoint
+                // cannot silently limit nothing.
+                locked.with_reads_by_default(),
                 Some(Self {
                     permits,
                     shared: None,
@@ -99,7 +103,19 @@ mod tests {
         let (locked, s) = sharing(Some(3), None);
         assert_eq!(s.take("POST"), Mode::Shared { limit: 3 });
         assert_eq!(s.take("PUT"), Mode::Shared { limit: 3 });
-        assert!(!locked.locks("GET"), "the default methods are unchanged");
+        // Reads are limited too (an export), never a CORS preflight.
+        assert!(locked.locks("GET") && locked.locks("HEAD") && locked.locks("POST"));
+        assert!(!locked.locks("OPTIONS") && !locked.locks("TRACE"));
+        let (named, _) = Sharing::from_settings(
+            LockedMethods::from_names(names(&["POST"])).unwrap(),
+            Some(3),
+            None,
+        )
+        .unwrap();
+        assert!(
+            !named.locks("GET"),
+            "methods named by the builder stay as named"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
 //! | `tower_lock_lost_leases_total` | counter | `layer` | leases lost while their request held them (counted when the request ends) |
 //! | `tower_lock_replayed_total` | counter | `layer` | idempotent requests answered with a stored response |
-//! | `tower_lock_replay_discarded_total` | counter | `layer` | idempotent responses not stored because the holder's lease had run out |
+//! | `tower_lock_replay_discarded_total` | counter | `layer` | completed idempotent responses not stored (the lease ran out, the backend refused or failed: an outage), so a retry runs again: alert on it |
 //! | `tower_lock_wait_seconds` | histogram | `layer` | from the start of the acquisition to the grant |
 //! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
 //! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
@@ -60,7 +60,12 @@ use std::{
     time::Duration,
 };
 
-use crate::{reject::RejectionKind, retry_after::RecentHolds};
+pub(crate) use crate::retry_after::HolderSlot;
+use crate::{
+    engine::LockKey,
+    reject::RejectionKind,
+    retry_after::{CurrentHolders, RecentHolds},
+};
 
 mod histogram;
 mod snapshot;
@@ -94,6 +99,8 @@ struct Inner {
     permits: [AtomicI64; 2],
     /// The hold times `Retry-After` is derived from.
     recent_holds: RecentHolds,
+    /// When this node's exclusive holders began, for what is left of a hold.
+    current_holders: CurrentHolders,
     facade: Facade,
 }
 
@@ -234,6 +241,23 @@ impl LockMetrics {
     pub(crate) fn recent_hold(&self) -> Option<Duration> {
         self.inner.recent_holds.percentile()
     }
+
+    /// A request of this layer on this node holds `key` alone from `at`, until
+    /// [`ended`](Self::ended).
+    pub(crate) fn began(&self, key: &LockKey, at: tokio::time::Instant) -> HolderSlot {
+        self.inner.current_holders.began(key, at)
+    }
+
+    /// The holder of `slot` let its key go.
+    pub(crate) fn ended(&self, slot: HolderSlot) {
+        self.inner.current_holders.ended(slot);
+    }
+
+    /// How long this node's holder of `key` has held it, when one of this layer's requests
+    /// holds it here, for `Retry-After`.
+    pub(crate) fn holder_elapsed(&self, key: &LockKey) -> Option<Duration> {
+        self.inner.current_holders.elapsed(key)
+    }
 }
 
 /// Idempotency replay's events.
@@ -245,7 +269,10 @@ impl LockMetrics {
         self.inner.facade.replayed();
     }
 
-    /// Idempotency replay: a response was not stored, its holder's lease having run out.
+    /// Idempotency replay: a completed response was not stored (its holder's lease ran
+    /// out, the backend refused the write until then, or failed: an outage), so a retry
+    /// runs the request again. Worth an alert: each is a completed request that may run
+    /// twice.
     pub(crate) fn discarded(&self) {
         self.inner.discarded.fetch_add(1, Relaxed);
         self.inner.facade.discarded();

@@ -24,8 +24,8 @@ pub struct MetricsSnapshot {
     pub lost: u64,
     /// Idempotency replay: requests answered with a stored response.
     pub replayed: u64,
-    /// Idempotency replay: responses not stored because the holder's lease had run out
-    /// before it completed (another request may have run with the same key meanwhile).
+    /// Idempotency replay: completed responses not stored (the holder's lease ran out, or
+    /// the backend refused the write or failed), so a retry runs the request again.
     pub discarded: u64,
     /// Requests answered with a rejection, by reason.
     pub rejected: RejectedCounts,

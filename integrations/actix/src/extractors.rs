@@ -64,7 +64,7 @@ pub struct LockNotInstalled;
 impl fmt::Display for LockNotInstalled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(
-            "the handler needs a lock, but the request holds none (is the tower-lock middleware wrapping this route?)",
+            "the handler needs a lock, but the request holds none: is the tower-lock middleware wrapping this route, and does it lock this method? `GET`, `HEAD`, `OPTIONS` and `TRACE` pass unlocked unless named in `methods([..])` or `shared_for([..])`",
         )
     }
 }

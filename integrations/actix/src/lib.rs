@@ -4,8 +4,9 @@
 //! actix-web 4 is not built on tower (and speaks `http` 0.2), so it gets its own
 //! [`Transform`]: [`LockMiddleware`], made from a [`LockLayer`] (`build()?.try_into()?`), as
 //! [`ReplayMiddleware`] is from an [`IdempotencyLayer`]. Making it fails for a key that
-//! reads a principal from `http` extensions, which actix requests do not carry (scope by a
-//! header instead). Header names and methods are
+//! reads a principal from `http` extensions, which actix requests do not carry: scope by a
+//! `key::from_fn` closure that reads actix's extensions through [`http_request`] instead
+//! (it answers `500` and logs the fix when the principal is missing). Header names and methods are
 //! given as text or as actix's own types (`actix_web::http::Method::POST`): no second
 //! `http` crate is needed (tower-lock re-exports its own as `tower_lock::http`). It does no lock logic of its own. Each request is
 //! shown to the framework-neutral [`RequestLocker`] through [`ActixRequest`], a
@@ -14,11 +15,12 @@
 //! the same `Retry-After` and the same `application/problem+json` bodies as the tower
 //! layer (or the layer's `on_reject` hook).
 //!
-//! - **One lock table for all workers.** Build the middleware once, outside
-//!   [`HttpServer::new`](actix_web::HttpServer::new), and clone it into the
-//!   app factory: every worker thread then locks on one lock table. A locker built inside
-//!   the factory would give each worker its own lock table, and requests served by
-//!   different workers would not exclude each other.
+//! - **One engine for all workers.** Build the engine and the middleware once, outside
+//!   [`HttpServer::new`](actix_web::HttpServer::new), and clone them into the app
+//!   factory. An in-process engine made inside the factory would give each worker its own
+//!   lock table, and requests served by different workers would not exclude each other; a
+//!   Redis or Postgres engine made there still excludes (the table is the server's) but
+//!   opens connections, a watchdog and a listener per worker.
 //! - **The lease lives until the body ends.** The response body is wrapped in
 //!   [`LockedBody`], which owns the lease and drops it when the last chunk has been taken,
 //!   when the body fails, or when actix drops the body (the client went away). A response

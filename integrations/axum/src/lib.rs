@@ -142,7 +142,7 @@ impl LockNotInstalled {
 
     /// The body text.
     pub fn body_text(&self) -> &'static str {
-        "the handler needs a lock, but the request holds none (is the tower-lock layer installed on this route?)"
+        "the handler needs a lock, but the request holds none: is the tower-lock layer installed on this route (`route_layer`), and does it lock this method? `GET`, `HEAD`, `OPTIONS` and `TRACE` pass unlocked unless named in `methods([..])` or `shared_for([..])`"
     }
 }
 

@@ -25,14 +25,14 @@ async fn serve_unavailable(
 }
 
 /// By default a request the backend cannot lock is refused `503`, with the configured
-/// fallback `Retry-After` (rounded up to whole seconds).
+/// fallback `Retry-After` (rounded to the nearest whole second).
 pub async fn unavailable_backend_fails_closed_with_503_and_retry_after(framework: Framework) {
     let closed = BackendFailurePolicy::default();
     let (_, server, control) = serve_unavailable(framework, closed).await;
     control.open();
     let reply = server.post("/work", FOR_K).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(reply.header("retry-after"), Some("5"));
+    assert_eq!(reply.header("retry-after"), Some("4"));
     let problem = reply.json();
     assert_eq!(problem["type"], "urn:tower-lock:problem:lock-unavailable");
 }

@@ -191,7 +191,7 @@ pub async fn rejection_hook_replaces_the_default_body_and_keeps_the_headers(on: 
     control.open();
     let reply = server.post("/work", &[]).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
-    assert_eq!(reply.text(), "custom missing_key");
+    assert_eq!(reply.text(), "custom missing-key");
 }
 
 /// A plain HTTP/1.1 client sees the `423` status line and the `Retry-After` header.

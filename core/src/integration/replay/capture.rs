@@ -137,6 +137,7 @@ impl Capture {
                             tracing::warn!(%key, %error, "the backend refused to store the response until the lease ran out: not stored; the key was not released, its TTL frees it, and a retry then runs the request again");
                         }
                         Err(error) => {
+                            metrics.discarded();
                             tracing::warn!(%key, %error, "storing the response failed: not stored; the key is given back by token if the backend takes that, else its TTL frees it, and a retry then runs the request again");
                         }
                     }

@@ -7,11 +7,12 @@
 //! `order-1` are common, so without a scope two callers collide routinely, not only
 //! through malice.
 
-use std::{fmt, sync::Arc};
+use std::{borrow::Cow, fmt, sync::Arc};
 
 use crate::{
     ConfigError, KeyError,
     engine::MAX_KEY_LEN,
+    key::{ExtractError, RequestView},
     key::{
         KeyExtractor, MAX_IDEMPOTENCY_KEY_LEN, ScopedKey,
         encoding::{MAX_SCOPE_LEN, key_head, scoped},
@@ -42,7 +43,7 @@ impl Scope {
     pub fn key(&self, key: Arc<dyn KeyExtractor>) -> Arc<dyn KeyExtractor> {
         match self {
             Self::Unscoped => key,
-            Self::By(scope) => Arc::new(ScopedKey::by(scope.clone(), key)),
+            Self::By(scope) => Arc::new(ScopedKey::by(ServerScope(scope.clone()), key)),
         }
     }
 
@@ -74,6 +75,44 @@ impl Scope {
             (Self::By(_), Some(scope)) => Some(scoped(scope, key)),
             _ => None,
         }
+    }
+}
+
+/// A scope the server derives (`per_principal`, `scope_by`): one that finds nothing in a
+/// request is the server's mistake, never the client's (a client cannot send a scope): an
+/// authentication middleware forgotten or ordered after the layer. So a closure that
+/// returns `None` answers `500 misconfigured` and logs the cause, as a missing
+/// [`Principal`](crate::key::Principal) does, rather than a `400` that blames the client.
+/// Its kind is the scope's own, so lock keys are unchanged.
+struct ServerScope(Arc<dyn KeyExtractor>);
+
+impl KeyExtractor for ServerScope {
+    fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
+        Ok(self.extract_ref(req)?.map(Cow::into_owned))
+    }
+
+    fn extract_ref<'r>(
+        &self,
+        req: &'r dyn RequestView,
+    ) -> Result<Option<Cow<'r, str>>, ExtractError> {
+        match self.0.extract_ref(req)? {
+            Some(scope) => Ok(Some(scope)),
+            None => Err(ExtractError::misconfigured(format!(
+                "the idempotency scope ({}) found nothing in the request: the scope is the \
+                 server's to derive, so install the middleware that provides it (an \
+                 authentication layer) before this layer, or route unauthenticated \
+                 requests around it",
+                self.0.kind()
+            ))),
+        }
+    }
+
+    fn kind(&self) -> &str {
+        self.0.kind()
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        self.0.validate()
     }
 }
 

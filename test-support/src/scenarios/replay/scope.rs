@@ -103,8 +103,16 @@ pub async fn a_scoped_preset_replays_only_to_the_caller_who_made_it(on: Stack) {
         assert_eq!(again.header("idempotent-replayed"), Some("true"), "{user}");
         assert_eq!(again.header("x-run"), Some(run), "{user} gets their own");
     }
-    // Without a scope there is no key.
+    // A request the scope finds nothing in is the server's mistake (its authentication
+    // did not run), never the client's: `500 misconfigured`, and nothing runs.
     let anonymous = post_with(&app.server, "/orders", "order-1", "{\"sku\":42}").await;
-    assert_eq!(anonymous.status, StatusCode::BAD_REQUEST);
+    assert_eq!(anonymous.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        anonymous
+            .text()
+            .contains("urn:tower-lock:problem:misconfigured"),
+        "{}",
+        anonymous.text()
+    );
     assert_eq!(app.runs.load(Ordering::SeqCst), 2);
 }
