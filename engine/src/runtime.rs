@@ -59,9 +59,61 @@ where
 {
     let mut op = Box::pin(op);
     let mut cx = Context::from_waker(Waker::noop());
+    let _from = Origin::caller();
     let _in = handle().enter();
     if op.as_mut().poll(&mut cx).is_pending() {
         handle().spawn(op);
+    }
+}
+
+/// The user runtime a detached operation was started from, while it is polled in place on
+/// its caller's thread (the engine's runtime being the current one then): a Redis call it
+/// makes goes out on that runtime's connection when it has one, on the socket that
+/// runtime's next calls take, so a release sent as a response ends reaches Redis before
+/// the client's next request for the key. Its reply comes back through that runtime's
+/// connection while the runtime lives; a connection lost with its runtime fails the call
+/// (a release then lets the lease's TTL free the key).
+#[cfg(feature = "redis")]
+pub(crate) struct Origin(Option<tokio::runtime::Id>);
+
+#[cfg(feature = "redis")]
+thread_local! {
+    static ORIGIN: std::cell::Cell<Option<tokio::runtime::Id>> =
+        const { std::cell::Cell::new(None) };
+}
+
+#[cfg(feature = "redis")]
+impl Origin {
+    /// Record the caller's runtime (if a user's) for the polls in this scope.
+    pub(crate) fn caller() -> Self {
+        let caller = Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+            .map(|h| h.id())
+            .filter(|id| *id != handle().id());
+        Self(ORIGIN.with(|o| o.replace(caller.or(o.get()))))
+    }
+
+    /// The user runtime the operation being polled was started from, if any.
+    pub(crate) fn get() -> Option<tokio::runtime::Id> {
+        ORIGIN.with(std::cell::Cell::get)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Drop for Origin {
+    fn drop(&mut self) {
+        ORIGIN.with(|o| o.set(self.0));
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+struct Origin;
+
+#[cfg(not(feature = "redis"))]
+impl Origin {
+    fn caller() -> Self {
+        Self
     }
 }
 
@@ -152,6 +204,7 @@ impl<T: Send + 'static> Future for Detachable<T> {
             .op
             .as_mut()
             .expect("Detachable polled after completion");
+        let _from = Origin::caller();
         let _in = handle().enter();
         let out = std::task::ready!(op.as_mut().poll(cx));
         self.op = None;

@@ -132,9 +132,11 @@ async fn a_refused_completion_keeps_its_lease_renewed_until_the_backend_takes_it
     backend.refuse_completions.store(true, Ordering::SeqCst);
     let engine = LockEngine::from_arc(backend.clone());
     let key = LockKey::new("k").unwrap();
+    // A TTL long enough that a renewal a loaded machine's scheduler delays by a few
+    // hundred milliseconds still lands in time.
     let lease = engine
         .lock_on(key.clone())
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_millis(900))
         .acquire()
         .await
         .unwrap();

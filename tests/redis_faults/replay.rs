@@ -176,7 +176,9 @@ async fn a_holder_killed_with_sigkill_lets_the_retry_run_after_its_ttl() {
     );
     assert_eq!(ran.text(), "order 1");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
-    // And it is replayed from now on.
+    // And it is replayed from now on: once its completion (stored after the response went
+    // out, in the step that frees the key) has landed; until then a retry is `409`.
+    assert!(until_completed(&engine, &key).await.is_some());
     let again = order(&here, "o1").await;
     assert_eq!(again.header("idempotent-replayed"), Some("true"));
 }

@@ -257,3 +257,50 @@ fn an_engine_built_in_a_runtime_that_shut_down_works_from_another() {
         waiter.await.unwrap().unwrap().release().await.unwrap();
     });
 }
+
+/// Calls from a user's runtime go out on a connection of that runtime (no hop to the
+/// engine's thread and back), and a runtime that went away leaves no connection behind:
+/// its connection closes with it, and the engine keeps working from another runtime.
+#[test]
+fn a_runtimes_calls_use_its_own_connection_which_goes_with_it() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    // Connections of commands (`normal`), the counting `redis-cli` itself included.
+    let clients = || {
+        server
+            .cli(["CLIENT", "LIST", "TYPE", "normal"])
+            .lines()
+            .count()
+    };
+    let b = runtime(1);
+    let engine = b.block_on(redis_engine(&server, "own", Some(COMMAND_TIMEOUT)));
+    let cycle = |engine: &LockEngine| {
+        let engine = engine.clone();
+        async move {
+            let lease = engine.lock("k").try_acquire().await.unwrap();
+            lease.release().await.unwrap();
+        }
+    };
+    b.block_on(cycle(&engine));
+    let with_b = clients();
+    let a = runtime(1);
+    a.block_on(cycle(&engine));
+    assert_eq!(
+        clients(),
+        with_b + 1,
+        "runtime A's calls have a connection of A's own"
+    );
+    a.block_on(cycle(&engine));
+    assert_eq!(clients(), with_b + 1, "and keep using it");
+    drop(a);
+    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    while clients() != with_b {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "runtime A shut down 5 s ago and its connection is still open"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    b.block_on(cycle(&engine));
+    assert_eq!(clients(), with_b);
+}

@@ -250,11 +250,26 @@ impl Connector {
             // Only if the engine's runtime itself went away (a process exiting).
             Err(e) => Err(RedisError::from(std::io::Error::other(e))),
         };
-        match &connected {
+        self.settle(&connected);
+        connected
+    }
+
+    /// A new connection made on the caller's runtime: its driver task lives (and dies) with
+    /// that runtime, for the calls made from it (see `RuntimeConns`).
+    pub(super) async fn connect_on_this_runtime(
+        self: &Arc<Self>,
+    ) -> Result<PooledConn, RedisError> {
+        let connected = self.connect_here().await;
+        self.settle(&connected);
+        connected
+    }
+
+    /// A connect ended: an outage ends or begins.
+    fn settle(self: &Arc<Self>, connected: &Result<PooledConn, RedisError>) {
+        match connected {
             Ok(_) => self.connected(),
             Err(e) => self.connect_failed(e),
         }
-        connected
     }
 
     async fn connect_here(&self) -> Result<PooledConn, RedisError> {

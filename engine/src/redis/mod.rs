@@ -15,6 +15,7 @@ mod names;
 mod pool;
 mod records;
 mod release;
+mod runtime_conns;
 mod script_call;
 mod scripts;
 #[cfg(feature = "redis-sentinel")]

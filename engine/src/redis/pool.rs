@@ -4,6 +4,9 @@
 //! A check-out lasts only as long as it takes to clone the connection: calls run on the
 //! clone, so concurrent calls pipeline over a few sockets rather than each holding one for
 //! a round trip (with 16 connections, 50 concurrent callers used to queue for them).
+//!
+//! The pool serves the engine's own runtime (renewals, wake-ups, detached work); a call
+//! from a user's runtime uses that runtime's own connection ([`RuntimeConns`]).
 
 use std::{sync::Arc, time::Duration};
 
@@ -13,6 +16,7 @@ use tokio::time::Instant;
 use super::{
     commands::{Conn, map_error, timed_out},
     connector::{Connector, PooledConn},
+    runtime_conns::RuntimeConns,
 };
 use crate::{BackendError, BackendErrorKind, runtime};
 
@@ -22,6 +26,8 @@ pub(crate) struct ServerPool {
     connector: Arc<Connector>,
     /// The command timeout, for the errors of a check-out.
     timeout: Duration,
+    /// The connections of the user runtimes that call.
+    runtimes: Arc<RuntimeConns>,
 }
 
 /// What bb8 makes its connections with. bb8 owns it; it forwards to the shared
@@ -44,6 +50,7 @@ impl ServerPool {
             pool,
             connector,
             timeout,
+            runtimes: Arc::default(),
         }
     }
 
@@ -53,6 +60,17 @@ impl ServerPool {
         what: &'static str,
         deadline: Instant,
     ) -> Result<Conn, BackendError> {
+        if let Some(runtime) = RuntimeConns::user_runtime() {
+            if let Some(conn) = self.runtimes.get(runtime, &self.connector) {
+                return Ok(Conn::Server(conn));
+            }
+            return self.connect_on_this_runtime(what, deadline, runtime).await;
+        }
+        if let Some(origin) = RuntimeConns::origin()
+            && let Some(conn) = self.runtimes.get(origin, &self.connector)
+        {
+            return Ok(Conn::Server(conn));
+        }
         let connector = &self.connector;
         let Some(_trying) = connector.admit(what, deadline).await? else {
             let conn = self.checkout(what, deadline).await?;
@@ -71,6 +89,29 @@ impl ServerPool {
         let inner = conn.inner.clone();
         // Kept for the calls that follow (dropped if the pool is full).
         let _ = self.pool.add(conn);
+        Ok(Conn::Server(inner))
+    }
+
+    /// A connection made on the caller's runtime `runtime`, kept for its next calls; during
+    /// an outage, admitted as the pool's connects are.
+    async fn connect_on_this_runtime(
+        &self,
+        what: &'static str,
+        deadline: Instant,
+        runtime: tokio::runtime::Id,
+    ) -> Result<Conn, BackendError> {
+        let connector = &self.connector;
+        let _trying = connector.admit(what, deadline).await?;
+        let conn =
+            match tokio::time::timeout_at(deadline, connector.connect_on_this_runtime()).await {
+                Ok(Ok(conn)) => conn,
+                Ok(Err(e)) => {
+                    return Err(connector.outage(what).unwrap_or_else(|| map_error(what, e)));
+                }
+                Err(_) => return Err(timed_out(what, self.timeout)),
+            };
+        let inner = conn.inner.clone();
+        self.runtimes.keep(runtime, conn);
         Ok(Conn::Server(inner))
     }
 
