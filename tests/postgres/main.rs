@@ -1,5 +1,5 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
-//! cases (all but permits) directly and through a PgBouncer in transaction pooling mode, a
+//! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
 //! server crash and restart under a holder and a waiter, killed pool and listener
 //! connections, the set-up (schema check, names, the application's own pool, tombstone
 //! sweeping), and the uncontended cycle's cost.
