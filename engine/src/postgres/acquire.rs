@@ -22,8 +22,8 @@ use tokio::{task::JoinHandle, time::Instant};
 
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
 use crate::{
-    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode,
-    Token, runtime,
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode, Token,
+    runtime,
 };
 
 /// How long a call's task waits for its statement's answer after its caller stopped

@@ -242,7 +242,10 @@ impl Names {
                 &format!("\"{}shared_tickets_queue\"", self.prefix),
             )
             .replace("@shared_pump@", &format!("{}shared_pump\"", self.qualified))
-            .replace("@shared_fence@", &format!("{}shared_fence\"", self.qualified))
+            .replace(
+                "@shared_fence@",
+                &format!("{}shared_fence\"", self.qualified),
+            )
             .replace(
                 "@shared_earliest@",
                 &format!("{}shared_earliest\"", self.qualified),
