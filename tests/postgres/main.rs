@@ -15,3 +15,4 @@ mod faults;
 mod harness;
 mod restart;
 mod setup;
+mod shared;
