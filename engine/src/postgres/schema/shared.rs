@@ -7,7 +7,7 @@
 
 /// The shared-lease functions, each with its contract.
 ///
-/// # `shared_pump(k, t, own) -> bigint` (called with `k`'s shared lock held)
+/// # `shared_pump(k, t, own, lim) -> (mine, room)` (called with `k`'s shared lock held)
 ///
 /// Deletes the holders whose lease ran out and the dead tickets (all but `own`'s), then
 /// grants the queue from its head as many as fit, stopping at the first that does not (so
@@ -16,9 +16,11 @@
 /// lock's format, except the caller's own ticket `own`, which gets its full TTL and learns
 /// of it from the reply. A request with limit 1 fits when nobody holds; another when nobody
 /// holds alone and fewer than its limit hold. A head ticket whose token already holds
-/// re-enters (its fence, its expiry the later of both). Returns the fence granted to
-/// `own`, `-1` if none. Statements: 3 (holders, tickets, count) and 1 per head looked at,
-/// 3 or 4 more per grant (ticket, fence, holder, `NOTIFY`).
+/// re-enters (its fence, its expiry the later of both). Returns `mine`, the fence granted
+/// to `own` (`-1`: none), and `room`: whether nobody waits now and a request with limit
+/// `lim` fits (what an arrival needs to be granted; `lim = 0`: not asked). Statements: 3
+/// (holders, tickets, count) and 1 per head looked at, 3 or 4 more per grant (ticket,
+/// fence, holder, `NOTIFY`).
 ///
 /// # `shared_fence(k, t) -> bigint`
 ///
@@ -36,12 +38,14 @@
 /// tickets wait; `(4, 0)` `tok` holds a shared lease beside others and asks to hold alone
 /// (not upgraded; its ticket removed). Re-entry (`tok` holds) refreshes the TTL and keeps
 /// the fence. Statements: a grant of a free key 9 (lock, synchronous commit, re-entry
-/// look, the pump's 4, fence, holder).
+/// look, the pump's 4, fence, holder); a waiter's registration 9 or 10 (the count against
+/// `max_waiters`).
 ///
 /// # `shared_release(k, tok) -> integer`
 ///
 /// `1` released, then the waiters that now fit granted (`shared_pump`); `-1` `tok` holds
-/// no live lease but someone does; `-2` nobody holds. Statements: 4 and the pump's.
+/// no live lease but someone does; `-2` nobody holds. Statements: 3 (4 when refused) and
+/// the pump's.
 ///
 /// # `shared_leave(k, tid, tok) -> bigint`
 ///
@@ -62,7 +66,8 @@ LANGUAGE sql AS $fn$
     RETURNING fence
 $fn$;
 
-CREATE OR REPLACE FUNCTION @shared_pump@(k text, t timestamptz, own text) RETURNS bigint
+CREATE OR REPLACE FUNCTION @shared_pump@(
+  k text, t timestamptz, own text, lim bigint, OUT mine bigint, OUT room boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
   w @shared_tickets@%ROWTYPE;
@@ -71,15 +76,19 @@ DECLARE
   lone boolean;
   f bigint;
   g bigint;
-  mine bigint := -1;
 BEGIN
+  mine := -1;
+  room := false;
   DELETE FROM @shared@ WHERE key = k AND expires_at <= t;
   DELETE FROM @shared_tickets@ WHERE key = k AND deadline <= t AND id <> own;
   SELECT count(*), coalesce(bool_or(s.alone), false) INTO held, lone
     FROM @shared@ s WHERE s.key = k;
   LOOP
     SELECT * INTO w FROM @shared_tickets@ WHERE key = k ORDER BY seq LIMIT 1;
-    EXIT WHEN NOT FOUND;
+    IF NOT FOUND THEN
+      room := (lim = 1 AND held = 0) OR (lim > 1 AND NOT lone AND held < lim);
+      RETURN;
+    END IF;
     g := CASE WHEN w.id = own THEN w.ttl_ms ELSE least(w.ttl_ms, w.claim_ms) END;
     SELECT * INTO h FROM @shared@ WHERE key = k AND token = w.token;
     IF FOUND THEN
@@ -103,7 +112,6 @@ BEGIN
       PERFORM pg_notify(@channel@, w.id || ' ' || f || ' ' || g);
     END IF;
   END LOOP;
-  RETURN mine;
 END
 $fn$;
 
@@ -121,9 +129,8 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   cur @shared@%ROWTYPE;
-  held bigint;
-  lone boolean;
   f bigint;
+  room boolean;
 BEGIN
   PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || k));
   PERFORM set_config('synchronous_commit', 'on', true);
@@ -143,27 +150,23 @@ BEGIN
       status := 1;
       val := cur.fence;
     END IF;
-    PERFORM @shared_pump@(k, t, '');
+    PERFORM @shared_pump@(k, t, '', 0);
     RETURN;
   END IF;
-  f := @shared_pump@(k, t, tid);
+  SELECT p.mine, p.room INTO f, room FROM @shared_pump@(k, t, tid, lim) p;
   IF f >= 0 THEN
     status := 1;
     val := f;
     RETURN;
   END IF;
   -- Granted on arrival only when nobody waits: no newcomer overtakes the queue.
-  IF NOT EXISTS (SELECT 1 FROM @shared_tickets@ WHERE key = k) THEN
-    SELECT count(*), coalesce(bool_or(s.alone), false) INTO held, lone
-      FROM @shared@ s WHERE s.key = k;
-    IF (lim = 1 AND held = 0) OR (lim <> 1 AND NOT lone AND held < lim) THEN
-      f := @shared_fence@(k, t);
-      INSERT INTO @shared@ (key, token, fence, alone, expires_at)
-        VALUES (k, tok, f, lim = 1, t + ttl_ms * interval '1 millisecond');
-      status := 1;
-      val := f;
-      RETURN;
-    END IF;
+  IF room THEN
+    f := @shared_fence@(k, t);
+    INSERT INTO @shared@ (key, token, fence, alone, expires_at)
+      VALUES (k, tok, f, lim = 1, t + ttl_ms * interval '1 millisecond');
+    status := 1;
+    val := f;
+    RETURN;
   END IF;
   val := @shared_earliest@(k, t);
   IF tid = '' THEN
@@ -203,7 +206,7 @@ BEGIN
   ELSE
     r := -2;
   END IF;
-  PERFORM @shared_pump@(k, t, '');
+  PERFORM @shared_pump@(k, t, '', 0);
   RETURN r;
 END
 $fn$;
@@ -220,7 +223,7 @@ BEGIN
     DELETE FROM @shared_tickets@ WHERE key = k AND id = tid;
   END IF;
   DELETE FROM @shared@ WHERE key = k AND token = tok;
-  PERFORM @shared_pump@(k, t, '');
+  PERFORM @shared_pump@(k, t, '', 0);
   RETURN @shared_earliest@(k, t);
 END
 $fn$;
