@@ -115,7 +115,7 @@ impl Backend for PostgresBackend {
         })
     }
 
-    /// One statement per space and [`RENEW_CHUNK`] leases; the answers in the batch's order.
+    // One statement per space and RENEW_CHUNK leases; the answers in the batch's order.
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
             let mut renewed = vec![false; leases.len()];
