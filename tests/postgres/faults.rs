@@ -199,17 +199,17 @@ async fn a_frozen_server_fails_calls_in_bound_and_makes_no_second_holder() {
         asked.elapsed()
     );
     // The watchdog cannot renew: the lease is reported lost by its deadline (the last one a
-    // renewal confirmed), not later (the engine may say so earlier, when no renewal can
-    // land in time).
+    // renewal confirmed; the slack is a loaded machine's timer lag), not later (the engine
+    // may say so earlier, when no renewal can land in time).
     timeout(ttl * 2, holder.lost())
         .await
         .expect("the holder is told it lost its lease");
     let lost_at = Instant::now();
     let deadline = holder.valid_until();
     assert!(
-        lost_at <= holder.valid_until() + Duration::from_millis(100),
+        lost_at <= deadline + Duration::from_millis(250),
         "lost {:?} after its deadline",
-        lost_at - holder.valid_until()
+        lost_at - deadline
     );
     // The fault lasts a TTL past the loss (the database's expiry is at most a round trip
     // later than the holder's deadline).
