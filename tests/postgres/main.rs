@@ -1,6 +1,6 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
 //! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
-//! server crash and restart under a holder and a waiter, killed pool and listener
+//! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
 //! connections, the set-up (schema check, names, the application's own pool, tombstone
 //! sweeping), and the uncontended cycle's cost.
 //!
