@@ -3,7 +3,7 @@
 //! | module | what it holds | used by |
 //! | --- | --- | --- |
 //! | [`redis`] | a `redis-server` of the test's own on a free port (kill, restart, pause, freeze, `redis-cli`, SCAN); engines on it and what they leave behind | every Redis test |
-//! | [`postgres`] | a throwaway Postgres cluster (`initdb` as the `postgres` user, a free port, a private socket directory; kill, restart) and a PgBouncer in transaction mode in front of it | `tests/postgres` |
+//! | [`postgres`] | a throwaway Postgres cluster (`initdb` as the `postgres` user, a free port, a private socket directory; kill, restart, pause, resume) and a PgBouncer in transaction mode in front of it | `tests/postgres` |
 //! | [`http`] | a test app on a real socket (axum or actix), a hyper-util client, [`Reply`](http::Reply), a channel-fed body for either framework | every HTTP test |
 //! | [`gate`] | a gate handlers wait at until the test lets them through, counting who is inside | the scenarios, the Redis fault tests |
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |

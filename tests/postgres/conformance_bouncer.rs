@@ -1,9 +1,9 @@
-//! The conformance suite's core cases on Postgres through PgBouncer in transaction pooling
+//! The conformance suite (core, shared-mode and capability cases) on Postgres through PgBouncer in transaction pooling
 //! mode: every call may run on another server connection. The listener connects directly
 //! (`LISTEN` needs a session of its own).
 
 use tower_lock_test_support::{
-    conformance_tests, core_conformance_tests, postgres::PostgresServer,
+    conformance_tests, core_conformance_tests, postgres::PostgresServer, shared_conformance_tests,
 };
 
 use crate::harness::{bouncer, harness};
@@ -24,7 +24,16 @@ core_conformance_tests!(
     },
 );
 
-// The capability cases of what the backend has (all but permits), by name.
+shared_conformance_tests!(
+    timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+    concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
+    harness = async {
+        let (through, direct) = urls().await;
+        harness(through, Some(direct)).await
+    },
+);
+
+// The capability cases, by name (`conformance_tests!` would run the core cases twice).
 conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async {
         let (through, direct) = urls().await;

@@ -1,7 +1,8 @@
-//! The conformance suite's core cases on Postgres, directly connected.
+//! The conformance suite on Postgres, directly connected: the core cases, the shared-mode
+//! cases and the capability cases.
 
 use tower_lock_test_support::{
-    conformance_tests, core_conformance_tests, postgres::PostgresServer,
+    conformance_tests, core_conformance_tests, postgres::PostgresServer, shared_conformance_tests,
 };
 
 use crate::harness::harness;
@@ -20,7 +21,13 @@ core_conformance_tests!(
     harness = async { harness(url().await, None).await },
 );
 
-// The capability cases of what the backend has (all but permits), by name.
+shared_conformance_tests!(
+    timed = #[tokio::test(flavor = "multi_thread", worker_threads = 2)],
+    concurrent = #[tokio::test(flavor = "multi_thread", worker_threads = 4)],
+    harness = async { harness(url().await, None).await },
+);
+
+// The capability cases, by name (`conformance_tests!` would run the core cases twice).
 conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async { harness(url().await, None).await };
     status_tells_free_locked_reserved_and_no_expiry,

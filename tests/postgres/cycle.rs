@@ -11,7 +11,8 @@ use tower_lock_test_support::postgres::PostgresServer;
 
 use crate::harness::backend;
 
-/// One acquire and one release per cycle, one statement each: run with `--nocapture` to see
+/// One acquire and one release per cycle, one statement each, on the lock and on shared
+/// leases: run with `--nocapture` to see
 /// the mean cycle time on this machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
@@ -38,6 +39,29 @@ async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
         lease.release().await.unwrap();
         releasing += started.elapsed();
     }
+    // The same on the key's shared leases (4 permits).
+    let permits = engine.lock("cycle").shared(4).ttl(Duration::from_secs(5));
+    for _ in 0..20 {
+        permits
+            .try_acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    let mut last = None;
+    let (mut shared_acquiring, mut shared_releasing) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..cycles {
+        let started = Instant::now();
+        let lease = permits.try_acquire().await.unwrap();
+        shared_acquiring += started.elapsed();
+        assert!(last.is_none_or(|f| lease.fence() > f), "shared fences rise");
+        last = Some(lease.fence());
+        let started = Instant::now();
+        lease.release().await.unwrap();
+        shared_releasing += started.elapsed();
+    }
     // The baseline in the same run: a bare round trip on the backend's own pool.
     let started = Instant::now();
     for _ in 0..cycles {
@@ -49,9 +73,11 @@ async fn uncontended_cycles_take_one_statement_each_way_and_fences_rise() {
     }
     let round_trip = started.elapsed() / cycles;
     println!(
-        "postgres uncontended cycle: acquire {:?}, release {:?}; a bare SELECT 1 round trip \
-         {round_trip:?} ({cycles} each)",
+        "postgres uncontended cycle: acquire {:?}, release {:?}; shared: acquire {:?}, \
+         release {:?}; a bare SELECT 1 round trip {round_trip:?} ({cycles} each)",
         acquiring / cycles,
-        releasing / cycles
+        releasing / cycles,
+        shared_acquiring / cycles,
+        shared_releasing / cycles
     );
 }

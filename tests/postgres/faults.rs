@@ -1,11 +1,17 @@
 //! Faults short of a crash, each on a cluster of the test's own: the backend's connections
-//! killed under it (`pg_terminate_backend`), and its listener killed.
+//! killed under it (`pg_terminate_backend`), its listener killed, and the whole server
+//! frozen (SIGSTOP).
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
-use tokio::time::Instant;
-use tower_lock::engine::{LockEngine, postgres::PostgresBackend};
+use tokio::time::{Instant, timeout};
+use tower_lock::engine::{BackendErrorKind, LockEngine, LockError, postgres::PostgresBackend};
 use tower_lock_test_support::postgres::PostgresServer;
+
+use crate::harness::residue;
 
 /// A cluster of the test's own and an engine on it (pool of `pool_size`).
 async fn own(pool_size: u32) -> (Arc<PostgresServer>, LockEngine) {
@@ -119,5 +125,156 @@ async fn a_killed_listener_delays_a_hand_off_by_no_more_than_the_fallback() {
             "the listener never connected again"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What a frozen server may answer: a call timed out or could not be served, or a wait
+/// that ended.
+fn documented(e: &LockError) -> bool {
+    match e {
+        LockError::Backend(b) => matches!(
+            b.kind(),
+            BackendErrorKind::Unavailable | BackendErrorKind::Timeout
+        ),
+        LockError::TimedOut { .. } => true,
+        _ => false,
+    }
+}
+
+/// The whole server frozen (postmaster and backends SIGSTOPped) under a holder that renews
+/// itself and a waiter: every call fails with a documented error within its bound, the
+/// holder is told its lease is lost once it could not renew it past its TTL, and after the
+/// server resumes nobody was granted the key while the holder's lease was reported valid,
+/// fences rose, and nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_fails_calls_in_bound_and_makes_no_second_holder() {
+    let server = Arc::new(
+        tokio::task::spawn_blocking(PostgresServer::start)
+            .await
+            .unwrap(),
+    );
+    let call_timeout = Duration::from_millis(300);
+    let builder = PostgresBackend::builder(server.url())
+        .schema("frozen")
+        .command_timeout(call_timeout);
+    builder.migrate().await.unwrap();
+    let backend = builder.build().await.unwrap();
+    let engine = LockEngine::new(backend.clone());
+    let ttl = Duration::from_secs(1);
+    let holder = engine.lock("k").ttl(ttl).acquire().await.unwrap();
+    let first_fence = holder.fence();
+    let holder_end: Arc<Mutex<Option<Instant>>> = Arc::default();
+    {
+        let (lost, end) = (holder.lost(), holder_end.clone());
+        tokio::spawn(async move {
+            lost.await;
+            end.lock().unwrap().get_or_insert_with(Instant::now);
+        });
+    }
+    let waiter = {
+        let lock = engine.lock("k").ttl(ttl).wait(Duration::from_secs(20));
+        tokio::spawn(async move {
+            let result = lock.acquire().await;
+            (result, Instant::now())
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.lock("k").waiters().await.unwrap() != 1 {
+        assert!(Instant::now() < give_up, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    let frozen = server.clone();
+    tokio::task::spawn_blocking(move || frozen.pause())
+        .await
+        .unwrap();
+    let asked = Instant::now();
+    let err = engine.lock("other").try_acquire().await.unwrap_err();
+    assert!(documented(&err), "{err:?}");
+    let err = engine.lock("k").holder().await.unwrap_err();
+    assert!(documented(&err), "{err:?}");
+    assert!(
+        asked.elapsed() < call_timeout * 4,
+        "two calls took {:?}",
+        asked.elapsed()
+    );
+    // The watchdog cannot renew: the lease is reported lost by its deadline (the last one a
+    // renewal confirmed; the slack is a loaded machine's timer lag), not later (the engine
+    // may say so earlier, when no renewal can land in time).
+    timeout(ttl * 2, holder.lost())
+        .await
+        .expect("the holder is told it lost its lease");
+    let lost_at = Instant::now();
+    let deadline = holder.valid_until();
+    assert!(
+        lost_at <= deadline + Duration::from_millis(250),
+        "lost {:?} after its deadline",
+        lost_at - deadline
+    );
+    // The fault lasts a TTL past the loss (the database's expiry is at most a round trip
+    // later than the holder's deadline).
+    tokio::time::sleep(ttl).await;
+    let thawed = server.clone();
+    tokio::task::spawn_blocking(move || thawed.resume())
+        .await
+        .unwrap();
+
+    let released = holder.release().await;
+    match &released {
+        Ok(()) => panic!("a lease lost to a frozen server was still held"),
+        Err(e) => assert!(
+            documented(e) || matches!(e, LockError::Expired | LockError::NotOwned),
+            "{e:?}"
+        ),
+    }
+    let (result, granted_at) = timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter ends")
+        .unwrap();
+    // What this run saw (`--nocapture`): the runs differ by where the freeze caught the
+    // waiter.
+    println!(
+        "frozen server: lost {:?} before its deadline; holder's release {:?}; waiter {:?}",
+        holder_end
+            .lock()
+            .unwrap()
+            .map(|end| deadline.saturating_duration_since(end)),
+        released.err(),
+        result
+            .as_ref()
+            .map(|l| l.fence())
+            .map_err(ToString::to_string),
+    );
+    let mut last = first_fence;
+    match result {
+        Ok(lease) => {
+            let end = holder_end.lock().unwrap().expect("the holder was told");
+            assert!(
+                granted_at >= end,
+                "the waiter was granted while the holder's lease was still reported valid"
+            );
+            assert!(lease.fence() > last, "fences rise");
+            last = lease.fence();
+            lease.release().await.unwrap();
+        }
+        Err(e) => assert!(documented(&e), "{e:?}"),
+    }
+    let again = engine
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the key is free again after the freeze");
+    assert!(again.fence() > last, "fences rise");
+    again.release().await.unwrap();
+    // Calls that waited out the freeze land, and clean-ups run: nothing is left.
+    let give_up = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = residue(&backend).await;
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < give_up, "left after the freeze: {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

@@ -54,7 +54,7 @@ pub(crate) async fn harness(
     })
 }
 
-/// The live leases, numbers and records, pool members and every ticket the backend keeps; rows
+/// The live leases (both spaces), numbers and records, pool members and every ticket the backend keeps; rows
 /// that stopped holding are fence tombstones, documented and swept, which must not outlive
 /// their bound.
 pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
@@ -64,6 +64,12 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
         "SELECT 'lock ' || key FROM \"{schema}\".\"{prefix}locks\"
            WHERE token IS NOT NULL AND expires_at > clock_timestamp()
          UNION ALL SELECT 'ticket ' || key FROM \"{schema}\".\"{prefix}tickets\"
+         UNION ALL SELECT 'shared lease ' || key FROM \"{schema}\".\"{prefix}shared_leases\"
+           WHERE expires_at > clock_timestamp()
+         UNION ALL SELECT 'shared ticket ' || key FROM \"{schema}\".\"{prefix}shared_tickets\"
+         UNION ALL SELECT 'stale shared fence ' || key
+           FROM \"{schema}\".\"{prefix}shared_fences\"
+           WHERE fence < extract(epoch FROM clock_timestamp() - interval '15 seconds') * 1000000
          UNION ALL SELECT 'number ' || key FROM \"{schema}\".\"{prefix}numbers\"
            WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'pool ' || pool || ' ' || member FROM \"{schema}\".\"{prefix}pools\"

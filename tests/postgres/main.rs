@@ -1,6 +1,6 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
-//! cases (all but permits) directly and through a PgBouncer in transaction pooling mode, a
-//! server crash and restart under a holder and a waiter, killed pool and listener
+//! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
+//! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
 //! connections, the set-up (schema check, names, the application's own pool, tombstone
 //! sweeping), and the uncontended cycle's cost.
 //!
@@ -15,3 +15,4 @@ mod faults;
 mod harness;
 mod restart;
 mod setup;
+mod shared;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_lock::engine::{
-    BackendErrorKind, LockEngine,
+    Backend, BackendErrorKind, LockEngine,
     postgres::{
         PostgresBackend, TOMBSTONE_MARGIN,
         sqlx::{self, Executor, Row, postgres::PgPoolOptions},
@@ -64,6 +64,51 @@ async fn build_refuses_a_missing_or_older_schema_and_names_the_fix() {
     );
 }
 
+/// A version 1 schema (no shared leases; `holder` without its `kind`) under a held lease:
+/// `build()` refuses it naming `migrate()`, which brings it up in place, the lease kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_upgrades_a_version_1_schema_in_place() {
+    let backend = backend(url().await, None, "v1").await;
+    let s = backend.schema().to_owned();
+    let builder = PostgresBackend::builder(url().await).schema(&s);
+    let engine = LockEngine::new(backend);
+    let held = engine
+        .lock("k")
+        .auto_renew(false)
+        .ttl(Duration::from_secs(60));
+    let held = held.try_acquire().await.unwrap();
+    // What version 1 had of what version 2 changed.
+    psql(format!(
+        r#"DROP TABLE "{s}".shared_leases, "{s}".shared_fences, "{s}".shared_tickets;
+        DROP FUNCTION "{s}".shared_acquire, "{s}".shared_release, "{s}".shared_leave,
+          "{s}".shared_extend, "{s}".shared_renew, "{s}".shared_pump, "{s}".shared_fence,
+          "{s}".shared_earliest, "{s}".holder;
+        CREATE FUNCTION "{s}".holder(k text, OUT token text, OUT ms bigint)
+          RETURNS SETOF record LANGUAGE sql AS $fn$
+          SELECT l.token, "{s}".ms(l.expires_at, clock_timestamp()) FROM "{s}".locks l
+            WHERE l.key = k AND l.token IS NOT NULL AND l.expires_at > clock_timestamp() $fn$;
+        UPDATE "{s}".schema_version SET version = 1"#
+    ))
+    .await;
+    let older = builder.clone().build().await.unwrap_err();
+    assert_eq!(older.kind(), BackendErrorKind::Config, "{older}");
+    assert!(
+        older.to_string().contains("older") && older.to_string().contains("migrate()"),
+        "{older}"
+    );
+    builder.migrate().await.expect("migrate a version 1 schema");
+    let upgraded = builder.build().await.expect("the upgraded schema");
+    let holders = upgraded.holders(held.key()).await.unwrap();
+    assert_eq!(holders.len(), 1, "the lease outlived the upgrade");
+    assert_eq!(&holders[0].token, held.token());
+    let shared = LockEngine::new(upgraded.clone()).lock("k").shared(2);
+    let shared = shared.try_acquire().await.expect("shared leases now");
+    let holders = upgraded.holders(held.key()).await.unwrap();
+    assert_eq!(holders.len(), 2, "the lock's holder and the shared one");
+    shared.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_and_prefixes_that_are_not_plain_identifiers_are_refused() {
     let url = url().await;
@@ -116,13 +161,21 @@ async fn the_applications_own_pool_serves_the_backend() {
 }
 
 /// A released key's row is its fence tombstone, swept within the margin and one sweep
-/// period; the next grant's fence still exceeds the last one.
+/// period; the next grant's fence still exceeds the last one. The same for a key's shared
+/// leases, whose fence row outlives the last grant by as much.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
     let backend = backend(url().await, None, "sweep").await;
-    let count = format!(
-        "SELECT count(*)::bigint FROM \"{}\".locks",
-        backend.schema()
+    let count = |table: &str| {
+        format!(
+            "SELECT count(*)::bigint FROM \"{}\".{table}",
+            backend.schema()
+        )
+    };
+    let (locks, shared, fences) = (
+        count("locks"),
+        count("shared_leases"),
+        count("shared_fences"),
     );
     let rows = |backend: PostgresBackend, sql: String| async move {
         let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
@@ -130,24 +183,41 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
     };
     let engine = LockEngine::new(backend.clone());
     let lease = engine.lock("k").try_acquire().await.unwrap();
-    let fence = lease.fence();
+    let permit = engine.lock("k").shared(3).try_acquire().await.unwrap();
+    let (fence, shared_fence) = (lease.fence(), permit.fence());
     lease.release().await.unwrap();
+    permit.release().await.unwrap();
     let released = Instant::now();
     assert_eq!(
-        rows(backend.clone(), count.clone()).await,
+        rows(backend.clone(), locks.clone()).await,
         1,
         "the tombstone"
     );
+    assert_eq!(
+        rows(backend.clone(), shared.clone()).await,
+        0,
+        "no shared lease"
+    );
+    assert_eq!(
+        rows(backend.clone(), fences.clone()).await,
+        1,
+        "the fence row"
+    );
     // The sweeper runs every 5 s and takes rows past the margin: at most 10 s in all.
     let bound = TOMBSTONE_MARGIN * 2 + Duration::from_secs(5);
-    while rows(backend.clone(), count.clone()).await != 0 {
-        assert!(
-            released.elapsed() < bound,
-            "the tombstone outlived {bound:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for table in [locks, fences] {
+        while rows(backend.clone(), table.clone()).await != 0 {
+            assert!(
+                released.elapsed() < bound,
+                "{table}: the tombstone outlived {bound:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
     let again = engine.lock("k").try_acquire().await.unwrap();
     assert!(again.fence() > fence, "fences rise past a swept tombstone");
+    again.release().await.unwrap();
+    let again = engine.lock("k").shared(3).try_acquire().await.unwrap();
+    assert!(again.fence() > shared_fence, "and past a swept fence row");
     again.release().await.unwrap();
 }

@@ -22,7 +22,7 @@ use tokio::{task::JoinHandle, time::Instant};
 
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
 use crate::{
-    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Token,
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode, Token,
     runtime,
 };
 
@@ -37,6 +37,8 @@ enum Attempt {
     Granted(Fence),
     Busy(Option<Duration>),
     Full(Option<Duration>),
+    /// A shared lease held beside others asked to be re-entered alone.
+    NotUpgraded,
 }
 
 impl Inner {
@@ -60,6 +62,7 @@ impl Inner {
             "acquire"
                 | "leave"
                 | "renew"
+                | "shared renew"
                 | "holder"
                 | "waiters"
                 | "numeric_get"
@@ -115,15 +118,21 @@ impl Inner {
         self.bounded(what, &mut self.spawn_call(what, sql)).await
     }
 
-    /// A waiter leaves: its ticket deleted, a grant it received unseen given back. Returns
-    /// the holder's remaining TTL.
+    /// A waiter leaves, in the space `mode` names: its ticket deleted, a grant it received
+    /// unseen given back. Returns the (first) holder's remaining TTL.
     pub(super) async fn leave(
         self: &Arc<Self>,
         key: &LockKey,
         ticket: &str,
         token: &Token,
+        mode: Mode,
     ) -> Result<Option<Duration>, LockError> {
-        let sql = Call::function(self.names.leave())
+        let function = if mode.is_shared() {
+            self.names.shared_leave()
+        } else {
+            self.names.leave()
+        };
+        let sql = Call::function(function)
             .text(key.as_str())
             .text(ticket)
             .text(token.as_str())
@@ -133,7 +142,11 @@ impl Inner {
     }
 
     fn attempt_sql(&self, req: &AcquireRequest, ticket: &str) -> String {
-        Call::function(self.names.acquire())
+        let function = match req.mode {
+            Mode::Shared { .. } => self.names.shared_acquire(),
+            Mode::Exclusive => self.names.acquire(),
+        };
+        let call = Call::function(function)
             .text(req.key.as_str())
             .text(req.token.as_str())
             .int(millis(req.ttl))
@@ -142,8 +155,11 @@ impl Inner {
             .int(
                 req.max_waiters
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
-            )
-            .finish()
+            );
+        match req.mode {
+            Mode::Shared { limit } => call.int(i64::from(limit)).finish(),
+            Mode::Exclusive => call.finish(),
+        }
     }
 
     /// The acquire loop.
@@ -165,6 +181,7 @@ impl Inner {
             key: req.key.clone(),
             ticket: id.clone(),
             token: req.token.clone(),
+            mode: req.mode,
             armed: true,
             registered: false,
             unsure: false,
@@ -228,6 +245,13 @@ impl Inner {
                     cleanup.armed = false;
                     return Err(LockError::QueueFull { retry_after });
                 }
+                Some(Attempt::NotUpgraded) => {
+                    // The call removed our ticket; we hold what we held.
+                    cleanup.armed = false;
+                    return Err(LockError::InvalidValue(
+                        "a shared lease held beside others cannot be re-entered alone",
+                    ));
+                }
                 Some(Attempt::Busy(retry_after)) if !waiting => {
                     cleanup.armed = false;
                     return Err(LockError::Busy { retry_after });
@@ -240,7 +264,7 @@ impl Inner {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                let retry_after = match self.leave(&req.key, &id, &req.token).await {
+                let retry_after = match self.leave(&req.key, &id, &req.token, req.mode).await {
                     Ok(left) => {
                         cleanup.armed = false;
                         left.or(retry_after)
@@ -324,6 +348,7 @@ fn parse_attempt(row: Option<&PgRow>) -> Result<Attempt, LockError> {
         )),
         0 => Attempt::Busy(remaining(value)),
         2 => Attempt::Full(remaining(value)),
+        4 => Attempt::NotUpgraded,
         _ => return Err(protocol("acquire answered an unknown status")),
     })
 }
@@ -336,6 +361,7 @@ struct Cleanup {
     key: LockKey,
     ticket: String,
     token: Token,
+    mode: Mode,
     armed: bool,
     /// A ticket may be registered (and then a hand-off may have made us the holder).
     registered: bool,
@@ -354,6 +380,7 @@ impl Drop for Cleanup {
         let key = self.key.clone();
         let ticket = std::mem::take(&mut self.ticket);
         let token = self.token.clone();
+        let mode = self.mode;
         let in_flight = std::mem::take(&mut self.in_flight);
         runtime::handle().spawn(async move {
             for call in in_flight {
@@ -364,7 +391,7 @@ impl Drop for Cleanup {
             // answers.
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             loop {
-                let Err(error) = inner.leave(&key, &ticket, &token).await else {
+                let Err(error) = inner.leave(&key, &ticket, &token, mode).await else {
                     return;
                 };
                 let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);

@@ -1,4 +1,5 @@
-//! The core [`Backend`] methods on Postgres: one statement each.
+//! The core [`Backend`] methods on Postgres: one statement each, in the space the mode
+//! names (the key's lock, or its shared leases: tables and functions apart).
 
 use std::time::Duration;
 
@@ -15,10 +16,6 @@ use crate::{
     LockKey, Mode, Renewal, Token,
 };
 
-/// Shared leases are not in this version of the Postgres backend: the engine answers
-/// `Unsupported` before it calls (see [`Backend::has_shared_mode`]), and so does each method.
-const NO_SHARED: LockError = LockError::Unsupported("shared leases");
-
 /// Leases renewed per statement.
 const RENEW_CHUNK: usize = 256;
 
@@ -33,13 +30,19 @@ fn refused(code: i64) -> Result<(), LockError> {
 }
 
 impl PostgresBackend {
-    async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
-        let sql = Call::function(self.inner.names.renew())
+    /// One batch of renewals, all in one space (`shared` or the locks').
+    async fn renew_chunk(&self, shared: bool, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
+        let (function, what) = if shared {
+            (self.inner.names.shared_renew(), "shared renew")
+        } else {
+            (self.inner.names.renew(), "renew")
+        };
+        let sql = Call::function(function)
             .texts(chunk.iter().map(|l| l.key.as_str()))
             .texts(chunk.iter().map(|l| l.token.as_str()))
             .ints(chunk.iter().map(|l| millis(l.ttl)))
             .finish();
-        let row = self.inner.call("renew", sql).await?;
+        let row = self.inner.call(what, sql).await?;
         let row = row
             .first()
             .ok_or_else(|| protocol("renew answered no row"))?;
@@ -53,8 +56,10 @@ impl PostgresBackend {
 
 impl Backend for PostgresBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        if req.mode.is_shared() {
-            return Box::pin(std::future::ready(Err(NO_SHARED)));
+        if req.mode == (Mode::Shared { limit: 0 }) {
+            return Box::pin(std::future::ready(Err(LockError::InvalidValue(
+                "a shared limit must be at least 1",
+            ))));
         }
         Box::pin(self.inner.clone().acquire(req))
     }
@@ -66,14 +71,16 @@ impl Backend for PostgresBackend {
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            if mode.is_shared() {
-                return Err(NO_SHARED);
-            }
-            let sql = Call::function(self.inner.names.release())
+            let (function, what) = if mode.is_shared() {
+                (self.inner.names.shared_release(), "shared release")
+            } else {
+                (self.inner.names.release(), "release")
+            };
+            let sql = Call::function(function)
                 .text(key.as_str())
                 .text(token.as_str())
                 .finish();
-            let row = self.inner.call("release", sql).await?;
+            let row = self.inner.call(what, sql).await?;
             refused(int(row.first(), 0)?)
         })
     }
@@ -87,10 +94,12 @@ impl Backend for PostgresBackend {
         how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            if mode.is_shared() {
-                return Err(NO_SHARED);
-            }
-            let sql = Call::function(self.inner.names.extend())
+            let (function, what) = if mode.is_shared() {
+                (self.inner.names.shared_extend(), "shared extend")
+            } else {
+                (self.inner.names.extend(), "extend")
+            };
+            let sql = Call::function(function)
                 .text(key.as_str())
                 .text(token.as_str())
                 .int(millis(ttl))
@@ -99,39 +108,59 @@ impl Backend for PostgresBackend {
                     ExtendMode::Replace => "replace",
                 })
                 .finish();
-            let row = self.inner.call("extend", sql).await?;
+            let row = self.inner.call(what, sql).await?;
             let left = int(row.first(), 0)?;
             refused(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
         })
     }
 
+    // One statement per space and RENEW_CHUNK leases; the answers in the batch's order.
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
-            if leases.iter().any(|l| l.mode.is_shared()) {
-                return Err(NO_SHARED);
-            }
-            let mut renewed = Vec::with_capacity(leases.len());
-            for chunk in leases.chunks(RENEW_CHUNK) {
-                renewed.extend(self.renew_chunk(chunk).await?);
+            let mut renewed = vec![false; leases.len()];
+            for shared in [false, true] {
+                let (at, part): (Vec<usize>, Vec<&Renewal>) = leases
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.mode.is_shared() == shared)
+                    .unzip();
+                for (at, chunk) in at.chunks(RENEW_CHUNK).zip(part.chunks(RENEW_CHUNK)) {
+                    let answers = self.renew_chunk(shared, chunk).await?;
+                    for (i, ok) in at.iter().zip(answers) {
+                        renewed[*i] = ok;
+                    }
+                }
             }
             Ok(renewed)
         })
     }
 
+    /// Both spaces' holders, read in one statement (one snapshot).
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async move {
             let sql = Call::function(self.inner.names.holder())
                 .text(key.as_str())
                 .finish();
             let rows = self.inner.call("holder", sql).await?;
-            let Some(row) = rows.first() else {
-                return Ok(Vec::new());
-            };
-            let token: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
-            let token = Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
-            Ok(vec![Holder::new(token, remaining(int(Some(row), 1)?))])
+            rows.iter()
+                .map(|row| {
+                    let token: String = row.try_get(0).map_err(|e| backend_error("decode", e))?;
+                    let token =
+                        Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
+                    let ttl = remaining(int(Some(row), 1)?);
+                    let kind: String = row.try_get(2).map_err(|e| backend_error("decode", e))?;
+                    Ok(match kind.as_str() {
+                        "x" => Holder::new(token, ttl),
+                        other => Holder::shared(token, ttl, other == "a"),
+                    })
+                })
+                .collect()
         })
+    }
+
+    fn has_shared_mode(&self) -> bool {
+        true
     }
 
     fn capabilities(&self) -> Capabilities<'_> {
@@ -142,6 +171,7 @@ impl Backend for PostgresBackend {
             .with_records(self)
     }
 
+    /// Both queues' live tickets, counted in one statement.
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
             let sql = Call::function(self.inner.names.waiters())

@@ -37,6 +37,15 @@
 //!   (how long a hand-off to it lasts before it confirms, its ticket TTL). A ticket lives
 //!   until `deadline` unless its waiter refreshes it (every fallback period); a dead one is
 //!   skipped by a release and deleted by the next acquire or the sweeper.
+//! - `shared_leases (key, token, fence, alone, expires_at)`, `shared_fences (key, fence)`,
+//!   `shared_tickets (key, id, seq, token, deadline, ttl_ms, claim_ms, lim)`: a key's shared
+//!   leases ([`Mode::Shared`](crate::Mode::Shared)), apart from its lock (the two do not
+//!   exclude each other): one row per holder (`alone` for a limit of 1), deleted by its
+//!   release or once it ran out; the last fence granted per key, kept until the database
+//!   clock is [`TOMBSTONE_MARGIN`] past it (a later grant's fence, at least the clock in µs,
+//!   then exceeds it); the waiters as the lock's, each with its limit. A release grants from
+//!   the queue's head as many waiters as now fit, in the releasing statement, and notifies
+//!   each (no `NOTIFY` when it grants nobody).
 //! - `numbers (key text primary key, value double precision, expires_at timestamptz)`: the
 //!   numeric values of [`NumericKey`](crate::NumericKey), `infinity` for no expiry; swept
 //!   once expired.
@@ -45,7 +54,9 @@
 //! - `records (key, fingerprint, meta, body, completed_at_ms, kept, expires_at)`: the
 //!   records of [`Lease::complete`](crate::Lease::complete), each until its retention ends;
 //!   swept then.
-//! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks.
+//! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
+//!   shared leases; [`PostgresBackendBuilder::migrate`] upgrades a version 1 schema in
+//!   place).
 //!
 //! # Statements
 //!
@@ -94,13 +105,13 @@
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
 //! that.
 //!
-//! # Not in this version
+//! # Capabilities
 //!
-//! Permits (shared leases) answer [`LockError::Unsupported`]. Admin operations
-//! ([`LockAdmin`](crate::LockAdmin)), numeric compare-and-set
+//! Shared leases (permits, tables `shared_*`), admin operations
+//! ([`LockAdmin`](crate::LockAdmin), on the key's lock), numeric compare-and-set
 //! ([`NumericKey`](crate::NumericKey), table `numbers`), lock pools
 //! ([`LockPool`](crate::LockPool), table `pools`) and records written with a release
-//! ([`Lease::complete`](crate::Lease::complete), table `records`) work.
+//! ([`Lease::complete`](crate::Lease::complete), table `records`) all work.
 
 mod acquire;
 mod admin;

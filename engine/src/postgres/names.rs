@@ -35,6 +35,11 @@ pub(super) struct Names {
     complete: String,
     record: String,
     forget: String,
+    shared_acquire: String,
+    shared_release: String,
+    shared_leave: String,
+    shared_extend: String,
+    shared_renew: String,
 }
 
 impl Names {
@@ -92,6 +97,11 @@ impl Names {
             complete: function("complete"),
             record: function("record"),
             forget: function("forget"),
+            shared_acquire: function("shared_acquire"),
+            shared_release: function("shared_release"),
+            shared_leave: function("shared_leave"),
+            shared_extend: function("shared_extend"),
+            shared_renew: function("shared_renew"),
             qualified,
         })
     }
@@ -176,6 +186,26 @@ impl Names {
         &self.forget
     }
 
+    pub(super) fn shared_acquire(&self) -> &str {
+        &self.shared_acquire
+    }
+
+    pub(super) fn shared_release(&self) -> &str {
+        &self.shared_release
+    }
+
+    pub(super) fn shared_leave(&self) -> &str {
+        &self.shared_leave
+    }
+
+    pub(super) fn shared_extend(&self) -> &str {
+        &self.shared_extend
+    }
+
+    pub(super) fn shared_renew(&self) -> &str {
+        &self.shared_renew
+    }
+
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -204,6 +234,27 @@ impl Names {
             .replace("@locks@", &self.table("locks"))
             .replace("@tickets@", &self.table("tickets"))
             .replace("@numbers@", &self.table("numbers"))
+            .replace("@shared@", &self.table("shared_leases"))
+            .replace("@shared_fences@", &self.table("shared_fences"))
+            .replace("@shared_tickets@", &self.table("shared_tickets"))
+            .replace(
+                "@shared_queue_index@",
+                &format!("\"{}shared_tickets_queue\"", self.prefix),
+            )
+            .replace("@shared_pump@", &format!("{}shared_pump\"", self.qualified))
+            .replace(
+                "@shared_fence@",
+                &format!("{}shared_fence\"", self.qualified),
+            )
+            .replace(
+                "@shared_earliest@",
+                &format!("{}shared_earliest\"", self.qualified),
+            )
+            .replace("@shared_acquire@", &self.shared_acquire)
+            .replace("@shared_release@", &self.shared_release)
+            .replace("@shared_leave@", &self.shared_leave)
+            .replace("@shared_extend@", &self.shared_extend)
+            .replace("@shared_renew@", &self.shared_renew)
             .replace("@records@", &self.table("records"))
             .replace("@complete@", &self.complete)
             .replace("@record@", &self.record)

@@ -22,10 +22,13 @@
 mod capabilities;
 mod leases;
 mod locks;
+mod shared;
 
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
-/// database whose `schema_version` is another.
-pub(super) const SCHEMA_VERSION: i32 = 1;
+/// database whose `schema_version` is another. Version 2 added the shared leases (their
+/// three tables and functions, `holder`'s `kind`); `migrate()` brings a version 1 schema up
+/// in place (every table `IF NOT EXISTS`, every function replaced).
+pub(super) const SCHEMA_VERSION: i32 = 2;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
 /// fills in a name: the tables, every function, then the version. One multi-statement
@@ -36,6 +39,7 @@ pub(super) fn migration() -> String {
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,
+        shared::FUNCTIONS,
         VERSION,
     ]
     .join("\n\n")
@@ -77,6 +81,30 @@ CREATE TABLE IF NOT EXISTS @records@ (
   kept boolean NOT NULL,
   expires_at timestamptz NOT NULL
 );
+CREATE TABLE IF NOT EXISTS @shared@ (
+  key text NOT NULL,
+  token text NOT NULL,
+  fence bigint NOT NULL,
+  alone boolean NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (key, token)
+) WITH (fillfactor = 70);
+CREATE TABLE IF NOT EXISTS @shared_fences@ (
+  key text PRIMARY KEY,
+  fence bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS @shared_tickets@ (
+  key text NOT NULL,
+  id text NOT NULL,
+  seq bigint GENERATED ALWAYS AS IDENTITY,
+  token text NOT NULL,
+  deadline timestamptz NOT NULL,
+  ttl_ms bigint NOT NULL,
+  claim_ms bigint NOT NULL,
+  lim bigint NOT NULL,
+  PRIMARY KEY (key, id)
+);
+CREATE INDEX IF NOT EXISTS @shared_queue_index@ ON @shared_tickets@ (key, seq);
 CREATE TABLE IF NOT EXISTS @numbers@ (
   key text PRIMARY KEY,
   value double precision NOT NULL,

@@ -5,6 +5,8 @@
 //! let url = server.url();               // postgres://tower_lock@127.0.0.1:<port>/tower_lock
 //! server.kill();                        // immediate shutdown (SIGQUIT): a crash
 //! server.restart();                     // same port, same data (recovered)
+//! server.pause();                       // every process SIGSTOPped: frozen, sockets open
+//! server.resume();                      // SIGCONT, in the reverse order
 //! ```
 //!
 //! Postgres refuses to run as root, so the cluster is made and run as the `postgres` system
@@ -34,6 +36,8 @@ pub struct PostgresServer {
     dir: PathBuf,
     bin: PathBuf,
     running: Mutex<Option<Guardian>>,
+    /// The processes [`PostgresServer::pause`] stopped, postmaster first.
+    paused: Mutex<Vec<u32>>,
 }
 
 /// A process run as the `postgres` user under a guardian shell (see the module docs).
@@ -142,6 +146,7 @@ impl PostgresServer {
                 dir: dir.clone(),
                 bin: bin.clone(),
                 running: Mutex::new(None),
+                paused: Mutex::new(Vec::new()),
             };
             match server.spawn() {
                 Ok(g) => {
@@ -241,6 +246,8 @@ impl PostgresServer {
     /// Stop the server the way a crash does (an immediate shutdown, SIGQUIT: no checkpoint,
     /// every connection cut) and wait until its port refuses connections.
     pub fn kill(&self) {
+        // A stopped process would take the shutdown signal only once continued.
+        self.resume();
         if let Some(mut g) = self.running.lock().unwrap().take() {
             g.kill();
         }
@@ -249,6 +256,29 @@ impl PostgresServer {
             assert!(Instant::now() < deadline, "postgres did not stop");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Freeze the server the way a stalled machine does: SIGSTOP the postmaster (so that it
+    /// forks nothing more), then every process it started (backends, background workers).
+    /// Connections stay open and nothing answers on them, nor on a new one, until
+    /// [`resume`](Self::resume). A kill, a restart or a drop resumes first.
+    pub fn pause(&self) {
+        let mut paused = self.paused.lock().unwrap();
+        let Some(pid) = self.running.lock().unwrap().as_ref().map(|g| g.pid) else {
+            return;
+        };
+        signal("-STOP", &[pid]);
+        paused.push(pid);
+        let children = children_of(pid);
+        signal("-STOP", &children);
+        paused.extend(children);
+    }
+
+    /// Let every process [`pause`](Self::pause) stopped run again, children first.
+    pub fn resume(&self) {
+        let mut paused = std::mem::take(&mut *self.paused.lock().unwrap());
+        paused.reverse();
+        signal("-CONT", &paused);
     }
 
     /// Start the server again on the same port, on the same data (it recovers first).
@@ -272,6 +302,7 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
+        self.resume();
         if let Some(mut g) = self.running.get_mut().unwrap().take() {
             g.kill();
         }
@@ -324,6 +355,39 @@ impl Guardian {
         drop(self.lifeline.take());
         let _ = self.shell.wait();
     }
+}
+
+/// Send `sig` (`-STOP`, `-CONT`) to `pids`, each of them a process of ours; one already
+/// gone is no failure.
+fn signal(sig: &str, pids: &[u32]) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(sig)
+        .args(pids.iter().map(u32::to_string))
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The processes whose parent is `pid`, from `/proc/<pid>/stat` (its fourth field; the
+/// second, the command in parentheses, may hold spaces, so fields count from the last `)`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                    .and_then(|ppid| ppid.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
 }
 
 /// A loopback port nobody listens on right now.

@@ -1,5 +1,5 @@
-//! Holder processes: this test binary run again, holding a lock until the schedule freezes
-//! it past its TTL, then resumes or kills it.
+//! Holder processes: this test binary run again, holding a lock (on Redis, a Cluster or
+//! Postgres) until the schedule freezes it past its TTL, then resumes or kills it.
 
 use std::{
     io::{BufRead, BufReader},
@@ -144,6 +144,26 @@ pub(super) fn holder_fault(
     format!("holder {n} of {key} frozen past its TTL and {what}")
 }
 
+/// The engine of a holder process on `urls`: a Postgres URL's schema, a Cluster (several
+/// URLs) or a Redis server.
+async fn engine(urls: Vec<String>) -> LockEngine {
+    #[cfg(feature = "postgres")]
+    if urls[0].starts_with("postgres://") {
+        let timeout = Duration::from_millis(500);
+        return LockEngine::new(super::postgres::backend(urls[0].clone(), timeout).await);
+    }
+    let backend = if urls.len() > 1 {
+        tower_lock::engine::redis::RedisBackend::cluster(urls)
+    } else {
+        tower_lock::engine::redis::RedisBackend::builder(urls[0].clone())
+    }
+    .prefix("fault")
+    .build()
+    .await
+    .unwrap();
+    LockEngine::new(backend)
+}
+
 /// The role a [`HolderProcess`] plays: it does nothing unless the schedule spawned it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holder_process_role() {
@@ -155,16 +175,7 @@ async fn holder_process_role() {
         return;
     };
     let urls: Vec<String> = urls.split(',').map(str::to_owned).collect();
-    let backend = if urls.len() > 1 {
-        tower_lock::engine::redis::RedisBackend::cluster(urls)
-    } else {
-        tower_lock::engine::redis::RedisBackend::builder(urls[0].clone())
-    }
-    .prefix("fault")
-    .build()
-    .await
-    .unwrap();
-    let engine = LockEngine::new(backend);
+    let engine = engine(urls).await;
     let lease = engine
         .lock(&key)
         .ttl(CHILD_TTL)

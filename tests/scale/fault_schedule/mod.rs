@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | Redis | killed and restarted (its state lost), suspended (SIGSTOP), `CLIENT PAUSE`, every client connection killed, a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | Redis Cluster | the primary of a key's slot suspended (under the node timeout: no failover), paused, its connections killed; a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
+//! | Postgres | killed (immediate shutdown) and restarted, frozen (SIGSTOP of every process), the pool's and the listeners' connections killed (`pg_terminate_backend`), a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | in process | force releases, and the workers' own cancellations and expiries |
 //!
 //! Every acquisition and every write to a fenced register (one per lock key, on a Redis
@@ -35,6 +36,8 @@ use tower_lock_test_support::serial;
 
 #[cfg(feature = "redis")]
 mod holder;
+#[cfg(all(feature = "postgres", feature = "redis"))]
+mod postgres;
 #[cfg(feature = "redis")]
 mod redis_backends;
 mod registers;

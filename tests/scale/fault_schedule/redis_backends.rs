@@ -73,14 +73,14 @@ fn server_fault(server: &RedisServer, which: u32, pause: Duration) -> String {
 }
 
 /// The recorder, and the wall-clock instant of its origin (for holder processes' stamps).
-fn recorder_with_wall_origin() -> (Recorder, u64) {
+pub(super) fn recorder_with_wall_origin() -> (Recorder, u64) {
     let recorder = Recorder::new();
     let wall = wall_nanos() - u64::try_from(recorder.now().as_nanos()).unwrap();
     (recorder, wall)
 }
 
 /// A Redis server for the registers, which no fault touches, and a connection to it.
-async fn register_server() -> (RedisServer, Registers) {
+pub(super) async fn register_server() -> (RedisServer, Registers) {
     let server = RedisServer::start();
     let client = redis::Client::open(server.url()).unwrap();
     let conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -89,7 +89,7 @@ async fn register_server() -> (RedisServer, Registers) {
 
 /// Waits until `left()` names nothing (leases of killed holders and waiters' tickets
 /// lapse by their TTLs).
-fn no_residue(left: impl Fn() -> Vec<String>) {
+pub(super) fn no_residue(left: impl Fn() -> Vec<String>) {
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
         let keys = left();

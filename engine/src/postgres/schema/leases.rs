@@ -17,15 +17,20 @@
 /// TTL). Returns one character per lease, `1` renewed, `0` no longer held by that token. One
 /// `UPDATE` per lease, after the locks of every key in hash order.
 ///
-/// # `holder(k) -> (token, ms)`, `waiters(k) -> bigint`
+/// # `holder(k) -> (token, ms, kind)`, `waiters(k) -> bigint`
 ///
-/// Reads: the live holder and its remaining ms (no row when free); the live tickets.
+/// Reads, one snapshot for both spaces of `k`: the live holders, the lock's (`kind` `'x'`)
+/// and the shared leases' (`'a'` alone, `'s'` beside others), each with its remaining ms
+/// (no row when free); the live tickets of both queues. (Version 1's `holder` answered
+/// the lock's only, without `kind`: the migration drops it first, its type changed.)
 ///
 /// # `sweep(margin_ms) -> bigint`
 ///
 /// Deletes the rows that stopped holding more than `margin_ms` ago (tombstones and lapsed
-/// leases), the dead tickets and the expired numbers, each only if its key's lock is free
-/// right now (a try, so the sweep never waits for a call); returns how many.
+/// leases), the shared leases that ran out, the shared fence rows whose fence is more than
+/// `margin_ms` in the past (see `shared_fence`), the dead tickets of both queues and the
+/// expired numbers, each only if its key's lock is free right now (a try, so the sweep
+/// never waits for a call); returns how many.
 pub(super) const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION @extend@(k text, tok text, ms bigint, mode text) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
@@ -76,15 +81,27 @@ BEGIN
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint)
+DO $do$ BEGIN
+  IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('@holder@(text)')
+               AND NOT ('kind' = ANY (proargnames))) THEN
+    DROP FUNCTION @holder@(text);
+  END IF;
+END $do$;
+
+CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint, OUT kind text)
 RETURNS SETOF record LANGUAGE sql AS $fn$
-  SELECT l.token, @ms@(l.expires_at, clock_timestamp())
+  SELECT l.token, @ms@(l.expires_at, clock_timestamp()), 'x'
     FROM @locks@ l
     WHERE l.key = k AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()
+  UNION ALL
+  SELECT s.token, @ms@(s.expires_at, clock_timestamp()), CASE WHEN s.alone THEN 'a' ELSE 's' END
+    FROM @shared@ s
+    WHERE s.key = k AND s.expires_at > clock_timestamp()
 $fn$;
 
 CREATE OR REPLACE FUNCTION @waiters@(k text) RETURNS bigint LANGUAGE sql AS $fn$
-  SELECT count(*) FROM @tickets@ WHERE key = k AND deadline > clock_timestamp()
+  SELECT (SELECT count(*) FROM @tickets@ WHERE key = k AND deadline > clock_timestamp())
+       + (SELECT count(*) FROM @shared_tickets@ WHERE key = k AND deadline > clock_timestamp())
 $fn$;
 
 CREATE OR REPLACE FUNCTION @sweep@(margin_ms bigint) RETURNS bigint
@@ -95,12 +112,27 @@ DECLARE
   tickets bigint;
   numbers bigint;
   records bigint;
+  shared bigint;
+  fences bigint;
+  shared_tickets bigint;
 BEGIN
   -- CASE: the lock is tried only for the rows to delete (AND evaluates in any order).
   DELETE FROM @locks@ WHERE CASE
     WHEN expires_at < t - margin_ms * interval '1 millisecond'
     THEN pg_try_advisory_xact_lock(@class@, hashtext(key)) ELSE false END;
   GET DIAGNOSTICS leases = ROW_COUNT;
+  DELETE FROM @shared@ WHERE CASE
+    WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
+    ELSE false END;
+  GET DIAGNOSTICS shared = ROW_COUNT;
+  DELETE FROM @shared_fences@ WHERE CASE
+    WHEN fence < floor(extract(epoch FROM t - margin_ms * interval '1 millisecond') * 1000000)
+    THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key)) ELSE false END;
+  GET DIAGNOSTICS fences = ROW_COUNT;
+  DELETE FROM @shared_tickets@ WHERE CASE
+    WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
+    ELSE false END;
+  GET DIAGNOSTICS shared_tickets = ROW_COUNT;
   DELETE FROM @tickets@ WHERE CASE
     WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext(key)) ELSE false END;
   GET DIAGNOSTICS tickets = ROW_COUNT;
@@ -110,7 +142,7 @@ BEGIN
   GET DIAGNOSTICS numbers = ROW_COUNT;
   DELETE FROM @records@ WHERE expires_at < t;
   GET DIAGNOSTICS records = ROW_COUNT;
-  RETURN leases + tickets + numbers + records;
+  RETURN leases + tickets + numbers + records + shared + fences + shared_tickets;
 END
 $fn$;
 "#;
