@@ -6,7 +6,10 @@
 //! One test binary; each module is the file of one theme, its tests named as before under
 //! the module's name (`cargo test --test layer redis::`).
 
+mod across_routes;
+mod compression_inside;
 mod extractors;
+mod fallback;
 mod in_process;
 mod key_kinds;
 mod key_namespace;

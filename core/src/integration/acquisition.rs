@@ -55,7 +55,7 @@ impl RequestLocker {
     /// at once (a free key on the in-process engine, a method the layer does not lock, no
     /// key, a rejection) costs no allocation.
     pub fn start_acquisition(&self, req: &dyn RequestView) -> Acquisition {
-        if !self.locks_method(req.method()) {
+        if !self.locks_method(req.method()) || self.passes_unrouted(req) {
             return Acquisition::Decided(Outcome::Unlocked);
         }
         match self.key(req) {

@@ -14,7 +14,12 @@ use tokio::time::Instant;
 
 #[cfg(feature = "idempotency")]
 use super::Outcome;
-use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
+use super::{
+    config::Config,
+    misconfig_log::MisconfigLog,
+    outage::OutageLog,
+    unrouted::{UnroutedLog, is_unrouted},
+};
 #[cfg(feature = "idempotency")]
 use crate::engine::{Acquired, LockError, Mode, Record};
 use crate::{
@@ -38,6 +43,8 @@ pub(super) struct Shared {
     pub(super) outage: OutageLog,
     /// Extraction failures that are the server's mistake.
     pub(super) misconfig: MisconfigLog,
+    /// Requests that reached the layer around a router's fallback.
+    pub(super) unrouted: UnroutedLog,
 }
 
 /// The runtime core of a layer, shared by the tower `LockLayer` and
@@ -87,6 +94,7 @@ impl RequestLocker {
                 metrics,
                 outage: OutageLog::default(),
                 misconfig: MisconfigLog::default(),
+                unrouted: UnroutedLog::default(),
             }),
         }
     }
@@ -175,6 +183,21 @@ impl RequestLocker {
     /// `namespace`).
     pub fn namespace(&self) -> &str {
         &self.shared.config.namespace
+    }
+
+    /// Whether `req` matched no route of the axum router around the layer (the layer wraps
+    /// the router's fallback: `Router::layer` instead of `Router::route_layer`): then it
+    /// passes through unlocked, keeping its `404` or `405`, and the first is logged. Always
+    /// `false` without the `axum` feature.
+    pub(crate) fn passes_unrouted(&self, req: &dyn RequestView) -> bool {
+        if !is_unrouted(req) {
+            return false;
+        }
+        self.shared
+            .unrouted
+            .passed(&self.shared.config.name, req.path());
+        self.shared.metrics.unlocked();
+        true
     }
 
     /// Whether requests with `method` take a lock (`LockLayerBuilder::methods`).

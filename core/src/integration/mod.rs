@@ -45,6 +45,7 @@ mod misconfig_log;
 mod outage;
 mod outcome;
 mod sharing;
+mod unrouted;
 // Gated once here; its public items are re-exported below.
 #[cfg(feature = "idempotency")]
 pub(crate) mod replay;

@@ -14,7 +14,7 @@ use pin_project_lite::pin_project;
 
 use super::{
     BodyRead, CapturingBody, KeepRunning, Leftover, ReplayAdapter, ReplayDecision, ReplayLocker,
-    collected::Collected, fingerprint::Fingerprinter,
+    collected::Collected, content_coding::AcceptedCodings, fingerprint::Fingerprinter,
 };
 use crate::{engine::BoxFuture, engine::LockKey, reject::Rejection};
 
@@ -223,9 +223,11 @@ impl<A: ReplayAdapter> Reading<A> {
     fn decide(self) -> State<A> {
         let body = self.data.into_bytes();
         let fingerprint = self.fingerprint;
-        let fingerprint = self.adapter.view(|req| fingerprint.finish(req, &body));
+        let (fingerprint, accepted) = self
+            .adapter
+            .view(|req| (fingerprint.finish(req, &body), AcceptedCodings::of(req)));
         State::Deciding {
-            decide: Box::pin(self.replay.begin(self.key, fingerprint)),
+            decide: Box::pin(self.replay.begin(self.key, fingerprint, accepted)),
             adapter: Some(self.adapter),
             replay: self.replay,
             body,
