@@ -140,7 +140,9 @@ macro_rules! lock_setters {
         /// through the `metrics` facade, see [`metrics`](crate::metrics)) and in its outage
         /// logs. Default: the namespace, or the key extractor's
         /// [kind](crate::key::KeyExtractor::kind) when the namespace is empty
-        /// (`idempotency-key` under idempotency).
+        /// (`idempotency-key` under idempotency). `build` logs a warning when a layer takes
+        /// a default name that a live layer on the same engine has already (two
+        /// `RouteKey` layers are both `axum-route`): give each its own name.
         pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
             self.settings.metrics_name(name.into());
             self

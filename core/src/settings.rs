@@ -238,6 +238,7 @@ impl LockSettings {
             LockKey::new(&self.namespace).map_err(ConfigError::Namespace)?;
         }
         let key_head = key::key_head(&self.namespace, extractor.kind());
+        let default_name = self.metrics_name.is_none();
         let name = self.metrics_name.unwrap_or_else(|| {
             if self.namespace.is_empty() {
                 extractor.kind().to_owned()
@@ -263,6 +264,7 @@ impl LockSettings {
                 sharing,
                 problem_type_base,
                 name,
+                default_name,
             },
             engine,
         ))

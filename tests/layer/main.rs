@@ -13,6 +13,8 @@ mod fallback;
 mod in_process;
 mod key_kinds;
 mod key_namespace;
+mod layer_names;
+mod log_capture;
 mod long_scopes;
 mod methods;
 mod outage_log;

@@ -81,7 +81,7 @@ impl RequestLocker {
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
                         let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        return Acquisition::Decided(self.settle(result, take, started));
+                        return Acquisition::Decided(self.settle(result, &key, take, started));
                     }
                 }
                 // It must wait (or the backend answers over the network): one boxed future,
@@ -132,13 +132,14 @@ impl RequestLocker {
         let result = self
             .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
             .await;
-        self.settle(result, take, started)
+        self.settle(result, &key, take, started)
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy).
     pub(super) fn settle(
         &self,
         result: Result<Lease, LockError>,
+        key: &LockKey,
         take: Mode,
         started: Instant,
     ) -> Outcome {
@@ -166,7 +167,7 @@ impl RequestLocker {
                     Outcome::Unlocked
                 }
             },
-            Err(e) => self.refuse(&e),
+            Err(e) => self.refuse(&e, key),
         }
     }
 
@@ -183,7 +184,7 @@ impl RequestLocker {
         let c = &self.shared.config;
         let node = match self.lock_on(local, &key, c.wait, take).await {
             Ok(lease) => lease,
-            Err(e) => return self.refuse(&e),
+            Err(e) => return self.refuse(&e, &key),
         };
         // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
@@ -205,7 +206,7 @@ impl RequestLocker {
                 self.shared.metrics.degraded();
                 self.held(node, None, take, started, true)
             }
-            Err(e) => self.refuse(&e),
+            Err(e) => self.refuse(&e, &key),
         }
     }
 
@@ -261,6 +262,9 @@ impl RequestLocker {
         // is counted as contended.
         let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
+        if contended {
+            self.shared.metrics.contended_key(lease.key().as_str());
+        }
         let permit = match take {
             Mode::Exclusive => None,
             shared => Some(self.shared.metrics.permit(shared.is_alone())),
@@ -293,8 +297,11 @@ impl RequestLocker {
         ))
     }
 
-    fn refuse(&self, error: &LockError) -> Outcome {
+    fn refuse(&self, error: &LockError, key: &LockKey) -> Outcome {
         let c = &self.shared.config;
+        if error.is_contention() {
+            self.shared.metrics.contended_key(key.as_str());
+        }
         // What this layer has seen of hold times, bounded by the holder's remaining lease.
         let retry = retry_after::contended(
             self.shared.metrics.recent_hold(),

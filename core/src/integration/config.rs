@@ -47,4 +47,7 @@ pub(crate) struct Config {
     pub(crate) problem_type_base: Option<Arc<str>>,
     /// The layer's name: the `layer` label of its metrics and a field of its outage logs.
     pub(crate) name: String,
+    /// Whether `name` is the default (no `metrics_name`): `build()` warns when another
+    /// live layer on the engine has it too.
+    pub(crate) default_name: bool,
 }

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::Outcome;
 use super::{
     config::Config,
+    layer_names::LayerNames,
     misconfig_log::MisconfigLog,
     outage::OutageLog,
     unrouted::{UnroutedLog, is_unrouted},
@@ -86,17 +87,18 @@ impl RequestLocker {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
         let metrics = LockMetrics::new(&config.name);
-        Self {
-            shared: Arc::new(Shared {
-                config,
-                engine,
-                local,
-                metrics,
-                outage: OutageLog::default(),
-                misconfig: MisconfigLog::default(),
-                unrouted: UnroutedLog::default(),
-            }),
-        }
+        let default_name = config.default_name;
+        let shared = Arc::new(Shared {
+            config,
+            engine,
+            local,
+            metrics,
+            outage: OutageLog::default(),
+            misconfig: MisconfigLog::default(),
+            unrouted: UnroutedLog::default(),
+        });
+        LayerNames::register(&shared, default_name);
+        Self { shared }
     }
 
     /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
@@ -276,7 +278,7 @@ impl RequestLocker {
             Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, Mode::Exclusive, started))
+        Ok(self.settle(result, &key, Mode::Exclusive, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

@@ -39,6 +39,7 @@ mod acquisition;
 mod after_head;
 mod config;
 mod guard;
+mod layer_names;
 mod locker;
 mod methods;
 mod misconfig_log;

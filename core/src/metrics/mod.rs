@@ -16,6 +16,7 @@
 //! |---|---|---|---|
 //! | `tower_lock_acquired_total` | counter | `layer` | requests that ran holding their key |
 //! | `tower_lock_contended_total` | counter | `layer` | requests that found their key held (rejected, or granted after waiting) |
+//! | `tower_lock_contended_keys_total` | counter | `layer`, `key` | the same, by lock key: the first keys contended get a `key` of their own, the later ones share `key="other"` (at most [`HOT_KEYS`] values) |
 //! | `tower_lock_rejected_total` | counter | `layer`, `reason` | rejections, by [`RejectionKind::as_str`] |
 //! | `tower_lock_unlocked_total` | counter | `layer` | requests that ran without a lock (no key under pass-through, fail-open) |
 //! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
@@ -33,6 +34,11 @@
 //! histograms as Prometheus histograms rather than summaries, give the exporter bucket
 //! bounds, for example [`BUCKET_BOUNDS_SECONDS`] (`examples/prometheus.rs` serves
 //! `/metrics` with `metrics-exporter-prometheus`).
+//!
+//! The hottest keys: `topk(5, rate(tower_lock_contended_keys_total[5m]))` in PromQL; in
+//! process, [`MetricsSnapshot::contended_keys`]. The label set is capped per layer, so
+//! clients cannot grow it; lock keys hold what the extractor read (a tenant, a principal's
+//! scope), so treat the series as you treat those values.
 //!
 //! # In process
 //!
@@ -63,6 +69,7 @@ use std::{
 use crate::{reject::RejectionKind, retry_after::RecentHolds};
 
 mod histogram;
+mod hot_keys;
 mod snapshot;
 // The `metrics` facade, or its empty twin: chosen once, here.
 #[cfg_attr(feature = "metrics", path = "facade.rs")]
@@ -70,9 +77,11 @@ mod snapshot;
 mod recorder;
 
 use histogram::Histogram;
+use hot_keys::HotKeys;
 use recorder::Facade;
 
 pub use histogram::BUCKET_BOUNDS_SECONDS;
+pub use hot_keys::{HOT_KEYS, OTHER};
 pub use snapshot::{HistogramSnapshot, MetricsSnapshot, RejectedCounts};
 
 /// The numbers of one layer, and its series on the `metrics` facade.
@@ -94,6 +103,8 @@ struct Inner {
     permits: [AtomicI64; 2],
     /// The hold times `Retry-After` is derived from.
     recent_holds: RecentHolds,
+    /// Contention by key, capped.
+    hot: HotKeys,
     facade: Facade,
 }
 
@@ -160,7 +171,15 @@ impl LockMetrics {
             waiting: gauge(&i.waiting),
             shared_permits: gauge(&i.permits[0]),
             exclusive_permits: gauge(&i.permits[1]),
+            contended_keys: i.hot.snapshot(),
         }
+    }
+
+    /// A request met contention on `key` (counted in `contended` by
+    /// [`rejected`](Self::rejected) or [`acquired`](Self::acquired)): by key, capped.
+    pub(crate) fn contended_key(&self, key: &str) {
+        let label = self.inner.hot.count(key);
+        self.inner.facade.contended_key(label);
     }
 
     /// A request was granted its key after `waited`; it holds it until [`held`](Self::held).

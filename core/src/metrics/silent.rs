@@ -29,6 +29,8 @@ impl Facade {
     pub(super) fn waiting(&self, _delta: f64) {}
 
     pub(super) fn permits(&self, _exclusive: bool, _delta: f64) {}
+
+    pub(super) fn contended_key(&self, _label: String) {}
 }
 
 /// Idempotency replay's events.
