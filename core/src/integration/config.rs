@@ -50,4 +50,7 @@ pub(crate) struct Config {
     /// Whether `name` is the default (no `metrics_name`): `build()` warns when another
     /// live layer on the engine has it too.
     pub(crate) default_name: bool,
+    /// Observe only (`dry_run(true)`): no lock another layer meets, no rejection; what
+    /// would have happened is counted and logged.
+    pub(crate) dry_run: bool,
 }

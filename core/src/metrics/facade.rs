@@ -143,6 +143,10 @@ impl Facade {
         self.count(&self.degraded);
     }
 
+    pub(super) fn contended(&self) {
+        self.count(&self.contended);
+    }
+
     pub(super) fn lost(&self) {
         self.count(&self.lost);
     }

@@ -175,6 +175,13 @@ impl LockMetrics {
         }
     }
 
+    /// A dry run's request found its key held where the layer would have waited: neither
+    /// granted nor rejected, counted as contended only.
+    pub(crate) fn contended(&self) {
+        self.inner.contended.fetch_add(1, Relaxed);
+        self.inner.facade.contended();
+    }
+
     /// A request met contention on `key` (counted in `contended` by
     /// [`rejected`](Self::rejected) or [`acquired`](Self::acquired)): by key, capped.
     pub(crate) fn contended_key(&self, key: &str) {

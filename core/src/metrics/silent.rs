@@ -18,6 +18,8 @@ impl Facade {
 
     pub(super) fn degraded(&self) {}
 
+    pub(super) fn contended(&self) {}
+
     pub(super) fn lost(&self) {}
 
     pub(super) fn acquired(&self, _waited: Duration, _contended: bool) {}

@@ -80,7 +80,15 @@ impl<A: ReplayAdapter> ReplayFuture<A> {
             Ok(Some(key)) => {
                 let declared = adapter.body_size_hint();
                 if declared > replay.max_request_body() as u64 {
-                    respond(replay, adapter, replay.too_large())
+                    let rejection = replay.too_large();
+                    if replay.locker().is_dry_run() {
+                        replay.locker().would_have(&rejection);
+                        State::Pass {
+                            call: adapter.pass(),
+                        }
+                    } else {
+                        respond(replay, adapter, rejection)
+                    }
                 } else {
                     let fingerprint = adapter.view(|req| replay.fingerprinter(req));
                     State::Reading {

@@ -96,7 +96,14 @@ impl ReplayLocker {
         if !locker.locks_method(req.method()) || locker.passes_unrouted(req) {
             return Ok(None);
         }
-        let key = locker.key(req)?;
+        let key = match locker.key(req) {
+            // A dry run rejects nothing: the request passes, its rejection counted.
+            Err(rejection) if locker.is_dry_run() => {
+                locker.would_have(&rejection);
+                return Ok(None);
+            }
+            key => key?,
+        };
         if key.is_none() {
             locker.metrics().unlocked();
         }
@@ -181,14 +188,39 @@ impl ReplayLocker {
     ) -> impl Future<Output = ReplayDecision> + Send + 'static {
         let this = self.clone();
         async move {
-            this.decide(
-                key,
-                Request {
-                    fingerprint,
-                    accepted,
-                },
-            )
-            .await
+            let request = Request {
+                fingerprint,
+                accepted,
+            };
+            if !this.locker.is_dry_run() {
+                return this.decide(key, request).await;
+            }
+            let decision = this.clone().decide(key, request).await;
+            this.observed(decision)
+        }
+    }
+
+    /// In a dry run, a replay or a rejection turned into running the request unlocked
+    /// (counted and logged); otherwise `decision`.
+    fn observed(&self, decision: ReplayDecision) -> ReplayDecision {
+        let locker = &self.locker;
+        if !locker.is_dry_run() {
+            return decision;
+        }
+        match decision {
+            ReplayDecision::Rejected(rejection) => {
+                locker.would_have(&rejection);
+                ReplayDecision::Unlocked
+            }
+            ReplayDecision::Replay(response) => {
+                tracing::info!(
+                    layer = locker.shared.config.name.as_str(),
+                    status = response.status().as_u16(),
+                    "dry run: would have replayed the stored response; the request runs"
+                );
+                ReplayDecision::Unlocked
+            }
+            decision => decision,
         }
     }
 
