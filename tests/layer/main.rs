@@ -11,6 +11,7 @@ mod compression_inside;
 mod dry_run;
 mod extractors;
 mod fallback;
+mod grpc;
 mod in_process;
 mod key_kinds;
 mod key_namespace;

@@ -222,15 +222,21 @@ impl RequestLocker {
         Rejection::new(kind, detail, retry)
     }
 
-    /// The response for `rejection`: the user's hook if one is set, else
-    /// [`Rejection::into_response`].
+    /// The response for `rejection`: to a gRPC call (content type `application/grpc`), a
+    /// gRPC status (`grpc-status`, `grpc-message`, the retry hint in `retry-after` and
+    /// `grpc-retry-pushback-ms`; see the mapping in [`reject`](crate::reject#grpc-calls));
+    /// otherwise the user's hook if one is set, else [`Rejection::into_response`].
     pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
         let rejection = rejection
             .with_type_base(self.shared.config.problem_type_base.clone())
             .with_instance(req.path());
-        let mut res = match &self.shared.config.on_reject {
-            Some(hook) => hook(rejection),
-            None => rejection.into_response(),
+        let mut res = if crate::grpc::is_grpc(req) {
+            crate::grpc::response(&rejection)
+        } else {
+            match &self.shared.config.on_reject {
+                Some(hook) => hook(rejection),
+                None => rejection.into_response(),
+            }
         };
         // A rejection means the request did not run: an idempotency layer outside this
         // one must not store it for replay.
