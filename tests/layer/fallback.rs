@@ -89,3 +89,49 @@ async fn an_idempotency_layer_under_router_layer_leaves_unknown_paths_404() {
     let unknown = server.post("/nowhere", &[]).await;
     assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.text());
 }
+
+/// The layer says once why it let a request through: an operator learns the fix from the
+/// first unknown path, and the thousandth does not repeat it.
+#[tokio::test]
+async fn the_first_unmatched_request_is_logged_once() {
+    use tower_lock_core::Outcome;
+    use tracing::Level;
+    use tracing_subscriber::prelude::*;
+
+    use super::log_capture::Capture;
+
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let locker = LockLayer::builder(LockEngine::in_memory())
+        .key(HeaderKey::new("x-tenant-id"))
+        .metrics_name("jobs")
+        .build_locker()
+        .unwrap();
+    // What axum's router leaves in a request it routes to its fallback: the original URI,
+    // and no matched path.
+    let unmatched = || {
+        let mut req = http::Request::post("/nowhere")
+            .header("x-tenant-id", "acme")
+            .body(())
+            .unwrap();
+        let uri = req.uri().clone();
+        req.extensions_mut().insert(axum::extract::OriginalUri(uri));
+        req
+    };
+    for _ in 0..3 {
+        assert!(matches!(
+            locker.acquire(&unmatched()).await,
+            Outcome::Unlocked
+        ));
+    }
+    let events = capture.take();
+    let warned: Vec<_> = events
+        .iter()
+        .filter(|e| e.level == Level::WARN && e.message().contains("route_layer"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{events:#?}");
+    assert_eq!(warned[0].fields["layer"], "jobs");
+    assert_eq!(warned[0].fields["path"], "/nowhere");
+    assert_eq!(locker.metrics().snapshot().unlocked, 3);
+}

@@ -2,10 +2,13 @@
 //! than `Router::route_layer`) sees the requests that matched no route. It lets them
 //! through unlocked, so that axum still answers them `404` (and `405`), and says once why.
 //!
-//! Under the `axum` feature the sign is exact: axum's router puts `OriginalUri` in every
+//! Under the `axum` feature the sign is axum's own: its router puts `OriginalUri` in every
 //! request it routes and `MatchedPath` in every request that matched a route, so a request
-//! with the first and not the second is on its way to the fallback. Without the feature,
-//! or outside an axum router, nothing is detected and the layer keys the request as before.
+//! with the first and not the second is on its way to the fallback, or to a service
+//! mounted with `Router::nest_service` (axum gives those no `MatchedPath` either, and no
+//! public sign that tells them apart): such a mount passes too, and the warning names
+//! `route_service("/prefix/{*rest}", ..)` as the way to lock it. Without the feature, or
+//! outside an axum router, nothing is detected and the layer keys the request as before.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -41,7 +44,7 @@ impl UnroutedLog {
         tracing::warn!(
             layer,
             path,
-            "tower-lock layer wraps the router's fallback (installed with Router::layer): requests that match no route pass through unlocked, so they keep their 404 or 405; install it with Router::route_layer"
+            "tower-lock layer sees a request that matched no route: it wraps the router's fallback (installed with Router::layer; use Router::route_layer) or a Router::nest_service mount (mount it with route_service(\"/prefix/{{*rest}}\", ..) to lock it); such requests pass through unlocked, so a 404 stays one"
         );
     }
 }

@@ -60,7 +60,12 @@
 //! matched no route (axum put no [`MatchedPath`] in it) is not the layer's, whatever its
 //! key: it passes through unlocked, so it stays a `404`, and the first is logged
 //! (`warn`) with `route_layer` as the fix. Note that `route_layer` wraps every route
-//! added before it, and only those.
+//! added before it, and only those. A service mounted with
+//! [`Router::nest_service`](axum::Router::nest_service) has no [`MatchedPath`] either
+//! (axum gives no public sign that tells it from the fallback), so a lock around it, or
+//! on it, lets it pass unlocked too: mount a service you lock with
+//! [`Router::route_service`](axum::Router::route_service)`("/prefix/{*rest}", service)`
+//! (the service then sees the whole path, prefix included).
 //!
 //! # One key across routes
 //!
