@@ -141,9 +141,42 @@ macro_rules! lock_setters {
         /// through the `metrics` facade, see [`metrics`](crate::metrics)) and in its outage
         /// logs. Default: the namespace, or the key extractor's
         /// [kind](crate::key::KeyExtractor::kind) when the namespace is empty
-        /// (`idempotency-key` under idempotency).
+        /// (`idempotency-key` under idempotency). `build` logs a warning when a layer takes
+        /// a default name that a live layer on the same engine has already (two
+        /// `RouteKey` layers are both `axum-route`): give each its own name.
         pub fn metrics_name(mut self, name: impl Into<String>) -> Self {
             self.settings.metrics_name(name.into());
+            self
+        }
+
+        /// Observe only, for a rollout: take no lock that another layer (or a job on the
+        /// same keys) could meet, reject nothing, and record in the same metrics and logs
+        /// what the layer would have done. Every request runs; one that would have been
+        /// answered (`400`, `409`, `423`, `429`, `500`, `503`; under idempotency, a replay or
+        /// a `422`) is counted as that answer (`rejected`, `replayed`) and logged at `info`
+        /// (`dry run: would have…`); one that would have waited is counted as contended.
+        ///
+        /// Its leases are taken on keys of its own (its keys behind a `%!dry-run/` mark, see
+        /// [`lock_key`](tower_lock_core::RequestLocker::lock_key)) and never waited for, so
+        /// that its requests see each other across the fleet; under idempotency its
+        /// records are stored there too, so that retries show what would have been
+        /// replayed. A handler finds that lease in its extensions, as under the lock: do
+        /// not trust its fence in a dry run. The one answer a dry run still gives is an
+        /// idempotent request body found over `max_request_body` while it is read (one
+        /// whose declared length is over it runs). Default: off.
+        ///
+        /// ```
+        /// use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+        ///
+        /// let layer = LockLayer::builder(LockEngine::in_memory())
+        ///     .key(HeaderKey::new("x-tenant-id"))
+        ///     .dry_run(true)
+        ///     .build()
+        ///     .unwrap();
+        /// assert!(layer.locker().is_dry_run());
+        /// ```
+        pub fn dry_run(mut self, observe_only: bool) -> Self {
+            self.settings.dry_run = observe_only;
             self
         }
     };

@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 mod config_error;
+mod grpc;
 mod integration;
 pub mod key;
 mod lease_info;

@@ -17,6 +17,17 @@
 //! | [`QueueFull`](RejectionKind::QueueFull) | 429 | yes | the key already has `max_waiters` waiters |
 //! | [`BackendUnavailable`](RejectionKind::BackendUnavailable) | 503 | yes | the backend failed (fail-closed policy) |
 //!
+//! # gRPC calls
+//!
+//! A request whose content type is `application/grpc` is answered in gRPC instead (HTTP
+//! `200`, `grpc-status`, `grpc-message`, the retry hint in `retry-after` and
+//! `grpc-retry-pushback-ms`; the `on_reject` hook is for HTTP answers): `ABORTED` for a
+//! held key (`423`, `409`), `RESOURCE_EXHAUSTED` for a wait that ran out, a full queue or a
+//! body over the limit, `UNAVAILABLE` for a backend failure, `INVALID_ARGUMENT` for a
+//! missing or malformed key (or a body that failed), `FAILED_PRECONDITION` for an
+//! idempotency key reused with another request or a response not stored, `INTERNAL` for
+//! the server's own setup.
+//!
 //! A hook that keeps the status and headers but answers in plain text:
 //!
 //! ```

@@ -65,6 +65,8 @@ pub struct LockSettings {
     /// `shared_for([..])`: the methods that share the key, as given; the other locked
     /// methods take it alone.
     pub shared_for: Option<Vec<String>>,
+    /// `dry_run(true)`: observe only.
+    pub dry_run: bool,
 }
 
 #[allow(clippy::new_without_default)] // tower-lock's builders say which defaults they start from
@@ -89,6 +91,7 @@ impl LockSettings {
             refused: None,
             permits: None,
             shared_for: None,
+            dry_run: false,
         }
     }
 
@@ -237,7 +240,12 @@ impl LockSettings {
             // The namespace must itself be key material; a full key is checked per request.
             LockKey::new(&self.namespace).map_err(ConfigError::Namespace)?;
         }
-        let key_head = key::key_head(&self.namespace, extractor.kind());
+        let mut key_head = key::key_head(&self.namespace, extractor.kind());
+        if self.dry_run {
+            // Keys of its own: a dry run's leases and records never meet a real layer's.
+            key_head.insert_str(0, crate::integration::DRY_RUN_MARK);
+        }
+        let default_name = self.metrics_name.is_none();
         let name = self.metrics_name.unwrap_or_else(|| {
             if self.namespace.is_empty() {
                 extractor.kind().to_owned()
@@ -263,6 +271,8 @@ impl LockSettings {
                 sharing,
                 problem_type_base,
                 name,
+                default_name,
+                dry_run: self.dry_run,
             },
             engine,
         ))

@@ -226,6 +226,11 @@ impl LockEngine {
         self.record_backend().is_ok()
     }
 
+    /// Whether `self` and `other` are handles on one engine (clones of one another).
+    pub fn same_engine(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Whether the backend has shared mode ([`Lock::shared`]; see
     /// [`Backend::has_shared_mode`]).
     pub fn has_shared_mode(&self) -> bool {

@@ -12,6 +12,11 @@ use crate::{engine::LockEngine, metrics::LockMetrics};
 /// idempotency key (while its response is retained), answers concurrent duplicates with
 /// `409` (or lets them wait), and replays the stored response to retries. Built with
 /// [`IdempotencyLayer::builder`]; see the [module docs](super).
+///
+/// Install a compression layer outside it, so that each replay is encoded for its own
+/// request. Inside it, the stored response keeps the first request's encoding, and a
+/// retry whose `Accept-Encoding` does not accept it is refused (`409
+/// response-not-stored`, one warning), never sent a body it cannot decode.
 #[derive(Clone, Debug)]
 pub struct IdempotencyLayer {
     replay: ReplayLocker,

@@ -6,10 +6,17 @@
 //! One test binary; each module is the file of one theme, its tests named as before under
 //! the module's name (`cargo test --test layer redis::`).
 
+mod across_routes;
+mod compression_inside;
+mod dry_run;
 mod extractors;
+mod fallback;
+mod grpc;
 mod in_process;
 mod key_kinds;
 mod key_namespace;
+mod layer_names;
+mod log_capture;
 mod long_scopes;
 mod methods;
 mod outage_log;

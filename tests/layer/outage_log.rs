@@ -3,66 +3,18 @@
 //! fails its acquisitions and then answers again.
 
 use std::{
-    collections::BTreeMap,
     fmt,
-    sync::{Arc, Mutex, atomic::Ordering},
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
 use tower_lock::{BackendFailurePolicy, LockEngine, LockLayer, RejectionKind, key::HeaderKey};
 use tower_lock_core::{Outcome, RequestLocker};
 use tower_lock_test_support::scripted::Scripted;
-use tracing::{Event, Level, Subscriber, field::Field};
-use tracing_subscriber::{Layer, layer::Context, prelude::*};
+use tracing::Level;
+use tracing_subscriber::prelude::*;
 
-/// One captured event: its level and its fields (`message` included).
-#[derive(Debug, Clone)]
-struct Captured {
-    level: Level,
-    fields: BTreeMap<String, String>,
-}
-
-impl Captured {
-    fn message(&self) -> &str {
-        self.fields.get("message").map_or("", String::as_str)
-    }
-}
-
-/// Captures the events of tower-lock's own modules.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Captured>>>);
-
-impl Capture {
-    fn take(&self) -> Vec<Captured> {
-        std::mem::take(&mut self.0.lock().unwrap())
-    }
-}
-
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Capture {
-    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if !event.metadata().target().starts_with("tower_lock") {
-            return;
-        }
-        let mut fields = BTreeMap::new();
-        event.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().push(Captured {
-            level: *event.metadata().level(),
-            fields,
-        });
-    }
-}
+use super::log_capture::{Capture, Captured};
 
 async fn send(locker: &RequestLocker) -> Outcome {
     let req = http::Request::post("/jobs")

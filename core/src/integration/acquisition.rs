@@ -55,11 +55,11 @@ impl RequestLocker {
     /// at once (a free key on the in-process engine, a method the layer does not lock, no
     /// key, a rejection) costs no allocation.
     pub fn start_acquisition(&self, req: &dyn RequestView) -> Acquisition {
-        if !self.locks_method(req.method()) {
+        if !self.locks_method(req.method()) || self.passes_unrouted(req) {
             return Acquisition::Decided(Outcome::Unlocked);
         }
         match self.key(req) {
-            Err(rejection) => Acquisition::Decided(Outcome::Rejected(rejection)),
+            Err(rejection) => Acquisition::Decided(self.observed(Outcome::Rejected(rejection))),
             Ok(None) => {
                 tracing::debug!("no lock key; running unlocked");
                 self.shared.metrics.unlocked();
@@ -81,7 +81,8 @@ impl RequestLocker {
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
                         let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        return Acquisition::Decided(self.settle(&key, result, take, started));
+                        let outcome = self.settle(result, &key, take, started);
+                        return Acquisition::Decided(self.observed(outcome));
                     }
                 }
                 // It must wait (or the backend answers over the network): one boxed future,
@@ -126,20 +127,23 @@ impl RequestLocker {
     /// Take `key` as `take` says.
     async fn lock_as(self, key: LockKey, take: Mode) -> Outcome {
         let started = Instant::now();
-        if let Some(local) = &self.shared.local {
-            return self.lock_degradable(local, key, take, started).await;
-        }
-        let result = self
-            .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
-            .await;
-        self.settle(&key, result, take, started)
+        let outcome = match &self.shared.local {
+            Some(local) => self.lock_degradable(local, key, take, started).await,
+            None => {
+                let result = self
+                    .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
+                    .await;
+                self.settle(result, &key, take, started)
+            }
+        };
+        self.observed(outcome)
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy).
     pub(super) fn settle(
         &self,
-        key: &LockKey,
         result: Result<Lease, LockError>,
+        key: &LockKey,
         take: Mode,
         started: Instant,
     ) -> Outcome {
@@ -147,6 +151,11 @@ impl RequestLocker {
         self.backend_answered(&result);
         match result {
             Ok(lease) => self.held(lease, None, take, started, false),
+            // A dry run never waits: a held key where the layer would have waited.
+            Err(e) if c.dry_run && e.is_contention() && !c.wait.is_zero() => {
+                self.would_wait(key);
+                Outcome::Unlocked
+            }
             Err(LockError::Backend(error)) => match c.backend_failure {
                 // (A degrading locker locks in `lock_degradable`.)
                 BackendFailurePolicy::FailClosed | BackendFailurePolicy::Degrade => {
@@ -167,7 +176,7 @@ impl RequestLocker {
                     Outcome::Unlocked
                 }
             },
-            Err(e) => self.refuse(key, &e),
+            Err(e) => self.refuse(&e, key),
         }
     }
 
@@ -184,7 +193,7 @@ impl RequestLocker {
         let c = &self.shared.config;
         let node = match self.lock_on(local, &key, c.wait, take).await {
             Ok(lease) => lease,
-            Err(e) => return self.refuse(&key, &e),
+            Err(e) => return self.refuse(&e, &key),
         };
         // What is left of the wait; a waiting layer keeps waiting (and answers 429, not
         // 423, when nothing is left).
@@ -206,7 +215,7 @@ impl RequestLocker {
                 self.shared.metrics.degraded();
                 self.held(node, None, take, started, true)
             }
-            Err(e) => self.refuse(&key, &e),
+            Err(e) => self.refuse(&e, &key),
         }
     }
 
@@ -236,14 +245,20 @@ impl RequestLocker {
         // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
         // a waiter limit when it has none) stays the engine's default.
         let options = &self.shared.config.options;
+        // A dry run never makes a request wait: it only learns that it would have.
+        let wait = if self.shared.config.dry_run {
+            Duration::ZERO
+        } else {
+            wait
+        };
         let lock = engine
             .lock_on(key.clone())
             .ttl(options.lease_ttl())
-            .fifo(options.is_fifo())
+            .fifo(options.is_fifo() && !wait.is_zero())
             .wait(wait);
         match options.waiter_limit() {
-            Some(max) => lock.max_waiters(max),
-            None => lock,
+            Some(max) if !wait.is_zero() => lock.max_waiters(max),
+            _ => lock,
         }
     }
 
@@ -260,8 +275,13 @@ impl RequestLocker {
         // A non-waiting acquire that succeeded found the key free. A waiting one: the
         // engine cannot say whether it queued, so a grant that took a millisecond or more
         // is counted as contended.
-        let contended = !self.shared.config.wait.is_zero() && waited >= Duration::from_millis(1);
+        // A dry run never waits: its grants found the key free.
+        let c = &self.shared.config;
+        let contended = !c.wait.is_zero() && !c.dry_run && waited >= Duration::from_millis(1);
         self.shared.metrics.acquired(waited, contended);
+        if contended {
+            self.shared.metrics.contended_key(lease.key().as_str());
+        }
         let held_as = match take {
             // Where this node's holder of the key began, for a contender's `Retry-After`
             // (for a lock only: among shared holders none is "the" holder).
@@ -296,8 +316,11 @@ impl RequestLocker {
         ))
     }
 
-    fn refuse(&self, key: &LockKey, error: &LockError) -> Outcome {
+    fn refuse(&self, error: &LockError, key: &LockKey) -> Outcome {
         let c = &self.shared.config;
+        if error.is_contention() {
+            self.shared.metrics.contended_key(key.as_str());
+        }
         // What this layer has seen of hold times, less what the holder has already had
         // when it is this layer's (on this node), bounded by its remaining lease.
         let retry = retry_after::contended(

@@ -47,4 +47,10 @@ pub(crate) struct Config {
     pub(crate) problem_type_base: Option<Arc<str>>,
     /// The layer's name: the `layer` label of its metrics and a field of its outage logs.
     pub(crate) name: String,
+    /// Whether `name` is the default (no `metrics_name`): `build()` warns when another
+    /// live layer on the engine has it too.
+    pub(crate) default_name: bool,
+    /// Observe only (`dry_run(true)`): no lock another layer meets, no rejection; what
+    /// would have happened is counted and logged.
+    pub(crate) dry_run: bool,
 }

@@ -14,7 +14,13 @@ use tokio::time::Instant;
 
 #[cfg(feature = "idempotency")]
 use super::Outcome;
-use super::{config::Config, misconfig_log::MisconfigLog, outage::OutageLog};
+use super::{
+    config::Config,
+    layer_names::LayerNames,
+    misconfig_log::MisconfigLog,
+    outage::OutageLog,
+    unrouted::{UnroutedLog, is_unrouted},
+};
 #[cfg(feature = "idempotency")]
 use crate::engine::{Acquired, LockError, Mode, Record};
 use crate::{
@@ -38,6 +44,8 @@ pub(super) struct Shared {
     pub(super) outage: OutageLog,
     /// Extraction failures that are the server's mistake.
     pub(super) misconfig: MisconfigLog,
+    /// Requests that reached the layer around a router's fallback.
+    pub(super) unrouted: UnroutedLog,
 }
 
 /// The runtime core of a layer, shared by the tower `LockLayer` and
@@ -79,16 +87,18 @@ impl RequestLocker {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
         let metrics = LockMetrics::new(&config.name);
-        Self {
-            shared: Arc::new(Shared {
-                config,
-                engine,
-                local,
-                metrics,
-                outage: OutageLog::default(),
-                misconfig: MisconfigLog::default(),
-            }),
-        }
+        let default_name = config.default_name;
+        let shared = Arc::new(Shared {
+            config,
+            engine,
+            local,
+            metrics,
+            outage: OutageLog::default(),
+            misconfig: MisconfigLog::default(),
+            unrouted: UnroutedLog::default(),
+        });
+        LayerNames::register(&shared, default_name);
+        Self { shared }
     }
 
     /// The lock key of `req` (`<namespace>/<kind>/<value>`, see
@@ -177,6 +187,21 @@ impl RequestLocker {
         &self.shared.config.namespace
     }
 
+    /// Whether `req` matched no route of the axum router around the layer (the layer wraps
+    /// the router's fallback: `Router::layer` instead of `Router::route_layer`): then it
+    /// passes through unlocked, keeping its `404` or `405`, and the first is logged. Always
+    /// `false` without the `axum` feature.
+    pub(crate) fn passes_unrouted(&self, req: &dyn RequestView) -> bool {
+        if !is_unrouted(req) {
+            return false;
+        }
+        self.shared
+            .unrouted
+            .passed(&self.shared.config.name, req.path());
+        self.shared.metrics.unlocked();
+        true
+    }
+
     /// Whether requests with `method` take a lock (`LockLayerBuilder::methods`).
     pub fn locks_method(&self, method: &str) -> bool {
         self.shared.config.methods.locks(method)
@@ -197,15 +222,21 @@ impl RequestLocker {
         Rejection::new(kind, detail, retry)
     }
 
-    /// The response for `rejection`: the user's hook if one is set, else
-    /// [`Rejection::into_response`].
+    /// The response for `rejection`: to a gRPC call (content type `application/grpc`), a
+    /// gRPC status (`grpc-status`, `grpc-message`, the retry hint in `retry-after` and
+    /// `grpc-retry-pushback-ms`; see the mapping in [`reject`](crate::reject#grpc-calls));
+    /// otherwise the user's hook if one is set, else [`Rejection::into_response`].
     pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
         let rejection = rejection
             .with_type_base(self.shared.config.problem_type_base.clone())
             .with_instance(req.path());
-        let mut res = match &self.shared.config.on_reject {
-            Some(hook) => hook(rejection),
-            None => rejection.into_response(),
+        let mut res = if crate::grpc::is_grpc(req) {
+            crate::grpc::response(&rejection)
+        } else {
+            match &self.shared.config.on_reject {
+                Some(hook) => hook(rejection),
+                None => rejection.into_response(),
+            }
         };
         // A rejection means the request did not run: an idempotency layer outside this
         // one must not store it for replay.
@@ -253,7 +284,7 @@ impl RequestLocker {
             Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(&key, result, Mode::Exclusive, started))
+        Ok(self.settle(result, &key, Mode::Exclusive, started))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

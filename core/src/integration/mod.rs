@@ -38,13 +38,16 @@
 mod acquisition;
 mod after_head;
 mod config;
+mod dry_run;
 mod guard;
+mod layer_names;
 mod locker;
 mod methods;
 mod misconfig_log;
 mod outage;
 mod outcome;
 mod sharing;
+mod unrouted;
 // Gated once here; its public items are re-exported below.
 #[cfg(feature = "idempotency")]
 pub(crate) mod replay;
@@ -52,6 +55,7 @@ pub(crate) mod replay;
 pub use acquisition::Acquisition;
 pub use after_head::{AfterHead, Release};
 pub(crate) use config::{Config, RejectHook};
+pub(crate) use dry_run::DRY_RUN_MARK;
 pub use guard::LockGuard;
 pub use locker::RequestLocker;
 pub(crate) use methods::{LockedMethods, is_miscased};

@@ -15,8 +15,14 @@ use super::{ExtractError, KeyExtractor, RequestView, RouteMatcher, route::RouteV
 /// another parameter or another route. A parameter the matched route does not have is
 /// the server's mistake (`500`, logged); a name that can name no parameter (empty, or
 /// holding `/`, `{`, `}` or `*`) is refused by `build()`.
+///
+/// [`across_routes`](Self::across_routes) leaves the route out: `RouteKey::param("id")
+/// .across_routes()` gives `GET /tenants/{id}/report` and `POST /tenants/{id}/reindex`
+/// one key per tenant (the value `*|id=7`), with no path parser of your own.
 pub struct RouteKey<R> {
     params: Params,
+    /// Whether the route pattern is left out of the value (`across_routes`).
+    any_route: bool,
     _router: PhantomData<fn() -> R>,
 }
 
@@ -32,6 +38,7 @@ impl<R> RouteKey<R> {
     fn with(params: Params) -> Self {
         Self {
             params,
+            any_route: false,
             _router: PhantomData,
         }
     }
@@ -60,11 +67,28 @@ impl<R> RouteKey<R> {
         }
         self
     }
+
+    /// Key on the chosen parameters alone, whichever route matched: every route with
+    /// them shares the key, so a layer over `GET /tenants/{id}/report` and
+    /// `POST /tenants/{id}/reindex` (with `shared_for(["GET"])`: reports side by side, a
+    /// reindex alone) excludes per tenant across both. The value is `*` (no route
+    /// pattern is `*`) followed by the parameters, as for one route. Routes without one
+    /// of the parameters are the server's mistake (`500`, logged), as for one route:
+    /// install the layer on the routes that have them (`tower_lock_axum::RouteKey` shows
+    /// an example).
+    #[must_use]
+    pub fn across_routes(mut self) -> Self {
+        self.any_route = true;
+        self
+    }
 }
 
 impl<R> Clone for RouteKey<R> {
     fn clone(&self) -> Self {
-        Self::with(self.params.clone())
+        Self {
+            any_route: self.any_route,
+            ..Self::with(self.params.clone())
+        }
     }
 }
 
@@ -72,6 +96,7 @@ impl<R> fmt::Debug for RouteKey<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RouteKey")
             .field("params", &self.params)
+            .field("across_routes", &self.any_route)
             .finish()
     }
 }
@@ -79,7 +104,9 @@ impl<R> fmt::Debug for RouteKey<R> {
 impl<R: RouteMatcher> KeyExtractor for RouteKey<R> {
     fn extract(&self, req: &dyn RequestView) -> Result<Option<String>, ExtractError> {
         let route = R::route(req)?;
-        let mut key = RouteValue::new(&route);
+        // `*` is no route's pattern (a pattern starts with `/`, or is empty), so a key
+        // across routes never meets the key of one route.
+        let mut key = RouteValue::new(if self.any_route { "*" } else { &route });
         match &self.params {
             Params::None => {}
             Params::All => {
@@ -180,6 +207,12 @@ mod tests {
         let missing = value(&RouteKey::param("nope"), all).unwrap_err();
         assert_eq!(missing.kind(), crate::key::ExtractErrorKind::Misconfigured);
         assert_eq!(RouteKey::<Fake>::route().kind(), "fake-route");
+        assert_eq!(
+            value(&RouteKey::param("id").across_routes(), all)
+                .unwrap()
+                .unwrap(),
+            "*|id=7"
+        );
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub(super) struct Facade {
     waiting: Key,
     /// `tower_lock_permits_in_use`, `mode` = `shared` and `exclusive`.
     permits: [Key; 2],
+    /// The `layer` label, for `tower_lock_contended_keys_total` (whose `key` label is
+    /// known only at the event).
+    layer: String,
     /// The descriptions are given to the recorder of the layer's first event.
     described: Once,
 }
@@ -71,6 +74,7 @@ impl Facade {
                     ],
                 )
             }),
+            layer: layer.to_owned(),
             described: Once::new(),
         }
     }
@@ -139,6 +143,10 @@ impl Facade {
         self.count(&self.degraded);
     }
 
+    pub(super) fn contended(&self) {
+        self.count(&self.contended);
+    }
+
     pub(super) fn lost(&self) {
         self.count(&self.lost);
     }
@@ -179,6 +187,19 @@ impl Facade {
     pub(super) fn waiting(&self, delta: f64) {
         self.describe();
         metrics::with_recorder(|r| r.register_gauge(&self.waiting, &METADATA).increment(delta));
+    }
+
+    /// Contention on the key labelled `label` (a contended event: the key is built here).
+    pub(super) fn contended_key(&self, label: String) {
+        self.describe();
+        let key = Key::from_parts(
+            "tower_lock_contended_keys_total",
+            vec![
+                Label::new("layer", self.layer.clone()),
+                Label::new("key", label),
+            ],
+        );
+        metrics::with_recorder(|r| r.register_counter(&key, &METADATA).increment(1));
     }
 
     pub(super) fn permits(&self, exclusive: bool, delta: f64) {

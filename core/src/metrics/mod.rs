@@ -16,6 +16,7 @@
 //! |---|---|---|---|
 //! | `tower_lock_acquired_total` | counter | `layer` | requests that ran holding their key |
 //! | `tower_lock_contended_total` | counter | `layer` | requests that found their key held (rejected, or granted after waiting) |
+//! | `tower_lock_contended_keys_total` | counter | `layer`, `key` | the same, by lock key: the first keys contended get a `key` of their own, the later ones share `key="other"` (at most [`HOT_KEYS`] values) |
 //! | `tower_lock_rejected_total` | counter | `layer`, `reason` | rejections, by [`RejectionKind::as_str`] |
 //! | `tower_lock_unlocked_total` | counter | `layer` | requests that ran without a lock (no key under pass-through, fail-open) |
 //! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
@@ -33,6 +34,11 @@
 //! histograms as Prometheus histograms rather than summaries, give the exporter bucket
 //! bounds, for example [`BUCKET_BOUNDS_SECONDS`] (`examples/prometheus.rs` serves
 //! `/metrics` with `metrics-exporter-prometheus`).
+//!
+//! The hottest keys: `topk(5, rate(tower_lock_contended_keys_total[5m]))` in PromQL; in
+//! process, [`MetricsSnapshot::contended_keys`]. The label set is capped per layer, so
+//! clients cannot grow it; lock keys hold what the extractor read (a tenant, a principal's
+//! scope), so treat the series as you treat those values.
 //!
 //! # In process
 //!
@@ -68,6 +74,7 @@ use crate::{
 };
 
 mod histogram;
+mod hot_keys;
 mod snapshot;
 // The `metrics` facade, or its empty twin: chosen once, here.
 #[cfg_attr(feature = "metrics", path = "facade.rs")]
@@ -75,9 +82,11 @@ mod snapshot;
 mod recorder;
 
 use histogram::Histogram;
+use hot_keys::HotKeys;
 use recorder::Facade;
 
 pub use histogram::BUCKET_BOUNDS_SECONDS;
+pub use hot_keys::{HOT_KEYS, OTHER};
 pub use snapshot::{HistogramSnapshot, MetricsSnapshot, RejectedCounts};
 
 /// The numbers of one layer, and its series on the `metrics` facade.
@@ -101,6 +110,8 @@ struct Inner {
     recent_holds: RecentHolds,
     /// When this node's exclusive holders began, for what is left of a hold.
     current_holders: CurrentHolders,
+    /// Contention by key, capped.
+    hot: HotKeys,
     facade: Facade,
 }
 
@@ -167,7 +178,22 @@ impl LockMetrics {
             waiting: gauge(&i.waiting),
             shared_permits: gauge(&i.permits[0]),
             exclusive_permits: gauge(&i.permits[1]),
+            contended_keys: i.hot.snapshot(),
         }
+    }
+
+    /// A dry run's request found its key held where the layer would have waited: neither
+    /// granted nor rejected, counted as contended only.
+    pub(crate) fn contended(&self) {
+        self.inner.contended.fetch_add(1, Relaxed);
+        self.inner.facade.contended();
+    }
+
+    /// A request met contention on `key` (counted in `contended` by
+    /// [`rejected`](Self::rejected) or [`acquired`](Self::acquired)): by key, capped.
+    pub(crate) fn contended_key(&self, key: &str) {
+        let label = self.inner.hot.count(key);
+        self.inner.facade.contended_key(label);
     }
 
     /// A request was granted its key after `waited`; it holds it until [`held`](Self::held).

@@ -18,6 +18,8 @@ impl Facade {
 
     pub(super) fn degraded(&self) {}
 
+    pub(super) fn contended(&self) {}
+
     pub(super) fn lost(&self) {}
 
     pub(super) fn acquired(&self, _waited: Duration, _contended: bool) {}
@@ -29,6 +31,8 @@ impl Facade {
     pub(super) fn waiting(&self, _delta: f64) {}
 
     pub(super) fn permits(&self, _exclusive: bool, _delta: f64) {}
+
+    pub(super) fn contended_key(&self, _label: String) {}
 }
 
 /// Idempotency replay's events.

@@ -44,6 +44,11 @@ pub struct MetricsSnapshot {
     /// Requests holding their key exclusively, under
     /// `shared_for`, now.
     pub exclusive_permits: u64,
+    /// Contention by lock key, the most contended first: the first keys contended each
+    /// have their count, the later ones share one under [`OTHER`](super::OTHER), at most
+    /// [`HOT_KEYS`](super::HOT_KEYS) entries (the `tower_lock_contended_keys_total`
+    /// series).
+    pub contended_keys: Vec<(String, u64)>,
 }
 
 /// Rejections by reason.

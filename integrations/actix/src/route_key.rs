@@ -22,6 +22,7 @@ use crate::http_request;
 /// | `RouteKey::route()` | `/actix-route//tenants/{id}/jobs/{job}`: one request at a time on the route |
 /// | `RouteKey::params()` | `/actix-route//tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
 /// | `RouteKey::param("id")` | `/actix-route//tenants/{id}/jobs/{job}\|id=7`: per tenant |
+/// | `RouteKey::param("id").across_routes()` | `/actix-route/*\|id=7`: per tenant, on every route with `{id}` |
 ///
 /// Parameter values are percent-decoded as actix's `web::Path` decodes them (bytes that
 /// are not UTF-8 become U+FFFD, as they do for the handler), so `/tenants/acm%65` and

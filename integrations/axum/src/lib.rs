@@ -56,12 +56,42 @@
 //! is there under [`Router::layer`](axum::Router::layer) too: axum 0.8 sets it before the
 //! route's layers run.)
 //!
-//! [`Router::layer`](axum::Router::layer) also wraps the router's fallback: every unknown
-//! path would take a lock (one key for all of them with a header key) and could be
-//! answered `423` instead of `404`; a [`RouteKey`] finds no matched route there, which is
-//! the server's setup, not the client's request: `500` (`misconfigured`), with an error log
-//! naming `route_layer` as the fix. Note that `route_layer` wraps every route added before
-//! it, and only those.
+//! [`Router::layer`](axum::Router::layer) also wraps the router's fallback. A request that
+//! matched no route (axum put no [`MatchedPath`] in it) is not the layer's, whatever its
+//! key: it passes through unlocked, so it stays a `404`, and the first is logged
+//! (`warn`) with `route_layer` as the fix. Note that `route_layer` wraps every route
+//! added before it, and only those. A service mounted with
+//! [`Router::nest_service`](axum::Router::nest_service) has no [`MatchedPath`] either
+//! (axum gives no public sign that tells it from the fallback), so a lock around it, or
+//! on it, lets it pass unlocked too: mount a service you lock with
+//! [`Router::route_service`](axum::Router::route_service)`("/prefix/{*rest}", service)`
+//! (the service then sees the whole path, prefix included).
+//!
+//! # One key across routes
+//!
+//! A [`RouteKey`] names its route, so two routes never share a key; to lock a tenant
+//! across `GET /tenants/{id}/report` and `POST /tenants/{id}/reindex`, key on the
+//! parameter alone with [`across_routes`](tower_lock::key::RouteKey::across_routes):
+//!
+//! ```
+//! use axum::{Router, http::Method, routing::{get, post}};
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_axum::RouteKey;
+//!
+//! # fn main() -> Result<(), tower_lock::ConfigError> {
+//! // Reports side by side, a reindex alone, per tenant.
+//! let per_tenant = LockLayer::builder(LockEngine::in_memory())
+//!     .key(RouteKey::param("id").across_routes())
+//!     .shared_for([Method::GET])
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/tenants/{id}/report", get(|| async { "report" }))
+//!     .route("/tenants/{id}/reindex", post(|| async { "reindexed" }))
+//!     .route_layer(per_tenant);
+//! # let _ = app;
+//! # Ok(())
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 
@@ -173,6 +203,7 @@ impl IntoResponse for LockNotInstalled {
 /// | `RouteKey::route()` | `/axum-route//tenants/{id}/jobs/{job}`: one request at a time on the route |
 /// | `RouteKey::params()` | `/axum-route//tenants/{id}/jobs/{job}\|id=7\|job=9`: per tenant and job |
 /// | `RouteKey::param("id")` | `/axum-route//tenants/{id}/jobs/{job}\|id=7`: per tenant |
+/// | `RouteKey::param("id").across_routes()` | `/axum-route/*\|id=7`: per tenant, on every route with `{id}` |
 ///
 /// Parameter values are percent-decoded, as axum's `Path` decodes them, so `/tenants/acm%65`
 /// and `/tenants/acme` lock the same key; a value that does not decode to UTF-8 is answered
@@ -197,8 +228,8 @@ impl RouteMatcher for AxumRoutes {
     fn route<'r>(req: &'r dyn RequestView) -> Result<Cow<'r, str>, ExtractError> {
         match req.extensions().and_then(|e| e.get::<MatchedPath>()) {
             Some(matched) => Ok(Cow::Borrowed(matched.as_str())),
-            // The server's setup: the layer wraps the router's fallback (an unknown path
-            // under `Router::layer`), or sits outside any router.
+            // The server's setup: the layer sits outside any router. (A request that an axum
+            // router routed to its fallback never gets here: the layer lets it through.)
             None => Err(ExtractError::misconfigured(
                 "no matched route for the lock key: install the tower-lock layer with Router::route_layer",
             )),

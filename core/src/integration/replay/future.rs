@@ -14,7 +14,7 @@ use pin_project_lite::pin_project;
 
 use super::{
     BodyRead, CapturingBody, KeepRunning, Leftover, ReplayAdapter, ReplayDecision, ReplayLocker,
-    collected::Collected, fingerprint::Fingerprinter,
+    collected::Collected, content_coding::AcceptedCodings, fingerprint::Fingerprinter,
 };
 use crate::{engine::BoxFuture, engine::LockKey, reject::Rejection};
 
@@ -80,7 +80,15 @@ impl<A: ReplayAdapter> ReplayFuture<A> {
             Ok(Some(key)) => {
                 let declared = adapter.body_size_hint();
                 if declared > replay.max_request_body() as u64 {
-                    respond(replay, adapter, replay.too_large())
+                    let rejection = replay.too_large();
+                    if replay.locker().is_dry_run() {
+                        replay.locker().would_have(&rejection);
+                        State::Pass {
+                            call: adapter.pass(),
+                        }
+                    } else {
+                        respond(replay, adapter, rejection)
+                    }
                 } else {
                     let fingerprint = adapter.view(|req| replay.fingerprinter(req));
                     State::Reading {
@@ -223,9 +231,11 @@ impl<A: ReplayAdapter> Reading<A> {
     fn decide(self) -> State<A> {
         let body = self.data.into_bytes();
         let fingerprint = self.fingerprint;
-        let fingerprint = self.adapter.view(|req| fingerprint.finish(req, &body));
+        let (fingerprint, accepted) = self
+            .adapter
+            .view(|req| (fingerprint.finish(req, &body), AcceptedCodings::of(req)));
         State::Deciding {
-            decide: Box::pin(self.replay.begin(self.key, fingerprint)),
+            decide: Box::pin(self.replay.begin(self.key, fingerprint, accepted)),
             adapter: Some(self.adapter),
             replay: self.replay,
             body,

@@ -16,6 +16,7 @@ mod capturing_body;
 mod chunks;
 mod collected;
 mod completion;
+mod content_coding;
 mod decision;
 mod drain;
 pub(crate) mod fingerprint;

@@ -1,13 +1,22 @@
 //! [`ReplayLocker`]: the framework-neutral core of idempotency replay, from a request's
 //! key and fingerprint to "replay this", "refuse this" or "run it, then complete".
 
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::{
+    fmt,
+    future::Future,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering::Relaxed},
+    },
+    time::Duration,
+};
 
 use bytes::Bytes;
 use http::HeaderValue;
 
 use super::{
     Completion, ReplayAdapter, ReplayDecision, ReplayFuture,
+    content_coding::AcceptedCodings,
     fingerprint::Fingerprinter,
     options::ReplayOptions,
     record_codec::{self, Stored},
@@ -33,6 +42,9 @@ use crate::{
 pub struct ReplayLocker {
     pub(super) locker: RequestLocker,
     pub(super) options: Arc<ReplayOptions>,
+    /// Whether a replay refused for its content coding has been logged (once per layer:
+    /// the cause is the server's layer order, and the fix one line).
+    encoding_logged: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for ReplayLocker {
@@ -57,6 +69,7 @@ impl ReplayLocker {
         Self {
             locker,
             options: Arc::new(options),
+            encoding_logged: Arc::default(),
         }
     }
 
@@ -80,10 +93,17 @@ impl ReplayLocker {
     /// pass-through policy), a `400` rejection for a missing or malformed key.
     pub(super) fn key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
         let locker = &self.locker;
-        if !locker.locks_method(req.method()) {
+        if !locker.locks_method(req.method()) || locker.passes_unrouted(req) {
             return Ok(None);
         }
-        let key = locker.key(req)?;
+        let key = match locker.key(req) {
+            // A dry run rejects nothing: the request passes, its rejection counted.
+            Err(rejection) if locker.is_dry_run() => {
+                locker.would_have(&rejection);
+                return Ok(None);
+            }
+            key => key?,
+        };
         if key.is_none() {
             locker.metrics().unlocked();
         }
@@ -156,46 +176,82 @@ impl ReplayLocker {
     /// trip on Redis, for a first request as for a replay), and a grant after a wait looks
     /// again, because the request that held the key before may have completed meanwhile.
     /// Records are written only together with the release of the lock that guarded them,
-    /// so a look made while holding the key is final.
+    /// so a look made while holding the key is final. A stored response is replayed only
+    /// in a content coding the request `accepted`.
     ///
     /// The returned future borrows nothing; dropping it gives up the wait.
     pub(crate) fn begin(
         &self,
         key: LockKey,
         fingerprint: Bytes,
+        accepted: AcceptedCodings,
     ) -> impl Future<Output = ReplayDecision> + Send + 'static {
         let this = self.clone();
-        async move { this.decide(key, fingerprint).await }
+        async move {
+            let request = Request {
+                fingerprint,
+                accepted,
+            };
+            if !this.locker.is_dry_run() {
+                return this.decide(key, request).await;
+            }
+            let decision = this.clone().decide(key, request).await;
+            this.observed(decision)
+        }
     }
 
-    async fn decide(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
+    /// In a dry run, a replay or a rejection turned into running the request unlocked
+    /// (counted and logged); otherwise `decision`.
+    fn observed(&self, decision: ReplayDecision) -> ReplayDecision {
+        let locker = &self.locker;
+        if !locker.is_dry_run() {
+            return decision;
+        }
+        match decision {
+            ReplayDecision::Rejected(rejection) => {
+                locker.would_have(&rejection);
+                ReplayDecision::Unlocked
+            }
+            ReplayDecision::Replay(response) => {
+                tracing::info!(
+                    layer = locker.shared.config.name.as_str(),
+                    status = response.status().as_u16(),
+                    "dry run: would have replayed the stored response; the request runs"
+                );
+                ReplayDecision::Unlocked
+            }
+            decision => decision,
+        }
+    }
+
+    async fn decide(self, key: LockKey, request: Request) -> ReplayDecision {
         let locker = &self.locker;
         if locker.shared.local.is_some() {
             // Not reached by the preset (it refuses the degrade policy): the steps apart.
-            return self.decide_in_steps(key, fingerprint).await;
+            return self.decide_in_steps(key, request).await;
         }
         match locker.clone().lock_or_record(key).await {
             Ok(Outcome::Locked(guard)) => {
-                ReplayDecision::Run(Completion::new(guard, fingerprint, self.clone()))
+                ReplayDecision::Run(Completion::new(guard, request.fingerprint, self.clone()))
             }
             Ok(Outcome::Unlocked) => ReplayDecision::Unlocked,
             Ok(Outcome::Rejected(rejection)) => ReplayDecision::Rejected(rejection),
             Err(record) => {
                 locker.backend_ok();
-                self.answer(record, &fingerprint)
+                self.answer(record, &request)
             }
         }
     }
 
     /// [`decide`](Self::decide) as a read, an acquisition and a second read.
-    async fn decide_in_steps(self, key: LockKey, fingerprint: Bytes) -> ReplayDecision {
+    async fn decide_in_steps(self, key: LockKey, request: Request) -> ReplayDecision {
         let locker = &self.locker;
         let engine = locker.engine().clone();
         // Most retries find a completed record: answered in one read, without the lock.
         match engine.record(&key).await {
             Ok(Some(record)) => {
                 locker.backend_ok();
-                return self.answer(record, &fingerprint);
+                return self.answer(record, &request);
             }
             Ok(None) => locker.backend_ok(),
             Err(error) => return self.read_failed(&error),
@@ -206,10 +262,12 @@ impl ReplayLocker {
             Outcome::Rejected(rejection) => return ReplayDecision::Rejected(rejection),
         };
         match engine.record(&key).await {
-            Ok(None) => ReplayDecision::Run(Completion::new(guard, fingerprint, self.clone())),
+            Ok(None) => {
+                ReplayDecision::Run(Completion::new(guard, request.fingerprint, self.clone()))
+            }
             Ok(Some(record)) => {
                 guard.release_now();
-                self.answer(record, &fingerprint)
+                self.answer(record, &request)
             }
             Err(error) => {
                 guard.release_now();
@@ -237,9 +295,9 @@ impl ReplayLocker {
         ))
     }
 
-    fn answer(&self, record: Record, fingerprint: &Bytes) -> ReplayDecision {
+    fn answer(&self, record: Record, request: &Request) -> ReplayDecision {
         let locker = &self.locker;
-        if record.fingerprint != *fingerprint {
+        if record.fingerprint != request.fingerprint {
             return ReplayDecision::Rejected(locker.reject(
                 RejectionKind::FingerprintMismatch,
                 "this idempotency key was already used with a different request (method, path and query, content type, fingerprinted headers or body, or the host where it counts)".to_owned(),
@@ -257,6 +315,9 @@ impl ReplayLocker {
         }
         match record_codec::decode(&record.meta) {
             Some(Stored::Response { status, headers }) => {
+                if let Some(coding) = request.accepted.refused(&headers) {
+                    return ReplayDecision::Rejected(self.unaccepted_coding(coding, status));
+                }
                 locker.metrics().replayed();
                 let mut res = http::Response::new(record.body);
                 *res.status_mut() = status;
@@ -287,4 +348,33 @@ impl ReplayLocker {
             }
         }
     }
+
+    /// The stored response is in a content coding the retry did not accept (a compression
+    /// layer inside this one encoded it for the first request): refused, never sent in an
+    /// encoding the client cannot read, and logged once, naming the fix.
+    fn unaccepted_coding(&self, coding: &str, status: http::StatusCode) -> Rejection {
+        if !self.encoding_logged.swap(true, Relaxed) {
+            tracing::warn!(
+                layer = self.locker.shared.config.name.as_str(),
+                coding,
+                "a stored response was encoded ({coding}) by a compression layer inside the idempotency layer, and a retry does not accept that encoding: refused (409); install the compression layer outside the idempotency layer"
+            );
+        }
+        self.locker
+            .reject(
+                RejectionKind::NotReplayable,
+                format!(
+                    "the request with this idempotency key completed with status {status}, but its stored response is {coding}-encoded, which this request does not accept (Accept-Encoding), so it cannot be replayed"
+                ),
+                None,
+            )
+            .with_original_status(status.as_u16())
+    }
+}
+
+/// What the replay decision needs of the request: its fingerprint, and the content
+/// codings it accepts.
+struct Request {
+    fingerprint: Bytes,
+    accepted: AcceptedCodings,
 }

@@ -1,0 +1,202 @@
+//! gRPC callers get gRPC answers: a real tonic client calls a real tonic server with the
+//! lock layer in front, and each rejection arrives as a gRPC status (`ABORTED`,
+//! `RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `INVALID_ARGUMENT`) with the retry hint in its
+//! metadata, not as an HTTP error the client can only report as `UNKNOWN`.
+
+use std::{
+    convert::Infallible,
+    future::Future,
+    pin::Pin,
+    task::{Context, Poll},
+    time::Duration,
+};
+
+use bytes::{Buf, BufMut, Bytes};
+use http::uri::PathAndQuery;
+use tokio::net::TcpListener;
+use tonic::{
+    Code, Status,
+    body::Body,
+    codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder},
+    server::{NamedService, UnaryService},
+    transport::{Channel, Server},
+};
+use tower::Service;
+use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+use tower_lock_test_support::{
+    gate::{Gate, GateControl, gate},
+    unavailable::UnavailableBackend,
+};
+
+/// Messages as raw bytes: no protobuf code generation for a test.
+#[derive(Clone, Copy, Default)]
+struct Raw;
+
+impl Codec for Raw {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = Self;
+    type Decoder = Self;
+
+    fn encoder(&mut self) -> Self {
+        Self
+    }
+
+    fn decoder(&mut self) -> Self {
+        Self
+    }
+}
+
+impl Encoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl Decoder for Raw {
+    type Item = Bytes;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+/// The service `test.Jobs`: its one method waits at the gate, then answers `done`.
+#[derive(Clone)]
+struct Jobs(Gate);
+
+impl NamedService for Jobs {
+    const NAME: &'static str = "test.Jobs";
+}
+
+impl UnaryService<Bytes> for Jobs {
+    type Response = Bytes;
+    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<Bytes>, Status>> + Send>>;
+
+    fn call(&mut self, _request: tonic::Request<Bytes>) -> Self::Future {
+        let gate = self.0.clone();
+        Box::pin(async move {
+            let _inside = gate.pass("run".to_owned()).await;
+            Ok(tonic::Response::new(Bytes::from_static(b"done")))
+        })
+    }
+}
+
+impl Service<http::Request<Body>> for Jobs {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let jobs = self.clone();
+        Box::pin(async move { Ok(tonic::server::Grpc::new(Raw).unary(jobs, req).await) })
+    }
+}
+
+/// A tonic server for `test.Jobs` behind `layer`, and a client connected to it.
+async fn serve(layer: LockLayer) -> (tonic::client::Grpc<Channel>, GateControl) {
+    let (gate, control) = gate();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(Jobs(gate))
+            .serve_with_incoming(incoming),
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (tonic::client::Grpc::new(channel), control)
+}
+
+/// Call `test.Jobs/Run`, with `tenant` in the metadata when given.
+async fn run(
+    client: &tonic::client::Grpc<Channel>,
+    tenant: Option<&str>,
+) -> Result<tonic::Response<Bytes>, Status> {
+    let mut client = client.clone();
+    client.ready().await.unwrap();
+    let mut req = tonic::Request::new(Bytes::from_static(b"job"));
+    if let Some(tenant) = tenant {
+        req.metadata_mut()
+            .insert("x-tenant-id", tenant.parse().unwrap());
+    }
+    client
+        .unary(req, PathAndQuery::from_static("/test.Jobs/Run"), Raw)
+        .await
+}
+
+fn tenant_layer(engine: LockEngine) -> tower_lock::LockLayerBuilder {
+    LockLayer::builder(engine).key(HeaderKey::new("x-tenant-id"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_key_is_aborted_with_the_retry_hint_in_metadata() {
+    let (client, mut control) = serve(tenant_layer(LockEngine::in_memory()).build().unwrap()).await;
+    let held = run(&client, Some("acme"));
+    let others = async {
+        control.arrived().await;
+        let status = run(&client, Some("acme")).await.unwrap_err();
+        assert_eq!(status.code(), Code::Aborted, "{status:?}");
+        assert!(status.message().contains("holds the lock"), "{status:?}");
+        let metadata = status.metadata();
+        assert_eq!(metadata.get("retry-after").unwrap(), "1");
+        assert_eq!(metadata.get("grpc-retry-pushback-ms").unwrap(), "1000");
+        // Another tenant runs.
+        let other = run(&client, Some("globex"));
+        let open = async {
+            control.arrived().await;
+            control.open();
+        };
+        let (other, ()) = tokio::join!(other, open);
+        assert_eq!(other.unwrap().into_inner(), "done");
+    };
+    let (held, ()) = tokio::join!(held, others);
+    assert_eq!(held.unwrap().into_inner(), "done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_that_runs_out_is_resource_exhausted() {
+    let layer = tenant_layer(LockEngine::in_memory())
+        .wait(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let (client, mut control) = serve(layer).await;
+    let held = run(&client, Some("acme"));
+    let others = async {
+        control.arrived().await;
+        let status = run(&client, Some("acme")).await.unwrap_err();
+        assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+        assert!(status.metadata().get("retry-after").is_some());
+        control.open();
+    };
+    let (held, ()) = tokio::join!(held, others);
+    assert!(held.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_is_an_invalid_argument_and_a_backend_failure_unavailable() {
+    let (client, _control) = serve(tenant_layer(LockEngine::in_memory()).build().unwrap()).await;
+    let status = run(&client, None).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("x-tenant-id"), "{status:?}");
+
+    let down = LockEngine::new(UnavailableBackend);
+    let (client, _control) = serve(tenant_layer(down).build().unwrap()).await;
+    let status = run(&client, Some("acme")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.metadata().get("retry-after").unwrap(), "1");
+}
