@@ -248,7 +248,11 @@ impl Lease {
         self.stop();
         let engine = self.engine.clone();
         let state = self.state.clone();
+        // In flight from now until the backend answered: this engine's next acquire of the
+        // key waits for it (see `releasing`).
+        let in_flight = engine.releasing.begin(&state.key);
         async move {
+            let _in_flight = in_flight;
             let result = engine
                 .backend
                 .release(&state.key, &state.token, state.mode)
@@ -306,13 +310,20 @@ impl Lease {
         // Not `stop`: the lease stays under watch while a refused completion is retried.
         self.handed_off = true;
         self.state.released.store(true, Ordering::Release);
-        runtime::Detachable::new(super::completion::complete(
+        // In flight as a release is (see `begin_release`): a retry from this node finds
+        // the record, not its own lease.
+        let in_flight = self.engine.releasing.begin(&self.state.key);
+        let complete = super::completion::complete(
             self.engine.clone(),
             self.state.clone(),
             self.id,
             record,
             retention,
-        ))
+        );
+        runtime::Detachable::new(async move {
+            let _in_flight = in_flight;
+            complete.await
+        })
     }
 
     /// Add `by` to the remaining TTL. The new remaining TTL also becomes the length the

@@ -84,6 +84,7 @@ mod record;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
+mod releasing;
 mod resets;
 pub mod runtime;
 mod status;

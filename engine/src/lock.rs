@@ -243,6 +243,8 @@ impl Lock {
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }
+        // This engine's own release of the key, begun and not yet answered, lands first.
+        self.engine.shared.releasing.landed(&req.key).await;
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
         let mut retried = false;
         loop {
@@ -305,6 +307,8 @@ impl Lock {
         }
         let key = self.key()?;
         let (req, started) = self.request(self.options.wait)?;
+        // This engine's own completion of the key lands first: a retry gets its record.
+        self.engine.shared.releasing.landed(&req.key).await;
         match records.acquire_or_record(req.clone()).await {
             Ok(GrantOrRecord::Record(record)) => return Ok(Acquired::Record(record)),
             Ok(GrantOrRecord::Grant(grant)) => {

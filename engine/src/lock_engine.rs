@@ -23,6 +23,8 @@ pub(crate) struct EngineShared {
     pub(crate) watchdog: Watchdog,
     /// The backend's resets, if it reports them.
     pub(crate) resets: Option<crate::Resets>,
+    /// The releases begun and not yet answered, which an acquire of their key awaits.
+    pub(crate) releasing: Arc<crate::releasing::Releasing>,
     defaults: LockOptions,
 }
 
@@ -106,12 +108,22 @@ impl LockEngine {
         synchronous: Option<Arc<dyn SynchronousBackend>>,
         defaults: LockOptions,
     ) -> Self {
+        Self::build_with(backend, synchronous, defaults, Arc::default())
+    }
+
+    fn build_with(
+        backend: Arc<dyn Backend>,
+        synchronous: Option<Arc<dyn SynchronousBackend>>,
+        defaults: LockOptions,
+        releasing: Arc<crate::releasing::Releasing>,
+    ) -> Self {
         Self {
             shared: Arc::new(EngineShared {
                 resets: backend.resets(),
                 backend,
                 synchronous,
                 watchdog: Watchdog::new(),
+                releasing,
                 defaults,
             }),
         }
@@ -119,10 +131,11 @@ impl LockEngine {
 
     /// Set the options every [`Lock`] from this engine starts with.
     pub fn with_defaults(self, defaults: LockOptions) -> Self {
-        Self::build(
+        Self::build_with(
             self.shared.backend.clone(),
             self.shared.synchronous.clone(),
             defaults,
+            self.shared.releasing.clone(),
         )
     }
 

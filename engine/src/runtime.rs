@@ -88,7 +88,6 @@ impl Origin {
     pub(crate) fn caller() -> Self {
         let caller = Handle::try_current()
             .ok()
-            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
             .map(|h| h.id())
             .filter(|id| *id != handle().id());
         Self(ORIGIN.with(|o| o.replace(caller.or(o.get()))))

@@ -1,7 +1,7 @@
 //! [`RuntimeConns`]: the command connections of the callers' own runtimes.
 //!
-//! A call made from a user's multi-threaded tokio runtime goes out on a connection whose
-//! driver task runs on that runtime, so a round trip costs no hop to the engine's thread and back (two
+//! A call made from a user's tokio runtime goes out on a connection whose driver task runs
+//! on that runtime, so a round trip costs no hop to the engine's thread and back (two
 //! cross-thread wake-ups, most of an uncontended cycle's time beside a lock that does its
 //! I/O where it is called). Work that must outlive a user runtime (renewals, wake-ups,
 //! detached releases and completions) runs on the engine's runtime, and its calls use the
@@ -16,18 +16,29 @@
 //! connection-level failure, retires it as it retires the pool's); a call that finds none
 //! connects on its runtime, through the connector's outage admission.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::{
+    sync::{Arc, Mutex, Weak},
+    time::{Duration, Instant},
+};
 
 use redis::aio::MultiplexedConnection;
-use tokio::runtime::{Handle, Id, RuntimeFlavor};
+use tokio::runtime::{Handle, Id};
 
 use super::connector::{Connector, PooledConn};
 use crate::runtime;
+
+/// How long a replaced connection stays open: a call that timed out on it (a paused or
+/// stalled server) may still sit in the server's queue, and closing the socket would
+/// make the server drop it. A release queued so lands when the server resumes, as it
+/// would on the pool, whose retired connections close as lazily.
+const RETIRED_GRACE: Duration = Duration::from_secs(10);
 
 /// The current connection of each user runtime that has made calls, by runtime.
 #[derive(Default)]
 pub(super) struct RuntimeConns {
     entries: Mutex<Vec<Entry>>,
+    /// Connections replaced by a newer one, open until their grace ends.
+    retired: Mutex<Vec<(Instant, PooledConn)>>,
 }
 
 struct Entry {
@@ -54,19 +65,14 @@ impl Drop for Gone {
 }
 
 impl RuntimeConns {
-    /// The runtime the caller is on, if it is a user's multi-threaded one (not the
-    /// engine's, whose calls use the pool, nor none).
-    ///
-    /// Current-thread runtimes share the engine's pool: a server that runs one per worker
-    /// (actix-web) would otherwise send a release (as a response ends, on one worker) and
-    /// the client's next request (on another worker) on two sockets, and Redis could run
-    /// the acquire first. One multi-threaded runtime serves all of an application's
-    /// requests on its one connection, in order.
+    /// The runtime the caller is on, if it is a user's (not the engine's, whose calls use
+    /// the pool, nor none). A release begun on one runtime and the next acquire of its key
+    /// on another (two actix workers) take two sockets: the engine orders them itself (an
+    /// acquire waits for this engine's own release of its key, see `releasing`).
     pub(super) fn user_runtime() -> Option<Id> {
         let current = Handle::try_current().ok()?;
         let id = current.id();
-        (id != runtime::handle().id() && current.runtime_flavor() == RuntimeFlavor::MultiThread)
-            .then_some(id)
+        (id != runtime::handle().id()).then_some(id)
     }
 
     /// The user runtime a detached operation polled in place came from
@@ -91,7 +97,12 @@ impl RuntimeConns {
     pub(super) fn keep(self: &Arc<Self>, runtime: Id, conn: PooledConn) {
         let mut entries = self.entries.lock().unwrap();
         if let Some(entry) = entries.iter_mut().find(|e| e.runtime == runtime) {
-            entry.conn = Some(conn);
+            let replaced = entry.conn.replace(conn);
+            drop(entries);
+            let now = Instant::now();
+            let mut retired = self.retired.lock().unwrap();
+            retired.retain(|(since, _)| now.duration_since(*since) < RETIRED_GRACE);
+            retired.extend(replaced.map(|conn| (now, conn)));
             return;
         }
         entries.push(Entry {
