@@ -361,3 +361,19 @@ mod actix_redis {
     use super::*;
     every_case!(Actix, Redis);
 }
+
+// Left out until the Postgres backend grants shared leases (`Capability::SharedLeases`):
+// then `if_backend_has!` lets these through.
+#[cfg(feature = "postgres")]
+mod axum_postgres {
+    #[allow(unused_imports)]
+    use super::*;
+    tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Tower, Postgres););
+}
+
+#[cfg(feature = "postgres")]
+mod actix_postgres {
+    #[allow(unused_imports)]
+    use super::*;
+    tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Actix, Postgres););
+}

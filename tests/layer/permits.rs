@@ -421,6 +421,15 @@ mod redis {
     every_case!(Redis);
 }
 
+// Left out until the Postgres backend grants shared leases (`Capability::SharedLeases`):
+// then `if_backend_has!` lets these through.
+#[cfg(feature = "postgres")]
+mod postgres {
+    #[allow(unused_imports)]
+    use super::*;
+    tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Postgres););
+}
+
 #[test]
 fn shared_methods_are_locked_even_where_the_default_leaves_them_unlocked() {
     let engine = LockEngine::in_memory();
