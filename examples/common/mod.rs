@@ -58,7 +58,10 @@ pub(crate) async fn postgres_engine(url: &str) -> LockEngine {
     };
     match built {
         Ok(backend) => {
-            println!("lock engine: Postgres at {url} (schema {})", backend.schema());
+            println!(
+                "lock engine: Postgres at {url} (schema {})",
+                backend.schema()
+            );
             LockEngine::new(backend)
         }
         Err(e) => {
