@@ -10,7 +10,8 @@
 # It starts its own redis-server on a free loopback port (no persistence) and stops it on
 # exit; it installs Debian's redis-server (which brings redis-benchmark and redis-cli) if
 # missing. The HTTP load generator is built into benches/http.rs, so wrk is not needed.
-# Budget: well under 10 minutes on 2 cores once the benches are built.
+# Budget: well under 10 minutes on 2 cores once the benches are built (Postgres rows: about
+# 3 more, each run on a throwaway cluster of its own when postgresql is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
