@@ -11,7 +11,7 @@
 # exit; it installs Debian's redis-server (which brings redis-benchmark and redis-cli) if
 # missing. The HTTP load generator is built into benches/http.rs, so wrk is not needed.
 # Budget: well under 10 minutes on 2 cores once the benches are built (Postgres rows: about
-# 3 more, each run on a throwaway cluster of its own when postgresql is installed).
+# 5 more, each run on a throwaway cluster of its own when postgresql is installed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -458,7 +458,7 @@ row "postgres uncontended 1 client / advisory xact lock" \
     "$(ratio "$(F postgres-1client cycles_per_s)" "$(F postgres-advisory-1client cycles_per_s)")" "" ""
 row "postgres uncontended: statements (transactions) per cycle" \
     "$(F postgres-1client postgres_transactions_per_cycle)" "" ""
-row "postgres   ... simple lock; advisory lock (3 statements each)" \
+row "postgres   ... simple lock; advisory lock (3 statements, 1 transaction)" \
     "$(F postgres-baseline-1client postgres_transactions_per_cycle); $(F postgres-advisory-1client postgres_transactions_per_cycle)" "" ""
 row "postgres FIFO 8w/1key/1ms: hand-off p99 (us)" "$(F postgres-fifo handoff_p99_us)" "" ""
 row "postgres FIFO hand-off p99 / redis's" \

@@ -366,14 +366,14 @@ mod actix_redis {
 // then `if_backend_has!` lets these through.
 #[cfg(feature = "postgres")]
 mod axum_postgres {
-    #[allow(unused_imports)]
+    #[allow(unused_imports, reason = "used once the cases are let through")]
     use super::*;
     tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Tower, Postgres););
 }
 
 #[cfg(feature = "postgres")]
 mod actix_postgres {
-    #[allow(unused_imports)]
+    #[allow(unused_imports, reason = "used once the cases are let through")]
     use super::*;
     tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Actix, Postgres););
 }

@@ -425,7 +425,7 @@ mod redis {
 // then `if_backend_has!` lets these through.
 #[cfg(feature = "postgres")]
 mod postgres {
-    #[allow(unused_imports)]
+    #[allow(unused_imports, reason = "used once the cases are let through")]
     use super::*;
     tower_lock_test_support::if_backend_has!(SharedLeases, Postgres, every_case!(Postgres););
 }
