@@ -15,6 +15,13 @@
 //! cargo run --example demo          # http://127.0.0.1:3000; PORT=8080 to change it
 //! WORK_MS=500 cargo run --example demo     # handlers take 0.5 s instead of 5 s
 //! REDIS_URL=redis://127.0.0.1/ cargo run --example demo   # lock on Redis
+//! DATABASE_URL=postgres://app@127.0.0.1/app cargo run --features postgres --example demo
+//! ```
+//!
+//! With `DATABASE_URL` (and the `postgres` feature), the locks and the stored responses
+//! live in the schema `tower_lock` of that database, which the demo migrates on start.
+//!
+//! ```sh
 //! ```
 //!
 //! It prints a curl session to try on start.

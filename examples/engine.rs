@@ -2,7 +2,7 @@
 //! to a storage that refuses stale writers.
 //!
 //! Runs in-process with no setup: `cargo run --example engine` (`REDIS_URL` switches to
-//! Redis).
+//! Redis, `DATABASE_URL` with `--features postgres` to Postgres).
 
 mod common;
 

@@ -8,6 +8,7 @@
 //! ```sh
 //! cargo run --example tenant_fifo
 //! REDIS_URL=redis://127.0.0.1/ cargo run --example tenant_fifo   # FIFO across nodes
+//! DATABASE_URL=postgres://app@127.0.0.1/app cargo run --features postgres --example tenant_fifo
 //! ```
 
 mod common;

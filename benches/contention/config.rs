@@ -16,6 +16,10 @@ pub(crate) enum Hold {
 pub(crate) struct Config {
     pub(crate) backend: String,
     pub(crate) redis_url: Option<String>,
+    /// Postgres: the database, or `None` for a throwaway cluster the bench starts.
+    pub(crate) database_url: Option<String>,
+    /// Postgres: connections per engine (and the baselines' pool).
+    pub(crate) pool: u32,
     pub(crate) workers: usize,
     pub(crate) keys: usize,
     pub(crate) iterations: usize,
@@ -42,14 +46,29 @@ impl Config {
             other => return Err(format!("--hold: expected spin or sleep, not `{other}`")),
         };
         let backend = args.get("backend", "memory".to_string())?;
-        if !["memory", "redis", "redis-cluster", "redis-baseline"].contains(&backend.as_str()) {
+        const BACKENDS: &[&str] = &[
+            "memory",
+            "redis",
+            "redis-cluster",
+            "redis-baseline",
+            "postgres",
+            "postgres-baseline",
+            "postgres-advisory",
+        ];
+        if !BACKENDS.contains(&backend.as_str()) {
             return Err(format!(
-                "--backend: expected memory, redis, redis-cluster or redis-baseline, not `{backend}`"
+                "--backend: expected one of {}, not `{backend}`",
+                BACKENDS.join(", ")
             ));
         }
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let config = Self {
             redis_url: support::redis_url(args),
+            database_url: args
+                .string("database-url")
+                .or_else(|| std::env::var("DATABASE_URL").ok())
+                .filter(|u| !u.is_empty()),
+            pool: args.get("pool", 10)?,
             backend,
             workers: args.get("workers", 8)?,
             keys: args.get("keys", 1)?,
@@ -70,8 +89,15 @@ impl Config {
             label: args.string("label"),
             json: args.flag("json"),
         };
-        if config.workers == 0 || config.keys == 0 || config.engines == 0 || config.threads == 0 {
-            return Err("--workers, --keys, --engines and --threads must be at least 1".into());
+        if config.workers == 0
+            || config.keys == 0
+            || config.engines == 0
+            || config.threads == 0
+            || config.pool == 0
+        {
+            return Err(
+                "--workers, --keys, --engines, --threads and --pool must be at least 1".into(),
+            );
         }
         if config.backend.starts_with("redis") && config.redis_url.is_none() {
             return Err("--backend redis needs --redis-url or REDIS_URL".into());
@@ -84,6 +110,8 @@ impl Config {
         Self {
             backend: "memory".into(),
             redis_url: None,
+            database_url: None,
+            pool: 10,
             workers: 4,
             keys: 1,
             iterations: 10,

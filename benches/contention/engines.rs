@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::support;
 
 /// The engines for this run. Every engine shares one backend, as the servers of a fleet
-/// share one Redis; for memory, the `MemoryBackend` is also returned for `key_count()`.
+/// share one Redis (or one Postgres database); for memory, the `MemoryBackend` is also returned for `key_count()`.
 pub(crate) async fn engines(
     config: &Config,
 ) -> Result<(Vec<LockEngine>, Option<Arc<MemoryBackend>>), String> {
@@ -19,6 +19,14 @@ pub(crate) async fn engines(
                 .map(|_| LockEngine::from_arc(backend.clone() as Arc<dyn Backend>))
                 .collect();
             Ok((engines, Some(backend)))
+        }
+        #[cfg(feature = "postgres")]
+        "postgres" => {
+            let mut engines = Vec::with_capacity(config.engines);
+            for _ in 0..config.engines {
+                engines.push(crate::postgres::database().engine(config.pool).await?);
+            }
+            Ok((engines, None))
         }
         _ => {
             let url = config.redis_url.as_deref().expect("checked in from_args");

@@ -10,7 +10,8 @@
 //! (no `--bench` argument) it does one small smoke run and checks its invariants.
 //!
 //! The contended run is in `turns` (its figures in `analysis`), the residue run in
-//! `residue`, the plain `SET NX` lock it is compared with in `baseline`.
+//! `residue`, the plain `SET NX` lock it is compared with in `baseline`, the Postgres
+//! database and its two baselines in `postgres`.
 
 // Shared with the other benches (`benches/support/`).
 #[path = "../support/mod.rs"]
@@ -20,6 +21,7 @@ mod analysis;
 mod baseline;
 mod config;
 mod engines;
+mod postgres;
 mod report;
 mod residue;
 mod turns;
@@ -46,7 +48,16 @@ OPTIONS:
                              correct Redis lock (SET NX PX, compare-and-delete
                              script; no waiting: a refused try retries at once,
                              no fences), on the same kind of connection  [memory]
+                           | postgres|postgres-baseline|postgres-advisory
+                             (needs the `postgres` feature; the baselines:
+                             one INSERT ... ON CONFLICT and one DELETE by
+                             token, a refused try retrying at once; or
+                             pg_advisory_xact_lock in a transaction)
     --redis-url URL          Redis server (else $REDIS_URL)
+    --database-url URL       Postgres database (else $DATABASE_URL; else the
+                               bench starts a throwaway cluster, as the
+                               `postgres` user, and stops it on exit)
+    --pool N                 Postgres connections per engine and baseline   [10]
     --workers N              concurrent workers (tasks)                     [8]
     --keys N                 keys; worker w always uses key w mod N         [1]
     --iterations N           cycles per worker                              [50]
@@ -67,7 +78,8 @@ OPTIONS:
                                the first round has an arrival order to keep  [500]
     --residue-keys N         instead: lock and release N distinct keys, then
                                report RSS and leftover keys (in-process map
-                               entries; DBSIZE of the URL's database)       [off]
+                               entries; DBSIZE of the URL's database; rows
+                               of the Postgres lock and ticket tables)     [off]
     --settle-ms N            with --residue-keys: measure again N ms later,
                                after TTL'd Redis keys have expired           [0]
     --label TEXT             copied into the output, to tell runs apart
@@ -86,6 +98,8 @@ OUTPUT (one JSON object; times in microseconds unless the name says otherwise):
     longest_run      most consecutive grants of one key to one worker
     redis_commands_per_cycle   server-side commands (INFO commandstats, including
                      those run inside Lua scripts) / cycles; null for memory
+    postgres_transactions_per_cycle   pg_stat_database commits + rollbacks / cycles
+                     (each engine call is one statement in its own transaction)
     mutual_exclusion_violations   two holders at once (must be 0)
 ";
 
@@ -93,6 +107,8 @@ const FLAGS: &[&str] = &["fifo", "json", "help"];
 pub(crate) const OPTIONS: &[&str] = &[
     "backend",
     "redis-url",
+    "database-url",
+    "pool",
     "workers",
     "keys",
     "iterations",
@@ -134,9 +150,14 @@ fn main() -> ExitCode {
         .build()
         .expect("tokio runtime");
     let result = runtime.block_on(async {
+        if config.backend.starts_with("postgres") {
+            postgres::open(&config).await?;
+        }
         match config.residue_keys {
             Some(n) => residue(&config, n).await,
             None if config.backend == "redis-baseline" => baseline::run(&config).await,
+            #[cfg(feature = "postgres")]
+            None if config.backend.starts_with("postgres-") => postgres::baseline(&config).await,
             None => contention(&config).await,
         }
     });

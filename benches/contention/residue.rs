@@ -53,6 +53,7 @@ pub(crate) async fn residue(config: &Config, n: u64) -> Result<Value, String> {
         None => None,
     };
     let key_count_after = memory.as_ref().map(|m| m.key_count());
+    let rows_after = postgres_rows(config).await?;
     // Redis keeps some keys on purpose for a while (e.g. fence tombstones, with a TTL):
     // measured again once they should be gone.
     let settled = if config.settle.is_zero() {
@@ -67,6 +68,7 @@ pub(crate) async fn residue(config: &Config, n: u64) -> Result<Value, String> {
             support::rss_kib(),
             memory.as_ref().map(|m| m.key_count()),
             dbsize,
+            postgres_rows(config).await?,
         ))
     };
 
@@ -86,12 +88,30 @@ pub(crate) async fn residue(config: &Config, n: u64) -> Result<Value, String> {
             "redis_dbsize_before": dbsize_before,
             "redis_dbsize_after": dbsize_after,
             "settle_ms": config.settle.as_millis() as u64,
-            "rss_settled_kib": settled.and_then(|s| s.0),
-            "key_count_settled": settled.and_then(|s| s.1),
-            "redis_dbsize_settled": settled.and_then(|s| s.2),
+            "rss_settled_kib": settled.as_ref().and_then(|s| s.0),
+            "key_count_settled": settled.as_ref().and_then(|s| s.1),
+            "redis_dbsize_settled": settled.as_ref().and_then(|s| s.2),
+            // Postgres: every row of the lock table (fence tombstones included, swept within
+            // 10 s), live leases, tickets; right after, and once settled.
+            "postgres_lock_rows_after": rows_after.map(|r| r.0),
+            "postgres_live_leases_after": rows_after.map(|r| r.1),
+            "postgres_tickets_after": rows_after.map(|r| r.2),
+            "postgres_lock_rows_settled": settled.as_ref().and_then(|s| s.3).map(|r| r.0),
+            "postgres_live_leases_settled": settled.as_ref().and_then(|s| s.3).map(|r| r.1),
+            "postgres_tickets_settled": settled.as_ref().and_then(|s| s.3).map(|r| r.2),
         }),
     );
     Ok(report)
+}
+
+/// On Postgres, the run's rows: (lock rows, live leases, tickets).
+async fn postgres_rows(config: &Config) -> Result<Option<(i64, i64, i64)>, String> {
+    #[cfg(feature = "postgres")]
+    if config.backend == "postgres" {
+        return crate::postgres::database().rows().await.map(Some);
+    }
+    let _ = config;
+    Ok(None)
 }
 
 /// Lock and release `n` distinct keys (`{prefix}:{i}`), spread over the configured workers

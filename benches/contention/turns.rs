@@ -85,6 +85,12 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
         None => None,
     };
 
+    #[cfg(feature = "postgres")]
+    let transactions_before = match config.backend.as_str() {
+        "postgres" => Some(crate::postgres::database().transactions().await?),
+        _ => None,
+    };
+
     let violations = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let first_error = Arc::new(Mutex::new(None::<String>));
@@ -181,6 +187,21 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
         (Some(s), Some(before)) => Some(support::commands_between(&before, &s.command_calls()?)),
         _ => None,
     };
+    // The engines' connections are closed first, so that their backends report every
+    // transaction (see `postgres`).
+    drop(engines);
+    #[cfg(feature = "postgres")]
+    let transactions = match transactions_before {
+        Some(before) => Some(
+            crate::postgres::database()
+                .transactions_once_closed()
+                .await?
+                - before,
+        ),
+        None => None,
+    };
+    #[cfg(not(feature = "postgres"))]
+    let transactions: Option<i64> = None;
     let logs: Vec<Vec<Cycle>> = slots
         .iter()
         .map(|s| std::mem::take(&mut *s.log.lock().unwrap()))
@@ -215,6 +236,8 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
         "redis_commands": total_commands,
         "redis_commands_per_cycle": total_commands.map(|n| round(n as f64 / cycles.max(1) as f64, 2)),
         "redis_command_calls": commands,
+        "postgres_transactions_per_cycle":
+            transactions.map(|n| round(n as f64 / cycles.max(1) as f64, 2)),
     });
     extend(&mut report, fields);
     Ok(report)

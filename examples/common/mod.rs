@@ -4,14 +4,20 @@ use std::{env, net::SocketAddr};
 
 use tower_lock::LockEngine;
 
-/// The in-process engine, or the Redis engine when `REDIS_URL` is set.
+/// The in-process engine; the Redis engine when `REDIS_URL` is set; else the Postgres
+/// engine when `DATABASE_URL` is set. (`REDIS_URL` is the explicit choice of a lock server:
+/// a shell that has a `DATABASE_URL` for other reasons keeps it.)
 pub(crate) async fn engine_from_env() -> LockEngine {
-    match env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => redis_engine(&url).await,
-        _ => {
-            println!("lock engine: in-process (set REDIS_URL to lock on Redis)");
-            LockEngine::in_memory()
-        }
+    let set = |name| env::var(name).ok().filter(|url| !url.is_empty());
+    if let Some(url) = set("REDIS_URL") {
+        redis_engine(&url).await
+    } else if let Some(url) = set("DATABASE_URL") {
+        postgres_engine(&url).await
+    } else {
+        println!(
+            "lock engine: in-process (set REDIS_URL to lock on Redis, DATABASE_URL on Postgres)"
+        );
+        LockEngine::in_memory()
     }
 }
 
@@ -35,6 +41,42 @@ async fn redis_engine(url: &str) -> LockEngine {
 async fn redis_engine(url: &str) -> LockEngine {
     println!(
         "REDIS_URL={url} is set but tower-lock was built without the `redis` feature; using in-process"
+    );
+    LockEngine::in_memory()
+}
+
+/// The one place the examples switch to Postgres: the engine's tables in the schema
+/// `tower_lock`, created (or brought up to date) first, as an application's deployment
+/// would with `migrate()`.
+#[cfg(feature = "postgres")]
+pub(crate) async fn postgres_engine(url: &str) -> LockEngine {
+    use tower_lock::engine::postgres::PostgresBackend;
+    let builder = PostgresBackend::builder(url);
+    let built = match builder.migrate().await {
+        Ok(()) => builder.build().await,
+        Err(e) => Err(e),
+    };
+    match built {
+        Ok(backend) => {
+            println!(
+                "lock engine: Postgres at {url} (schema {})",
+                backend.schema()
+            );
+            LockEngine::new(backend)
+        }
+        Err(e) => {
+            eprintln!("cannot use DATABASE_URL={url}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Built without the `postgres` feature: there is no Postgres backend to switch to.
+#[cfg(not(feature = "postgres"))]
+pub(crate) async fn postgres_engine(url: &str) -> LockEngine {
+    println!(
+        "DATABASE_URL={url} is set but tower-lock was built without the `postgres` feature \
+         (cargo run --features postgres); using in-process"
     );
     LockEngine::in_memory()
 }

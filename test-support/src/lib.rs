@@ -3,7 +3,7 @@
 //! | module | what it holds | used by |
 //! | --- | --- | --- |
 //! | [`redis`] | a `redis-server` of the test's own on a free port (kill, restart, pause, freeze, `redis-cli`, SCAN); engines on it and what they leave behind | every Redis test |
-//! | [`postgres`] | a throwaway Postgres cluster (`initdb` as the `postgres` user, a free port, a private socket directory; kill, restart, pause, resume) and a PgBouncer in transaction mode in front of it | `tests/postgres` |
+//! | [`postgres`] | a throwaway Postgres cluster (`initdb` as the `postgres` user, a free port, a private socket directory; kill, restart, pause, resume) and a PgBouncer in transaction mode in front of it | `tests/postgres`, the scenarios' [`Backend::Postgres`](scenarios::Backend) and `PostgresBouncer`, the contention bench's Postgres runs |
 //! | [`http`] | a test app on a real socket (axum or actix), a hyper-util client, [`Reply`](http::Reply), a channel-fed body for either framework | every HTTP test |
 //! | [`gate`] | a gate handlers wait at until the test lets them through, counting who is inside | the scenarios, the Redis fault tests |
 //! | [`unavailable`] | a backend that is always down | the failure-policy scenarios |
@@ -47,13 +47,15 @@
 //! its types are the test's), and the root crate's tests always turn them on: no feature
 //! of tower-lock's, which users see, names this unpublished crate. `cargo test
 //! --no-default-features` still builds the library without its `redis` feature, and the
-//! tests that need Redis are `cfg`-gated on that feature.
+//! tests that need Redis are `cfg`-gated on that feature. Its `postgres` feature does the
+//! same for the scenarios' Postgres backends.
 //!
 //! # Scenarios
 //!
 //! A scenario is an `async fn` in [`scenarios`] that takes the [`Stack`](scenarios::Stack)
 //! it runs on: the [`Framework`](scenarios::Framework) (the tower layer under axum, or the
-//! actix middleware) and the [`Backend`](scenarios::Backend) (in-process or Redis). A test
+//! actix middleware) and the [`Backend`](scenarios::Backend) (in-process, Redis or
+//! Postgres). A test
 //! file instantiates the whole list with one macro call, one `#[tokio::test]` per
 //! scenario, named as the scenario, the way `conformance_tests!` does for the engine:
 //!

@@ -419,3 +419,15 @@ async fn permits_on_a_get_endpoint_limit_it_without_a_method_filter() {
 fn http_02_options() -> actix_web::http::Method {
     actix_web::http::Method::OPTIONS
 }
+
+#[cfg(feature = "postgres")]
+mod axum_postgres {
+    use super::*;
+    every_case!(Tower, Postgres);
+}
+
+#[cfg(feature = "postgres")]
+mod actix_postgres {
+    use super::*;
+    every_case!(Actix, Postgres);
+}

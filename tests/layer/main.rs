@@ -22,6 +22,8 @@ mod methods;
 mod outage_log;
 mod permits;
 mod poll;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod problem_json;
 #[cfg(feature = "redis")]
 mod redis;

@@ -421,6 +421,12 @@ mod redis {
     every_case!(Redis);
 }
 
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    every_case!(Postgres);
+}
+
 #[test]
 fn shared_methods_are_locked_even_where_the_default_leaves_them_unlocked() {
     let engine = LockEngine::in_memory();

@@ -53,3 +53,9 @@ async fn two_tables_made_with_one_name_never_share_keys_on_redis() {
 async fn two_tables_made_with_one_name_never_share_keys_on_a_redis_cluster() {
     tables_made_with_one_name_keep_apart(Backend::RedisCluster).await;
 }
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tables_made_with_one_name_never_share_keys_on_postgres() {
+    tables_made_with_one_name_keep_apart(Backend::Postgres).await;
+}

@@ -1,5 +1,5 @@
-//! Idempotency replay over real sockets (axum + hyper), on the in-process backend and on
-//! Redis: the scenarios of `test-support/src/scenarios/replay/`; and at the tower level
+//! Idempotency replay over real sockets (axum + hyper), on the in-process backend, on Redis
+//! and on Postgres: the scenarios of `test-support/src/scenarios/replay/`; and at the tower level
 //! (`tower_level`), where a test controls what an HTTP server would not let it.
 //!
 //! The replay faults of a real Redis (a holder killed, a restart, a damaged record) are in
@@ -23,6 +23,17 @@ mod redis {
     tower_lock_test_support::replay_scenarios!(framework = Tower, backend = Redis);
     tower_lock_test_support::scenario_tests!(
         (tower_lock_test_support::scenarios::Backend::Redis);
+        nested_routers_bind_records_to_the_full_target,
+        a_custom_fingerprint_in_a_nested_router_keeps_the_full_target,
+        the_longest_key_works_per_long_principal,
+    );
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    tower_lock_test_support::replay_scenarios!(framework = Tower, backend = Postgres);
+    tower_lock_test_support::scenario_tests!(
+        (tower_lock_test_support::scenarios::Backend::Postgres);
         nested_routers_bind_records_to_the_full_target,
         a_custom_fingerprint_in_a_nested_router_keeps_the_full_target,
         the_longest_key_works_per_long_principal,

@@ -19,6 +19,14 @@ pub enum Backend {
     /// table, so per scenario instance.
     #[cfg(feature = "redis-cluster")]
     RedisCluster,
+    /// The Postgres backend on the test binary's shared cluster: one schema per table, so
+    /// per scenario instance.
+    #[cfg(feature = "postgres")]
+    Postgres,
+    /// The Postgres backend through the test binary's PgBouncer in transaction pooling
+    /// mode (its listener connected directly): one schema per table.
+    #[cfg(feature = "postgres")]
+    PostgresBouncer,
 }
 
 /// One scenario's lock table: its engine, and what it leaves behind.
@@ -41,6 +49,8 @@ enum Place {
     RedisCluster {
         prefix: String,
     },
+    #[cfg(feature = "postgres")]
+    Postgres(super::postgres::PgPlace),
 }
 
 impl Backend {
@@ -72,6 +82,17 @@ impl Backend {
                 LockTable {
                     engine: cluster_engine(&prefix).await,
                     place: Place::RedisCluster { prefix },
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Self::Postgres | Self::PostgresBouncer => {
+                // The name is kept in the messages: a schema name is too short for it.
+                let _ = name;
+                let bouncer = matches!(self, Self::PostgresBouncer);
+                let (engine, place) = super::postgres::PgPlace::new(bouncer).await;
+                LockTable {
+                    engine,
+                    place: Place::Postgres(place),
                 }
             }
         }
@@ -122,6 +143,8 @@ impl LockTable {
             } => crate::redis::engine(server, prefix, *timeout).await,
             #[cfg(feature = "redis-cluster")]
             Place::RedisCluster { prefix } => cluster_engine(prefix).await,
+            #[cfg(feature = "postgres")]
+            Place::Postgres(place) => place.node().await,
         }
     }
 
@@ -171,6 +194,13 @@ impl LockTable {
                 }
                 assert_eq!(recs, records, "records under {prefix}");
             }
+            #[cfg(feature = "postgres")]
+            Place::Postgres(place) => {
+                let (other, recs) = place.residue().await;
+                let schema = place.schema();
+                assert!(other.is_empty(), "residue in schema {schema}: {other:?}");
+                assert_eq!(recs.len(), records, "records in schema {schema}: {recs:?}");
+            }
         }
     }
 
@@ -199,6 +229,13 @@ impl LockTable {
                     let left = tokio::task::block_in_place(|| crate::redis::residue(node, prefix));
                     assert!(left.is_empty(), "residue under {prefix}: {left:?}");
                 }
+            }
+            #[cfg(feature = "postgres")]
+            Place::Postgres(place) => {
+                let (other, recs) = place.residue().await;
+                let schema = place.schema();
+                assert!(other.is_empty(), "residue in schema {schema}: {other:?}");
+                assert!(recs.is_empty(), "records in schema {schema}: {recs:?}");
             }
         }
     }

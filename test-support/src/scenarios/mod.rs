@@ -5,7 +5,7 @@
 //! the frameworks takes only the backend, one that needs no backend only the framework).
 //! It builds its app from [`Routes`] of framework-neutral [`Handler`]s, so the same steps
 //! and the same assertions run under the tower layer and under the actix middleware, on
-//! the in-process backend and on Redis. Each scenario that uses a backend ends by checking
+//! the in-process backend, on Redis and on Postgres. Each scenario that uses a backend ends by checking
 //! that its [`LockTable`] kept nothing behind.
 //!
 //! A test file instantiates a list with one macro call; each scenario becomes one
@@ -14,10 +14,14 @@
 //!
 //! | macro | the scenarios | instantiated in |
 //! | --- | --- | --- |
-//! | [`http_scenarios!`](crate::http_scenarios) `(framework = tower \| actix, backend = InProcess \| Redis \| RedisCluster)` | ordering, rejections, release points; on the tower layer also a handler dropped with its client, on actix also exclusion across workers | `tests/layer/in_process.rs` (tower, in process), `tests/layer/redis.rs` (tower, Redis), `tests/layer/redis_cluster.rs` (tower, Cluster), `tests/integrations/actix.rs` (actix, in process), `tests/integrations/actix_redis.rs` (actix, Redis) |
-//! | [`parity_scenarios!`](crate::parity_scenarios) `(backend = ...)` | the tower layer and the actix middleware answer alike | `actix.rs`, `actix_redis.rs` |
+//! | [`http_scenarios!`](crate::http_scenarios) `(framework = tower \| actix, backend = InProcess \| Redis \| RedisCluster \| Postgres \| PostgresBouncer)` | ordering, rejections, release points; on the tower layer also a handler dropped with its client, on actix also exclusion across workers | `tests/layer/in_process.rs` (tower, in process), `tests/layer/redis.rs` (tower, Redis), `tests/layer/redis_cluster.rs` (tower, Cluster), `tests/layer/postgres.rs` (tower, Postgres directly and through PgBouncer), `tests/integrations/actix.rs` (actix, in process), `tests/integrations/actix_redis.rs` (actix, Redis), `tests/integrations/actix_postgres.rs` (actix, Postgres) |
+//! | [`parity_scenarios!`](crate::parity_scenarios) `(backend = ...)` | the tower layer and the actix middleware answer alike | `actix.rs`, `actix_redis.rs`, `actix_postgres.rs` |
 //! | [`unavailable_backend_scenarios!`](crate::unavailable_backend_scenarios) `(framework = ...)` | the failure policies, on a backend that is always down | `in_process.rs`, `actix.rs` |
-//! | [`replay_scenarios!`](crate::replay_scenarios) `(framework = Tower \| Actix, backend = ...)` | idempotency replay: the protocol, the fingerprint, the scope, what is stored, the handler outliving its client | `tests/replay/main.rs` (tower), `tests/integrations/actix_replay.rs` (actix) |
+//! | [`replay_scenarios!`](crate::replay_scenarios) `(framework = Tower \| Actix, backend = ...)` | idempotency replay: the protocol, the fingerprint, the scope, what is stored, the handler outliving its client | `tests/replay/main.rs` (tower), `tests/integrations/actix_replay.rs` (actix); each in process, on Redis and on Postgres |
+//!
+//! Every scenario runs on every backend: the permit scenarios and the ones that need a
+//! release ordered before the client's next request included (the engine orders a node's
+//! own release before its next acquire of the key, whatever connection each takes).
 //!
 //! Faults of a real Redis (killed, paused, frozen, restarted) are Redis-only and stay in
 //! `tests/layer/redis.rs` and `tests/redis_faults/`, built from the same pieces.
@@ -31,6 +35,8 @@ mod framework;
 mod handler;
 mod ordering;
 mod parity;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod rejections;
 mod release;
 mod replay;
@@ -106,9 +112,15 @@ macro_rules! http_scenarios {
             a_plain_header_key_cannot_block_the_idempotency_preset,
             streaming_body_keeps_the_key_locked_until_its_last_chunk,
             client_leaving_in_the_middle_of_a_streamed_body_frees_the_key,
-            back_to_back_requests_for_one_key_never_see_423,
             bodiless_responses_release_the_key_before_the_client_has_them,
             release_at_response_ready_frees_the_key_while_the_body_streams,
+        );
+        $crate::scenario_tests!(
+            ($crate::scenarios::Stack::new(
+                $crate::scenarios::Framework::$framework,
+                $crate::scenarios::Backend::$backend,
+            ));
+            back_to_back_requests_for_one_key_never_see_423,
         );
     };
 }

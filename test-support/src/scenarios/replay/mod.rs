@@ -97,7 +97,6 @@ macro_rules! replay_scenarios {
             a_reused_key_with_another_request_is_422,
             a_duplicate_in_flight_is_409_then_replayed,
             twenty_waiting_duplicates_run_the_handler_once,
-            server_errors_are_not_stored_unless_asked,
             a_client_leaving_mid_handler_still_gets_its_replay,
             a_client_leaving_mid_body_still_gets_the_whole_body_stored,
             a_streaming_body_is_stored_in_full,
@@ -108,17 +107,22 @@ macro_rules! replay_scenarios {
             a_key_reused_on_another_host_is_422_where_the_host_counts,
             a_retry_on_another_node_is_replayed,
             every_value_of_a_fingerprinted_header_counts,
-            answers_that_mean_try_again_are_never_stored,
             a_panicking_body_or_handler_costs_only_its_own_request,
             an_endless_body_after_its_client_left_is_cut_off,
             a_scoped_preset_replays_only_to_the_caller_who_made_it,
-            the_application_decides_what_else_is_stored,
             a_custom_key_header_replay_hook_canonical_json_and_record_removal,
-            an_accepted_job_with_retry_after_is_stored,
             store_if_is_asked_about_everything_the_fixed_policy_allows,
             canonical_json_never_lets_one_number_or_member_stand_for_another,
             a_custom_fingerprint_keeps_the_query_and_the_host,
             the_longest_key_works_under_a_long_scope,
+        );
+        // A retry sent as soon as the first answer has arrived: the key's release (or the
+        // record written with it) must be applied before it.
+        $crate::replay_scenarios!(@cases $framework $backend;
+            server_errors_are_not_stored_unless_asked,
+            answers_that_mean_try_again_are_never_stored,
+            an_accepted_job_with_retry_after_is_stored,
+            the_application_decides_what_else_is_stored,
         );
     };
     (@cases $framework:ident $backend:ident; $($case:ident),* $(,)?) => {
