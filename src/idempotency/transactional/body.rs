@@ -96,7 +96,9 @@ impl<B: Body<Data = Bytes>> Body for TransactionalBody<B> {
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
             Kind::Plain { body } => body.size_hint(),
             Kind::Prefixed { prefix, rest } => {
                 let extra = prefix.as_ref().map_or(0, |d| d.len() as u64);

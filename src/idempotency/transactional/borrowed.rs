@@ -32,7 +32,8 @@ pub struct BorrowedTransaction {
 
 impl fmt::Debug for BorrowedTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BorrowedTransaction").finish_non_exhaustive()
+        f.debug_struct("BorrowedTransaction")
+            .finish_non_exhaustive()
     }
 }
 

@@ -81,6 +81,8 @@ impl TransactionalLayerBuilder {
                 table: tables.records().to_owned(),
             });
         }
-        Ok(TransactionalLayer::new(Shared::new(replay, self.pool, tables)))
+        Ok(TransactionalLayer::new(Shared::new(
+            replay, self.pool, tables,
+        )))
     }
 }

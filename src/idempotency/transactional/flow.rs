@@ -29,8 +29,15 @@ fn head_of<B>(req: &Request<B>) -> Request<()> {
     head
 }
 
-fn reject<B>(shared: &Shared, rejection: Rejection, req: &Request<()>) -> Response<TransactionalBody<B>> {
-    shared.replay.respond(rejection, req).map(TransactionalBody::full)
+fn reject<B>(
+    shared: &Shared,
+    rejection: Rejection,
+    req: &Request<()>,
+) -> Response<TransactionalBody<B>> {
+    shared
+        .replay
+        .respond(rejection, req)
+        .map(TransactionalBody::full)
 }
 
 /// The whole request body, at most `max` bytes: `Err(true)` over it, `Err(false)` for a
@@ -64,7 +71,9 @@ async fn read_response<B: Body<Data = Bytes>>(body: B, max: usize) -> Read<B> {
     let mut body = Box::pin(body);
     let mut bytes = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return Read::Failed };
+        let Ok(frame) = frame else {
+            return Read::Failed;
+        };
         if let Ok(data) = frame.into_data() {
             bytes.extend_from_slice(&data);
             if bytes.len() > max {
@@ -91,7 +100,10 @@ where
         Ok(Some(key)) => key,
         Ok(None) => {
             let req = req.map(RequestBody::streaming);
-            return inner.call(req).await.map(|res| res.map(TransactionalBody::plain));
+            return inner
+                .call(req)
+                .await
+                .map(|res| res.map(TransactionalBody::plain));
         }
         Err(rejection) => return Ok(reject(&shared, rejection, &head_of(&req))),
     };
@@ -126,13 +138,15 @@ where
             return Ok(res.map(TransactionalBody::plain));
         }
         Returned::Held => {
-            tracing::error!("the handler kept its idempotency transaction past its end; rolled back");
+            tracing::error!(
+                "the handler kept its idempotency transaction past its end; rolled back"
+            );
             let detail = "the handler kept the request's transaction after it returned".to_owned();
             return Ok(reject(&shared, replay.misconfigured(detail), &head));
         }
     };
-    let stores = res.extensions().get::<NotStored>().is_none()
-        && replay.stores(res.status(), res.headers());
+    let stores =
+        res.extensions().get::<NotStored>().is_none() && replay.stores(res.status(), res.headers());
     if !stores {
         // "It did not happen": nothing of it stays, and the retry runs cleanly.
         let _ = tx.rollback().await;

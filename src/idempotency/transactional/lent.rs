@@ -59,7 +59,9 @@ impl LentTransaction {
         let guard = Arc::clone(&self.slot).lock_owned().await;
         OwnedMutexGuard::try_map(guard, Option::as_mut)
             .ok()
-            .map(|tx| BorrowedTransaction::new(tx, Arc::clone(&self.doomed), Arc::clone(&self.tables)))
+            .map(|tx| {
+                BorrowedTransaction::new(tx, Arc::clone(&self.doomed), Arc::clone(&self.tables))
+            })
     }
 
     /// Take the transaction back once the handler returned, without waiting: a handler

@@ -64,7 +64,8 @@ pub struct TransactionalFuture<T, E> {
 
 impl<T, E> fmt::Debug for TransactionalFuture<T, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TransactionalFuture").finish_non_exhaustive()
+        f.debug_struct("TransactionalFuture")
+            .finish_non_exhaustive()
     }
 }
 

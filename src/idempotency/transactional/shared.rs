@@ -132,7 +132,9 @@ impl Shared {
                 UNIX_EPOCH + Duration::from_millis(u64::try_from(completed).unwrap_or_default());
             // Nothing was written: end the transaction now rather than when it drops.
             tx.rollback().await?;
-            return Ok(Claim::Answer(self.replay.answer_record(record, fingerprint)));
+            return Ok(Claim::Answer(
+                self.replay.answer_record(record, fingerprint),
+            ));
         }
         Ok(Claim::Answer(Err(self.replay.in_flight())))
     }
@@ -196,4 +198,3 @@ impl Shared {
         });
     }
 }
-

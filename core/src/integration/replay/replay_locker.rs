@@ -143,11 +143,7 @@ impl ReplayLocker {
 
     /// The response for `rejection` (see [`RequestLocker::respond`]).
     #[doc(hidden)]
-    pub fn respond(
-        &self,
-        rejection: Rejection,
-        req: &dyn RequestView,
-    ) -> http::Response<Bytes> {
+    pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
         self.locker.respond(rejection, req)
     }
 
@@ -246,7 +242,8 @@ impl ReplayLocker {
     /// The `500` for a server-side mistake (a handler that kept the transaction).
     #[doc(hidden)]
     pub fn misconfigured(&self, detail: String) -> Rejection {
-        self.locker.reject(RejectionKind::Misconfigured, detail, None)
+        self.locker
+            .reject(RejectionKind::Misconfigured, detail, None)
     }
 
     /// Decide for the request with `key` and `fingerprint`: a completed record is
