@@ -1,6 +1,7 @@
-//! One request through the transactional layer, top to bottom: the key, the body and its
-//! fingerprint, the claim (or the record's answer), the handler with the lent
-//! transaction, then the commit of the response with the handler's rows, or the rollback.
+//! One request through the tower service, top to bottom: the key, the body, the claim (or
+//! the record's answer), the handler with the lent transaction, then the response stored
+//! and committed with the handler's rows, or rolled back ([`protocol`](super::protocol)'s
+//! steps, with a tower service and `http-body` bodies).
 
 use std::{pin::Pin, sync::Arc};
 
@@ -11,34 +12,13 @@ use http_body_util::BodyExt;
 use tower_service::Service;
 
 use super::{
-    LentTransaction, TransactionalBody,
-    lent::Returned,
-    shared::{Claim, Shared},
+    TransactionalBody,
+    protocol::{PendingClaim, Settled},
+    shared::Shared,
 };
-use crate::{NotStored, Rejection, idempotency::RequestBody};
+use crate::{NotStored, idempotency::RequestBody};
 
 type Answer<B, E> = Result<Response<TransactionalBody<B>>, E>;
-
-/// The request's head without its body, for rejection responses after the request was
-/// handed to the handler.
-fn head_of<B>(req: &Request<B>) -> Request<()> {
-    let mut head = Request::new(());
-    *head.method_mut() = req.method().clone();
-    *head.uri_mut() = req.uri().clone();
-    *head.headers_mut() = req.headers().clone();
-    head
-}
-
-fn reject<B>(
-    shared: &Shared,
-    rejection: Rejection,
-    req: &Request<()>,
-) -> Response<TransactionalBody<B>> {
-    shared
-        .replay
-        .respond(rejection, req)
-        .map(TransactionalBody::full)
-}
 
 /// The whole request body, at most `max` bytes: `Err(true)` over it, `Err(false)` for a
 /// body that failed.
@@ -105,9 +85,11 @@ where
                 .await
                 .map(|res| res.map(TransactionalBody::plain));
         }
-        Err(rejection) => return Ok(reject(&shared, rejection, &head_of(&req))),
+        Err(rejection) => {
+            let res = replay.respond(rejection, &req);
+            return Ok(res.map(TransactionalBody::full));
+        }
     };
-    let head = head_of(&req);
     let (parts, body) = req.into_parts();
     let body = match read_request(body, replay.max_request_body()).await {
         Ok(body) => body,
@@ -117,62 +99,33 @@ where
             } else {
                 replay.unreadable()
             };
-            return Ok(reject(&shared, rejection, &head));
+            let res = replay.respond(rejection, &Request::from_parts(parts, ()));
+            return Ok(res.map(TransactionalBody::full));
         }
     };
     let mut req = Request::from_parts(parts, RequestBody::buffered(body.clone()));
-    let fingerprint = replay.fingerprint(&req, &body);
-    let tx = match shared.claim(&key, &fingerprint).await {
-        Claim::Ours(tx) => tx,
-        Claim::Answer(Ok(replayed)) => return Ok(replayed.map(TransactionalBody::full)),
-        Claim::Answer(Err(rejection)) => return Ok(reject(&shared, rejection, &head)),
+    let pending = PendingClaim::new(Arc::clone(&shared), &req, key, &body);
+    let claimed = match pending.claim().await {
+        Ok(claimed) => claimed,
+        Err(answer) => return Ok(answer.map(TransactionalBody::full)),
     };
-    let lent = LentTransaction::new(tx, Arc::clone(&shared.tables));
-    req.extensions_mut().insert(lent.clone());
+    req.extensions_mut().insert(claimed.lent());
     // An error, a panic or a dropped future drops the transaction: sqlx rolls it back.
     let res = inner.call(req).await?;
-    let tx = match lent.take_back() {
-        Returned::Open(tx) => tx,
-        Returned::Doomed(tx) => {
-            let _ = tx.rollback().await;
-            return Ok(res.map(TransactionalBody::plain));
-        }
-        Returned::Held => {
-            tracing::error!(
-                "the handler kept its idempotency transaction past its end; rolled back"
-            );
-            let detail = "the handler kept the request's transaction after it returned".to_owned();
-            return Ok(reject(&shared, replay.misconfigured(detail), &head));
-        }
+    let marked = res.extensions().get::<NotStored>().is_some();
+    let storing = match claimed.settle(res.status(), res.headers(), marked).await {
+        Settled::RolledBack => return Ok(res.map(TransactionalBody::plain)),
+        Settled::Refused(answer) => return Ok(answer.map(TransactionalBody::full)),
+        Settled::Store(storing) => storing,
     };
-    let stores =
-        res.extensions().get::<NotStored>().is_none() && replay.stores(res.status(), res.headers());
-    if !stores {
-        // "It did not happen": nothing of it stays, and the retry runs cleanly.
-        let _ = tx.rollback().await;
-        return Ok(res.map(TransactionalBody::plain));
-    }
     let (parts, body) = res.into_parts();
-    let meta = replay.encode_response(parts.status, &parts.headers);
-    let not_kept = || replay.encode_not_kept(parts.status);
-    let (record, answer) = match read_response(body, replay.max_response_body()).await {
-        Read::Whole(bytes) => match meta {
-            Some(meta) => ((meta, bytes.clone()), TransactionalBody::full(bytes)),
-            None => ((not_kept(), Bytes::new()), TransactionalBody::full(bytes)),
-        },
-        Read::Over(prefix, rest) => (
-            (not_kept(), Bytes::new()),
-            TransactionalBody::prefixed(prefix, rest),
-        ),
-        Read::Failed => {
-            let _ = tx.rollback().await;
-            return Ok(reject(&shared, replay.unavailable_rejection(), &head));
-        }
+    let (stored, answer) = match read_response(body, storing.max_body()).await {
+        Read::Whole(bytes) => (Some(bytes.clone()), TransactionalBody::full(bytes)),
+        Read::Over(prefix, rest) => (None, TransactionalBody::prefixed(prefix, rest)),
+        Read::Failed => return Ok(storing.abandon().await.map(TransactionalBody::full)),
     };
-    if let Err(error) = shared.complete(tx, &key, record.0, record.1).await {
-        tracing::warn!(%error, "committing the idempotency record failed");
-        return Ok(reject(&shared, replay.unavailable_rejection(), &head));
+    if let Err(answer) = storing.commit(stored).await {
+        return Ok(answer.map(TransactionalBody::full));
     }
-    shared.sweep_if_due();
     Ok(Response::from_parts(parts, answer))
 }

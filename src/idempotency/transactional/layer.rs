@@ -5,8 +5,8 @@ use std::{fmt, sync::Arc};
 
 use tower_layer::Layer;
 
-use super::{TransactionalService, shared::Shared};
-use crate::metrics::LockMetrics;
+use super::{PendingClaim, TransactionalService, protocol::Answer, shared::Shared};
+use crate::{engine::LockKey, key::RequestView, metrics::LockMetrics};
 
 /// Idempotency whose records commit in the handler's own Postgres transaction: see the
 /// [module docs](super). Cheap to clone; every service it wraps shares one pool and one
@@ -42,6 +42,39 @@ impl TransactionalLayer {
     /// retention, when requests complete); this is for a maintenance task or a test.
     pub async fn sweep(&self) -> Result<u64, sqlx::Error> {
         self.shared.sweep().await
+    }
+
+    /// For framework integrations (the tower service uses the same steps): the key of
+    /// `req` when the layer covers it, `None` when it passes through, or the `400` (`500`
+    /// for the server's own mistake) to answer with.
+    pub fn covers(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Answer> {
+        let replay = &self.shared.replay;
+        replay
+            .request_key(req)
+            .map_err(|rejection| replay.respond(rejection, req))
+    }
+
+    /// The largest request body read and fingerprinted.
+    pub fn max_request_body(&self) -> usize {
+        self.shared.replay.max_request_body()
+    }
+
+    /// The answer to a covered request whose body was over
+    /// [`max_request_body`](Self::max_request_body) (`too_large`: `413`) or failed (`400`).
+    pub fn refuse_body(&self, too_large: bool, req: &dyn RequestView) -> Answer {
+        let replay = &self.shared.replay;
+        let rejection = if too_large {
+            replay.too_large()
+        } else {
+            replay.unreadable()
+        };
+        replay.respond(rejection, req)
+    }
+
+    /// The covered request `req` with key `key` (from [`covers`](Self::covers)) and its
+    /// whole `body`, fingerprinted, ready to [`claim`](PendingClaim::claim).
+    pub fn pending(&self, req: &dyn RequestView, key: LockKey, body: &[u8]) -> PendingClaim {
+        PendingClaim::new(Arc::clone(&self.shared), req, key, body)
     }
 
     /// The lock key (the records table's `key`) of idempotency key `key` sent within
