@@ -9,6 +9,7 @@
 //! `pgbouncer` packages.
 #![cfg(feature = "postgres")]
 
+mod actix;
 mod app;
 mod behaviour;
 mod crash;

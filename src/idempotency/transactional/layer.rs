@@ -5,7 +5,7 @@ use std::{fmt, sync::Arc};
 
 use tower_layer::Layer;
 
-use super::{PendingClaim, TransactionalService, protocol::Answer, shared::Shared};
+use super::{Coverage, PendingClaim, TransactionalService, protocol::Answer, shared::Shared};
 use crate::{engine::LockKey, key::RequestView, metrics::LockMetrics};
 
 /// Idempotency whose records commit in the handler's own Postgres transaction: see the
@@ -32,6 +32,12 @@ impl TransactionalLayer {
         }
     }
 
+    /// The framework-neutral core behind the layer (keys, fingerprints, rejections), for
+    /// framework integrations.
+    pub fn replay_locker(&self) -> &tower_lock_core::ReplayLocker {
+        &self.shared.replay
+    }
+
     /// The layer's counters (replays and rejections).
     pub fn metrics(&self) -> LockMetrics {
         self.shared.replay.locker().metrics()
@@ -44,14 +50,15 @@ impl TransactionalLayer {
         self.shared.sweep().await
     }
 
-    /// For framework integrations (the tower service uses the same steps): the key of
-    /// `req` when the layer covers it, `None` when it passes through, or the `400` (`500`
-    /// for the server's own mistake) to answer with.
-    pub fn covers(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Answer> {
+    /// For framework integrations (the tower service uses the same steps): whether the
+    /// layer covers `req`, and its key.
+    pub fn covers(&self, req: &dyn RequestView) -> Coverage {
         let replay = &self.shared.replay;
-        replay
-            .request_key(req)
-            .map_err(|rejection| replay.respond(rejection, req))
+        match replay.request_key(req) {
+            Ok(Some(key)) => Coverage::Covered(key),
+            Ok(None) => Coverage::Passed,
+            Err(rejection) => Coverage::Refused(replay.respond(rejection, req)),
+        }
     }
 
     /// The largest request body read and fingerprinted.

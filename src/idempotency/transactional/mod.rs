@@ -82,6 +82,6 @@ pub use builder::TransactionalLayerBuilder;
 pub use fence_error::FenceError;
 pub use layer::TransactionalLayer;
 pub use lent::LentTransaction;
-pub use protocol::{Answer, Claimed, PendingClaim, Settled, Storing};
+pub use protocol::{Answer, Claimed, Coverage, PendingClaim, Settled, Storing};
 pub use service::{TransactionalFuture, TransactionalService};
 pub use setup_error::SetupError;

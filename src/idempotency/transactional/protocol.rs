@@ -20,6 +20,19 @@ use crate::{Rejection, engine::LockKey, key::RequestView};
 /// The answer of the layer in place of the handler's: a replay or a rejection, whole.
 pub type Answer = http::Response<Bytes>;
 
+/// Whether the layer covers a request
+/// ([`TransactionalLayer::covers`](super::TransactionalLayer::covers)).
+#[derive(Debug)]
+pub enum Coverage {
+    /// It runs under its key: read its body, then [`PendingClaim`].
+    Covered(LockKey),
+    /// It passes through untouched (a method the layer does not cover, no key under the
+    /// pass-through policy).
+    Passed,
+    /// Answer with this: a missing or malformed key (`400`), the server's mistake (`500`).
+    Refused(Answer),
+}
+
 /// Where rejections of one request point (`instance`): its path.
 #[derive(Clone, Debug)]
 struct Instance(String);
