@@ -26,6 +26,12 @@ pub(super) const SWEEP_BATCH: i64 = 500;
 /// The most often the layer sweeps (and at least once per retention).
 const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
+/// The shortest `lock_timeout` of a claim, also when the layer does not wait (`0` would
+/// mean "no limit" to Postgres): the claim's insert also waits for locks that are no
+/// duplicate's (a table extension under concurrent inserts), and a duplicate must not be
+/// the answer to those. A duplicate in flight is answered `409` after at most this long.
+const MIN_LOCK_WAIT: Duration = Duration::from_millis(100);
+
 /// The outcome of claiming a key.
 pub(super) enum Claim {
     /// The key is this request's, in this transaction: run the handler.
@@ -76,67 +82,37 @@ impl Shared {
     }
 
     async fn try_claim(&self, key: &LockKey, fingerprint: &Bytes) -> Result<Claim, sqlx::Error> {
-        let tables = &self.tables;
         let mut tx = self.pool.begin().await?;
-        // `lock_timeout` 0 means "no limit" to Postgres: the shortest wait it takes instead.
-        let wait = self.replay.wait().as_millis().max(1);
-        let previous: String = sqlx::query(tables.set_lock_timeout())
+        let wait = format!("{}ms", self.replay.wait().max(MIN_LOCK_WAIT).as_millis());
+        let row = sqlx::query(&self.tables.claim())
             .persistent(false)
-            .bind(format!("{wait}ms"))
+            .bind(key.as_str())
+            .bind(fingerprint.as_ref())
+            .bind(self.replay.retention().as_millis() as f64)
+            .bind(wait)
             .fetch_one(&mut *tx)
-            .await?
-            .try_get(0)?;
-        let retention = self.replay.retention().as_millis() as f64;
-        // A record can vanish (swept, expired and forgotten) between the claim and the
-        // read: claim again, a bounded number of times.
-        for _ in 0..3 {
-            let claimed = sqlx::query(&tables.claim())
-                .persistent(false)
-                .bind(key.as_str())
-                .bind(fingerprint.as_ref())
-                .bind(retention)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if claimed.is_some() {
-                sqlx::query(tables.set_lock_timeout())
-                    .persistent(false)
-                    .bind(previous)
-                    .execute(&mut *tx)
-                    .await?;
-                return Ok(Claim::Ours(tx));
-            }
-            let Some(row) = sqlx::query(&tables.read())
-                .persistent(false)
-                .bind(key.as_str())
-                .fetch_optional(&mut *tx)
-                .await?
-            else {
-                continue;
-            };
-            if row.try_get::<bool, _>(5)? {
-                sqlx::query(&tables.forget_expired())
-                    .persistent(false)
-                    .bind(key.as_str())
-                    .execute(&mut *tx)
-                    .await?;
-                continue;
-            }
-            let mut record = Record::new(
-                Bytes::from(row.try_get::<Vec<u8>, _>(0)?),
-                Bytes::from(row.try_get::<Option<Vec<u8>>, _>(1)?.unwrap_or_default()),
-                Bytes::from(row.try_get::<Option<Vec<u8>>, _>(2)?.unwrap_or_default()),
-            );
-            record.kept = row.try_get(3)?;
-            let completed = row.try_get::<Option<i64>, _>(4)?.unwrap_or_default();
-            record.completed_at =
-                UNIX_EPOCH + Duration::from_millis(u64::try_from(completed).unwrap_or_default());
-            // Nothing was written: end the transaction now rather than when it drops.
-            tx.rollback().await?;
-            return Ok(Claim::Answer(
-                self.replay.answer_record(record, fingerprint),
-            ));
+            .await?;
+        if row.try_get::<bool, _>(0)? {
+            return Ok(Claim::Ours(tx));
         }
-        Ok(Claim::Answer(Err(self.replay.in_flight())))
+        // Nothing was written: the transaction's rollback is queued as it drops, and sent
+        // when its connection goes back to the pool, after this answer.
+        drop(tx);
+        let Some(stored_fingerprint) = row.try_get::<Option<Vec<u8>>, _>(1)? else {
+            return Ok(Claim::Answer(Err(self.replay.in_flight())));
+        };
+        let mut record = Record::new(
+            Bytes::from(stored_fingerprint),
+            Bytes::from(row.try_get::<Option<Vec<u8>>, _>(2)?.unwrap_or_default()),
+            Bytes::from(row.try_get::<Option<Vec<u8>>, _>(3)?.unwrap_or_default()),
+        );
+        record.kept = row.try_get::<Option<bool>, _>(4)?.unwrap_or_default();
+        let completed = row.try_get::<Option<i64>, _>(5)?.unwrap_or_default();
+        record.completed_at =
+            UNIX_EPOCH + Duration::from_millis(u64::try_from(completed).unwrap_or_default());
+        Ok(Claim::Answer(
+            self.replay.answer_record(record, fingerprint),
+        ))
     }
 
     /// Write the response (or a tombstone) into the claimed record and commit it with the

@@ -13,6 +13,8 @@ pub(super) struct Tables {
     schema: String,
     records: String,
     fences: String,
+    /// The claim function (see [`Tables::claim`]).
+    claim: String,
 }
 
 impl fmt::Debug for Tables {
@@ -45,6 +47,7 @@ impl Tables {
             schema: schema.to_owned(),
             records: format!("{schema}.{prefix}idempotency_records"),
             fences: format!("{schema}.{prefix}fences"),
+            claim: format!("{schema}.{prefix}idempotency_claim"),
         })
     }
 
@@ -55,11 +58,12 @@ impl Tables {
 
     /// Creates the schema and both tables if missing, serialized by a transaction-level
     /// advisory lock so that nodes migrating at once do not race on the catalog.
-    pub(super) fn migration(&self) -> [String; 5] {
+    pub(super) fn migration(&self) -> [String; 6] {
         let Self {
             schema,
             records,
             fences,
+            claim,
         } = self;
         [
             format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {records}'))"),
@@ -83,55 +87,68 @@ impl Tables {
             format!(
                 "CREATE TABLE IF NOT EXISTS {fences} (key text PRIMARY KEY, fence bigint NOT NULL)"
             ),
+            // The claim, one round trip: under the layer's `lock_timeout` (a duplicate
+            // waits on the unique index for the transaction that claimed the key), insert
+            // the claim, or read the committed record (an expired one is deleted and the
+            // key claimed again). `DO NOTHING` locks no committed record: replays never
+            // queue. The application's `lock_timeout` is back for the handler's statements.
+            // Returns one row: claimed, or the record (fingerprint NULL: still in flight).
+            format!(
+                "CREATE OR REPLACE FUNCTION {claim}(
+                    p_key text, p_fingerprint bytea, p_retention_ms double precision, p_wait text)
+                RETURNS TABLE (o_claimed boolean, o_fingerprint bytea, o_meta bytea,
+                               o_body bytea, o_kept boolean, o_completed_ms bigint)
+                LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    previous text := current_setting('lock_timeout');
+                BEGIN
+                    PERFORM set_config('lock_timeout', p_wait, true);
+                    FOR attempt IN 1..3 LOOP
+                        INSERT INTO {records} (key, fingerprint, expires_at)
+                        VALUES (p_key, p_fingerprint,
+                                clock_timestamp() + p_retention_ms * interval '1 millisecond')
+                        ON CONFLICT (key) DO NOTHING;
+                        IF FOUND THEN
+                            PERFORM set_config('lock_timeout', previous, true);
+                            RETURN QUERY SELECT true, NULL::bytea, NULL::bytea, NULL::bytea,
+                                NULL::boolean, NULL::bigint;
+                            RETURN;
+                        END IF;
+                        DELETE FROM {records} r
+                        WHERE r.key = p_key AND r.expires_at <= clock_timestamp();
+                        IF NOT FOUND THEN
+                            RETURN QUERY SELECT false, r.fingerprint, r.meta, r.body, r.kept,
+                                (extract(epoch FROM r.completed_at) * 1000)::bigint
+                            FROM {records} r WHERE r.key = p_key;
+                            IF FOUND THEN
+                                PERFORM set_config('lock_timeout', previous, true);
+                                RETURN;
+                            END IF;
+                        END IF;
+                    END LOOP;
+                    PERFORM set_config('lock_timeout', previous, true);
+                    RETURN QUERY SELECT false, NULL::bytea, NULL::bytea, NULL::bytea,
+                        NULL::boolean, NULL::bigint;
+                END
+                $fn$"
+            ),
         ]
     }
 
-    /// Whether both tables exist: one row, two booleans.
+    /// Whether both tables and the claim function exist: one row, one boolean.
     pub(super) fn exists(&self) -> String {
         format!(
-            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL",
-            self.records, self.fences
+            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL
+                AND to_regprocedure('{}(text, bytea, double precision, text)') IS NOT NULL",
+            self.records, self.fences, self.claim
         )
     }
 
-    /// `$1`: the new `lock_timeout` (text). Returns the one it replaces, so that the
-    /// handler's own statements run under the application's setting, not the layer's.
-    pub(super) fn set_lock_timeout(&self) -> &'static str {
-        "SELECT current_setting('lock_timeout'), set_config('lock_timeout', $1, true)"
-    }
-
-    /// Claims `$1` (key) with `$2` (fingerprint) for `$3` milliseconds of retention: a row
-    /// back means the key is this transaction's. A concurrent claim of the same key waits
-    /// here on the unique index until the other transaction ends; a committed record
-    /// returns nothing, and (`DO NOTHING`) is not locked, so replays never queue.
+    /// Claims `$1` (key) with `$2` (fingerprint) for `$3` ms of retention, waiting at
+    /// most `$4` (a `lock_timeout` value) for a duplicate in flight: one row, `claimed`
+    /// or the committed record (see the function in [`migration`](Self::migration)).
     pub(super) fn claim(&self) -> String {
-        format!(
-            "INSERT INTO {} (key, fingerprint, expires_at)
-             VALUES ($1, $2, clock_timestamp() + $3 * interval '1 millisecond')
-             ON CONFLICT (key) DO NOTHING
-             RETURNING 1",
-            self.records
-        )
-    }
-
-    /// The committed record of `$1`: fingerprint, meta, body, kept, completion in Unix ms,
-    /// and whether it expired.
-    pub(super) fn read(&self) -> String {
-        format!(
-            "SELECT fingerprint, meta, body, kept,
-                    (extract(epoch FROM completed_at) * 1000)::int8,
-                    expires_at <= clock_timestamp()
-             FROM {} WHERE key = $1",
-            self.records
-        )
-    }
-
-    /// Deletes the record of `$1` if it expired, so that the key can be claimed again.
-    pub(super) fn forget_expired(&self) -> String {
-        format!(
-            "DELETE FROM {} WHERE key = $1 AND expires_at <= clock_timestamp()",
-            self.records
-        )
+        format!("SELECT * FROM {}($1, $2, $3, $4)", self.claim)
     }
 
     /// Completes the claimed `$1` with `$2` (meta), `$3` (body), `$4` (kept).
