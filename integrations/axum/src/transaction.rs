@@ -36,7 +36,7 @@ use tower_lock::{
 ///         .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
 ///     Ok(StatusCode::CREATED)
 /// }
-/// # let _ = axum::routing::post(pay);
+/// # let _: axum::routing::MethodRouter = axum::routing::post(pay);
 /// ```
 ///
 /// Rejects with [`TxRejection`] (`500`) when the request has no transaction: the layer is
