@@ -14,7 +14,7 @@ use axum::{
     Extension, Router,
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
-    routing::post,
+    routing,
 };
 use tokio::sync::{Notify, mpsc};
 use tower_lock::{
@@ -23,7 +23,10 @@ use tower_lock::{
     sqlx::{self, PgPool, Row, postgres::PgPoolOptions},
 };
 use tower_lock_axum::Tx;
-use tower_lock_test_support::postgres::PostgresServer;
+use tower_lock_test_support::{
+    http::{Reply, TestServer},
+    postgres::PostgresServer,
+};
 
 /// The largest response stored by [`layer`]'s layers: `x-outcome: big` answers more.
 pub(crate) const MAX_STORED: usize = 1024;
@@ -140,7 +143,7 @@ struct Schema(String);
 /// `POST /payments` on `db`'s payments table, under `layer`.
 pub(crate) fn router(db: &Db, layer: TransactionalLayer, gate: Gate) -> Router {
     Router::new()
-        .route("/payments", post(pay))
+        .route("/payments", routing::post(pay))
         .layer(layer)
         .layer(Extension(Schema(db.schema.clone())))
         .layer(Extension(gate))
@@ -184,4 +187,16 @@ async fn pay(
         }
         _ => (StatusCode::CREATED, format!("payment {id}")).into_response(),
     }
+}
+
+/// `POST /payments` with idempotency key `key`, `x-outcome: outcome` and `body`.
+pub(crate) async fn post(server: &TestServer, key: &str, outcome: &str, body: &str) -> Reply {
+    server
+        .send_body(
+            "POST",
+            "/payments",
+            &[("idempotency-key", key), ("x-outcome", outcome)],
+            body.to_owned(),
+        )
+        .await
 }

@@ -10,25 +10,9 @@ use tower_lock::{
     idempotency::{RequestBody, transactional::LentTransaction},
     sqlx::{self, Row},
 };
-use tower_lock_test_support::http::{TestServer, serve};
+use tower_lock_test_support::http::serve;
 
-use crate::app::{Db, Gate, router, shared_url};
-
-async fn post(
-    server: &TestServer,
-    key: &str,
-    outcome: &str,
-    body: &str,
-) -> tower_lock_test_support::http::Reply {
-    server
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", key), ("x-outcome", outcome)],
-            body.to_owned(),
-        )
-        .await
-}
+use crate::app::{Db, Gate, post, router, shared_url};
 
 /// The raw HTTP/1.1 request for `key` and `outcome`.
 pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
@@ -171,14 +155,7 @@ async fn a_panicking_handler_rolls_back_and_the_retry_runs() {
         !String::from_utf8_lossy(&answer).contains("201"),
         "no answer but a closed connection"
     );
-    let retry = server
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", "k"), ("x-outcome", "ok")],
-            "card",
-        )
-        .await;
+    let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(db.payments().await, 1);
@@ -195,14 +172,7 @@ async fn a_request_whose_client_left_rolls_back_and_the_retry_runs() {
     drop(stream);
     // The retry's claim waits on the unique index until the dropped request's transaction
     // has rolled back, then runs.
-    let retry = server
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", "k"), ("x-outcome", "ok")],
-            "card",
-        )
-        .await;
+    let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(db.payments().await, 1);

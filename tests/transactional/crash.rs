@@ -15,7 +15,7 @@ use tokio::{io::AsyncWriteExt, net::TcpStream};
 use tower_lock_test_support::{http::serve, postgres::PostgresServer};
 
 use crate::{
-    app::{Db, Gate, router, shared_url},
+    app::{Db, Gate, post, router, shared_url},
     behaviour::raw_post,
 };
 
@@ -149,14 +149,7 @@ async fn a_server_killed_while_its_handler_runs_leaves_nothing_and_the_retry_com
     let (gate, _entered) = Gate::new();
     let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
     let server = serve(router(&db, layer, gate)).await;
-    let retry = server
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", "k"), ("x-outcome", "ok")],
-            "card",
-        )
-        .await;
+    let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!((db.payments().await, db.records().await), (1, 1));
@@ -176,14 +169,7 @@ async fn a_server_killed_after_the_commit_before_its_answer_is_replayed_without_
     assert_eq!((db.payments().await, db.records().await), (1, 1));
     let (gate, _entered) = Gate::new();
     let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
-    let retry = server
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", "k"), ("x-outcome", "ok")],
-            "card",
-        )
-        .await;
+    let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(db.payments().await, 1);
@@ -199,15 +185,7 @@ async fn postgres_restarted_mid_request_is_an_error_answer_and_a_clean_retry() {
     let app = Arc::new(serve(router(&db, db.layer(|b| b).await, gate.clone())).await);
     let first = tokio::spawn({
         let app = app.clone();
-        async move {
-            app.send_body(
-                "POST",
-                "/payments",
-                &[("idempotency-key", "k"), ("x-outcome", "hang")],
-                "card",
-            )
-            .await
-        }
+        async move { post(&app, "k", "hang", "card").await }
     });
     entered.recv().await.unwrap();
     let restarting = server.clone();
@@ -224,14 +202,7 @@ async fn postgres_restarted_mid_request_is_an_error_answer_and_a_clean_retry() {
     );
     assert!(first.header("retry-after").is_some());
     assert_eq!((db.payments().await, db.records().await), (0, 0));
-    let retry = app
-        .send_body(
-            "POST",
-            "/payments",
-            &[("idempotency-key", "k"), ("x-outcome", "ok")],
-            "card",
-        )
-        .await;
+    let retry = post(&app, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
     assert_eq!(db.payments().await, 1);
 }
