@@ -514,5 +514,7 @@ if cargo bench -q --bench permits -- "${PERMITS_URL[@]}" >"$OUT/permits.jsonl" 2
 else
     log "the permits bench failed: $OUT/permits.log"
 fi
+# Exactly once for database writes (benches/transactional.rs: its own Postgres): an insert through the layer ÷ the same insert in its own transaction, 16 clients.
+if cargo bench -q --features postgres --bench transactional -- --json >"$OUT/transactional.jsonl" 2>"$OUT/transactional.log"; then row "transactional insert, 16 clients: layer / own transaction" "$(jget ratio "$OUT/transactional.jsonl")" ">=" 0.7; row "transactional replay, 16 clients: requests/s" "$(grep replay "$OUT/transactional.jsonl" | jget rps)" "" ""; else log "the transactional bench failed: $OUT/transactional.log"; fi
 echo
 echo "raw results: $OUT/ (a JSON object per contention run, JSON lines for http)"

@@ -170,6 +170,10 @@ pub use bytes;
 /// The `http` crate (1.x) of this crate's API: `Method`, `HeaderName`, `Response`, as
 /// [`on_reject`](LockLayerBuilder::on_reject) and the idempotency hooks take them.
 pub use http;
+/// sqlx, as the transactional idempotency layer uses it (the connection type handlers
+/// borrow).
+#[cfg(feature = "postgres")]
+pub use sqlx;
 pub use tower_lock_engine::{
     BackendError, BackendErrorKind, Fence, KeyError, Lease, Lock, LockEngine, LockError, LockKey,
     LockOptions, LostSignal, MemoryBackend, Token,

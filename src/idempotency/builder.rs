@@ -457,8 +457,23 @@ impl IdempotencyLayerBuilder {
         self.build_core().map(IdempotencyLayer::new)
     }
 
+    /// Keep the records in the application's own Postgres database, committed in the
+    /// same transaction as the handler's writes: exactly once for database writes (see
+    /// [`transactional`](super::transactional)). Every setting made so far keeps its
+    /// meaning (scope, key, fingerprint, store policy, limits, problem bodies, `wait`,
+    /// `retry_after_fallback`, metrics, `on_replay`); the lock settings `ttl`, `fifo` and
+    /// `max_waiters` have no effect: the records table's unique index orders duplicates.
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub fn transactional(
+        self,
+        pool: sqlx::PgPool,
+    ) -> super::transactional::TransactionalLayerBuilder {
+        super::transactional::TransactionalLayerBuilder::new(self, pool)
+    }
+
     /// Check the configuration and build the framework-neutral core the layer runs on.
-    fn build_core(mut self) -> Result<ReplayLocker, ConfigError> {
+    pub(super) fn build_core(mut self) -> Result<ReplayLocker, ConfigError> {
         self.settings.check_values()?;
         let scope = self.scope.take().ok_or(ConfigError::IdempotencyScope)?;
         // Running without the record (open, or on a node-local lock that cannot read it)

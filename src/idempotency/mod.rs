@@ -65,6 +65,9 @@ mod layer;
 mod replay_body;
 mod request_body;
 mod service;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod transactional;
 
 pub use builder::IdempotencyLayerBuilder;
 pub use future::ResponseFuture;

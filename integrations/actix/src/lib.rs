@@ -167,6 +167,8 @@ mod middleware;
 mod replay;
 mod request;
 mod route_key;
+#[cfg(feature = "postgres")]
+mod transactional;
 mod unread_body;
 
 pub use body::LockedBody;
@@ -176,6 +178,10 @@ pub use middleware::{LockMiddleware, LockMiddlewareService};
 pub use replay::{ReplayBody, ReplayMiddleware, ReplayMiddlewareService};
 pub use request::{ActixRequest, http_request};
 pub use route_key::{ActixRoutes, RouteKey};
+#[cfg(feature = "postgres")]
+pub use transactional::{
+    FenceRejection, TransactionalMiddleware, TransactionalMiddlewareService, Tx, TxRejection,
+};
 
 // The README's code blocks compile as doctests, so it cannot drift from the API.
 #[cfg(doctest)]

@@ -95,6 +95,11 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "postgres")]
+mod transaction;
+#[cfg(feature = "postgres")]
+pub use transaction::{FenceRejection, Tx, TxRejection};
+
 use std::{borrow::Cow, convert::Infallible, fmt};
 
 use axum::{

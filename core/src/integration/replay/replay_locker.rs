@@ -139,7 +139,8 @@ impl ReplayLocker {
     }
 
     /// The `413` rejection for a request body over [`max_request_body`](Self::max_request_body).
-    pub(super) fn too_large(&self) -> Rejection {
+    #[doc(hidden)]
+    pub fn too_large(&self) -> Rejection {
         self.locker.reject(
             RejectionKind::RequestTooLarge,
             format!(
@@ -151,7 +152,8 @@ impl ReplayLocker {
     }
 
     /// The `400` rejection for a request body that failed before its end.
-    pub(super) fn unreadable(&self) -> Rejection {
+    #[doc(hidden)]
+    pub fn unreadable(&self) -> Rejection {
         self.locker.reject(
             RejectionKind::UnreadableBody,
             "the request body ended with an error before it was complete".to_owned(),
@@ -160,12 +162,108 @@ impl ReplayLocker {
     }
 
     /// The response for `rejection` (see [`RequestLocker::respond`]).
-    pub(super) fn respond(
-        &self,
-        rejection: Rejection,
-        req: &dyn RequestView,
-    ) -> http::Response<Bytes> {
+    #[doc(hidden)]
+    pub fn respond(&self, rejection: Rejection, req: &dyn RequestView) -> http::Response<Bytes> {
         self.locker.respond(rejection, req)
+    }
+
+    // The transactional layer's steps (tower-lock's `idempotency::transactional`, on
+    // Postgres): the same key, fingerprint, store policy, limits, rejections and replays
+    // as this protocol, with the record kept in the application's database instead of the
+    // engine. Hidden: the layer's, not an API.
+
+    #[doc(hidden)]
+    pub fn request_key(&self, req: &dyn RequestView) -> Result<Option<LockKey>, Rejection> {
+        self.key(req)
+    }
+
+    #[doc(hidden)]
+    pub fn fingerprint(&self, req: &dyn RequestView, body: &[u8]) -> Bytes {
+        let mut fingerprinter = self.fingerprinter(req);
+        fingerprinter.update(body);
+        fingerprinter.finish(req, body)
+    }
+
+    #[doc(hidden)]
+    pub fn stores(&self, status: http::StatusCode, headers: &http::HeaderMap) -> bool {
+        self.options.stores(status, headers)
+    }
+
+    #[doc(hidden)]
+    pub fn max_response_body(&self) -> usize {
+        self.options.max_response_body
+    }
+
+    #[doc(hidden)]
+    pub fn retention(&self) -> Duration {
+        self.options.retention
+    }
+
+    /// How long a duplicate waits for the request in flight with its key.
+    #[doc(hidden)]
+    pub fn wait(&self) -> Duration {
+        self.locker.shared.config.wait
+    }
+
+    /// The record's metadata for a stored response, `None` when its headers are over the
+    /// limit.
+    #[doc(hidden)]
+    pub fn encode_response(
+        &self,
+        status: http::StatusCode,
+        headers: &http::HeaderMap,
+    ) -> Option<Bytes> {
+        record_codec::encode(status, headers, self.options.max_response_headers)
+    }
+
+    /// The record's metadata for a response too large to keep.
+    #[doc(hidden)]
+    pub fn encode_not_kept(&self, status: http::StatusCode) -> Bytes {
+        record_codec::encode_not_kept(status)
+    }
+
+    /// The replay of `record`, or the rejection it calls for (`422`, `409`
+    /// `response-not-stored`, `503` for an unreadable record).
+    #[doc(hidden)]
+    pub fn answer_record(
+        &self,
+        record: Record,
+        fingerprint: &Bytes,
+    ) -> Result<http::Response<Bytes>, Rejection> {
+        match self.answer(record, fingerprint) {
+            ReplayDecision::Replay(res) => Ok(res),
+            ReplayDecision::Rejected(rejection) => Err(rejection),
+            ReplayDecision::Run(_) | ReplayDecision::Unlocked => {
+                unreachable!("a record is replayed or refused")
+            }
+        }
+    }
+
+    /// The `409` for a duplicate whose first request was still in flight after the wait.
+    #[doc(hidden)]
+    pub fn in_flight(&self) -> Rejection {
+        let locker = &self.locker;
+        locker.reject(
+            RejectionKind::Conflict,
+            "a request with this idempotency key is in progress".to_owned(),
+            Some(locker.retry_after_fallback()),
+        )
+    }
+
+    /// The `503` for a database that failed the request's transaction.
+    #[doc(hidden)]
+    pub fn unavailable_rejection(&self) -> Rejection {
+        match self.unavailable() {
+            ReplayDecision::Rejected(rejection) => rejection,
+            _ => unreachable!("unavailable is a rejection"),
+        }
+    }
+
+    /// The `500` for a server-side mistake (a handler that kept the transaction).
+    #[doc(hidden)]
+    pub fn misconfigured(&self, detail: String) -> Rejection {
+        self.locker
+            .reject(RejectionKind::Misconfigured, detail, None)
     }
 
     /// Decide for the request with `key` and `fingerprint`: a completed record is

@@ -1,0 +1,96 @@
+//! [`BorrowedTransaction`]: the handler's hold on its request's transaction: sqlx's
+//! connection for its queries, a fence check, and no commit or rollback.
+
+use std::{
+    fmt,
+    ops::{Deref, DerefMut},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+use tokio::sync::OwnedMappedMutexGuard;
+
+use super::{FenceError, tables::Tables};
+use crate::LeaseInfo;
+
+type Slot = Option<Transaction<'static, Postgres>>;
+
+/// The request's transaction, borrowed by the handler: it dereferences to sqlx's
+/// [`PgConnection`], so `sqlx::query(..).execute(&mut *tx)` runs inside the transaction
+/// the layer commits with the idempotency record. It cannot commit or roll back: the
+/// layer decides from the answer. Drop it before the handler returns (an extractor's
+/// value is dropped with the handler's future); one kept longer makes the request a `500`
+/// and its writes are rolled back.
+pub struct BorrowedTransaction {
+    tx: OwnedMappedMutexGuard<Slot, Transaction<'static, Postgres>>,
+    doomed: Arc<AtomicBool>,
+    tables: Arc<Tables>,
+}
+
+impl fmt::Debug for BorrowedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BorrowedTransaction")
+            .finish_non_exhaustive()
+    }
+}
+
+impl BorrowedTransaction {
+    pub(super) fn new(
+        tx: OwnedMappedMutexGuard<Slot, Transaction<'static, Postgres>>,
+        doomed: Arc<AtomicBool>,
+        tables: Arc<Tables>,
+    ) -> Self {
+        Self { tx, doomed, tables }
+    }
+
+    /// Refuse this request's writes if a newer holder of `lease`'s lock already wrote:
+    /// raises the key's high-water mark to the lease's fence in this transaction (one
+    /// upsert), or finds it higher. A holder paused past its lease while another took the
+    /// lock and wrote gets [`FenceError::Stale`]; the transaction is then rolled back by
+    /// the layer, whatever the handler answers. Call it before the writes it guards: the
+    /// mark's row stays locked until this transaction ends, so a stale holder's check also
+    /// waits for a newer holder in flight, and then refuses.
+    pub async fn check_fence(&mut self, lease: &LeaseInfo) -> Result<(), FenceError> {
+        let key = lease.key().as_str();
+        let fence = lease.fence().get();
+        // Fences are microseconds since 1970 or a counter: far below `i64::MAX`.
+        let value = i64::try_from(fence).unwrap_or(i64::MAX);
+        let raised = sqlx::query(&self.tables.fence())
+            .persistent(false)
+            .bind(key)
+            .bind(value)
+            .fetch_optional(&mut **self.tx)
+            .await;
+        match raised {
+            Ok(Some(row)) if row.try_get::<i64, _>(0).is_ok() => Ok(()),
+            Ok(_) => {
+                self.doomed.store(true, Ordering::Release);
+                Err(FenceError::Stale {
+                    key: key.to_owned(),
+                    fence,
+                })
+            }
+            Err(e) => {
+                self.doomed.store(true, Ordering::Release);
+                Err(FenceError::Database(e))
+            }
+        }
+    }
+}
+
+impl Deref for BorrowedTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for BorrowedTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+}

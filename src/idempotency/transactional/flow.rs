@@ -1,0 +1,131 @@
+//! One request through the tower service, top to bottom: the key, the body, the claim (or
+//! the record's answer), the handler with the lent transaction, then the response stored
+//! and committed with the handler's rows, or rolled back ([`protocol`](super::protocol)'s
+//! steps, with a tower service and `http-body` bodies).
+
+use std::{pin::Pin, sync::Arc};
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response};
+use http_body::Body;
+use http_body_util::BodyExt;
+use tower_service::Service;
+
+use super::{
+    TransactionalBody,
+    protocol::{PendingClaim, Settled},
+    shared::Shared,
+};
+use crate::{NotStored, idempotency::RequestBody};
+
+type Answer<B, E> = Result<Response<TransactionalBody<B>>, E>;
+
+/// The whole request body, at most `max` bytes: `Err(true)` over it, `Err(false)` for a
+/// body that failed.
+async fn read_request<B: Body<Data = Bytes>>(body: B, max: usize) -> Result<Bytes, bool> {
+    let mut body = std::pin::pin!(body);
+    let mut bytes = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return Err(false) };
+        if let Ok(data) = frame.into_data() {
+            if bytes.len() + data.len() > max {
+                return Err(true);
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(bytes.freeze())
+}
+
+/// A response body read for its record.
+enum Read<B> {
+    /// All of it, within the limit.
+    Whole(Bytes),
+    /// Over the limit: what was read, and the rest still to send.
+    Over(Bytes, Pin<Box<B>>),
+    /// It failed before its end.
+    Failed,
+}
+
+async fn read_response<B: Body<Data = Bytes>>(body: B, max: usize) -> Read<B> {
+    let mut body = Box::pin(body);
+    let mut bytes = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Read::Failed;
+        };
+        if let Ok(data) = frame.into_data() {
+            bytes.extend_from_slice(&data);
+            if bytes.len() > max {
+                return Read::Over(bytes.freeze(), body);
+            }
+        }
+    }
+    Read::Whole(bytes.freeze())
+}
+
+/// Serve `req` with `inner` (already ready) under the transactional protocol.
+pub(super) async fn serve<S, ReqB, ResB>(
+    shared: Arc<Shared>,
+    mut inner: S,
+    req: Request<ReqB>,
+) -> Answer<ResB, S::Error>
+where
+    S: Service<Request<RequestBody<ReqB>>, Response = Response<ResB>>,
+    ReqB: Body<Data = Bytes>,
+    ResB: Body<Data = Bytes>,
+{
+    let replay = &shared.replay;
+    let key = match replay.request_key(&req) {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            let req = req.map(RequestBody::streaming);
+            return inner
+                .call(req)
+                .await
+                .map(|res| res.map(TransactionalBody::plain));
+        }
+        Err(rejection) => {
+            let res = replay.respond(rejection, &req);
+            return Ok(res.map(TransactionalBody::full));
+        }
+    };
+    let (parts, body) = req.into_parts();
+    let body = match read_request(body, replay.max_request_body()).await {
+        Ok(body) => body,
+        Err(too_large) => {
+            let rejection = if too_large {
+                replay.too_large()
+            } else {
+                replay.unreadable()
+            };
+            let res = replay.respond(rejection, &Request::from_parts(parts, ()));
+            return Ok(res.map(TransactionalBody::full));
+        }
+    };
+    let mut req = Request::from_parts(parts, RequestBody::buffered(body.clone()));
+    let pending = PendingClaim::new(Arc::clone(&shared), &req, key, &body);
+    let claimed = match pending.claim().await {
+        Ok(claimed) => claimed,
+        Err(answer) => return Ok(answer.map(TransactionalBody::full)),
+    };
+    req.extensions_mut().insert(claimed.lent());
+    // An error, a panic or a dropped future drops the transaction: sqlx rolls it back.
+    let res = inner.call(req).await?;
+    let marked = res.extensions().get::<NotStored>().is_some();
+    let storing = match claimed.settle(res.status(), res.headers(), marked).await {
+        Settled::RolledBack => return Ok(res.map(TransactionalBody::plain)),
+        Settled::Refused(answer) => return Ok(answer.map(TransactionalBody::full)),
+        Settled::Store(storing) => storing,
+    };
+    let (parts, body) = res.into_parts();
+    let (stored, answer) = match read_response(body, storing.max_body()).await {
+        Read::Whole(bytes) => (Some(bytes.clone()), TransactionalBody::full(bytes)),
+        Read::Over(prefix, rest) => (None, TransactionalBody::prefixed(prefix, rest)),
+        Read::Failed => return Ok(storing.abandon().await.map(TransactionalBody::full)),
+    };
+    if let Err(answer) = storing.commit(stored).await {
+        return Ok(answer.map(TransactionalBody::full));
+    }
+    Ok(Response::from_parts(parts, answer))
+}

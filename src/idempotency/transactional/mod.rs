@@ -1,0 +1,87 @@
+//! Exactly once for database writes: idempotency records committed in the handler's own
+//! Postgres transaction (features `postgres` and `idempotency`).
+//!
+//! [`IdempotencyLayerBuilder::transactional`](crate::IdempotencyLayerBuilder::transactional)
+//! turns an idempotency builder (its scope, key header, fingerprint, store policy, limits,
+//! problem bodies, `wait`, `Retry-After`, metrics and `on_replay` unchanged) into a
+//! [`TransactionalLayer`] whose records live in a table of the application's database.
+//! For each covered request, every step one statement on the request's transaction:
+//!
+//! 1. **begin**, and **claim** the key with an `INSERT … ON CONFLICT DO NOTHING` into the
+//!    records table. A concurrent duplicate waits on the unique index, bounded by the
+//!    layer's `wait` (a transaction-local `lock_timeout`), then gets the replay, or `409`
+//!    with `Retry-After`. A committed record with the same fingerprint is **replayed**,
+//!    another is **`422`**.
+//! 2. run the handler, which **borrows the transaction** ([`LentTransaction`] in the
+//!    request extensions; `tower_lock_axum::Tx` dereferences to sqlx's `PgConnection`
+//!    and cannot commit or roll back);
+//! 3. a storable answer (the idempotency layer's policy) is buffered (within
+//!    `max_response_body`) and written into the record, which **commits with the
+//!    handler's rows before the client sees a byte**; a response over the limits commits a
+//!    tombstone (a retry is answered `409` `response-not-stored`, never run again);
+//! 4. an answer that means "it did not happen" (`4xx` validation, `409`, `5xx`, a
+//!    [`NotStored`](crate::NotStored) mark), an error, a panic or a dropped future **rolls
+//!    everything back**: the retry runs cleanly.
+//!
+//! A process that dies before the commit leaves nothing; one that dies after it leaves a
+//! record the retry replays. With a `LockLayer` in front,
+//! [`BorrowedTransaction::check_fence`] checks the lease's fence against a per-key
+//! high-water mark in the same transaction and refuses a stale holder's writes. Expired
+//! records are deleted in batches by the layer itself.
+//!
+//! **Limits.** Effects outside the database (a card network, an email) are not in the
+//! transaction: write a job row (an outbox) in it and send after the commit. A handler
+//! holds a pooled connection and an open transaction while it runs: give it a deadline,
+//! and set `idle_in_transaction_session_timeout` on the role. Behind PgBouncer in
+//! transaction mode it works unchanged (one transaction per request; the layer's
+//! statements are unnamed); the handler's own queries should be too
+//! (`sqlx::query(..).persistent(false)`, or `statement_cache_capacity(0)`).
+//!
+//! ```no_run
+//! use std::fmt;
+//! use tower_lock::{IdempotencyLayer, LockEngine};
+//!
+//! #[derive(Clone)]
+//! struct AccountId(u64);
+//!
+//! impl fmt::Display for AccountId {
+//!     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+//!         write!(f, "{}", self.0)
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://localhost/payments").await?;
+//! // The engine only derives keys here: the records table's unique index orders duplicates.
+//! let builder = IdempotencyLayer::builder(LockEngine::in_memory())
+//!     .per_principal::<AccountId>()
+//!     .transactional(pool);
+//! builder.migrate().await?; // once: creates the tables if missing
+//! let layer = builder.build().await?;
+//! # let _ = layer;
+//! # Ok(())
+//! # }
+//! ```
+
+mod body;
+mod borrowed;
+mod builder;
+mod fence_error;
+mod flow;
+mod layer;
+mod lent;
+mod protocol;
+mod service;
+mod setup_error;
+mod shared;
+mod tables;
+
+pub use body::TransactionalBody;
+pub use borrowed::BorrowedTransaction;
+pub use builder::TransactionalLayerBuilder;
+pub use fence_error::FenceError;
+pub use layer::TransactionalLayer;
+pub use lent::LentTransaction;
+pub use protocol::{Answer, Claimed, Coverage, PendingClaim, Settled, Storing};
+pub use service::{TransactionalFuture, TransactionalService};
+pub use setup_error::SetupError;

@@ -1,0 +1,235 @@
+//! The transactional protocol's steps for one covered request, written once for every
+//! framework (the tower service here, actix-web's middleware in `tower-lock-actix`):
+//! [`PendingClaim`] (the key, the fingerprint) → [`Claimed`] (the transaction, lent to the
+//! handler) → [`Settled`] (rolled back, refused, or [`Storing`] the response and
+//! committing it with the handler's rows).
+
+use std::{fmt, sync::Arc};
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+use sqlx::{Postgres, Transaction};
+
+use super::{
+    LentTransaction,
+    lent::Returned,
+    shared::{Claim, Shared},
+};
+use crate::{Rejection, engine::LockKey, key::RequestView};
+
+/// The answer of the layer in place of the handler's: a replay or a rejection, whole.
+pub type Answer = http::Response<Bytes>;
+
+/// Whether the layer covers a request
+/// ([`TransactionalLayer::covers`](super::TransactionalLayer::covers)).
+#[derive(Debug)]
+pub enum Coverage {
+    /// It runs under its key: read its body, then [`PendingClaim`].
+    Covered(LockKey),
+    /// It passes through untouched (a method the layer does not cover, no key under the
+    /// pass-through policy).
+    Passed,
+    /// Answer with this: a missing or malformed key (`400`), the server's mistake (`500`).
+    Refused(Answer),
+}
+
+/// Where rejections of one request point (`instance`): its path.
+#[derive(Clone, Debug)]
+struct Instance(String);
+
+impl Instance {
+    fn respond(&self, shared: &Shared, rejection: Rejection) -> Answer {
+        let mut head = http::Request::new(());
+        *head.uri_mut() = http::Uri::try_from(self.0.as_str()).unwrap_or_default();
+        shared.replay.respond(rejection, &head)
+    }
+}
+
+/// A covered request, its body read, before its key is claimed
+/// ([`TransactionalLayer::pending`](super::TransactionalLayer::pending)).
+pub struct PendingClaim {
+    shared: Arc<Shared>,
+    key: LockKey,
+    fingerprint: Bytes,
+    instance: Instance,
+}
+
+impl fmt::Debug for PendingClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingClaim")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingClaim {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        req: &dyn RequestView,
+        key: LockKey,
+        body: &[u8],
+    ) -> Self {
+        let fingerprint = shared.replay.fingerprint(req, body);
+        Self {
+            shared,
+            key,
+            fingerprint,
+            instance: Instance(req.path().to_owned()),
+        }
+    }
+
+    /// Begin the transaction and claim the key: the request runs, or is answered from its
+    /// record (a replay, `422`, `409`) or refused (`409` after the wait, `503`).
+    pub async fn claim(self) -> Result<Claimed, Answer> {
+        let Self {
+            shared,
+            key,
+            fingerprint,
+            instance,
+        } = self;
+        match shared.claim(&key, &fingerprint).await {
+            Claim::Ours(tx) => Ok(Claimed {
+                lent: LentTransaction::new(tx, Arc::clone(&shared.tables)),
+                shared,
+                key,
+                instance,
+            }),
+            Claim::Answer(Ok(replayed)) => Err(replayed),
+            Claim::Answer(Err(rejection)) => Err(instance.respond(&shared, rejection)),
+        }
+    }
+}
+
+/// A request whose key its transaction holds: lend [`lent`](Self::lent) to the handler,
+/// then [`settle`](Self::settle) with its answer. Dropped (an error, a panic, a client
+/// that left), the transaction rolls back.
+pub struct Claimed {
+    shared: Arc<Shared>,
+    key: LockKey,
+    lent: LentTransaction,
+    instance: Instance,
+}
+
+impl fmt::Debug for Claimed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claimed")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What becomes of a handler's answer ([`Claimed::settle`]).
+#[derive(Debug)]
+pub enum Settled {
+    /// It said "it did not happen" (or a fence check refused its holder): rolled back;
+    /// send the answer as it is.
+    RolledBack,
+    /// Send this instead (`500`: the handler kept the transaction; rolled back).
+    Refused(Answer),
+    /// Store it: read its body (at most [`Storing::max_body`]) and commit.
+    Store(Storing),
+}
+
+impl Claimed {
+    /// The transaction to put in the handler's request extensions.
+    pub fn lent(&self) -> LentTransaction {
+        self.lent.clone()
+    }
+
+    /// Decide from the handler's answer (`marked`: it carries the
+    /// [`NotStored`](crate::NotStored) mark) once the handler returned.
+    pub async fn settle(self, status: StatusCode, headers: &HeaderMap, marked: bool) -> Settled {
+        let Self {
+            shared,
+            key,
+            lent,
+            instance,
+        } = self;
+        let tx = match lent.take_back() {
+            Returned::Open(tx) => tx,
+            Returned::Doomed(tx) => {
+                let _ = tx.rollback().await;
+                return Settled::RolledBack;
+            }
+            Returned::Held => {
+                tracing::error!(
+                    "the handler kept its idempotency transaction past its end; rolled back"
+                );
+                let detail = "the handler kept the request's transaction after it returned";
+                let rejection = shared.replay.misconfigured(detail.to_owned());
+                return Settled::Refused(instance.respond(&shared, rejection));
+            }
+        };
+        if marked || !shared.replay.stores(status, headers) {
+            // "It did not happen": nothing of it stays, and the retry runs cleanly.
+            let _ = tx.rollback().await;
+            return Settled::RolledBack;
+        }
+        let meta = shared.replay.encode_response(status, headers);
+        Settled::Store(Storing {
+            shared,
+            key,
+            tx,
+            status,
+            meta,
+            instance,
+        })
+    }
+}
+
+/// A storable answer on its way into the record; dropped, it rolls back.
+pub struct Storing {
+    shared: Arc<Shared>,
+    key: LockKey,
+    tx: Transaction<'static, Postgres>,
+    status: StatusCode,
+    /// The stored status and headers, `None` when the headers are over the limit.
+    meta: Option<Bytes>,
+    instance: Instance,
+}
+
+impl fmt::Debug for Storing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Storing")
+            .field("key", &self.key)
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Storing {
+    /// The largest body stored: read at most one byte more, then
+    /// [`commit`](Self::commit) `None`.
+    pub fn max_body(&self) -> usize {
+        self.shared.replay.max_response_body()
+    }
+
+    /// Commit the record with the handler's rows: the response with `body`, or for `None`
+    /// (a body over [`max_body`](Self::max_body)) a tombstone, answered `409
+    /// response-not-stored` to retries. On an error, the `503` to send instead.
+    pub async fn commit(self, body: Option<Bytes>) -> Result<(), Answer> {
+        let replay = &self.shared.replay;
+        let (meta, body) = match (self.meta, body) {
+            (Some(meta), Some(body)) => (meta, body),
+            _ => (replay.encode_not_kept(self.status), Bytes::new()),
+        };
+        match self.shared.complete(self.tx, &self.key, meta, body).await {
+            Ok(()) => {
+                self.shared.sweep_if_due();
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(%error, "committing the idempotency record failed");
+                let rejection = replay.unavailable_rejection();
+                Err(self.instance.respond(&self.shared, rejection))
+            }
+        }
+    }
+
+    /// The body failed before its end: roll back, and the `503` to send instead.
+    pub async fn abandon(self) -> Answer {
+        let _ = self.tx.rollback().await;
+        let rejection = self.shared.replay.unavailable_rejection();
+        self.instance.respond(&self.shared, rejection)
+    }
+}

@@ -1,0 +1,67 @@
+//! [`SetupError`]: why a transactional idempotency layer could not be set up.
+
+use std::fmt;
+
+use crate::ConfigError;
+
+/// Why [`TransactionalLayerBuilder::build`](super::TransactionalLayerBuilder::build) or
+/// [`migrate`](super::TransactionalLayerBuilder::migrate) failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// A setting of the idempotency builder was refused (as `IdempotencyLayerBuilder::build`
+    /// would refuse it).
+    Config(ConfigError),
+    /// The schema or the prefix is not a plain lower-case SQL name (letters, digits, `_`,
+    /// at most 40 bytes).
+    Name(String),
+    /// The records or fences table does not exist: run
+    /// [`migrate`](super::TransactionalLayerBuilder::migrate) once (at start-up, or from
+    /// your deployment's migration step) before `build`.
+    MissingTable {
+        /// The records table, qualified.
+        table: String,
+    },
+    /// The database refused or could not be reached.
+    Database(sqlx::Error),
+}
+
+impl fmt::Display for SetupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "{e}"),
+            Self::Name(name) => write!(
+                f,
+                "not a plain lower-case SQL name (letters, digits, `_`, at most 40 bytes): {name}"
+            ),
+            Self::MissingTable { table } => write!(
+                f,
+                "the idempotency table {table} (or its fences table) does not exist: call \
+                 `TransactionalLayerBuilder::migrate()` once before `build()`"
+            ),
+            Self::Database(e) => write!(f, "the database failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SetupError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            Self::Database(e) => Some(e),
+            Self::Name(_) | Self::MissingTable { .. } => None,
+        }
+    }
+}
+
+impl From<sqlx::Error> for SetupError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(e)
+    }
+}
+
+impl From<ConfigError> for SetupError {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}

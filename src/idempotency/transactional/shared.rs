@@ -1,0 +1,176 @@
+//! [`Shared`]: what every service of one transactional layer shares (the replay core,
+//! the pool, the tables), and the layer's statements before and after the handler: the
+//! claim, the completion, the sweep of expired records.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use sqlx::{PgPool, Postgres, Row, Transaction};
+use tower_lock_core::ReplayLocker;
+
+use super::tables::Tables;
+use crate::{
+    Rejection,
+    engine::{LockKey, Record},
+};
+
+/// Expired records deleted per statement: short row locks, bounded work per sweep.
+pub(super) const SWEEP_BATCH: i64 = 500;
+
+/// The most often the layer sweeps (and at least once per retention).
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
+
+/// The shortest `lock_timeout` of a claim, also when the layer does not wait (`0` would
+/// mean "no limit" to Postgres): the claim's insert also waits for locks that are no
+/// duplicate's (a table extension under concurrent inserts), and a duplicate must not be
+/// the answer to those. A duplicate in flight is answered `409` after at most this long.
+const MIN_LOCK_WAIT: Duration = Duration::from_millis(100);
+
+/// The outcome of claiming a key.
+pub(super) enum Claim {
+    /// The key is this request's, in this transaction: run the handler.
+    Ours(Transaction<'static, Postgres>),
+    /// A committed record answers: its replay, or a rejection (`422`, `409`, `503`).
+    Answer(Result<http::Response<Bytes>, Rejection>),
+}
+
+pub(super) struct Shared {
+    pub(super) replay: ReplayLocker,
+    pub(super) pool: PgPool,
+    pub(super) tables: Arc<Tables>,
+    started: Instant,
+    /// Milliseconds after `started` when the next sweep is due.
+    next_sweep: AtomicU64,
+}
+
+/// Whether `error` is Postgres's `lock_not_available`: the claim waited `lock_timeout`
+/// on a duplicate's uncommitted claim.
+fn waited_out(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "55P03")
+}
+
+impl Shared {
+    pub(super) fn new(replay: ReplayLocker, pool: PgPool, tables: Tables) -> Self {
+        Self {
+            replay,
+            pool,
+            tables: Arc::new(tables),
+            started: Instant::now(),
+            next_sweep: AtomicU64::new(0),
+        }
+    }
+
+    /// Begin the request's transaction and claim `key`, or answer from its record.
+    pub(super) async fn claim(&self, key: &LockKey, fingerprint: &Bytes) -> Claim {
+        match self.try_claim(key, fingerprint).await {
+            Ok(claim) => claim,
+            Err(error) if waited_out(&error) => Claim::Answer(Err(self.replay.in_flight())),
+            Err(error) => {
+                tracing::warn!(%error, "claiming the idempotency key failed; rejecting");
+                Claim::Answer(Err(self.replay.unavailable_rejection()))
+            }
+        }
+    }
+
+    async fn try_claim(&self, key: &LockKey, fingerprint: &Bytes) -> Result<Claim, sqlx::Error> {
+        let mut tx = self.pool.begin().await?;
+        let wait = format!("{}ms", self.replay.wait().max(MIN_LOCK_WAIT).as_millis());
+        let row = sqlx::query(&self.tables.claim())
+            .persistent(false)
+            .bind(key.as_str())
+            .bind(fingerprint.as_ref())
+            .bind(self.replay.retention().as_millis() as f64)
+            .bind(wait)
+            .fetch_one(&mut *tx)
+            .await?;
+        if row.try_get::<bool, _>(0)? {
+            return Ok(Claim::Ours(tx));
+        }
+        // Nothing was written: the transaction's rollback is queued as it drops, and sent
+        // when its connection goes back to the pool, after this answer.
+        drop(tx);
+        let Some(stored_fingerprint) = row.try_get::<Option<Vec<u8>>, _>(1)? else {
+            return Ok(Claim::Answer(Err(self.replay.in_flight())));
+        };
+        let mut record = Record::new(
+            Bytes::from(stored_fingerprint),
+            Bytes::from(row.try_get::<Option<Vec<u8>>, _>(2)?.unwrap_or_default()),
+            Bytes::from(row.try_get::<Option<Vec<u8>>, _>(3)?.unwrap_or_default()),
+        );
+        record.kept = row.try_get::<Option<bool>, _>(4)?.unwrap_or_default();
+        let completed = row.try_get::<Option<i64>, _>(5)?.unwrap_or_default();
+        record.completed_at =
+            UNIX_EPOCH + Duration::from_millis(u64::try_from(completed).unwrap_or_default());
+        Ok(Claim::Answer(
+            self.replay.answer_record(record, fingerprint),
+        ))
+    }
+
+    /// Write the response (or a tombstone) into the claimed record and commit it with the
+    /// handler's rows.
+    pub(super) async fn complete(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        key: &LockKey,
+        meta: Bytes,
+        body: Bytes,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(&self.tables.complete())
+            .persistent(false)
+            .bind(key.as_str())
+            .bind(meta.as_ref())
+            .bind(body.as_ref())
+            .bind(true)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// Delete one batch of expired records; the number deleted.
+    pub(super) async fn sweep(&self) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(&self.tables.sweep())
+            .persistent(false)
+            .bind(SWEEP_BATCH)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Start a sweep in the background if one is due (at most once a minute, and at least
+    /// once per retention), batch after batch until a batch comes back short.
+    pub(super) fn sweep_if_due(self: &Arc<Self>) {
+        let now = self.started.elapsed().as_millis() as u64;
+        let due = self.next_sweep.load(Ordering::Relaxed);
+        let every = SWEEP_EVERY.min(self.replay.retention()).as_millis() as u64;
+        if now < due
+            || self
+                .next_sweep
+                .compare_exchange(due, now + every.max(1), Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                match this.sweep().await {
+                    Ok(n) if n == SWEEP_BATCH as u64 => {}
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::debug!(%error, "sweeping expired idempotency records failed");
+                        break;
+                    }
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,184 @@
+//! [`Tables`]: the names of the transactional layer's tables (a schema and a prefix the
+//! application chooses) and every statement the layer sends, written once here.
+
+use std::fmt;
+
+use super::SetupError;
+
+/// The records table and the fences table, quoted and qualified, and the statements on
+/// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`), so
+/// it runs behind PgBouncer in transaction pooling mode.
+#[derive(Clone)]
+pub(super) struct Tables {
+    schema: String,
+    records: String,
+    fences: String,
+    /// The claim function (see [`Tables::claim`]).
+    claim: String,
+}
+
+impl fmt::Debug for Tables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tables")
+            .field("records", &self.records)
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+/// A name Postgres takes unquoted and that needs no escaping: letters, digits and `_`,
+/// not starting with a digit, at most 40 bytes (room for the table names' suffixes
+/// within Postgres's 63).
+fn plain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl Tables {
+    pub(super) fn new(schema: &str, prefix: &str) -> Result<Self, SetupError> {
+        if !plain(schema) || !(prefix.is_empty() || plain(prefix)) {
+            return Err(SetupError::Name(format!("{schema:?}, prefix {prefix:?}")));
+        }
+        Ok(Self {
+            schema: schema.to_owned(),
+            records: format!("{schema}.{prefix}idempotency_records"),
+            fences: format!("{schema}.{prefix}fences"),
+            claim: format!("{schema}.{prefix}idempotency_claim"),
+        })
+    }
+
+    /// The records table, qualified (for error messages).
+    pub(super) fn records(&self) -> &str {
+        &self.records
+    }
+
+    /// Creates the schema and both tables if missing, serialized by a transaction-level
+    /// advisory lock so that nodes migrating at once do not race on the catalog.
+    pub(super) fn migration(&self) -> [String; 6] {
+        let Self {
+            schema,
+            records,
+            fences,
+            claim,
+        } = self;
+        [
+            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {records}'))"),
+            format!("CREATE SCHEMA IF NOT EXISTS {schema}"),
+            // `completed_at` is NULL while the claim is uncommitted; only completed records
+            // are ever committed (the claim commits with the response or a tombstone).
+            format!(
+                "CREATE TABLE IF NOT EXISTS {records} (
+                    key text PRIMARY KEY,
+                    fingerprint bytea NOT NULL,
+                    meta bytea,
+                    body bytea,
+                    kept boolean NOT NULL DEFAULT false,
+                    completed_at timestamptz,
+                    expires_at timestamptz NOT NULL)"
+            ),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {}_expiry ON {records} (expires_at)",
+                records.rsplit('.').next().unwrap_or("records")
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {fences} (key text PRIMARY KEY, fence bigint NOT NULL)"
+            ),
+            // The claim, one round trip: under the layer's `lock_timeout` (a duplicate
+            // waits on the unique index for the transaction that claimed the key), insert
+            // the claim, or read the committed record (an expired one is deleted and the
+            // key claimed again). `DO NOTHING` locks no committed record: replays never
+            // queue. The application's `lock_timeout` is back for the handler's statements.
+            // Returns one row: claimed, or the record (fingerprint NULL: still in flight).
+            format!(
+                "CREATE OR REPLACE FUNCTION {claim}(
+                    p_key text, p_fingerprint bytea, p_retention_ms double precision, p_wait text)
+                RETURNS TABLE (o_claimed boolean, o_fingerprint bytea, o_meta bytea,
+                               o_body bytea, o_kept boolean, o_completed_ms bigint)
+                LANGUAGE plpgsql AS $fn$
+                DECLARE
+                    previous text := current_setting('lock_timeout');
+                BEGIN
+                    PERFORM set_config('lock_timeout', p_wait, true);
+                    FOR attempt IN 1..3 LOOP
+                        INSERT INTO {records} (key, fingerprint, expires_at)
+                        VALUES (p_key, p_fingerprint,
+                                clock_timestamp() + p_retention_ms * interval '1 millisecond')
+                        ON CONFLICT (key) DO NOTHING;
+                        IF FOUND THEN
+                            PERFORM set_config('lock_timeout', previous, true);
+                            RETURN QUERY SELECT true, NULL::bytea, NULL::bytea, NULL::bytea,
+                                NULL::boolean, NULL::bigint;
+                            RETURN;
+                        END IF;
+                        DELETE FROM {records} r
+                        WHERE r.key = p_key AND r.expires_at <= clock_timestamp();
+                        IF NOT FOUND THEN
+                            RETURN QUERY SELECT false, r.fingerprint, r.meta, r.body, r.kept,
+                                (extract(epoch FROM r.completed_at) * 1000)::bigint
+                            FROM {records} r WHERE r.key = p_key;
+                            IF FOUND THEN
+                                PERFORM set_config('lock_timeout', previous, true);
+                                RETURN;
+                            END IF;
+                        END IF;
+                    END LOOP;
+                    PERFORM set_config('lock_timeout', previous, true);
+                    RETURN QUERY SELECT false, NULL::bytea, NULL::bytea, NULL::bytea,
+                        NULL::boolean, NULL::bigint;
+                END
+                $fn$"
+            ),
+        ]
+    }
+
+    /// Whether both tables and the claim function exist: one row, one boolean.
+    pub(super) fn exists(&self) -> String {
+        format!(
+            "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL
+                AND to_regprocedure('{}(text, bytea, double precision, text)') IS NOT NULL",
+            self.records, self.fences, self.claim
+        )
+    }
+
+    /// Claims `$1` (key) with `$2` (fingerprint) for `$3` ms of retention, waiting at
+    /// most `$4` (a `lock_timeout` value) for a duplicate in flight: one row, `claimed`
+    /// or the committed record (see the function in [`migration`](Self::migration)).
+    pub(super) fn claim(&self) -> String {
+        format!("SELECT * FROM {}($1, $2, $3, $4)", self.claim)
+    }
+
+    /// Completes the claimed `$1` with `$2` (meta), `$3` (body), `$4` (kept).
+    pub(super) fn complete(&self) -> String {
+        format!(
+            "UPDATE {} SET meta = $2, body = $3, kept = $4, completed_at = clock_timestamp()
+             WHERE key = $1",
+            self.records
+        )
+    }
+
+    /// Raises the high-water mark of `$1` to `$2`: a row back when `$2` is at least the
+    /// mark (the holder is current), none when a newer holder already wrote.
+    pub(super) fn fence(&self) -> String {
+        format!(
+            "INSERT INTO {fences} AS f (key, fence) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET fence = excluded.fence
+               WHERE f.fence <= excluded.fence
+             RETURNING fence",
+            fences = self.fences
+        )
+    }
+
+    /// Deletes at most `$1` expired records, skipping rows a transaction holds.
+    pub(super) fn sweep(&self) -> String {
+        let records = &self.records;
+        format!(
+            "DELETE FROM {records} WHERE key IN (
+                SELECT key FROM {records} WHERE expires_at <= clock_timestamp()
+                LIMIT $1 FOR UPDATE SKIP LOCKED)"
+        )
+    }
+}

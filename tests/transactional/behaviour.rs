@@ -1,0 +1,266 @@
+//! The protocol on one server: claim, replay, `422`, `409`; what rolls back; tombstones;
+//! concurrent duplicates; retention.
+
+use std::time::Duration;
+
+use http::StatusCode;
+use tokio::io::AsyncReadExt;
+use tower::{Service, ServiceExt, service_fn};
+use tower_lock::{
+    idempotency::{RequestBody, transactional::LentTransaction},
+    sqlx::{self, Row},
+};
+use tower_lock_test_support::http::serve;
+
+use crate::app::{Db, Gate, post, router, shared_url};
+
+/// The raw HTTP/1.1 request for `key` and `outcome`.
+pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
+    format!(
+        "POST /payments HTTP/1.1\r\nHost: test\r\nIdempotency-Key: {key}\r\nx-outcome: {outcome}\r\nContent-Length: 4\r\n\r\ncard"
+    )
+}
+
+/// Waits until `n` backends of the database wait for a lock (duplicates queued on the
+/// records table's unique index).
+pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let waiting: i64 =
+            sqlx::raw_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap()
+                .get(0);
+        if waiting >= n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} of {n} waiting"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_commits_its_row_with_the_record_and_its_retry_is_replayed() {
+    let db = Db::new(&shared_url().await, "replayed").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    let first = post(&server, "k1", "ok", "card 1").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("idempotent-replayed"), None);
+    let retry = post(&server, "k1", "ok", "card 1").await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.body, first.body);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!((db.payments().await, db.records().await), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_reused_for_another_request_is_422_and_writes_nothing() {
+    let db = Db::new(&shared_url().await, "mismatch").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    assert_eq!(
+        post(&server, "k", "ok", "card 1").await.status,
+        StatusCode::CREATED
+    );
+    let other = post(&server, "k", "ok", "card 2").await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        other.header("content-type"),
+        Some("application/problem+json")
+    );
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_flight_is_409_with_retry_after_without_a_wait() {
+    let db = Db::new(&shared_url().await, "in_flight").await;
+    let (gate, mut entered) = Gate::new();
+    let server = std::sync::Arc::new(serve(router(&db, db.layer(|b| b).await, gate.clone())).await);
+    let first = tokio::spawn({
+        let server = server.clone();
+        async move { post(&server, "k", "hang", "card").await }
+    });
+    entered.recv().await.unwrap();
+    let duplicate = post(&server, "k", "hang", "card").await;
+    assert_eq!(duplicate.status, StatusCode::CONFLICT);
+    assert!(duplicate.header("retry-after").is_some());
+    gate.release.notify_one();
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_concurrent_duplicates_on_two_servers_insert_one_row() {
+    let url = shared_url().await;
+    let db = Db::new(&url, "twenty").await;
+    let (gate, mut entered) = Gate::new();
+    // Two nodes: two pools, two layers, one database.
+    let other = Db::existing(&url, db.schema.clone(), false).await;
+    let wait = |b: tower_lock::IdempotencyLayerBuilder| b.wait(Duration::from_secs(20));
+    let servers = [
+        std::sync::Arc::new(serve(router(&db, db.layer(wait).await, gate.clone())).await),
+        std::sync::Arc::new(serve(router(&other, other.layer(wait).await, gate.clone())).await),
+    ];
+    let requests: Vec<_> = (0..20)
+        .map(|i| {
+            let server = servers[i % 2].clone();
+            tokio::spawn(async move { post(&server, "k", "hang", "card").await })
+        })
+        .collect();
+    entered.recv().await.unwrap();
+    until_waiting_on_locks(&db, 19).await;
+    gate.release.notify_one();
+    let mut replayed = 0;
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(reply.status, StatusCode::CREATED);
+        replayed += usize::from(reply.header("idempotent-replayed") == Some("true"));
+    }
+    assert_eq!(replayed, 19);
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_mean_it_did_not_happen_roll_back_and_the_retry_runs() {
+    let db = Db::new(&shared_url().await, "not_stored").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    let invalid = post(&server, "k", "invalid", "card").await;
+    assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let failed = post(&server, "k", "fail", "card").await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!((db.payments().await, db.records().await), (0, 0));
+    assert_eq!(
+        post(&server, "k", "ok", "card").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_rolls_back_and_the_retry_runs() {
+    let db = Db::new(&shared_url().await, "panic").await;
+    let (gate, _entered) = Gate::new();
+    let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
+    let server = serve(router(&db, layer, gate)).await;
+    let mut stream = server.raw(&raw_post("k", "panic")).await;
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("201"),
+        "no answer but a closed connection"
+    );
+    let retry = post(&server, "k", "ok", "card").await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_client_left_rolls_back_and_the_retry_runs() {
+    let db = Db::new(&shared_url().await, "dropped").await;
+    let (gate, mut entered) = Gate::new();
+    let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
+    let server = serve(router(&db, layer, gate)).await;
+    let stream = server.raw(&raw_post("k", "hang")).await;
+    entered.recv().await.unwrap();
+    drop(stream);
+    // The retry's claim waits on the unique index until the dropped request's transaction
+    // has rolled back, then runs.
+    let retry = post(&server, "k", "ok", "card").await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_error_rolls_back_and_the_retry_runs() {
+    let db = Db::new(&shared_url().await, "error").await;
+    let schema = db.schema.clone();
+    let layer = db.layer(|b| b).await;
+    let service = tower::ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(
+            move |req: http::Request<RequestBody<http_body_util::Full<bytes::Bytes>>>| {
+                let schema = schema.clone();
+                async move {
+                    let lent = req.extensions().get::<LentTransaction>().unwrap().clone();
+                    let mut tx = lent.borrow().await.unwrap();
+                    sqlx::query(&format!(
+                        "INSERT INTO {schema}.payments (note) VALUES ('x')"
+                    ))
+                    .persistent(false)
+                    .execute(&mut *tx)
+                    .await
+                    .unwrap();
+                    drop(tx);
+                    if req.headers().contains_key("x-fail") {
+                        return Err("the handler failed");
+                    }
+                    Ok(http::Response::new(http_body_util::Full::new(
+                        bytes::Bytes::from("done"),
+                    )))
+                }
+            },
+        ));
+    let request = |fail: bool| {
+        let mut req = http::Request::post("/payments").header("idempotency-key", "k");
+        if fail {
+            req = req.header("x-fail", "1");
+        }
+        req.body(http_body_util::Full::new(bytes::Bytes::new()))
+            .unwrap()
+    };
+    let failed = service.clone().oneshot(request(true)).await;
+    assert!(failed.is_err());
+    assert_eq!((db.payments().await, db.records().await), (0, 0));
+    let mut service = service;
+    let ok = service.ready().await.unwrap().call(request(false)).await;
+    assert_eq!(ok.unwrap().status(), StatusCode::OK);
+    assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_over_the_limit_commits_a_tombstone_and_never_runs_again() {
+    let db = Db::new(&shared_url().await, "tombstone").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    let big = post(&server, "k", "big", "card").await;
+    assert_eq!(big.status, StatusCode::CREATED);
+    assert_eq!(big.body.len(), crate::app::MAX_STORED * 4);
+    let retry = post(&server, "k", "big", "card").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert!(
+        retry.text().contains("response-not-stored"),
+        "{}",
+        retry.text()
+    );
+    assert_eq!((db.payments().await, db.records().await), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_records_are_swept_and_their_keys_run_again() {
+    let db = Db::new(&shared_url().await, "retention").await;
+    let (gate, _entered) = Gate::new();
+    let layer = db.layer(|b| b.retention(Duration::from_millis(1))).await;
+    let server = serve(router(&db, layer.clone(), gate)).await;
+    assert_eq!(
+        post(&server, "a", "ok", "card").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        post(&server, "b", "ok", "card").await.status,
+        StatusCode::CREATED
+    );
+    // The layer sweeps in the background; wait for its sweep or make one.
+    let _ = layer.sweep().await.unwrap();
+    assert_eq!(db.records().await, 0);
+    let again = post(&server, "a", "ok", "card").await;
+    assert_eq!(again.header("idempotent-replayed"), None);
+    assert_eq!(db.payments().await, 3);
+}

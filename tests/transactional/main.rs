@@ -1,0 +1,17 @@
+//! The transactional idempotency layer (records committed in the handler's own Postgres
+//! transaction) on a real Postgres of this binary's own, over real sockets: claims,
+//! replays, `422` and `409`; rollbacks (an answer that did not happen, an error, a panic,
+//! a dropped request); tombstones; concurrent duplicates; server processes killed before
+//! and after the commit; Postgres restarted mid-request; the fence check; PgBouncer in
+//! transaction mode. Every count is the business table's, not the layer's word.
+//!
+//! `cargo test --features postgres --test transactional`; needs Debian's `postgresql` and
+//! `pgbouncer` packages.
+#![cfg(feature = "postgres")]
+
+mod actix;
+mod app;
+mod behaviour;
+mod crash;
+mod fence;
+mod setup;

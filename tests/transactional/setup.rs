@@ -1,0 +1,67 @@
+//! Setting the layer up (a missing table is refused, naming the fix) and the protocol
+//! through PgBouncer in transaction pooling mode.
+
+use http::StatusCode;
+use tower_lock::{IdempotencyLayer, LockEngine, idempotency::transactional::SetupError};
+use tower_lock_test_support::{
+    http::serve,
+    postgres::{PgBouncer, PostgresServer},
+};
+
+use crate::app::{Db, Gate, pool, router, shared_url};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_a_missing_table_and_names_migrate() {
+    let pool = pool(&shared_url().await).await;
+    let refused = IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .transactional(pool)
+        .schema("never_migrated")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, SetupError::MissingTable { .. }),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("migrate()"), "{refused}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_an_unscoped_decision_left_open() {
+    let pool = pool(&shared_url().await).await;
+    let refused = IdempotencyLayer::builder(LockEngine::in_memory())
+        .transactional(pool)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, SetupError::Config(_)), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_in_transaction_mode_rows_commit_once_and_replay() {
+    let bouncer = tokio::task::spawn_blocking(|| PgBouncer::start(PostgresServer::shared()))
+        .await
+        .unwrap();
+    let db = Db::new(&bouncer.url(), "bouncer").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    for round in 0..3 {
+        let key = format!("k{round}");
+        let headers = [("idempotency-key", key.as_str()), ("x-outcome", "invalid")];
+        let invalid = server
+            .send_body("POST", "/payments", &headers, "card")
+            .await;
+        assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let headers = [("idempotency-key", key.as_str()), ("x-outcome", "ok")];
+        let first = server
+            .send_body("POST", "/payments", &headers, "card")
+            .await;
+        assert_eq!(first.status, StatusCode::CREATED);
+        let retry = server
+            .send_body("POST", "/payments", &headers, "card")
+            .await;
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    }
+    assert_eq!(db.payments().await, 3);
+}
