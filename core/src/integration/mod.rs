@@ -61,6 +61,9 @@ pub use locker::RequestLocker;
 pub(crate) use methods::{LockedMethods, is_miscased};
 pub use outcome::Outcome;
 #[cfg(feature = "idempotency")]
+#[doc(hidden)]
+pub use replay::AcceptedCodings;
+#[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
     BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,

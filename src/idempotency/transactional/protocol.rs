@@ -9,6 +9,7 @@ use std::{fmt, sync::Arc};
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use sqlx::{Postgres, Transaction};
+use tower_lock_core::AcceptedCodings;
 
 use super::{
     LentTransaction,
@@ -51,6 +52,8 @@ pub struct PendingClaim {
     shared: Arc<Shared>,
     key: LockKey,
     fingerprint: Bytes,
+    /// What the request accepts, for a replay's content coding.
+    accepted: AcceptedCodings,
     instance: Instance,
 }
 
@@ -70,10 +73,12 @@ impl PendingClaim {
         body: &[u8],
     ) -> Self {
         let fingerprint = shared.replay.fingerprint(req, body);
+        let accepted = shared.replay.accepted(req);
         Self {
             shared,
             key,
             fingerprint,
+            accepted,
             instance: Instance(req.path().to_owned()),
         }
     }
@@ -85,9 +90,10 @@ impl PendingClaim {
             shared,
             key,
             fingerprint,
+            accepted,
             instance,
         } = self;
-        match shared.claim(&key, &fingerprint).await {
+        match shared.claim(&key, &fingerprint, accepted).await {
             Claim::Ours(tx) => Ok(Claimed {
                 lent: LentTransaction::new(tx, Arc::clone(&shared.tables)),
                 shared,

@@ -12,7 +12,7 @@ use std::{
 
 use bytes::Bytes;
 use sqlx::{PgPool, Postgres, Row, Transaction};
-use tower_lock_core::ReplayLocker;
+use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
 use super::tables::Tables;
 use crate::{
@@ -70,8 +70,13 @@ impl Shared {
     }
 
     /// Begin the request's transaction and claim `key`, or answer from its record.
-    pub(super) async fn claim(&self, key: &LockKey, fingerprint: &Bytes) -> Claim {
-        match self.try_claim(key, fingerprint).await {
+    pub(super) async fn claim(
+        &self,
+        key: &LockKey,
+        fingerprint: &Bytes,
+        accepted: AcceptedCodings,
+    ) -> Claim {
+        match self.try_claim(key, fingerprint, accepted).await {
             Ok(claim) => claim,
             Err(error) if waited_out(&error) => Claim::Answer(Err(self.replay.in_flight())),
             Err(error) => {
@@ -81,7 +86,12 @@ impl Shared {
         }
     }
 
-    async fn try_claim(&self, key: &LockKey, fingerprint: &Bytes) -> Result<Claim, sqlx::Error> {
+    async fn try_claim(
+        &self,
+        key: &LockKey,
+        fingerprint: &Bytes,
+        accepted: AcceptedCodings,
+    ) -> Result<Claim, sqlx::Error> {
         let mut tx = self.pool.begin().await?;
         let wait = format!("{}ms", self.replay.wait().max(MIN_LOCK_WAIT).as_millis());
         let row = sqlx::query(&self.tables.claim())
@@ -110,9 +120,11 @@ impl Shared {
         let completed = row.try_get::<Option<i64>, _>(5)?.unwrap_or_default();
         record.completed_at =
             UNIX_EPOCH + Duration::from_millis(u64::try_from(completed).unwrap_or_default());
-        Ok(Claim::Answer(
-            self.replay.answer_record(record, fingerprint),
-        ))
+        Ok(Claim::Answer(self.replay.answer_record(
+            record,
+            fingerprint,
+            accepted,
+        )))
     }
 
     /// Write the response (or a tombstone) into the claimed record and commit it with the

@@ -13,8 +13,9 @@ use http::{HeaderMap, header};
 use crate::key::RequestView;
 
 /// The `Accept-Encoding` of a request, kept for the replay decision.
+#[doc(hidden)]
 #[derive(Clone, Debug, Default)]
-pub(crate) struct AcceptedCodings {
+pub struct AcceptedCodings {
     /// Every value of the header, joined by commas (empty: none sent).
     header: String,
 }

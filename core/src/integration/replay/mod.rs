@@ -33,6 +33,8 @@ use capture::Capture;
 pub use capturing_body::CapturingBody;
 pub use chunks::{Chunk, ChunkSource};
 use completion::Completion;
+#[doc(hidden)]
+pub use content_coding::AcceptedCodings;
 pub(crate) use decision::ReplayDecision;
 use drain::Drain;
 pub use future::ReplayFuture;

@@ -178,6 +178,11 @@ impl ReplayLocker {
     }
 
     #[doc(hidden)]
+    pub fn accepted(&self, req: &dyn RequestView) -> AcceptedCodings {
+        AcceptedCodings::of(req)
+    }
+
+    #[doc(hidden)]
     pub fn fingerprint(&self, req: &dyn RequestView, body: &[u8]) -> Bytes {
         let mut fingerprinter = self.fingerprinter(req);
         fingerprinter.update(body);
@@ -229,8 +234,13 @@ impl ReplayLocker {
         &self,
         record: Record,
         fingerprint: &Bytes,
+        accepted: AcceptedCodings,
     ) -> Result<http::Response<Bytes>, Rejection> {
-        match self.answer(record, fingerprint) {
+        let request = Request {
+            fingerprint: fingerprint.clone(),
+            accepted,
+        };
+        match self.answer(record, &request) {
             ReplayDecision::Replay(res) => Ok(res),
             ReplayDecision::Rejected(rejection) => Err(rejection),
             ReplayDecision::Run(_) | ReplayDecision::Unlocked => {
