@@ -33,9 +33,18 @@ pub struct AcquireRequest {
     pub fifo: bool,
     /// Refuse with [`LockError::QueueFull`] when this many already wait.
     pub max_waiters: Option<usize>,
+    /// This acquire's place among this engine's calls of the key, for a backend that lines
+    /// them up (see [`Capabilities::lining_up`]).
+    pub(crate) line: crate::releasing::Line,
 }
 
 impl AcquireRequest {
+    /// Give up this acquire's place in its key's line (see [`Capabilities::lining_up`]):
+    /// its first attempt was answered. Idempotent; nothing for a request not in line.
+    pub(crate) fn leave_line(&self) {
+        self.line.leave();
+    }
+
     /// A request for `key` in `mode` by `token` for `ttl`, waiting without limit, not
     /// FIFO, with no waiter limit (set the public fields for the rest).
     pub fn new(key: LockKey, mode: Mode, token: Token, ttl: Duration) -> Self {
@@ -47,6 +56,7 @@ impl AcquireRequest {
             wait: None,
             fifo: false,
             max_waiters: None,
+            line: Default::default(),
         }
     }
 }
@@ -235,6 +245,8 @@ pub struct Capabilities<'a> {
     pub(crate) numeric: Option<&'a dyn NumericBackend>,
     pub(crate) pools: Option<&'a dyn PoolBackend>,
     pub(crate) records: Option<&'a dyn RecordBackend>,
+    /// See [`Capabilities::lining_up`].
+    pub(crate) lines_up: bool,
 }
 
 /// A backend that can answer an acquisition or a release on the spot, without a future:
@@ -266,6 +278,7 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("numeric", &self.numeric.is_some())
             .field("pools", &self.pools.is_some())
             .field("records", &self.records.is_some())
+            .field("lines_up", &self.lines_up)
             .finish()
     }
 }
@@ -297,6 +310,17 @@ impl<'a> Capabilities<'a> {
     /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
     pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
         self.records = Some(records);
+        self
+    }
+
+    /// The backend's calls may reach its store in another order than they were made (a
+    /// pool of connections), so the engine lines up each key's acquires and releases in
+    /// the order they were called: a waiting acquire carries its place in its request, and
+    /// the backend gives it up ([`AcquireRequest::leave_line`]) once its first attempt was
+    /// answered (its ticket queued); the next acquire of the key from this engine goes
+    /// then. Crate-private: a backend of another crate orders its own calls.
+    pub(crate) fn lining_up(mut self) -> Self {
+        self.lines_up = true;
         self
     }
 }

@@ -219,6 +219,7 @@ impl Lock {
             wait,
             fifo: self.options.fifo,
             max_waiters: self.options.max_waiters,
+            line: Default::default(),
         };
         Ok((req, started))
     }
@@ -235,6 +236,25 @@ impl Lock {
         )
     }
 
+    /// Wait for this engine's calls of `req`'s key that must reach the backend first: its
+    /// releases begun and not yet answered, and, on a backend that
+    /// [lines up](crate::Capabilities::lining_up) its calls, the first attempts of the
+    /// acquires called before this one. A waiting `req` takes its place in that line now,
+    /// as it is called (a try never queues, so it takes none).
+    async fn in_line(&self, req: &mut AcquireRequest) {
+        let shared = &self.engine.shared;
+        if !shared.backend.capabilities().lines_up {
+            return shared.releasing.landed(&req.key).await;
+        }
+        let (earlier, place) = shared.releasing.line_up(&req.key);
+        if req.wait == Some(Duration::ZERO) {
+            drop(place);
+        } else {
+            req.line = crate::releasing::Line::holding(place);
+        }
+        earlier.await;
+    }
+
     async fn acquire_with(&self, wait: Option<Duration>) -> Result<Lease, LockError> {
         let (mut req, started) = self.request(wait)?;
         // Decided on the spot if the backend can: no boxed backend future.
@@ -243,8 +263,10 @@ impl Lock {
         {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }
-        // This engine's own release of the key, begun and not yet answered, lands first.
-        self.engine.shared.releasing.landed(&req.key).await;
+        // This engine's own release of the key, begun and not yet answered, lands first;
+        // on a backend that lines up its calls, so do the first attempts of this engine's
+        // earlier acquires of the key.
+        self.in_line(&mut req).await;
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
         let mut retried = false;
         loop {
@@ -256,6 +278,7 @@ impl Lock {
                 .acquire(req.clone())
                 .instrument(span.clone())
                 .await;
+            req.leave_line();
             let grant = match grant {
                 Ok(grant) => grant,
                 // A retry (below) of a wait with a limit, which ran out: the whole wait

@@ -10,6 +10,12 @@
 //! [`RELEASE_WAIT`]: the order the node's own calls were made in is the order the backend
 //! sees them, whatever connections they take. The in-process backend releases on the spot
 //! and never registers here.
+//!
+//! On a backend that [lines up](crate::Capabilities::lining_up) its calls (Postgres: a pool
+//! of connections), a waiting acquire also takes its place here as it is called, and its
+//! first attempt goes once the releases and first attempts of its key called before it have
+//! been answered: the queue takes this node's waiters in the order they called (FIFO), not
+//! in the order their connections happened to reach the server.
 
 use std::{
     sync::{
@@ -90,22 +96,84 @@ impl Releasing {
             if shard.is_empty() {
                 return;
             }
-            shard
-                .iter()
-                .filter(|(k, _)| k == key)
-                .map(|(_, e)| e.clone())
-                .collect()
+            Self::of(&shard, key)
         };
-        if pending.is_empty() {
-            return;
-        }
-        let all = async {
-            for ending in pending {
-                ending.wait().await;
-            }
-        };
-        let _ = tokio::time::timeout(RELEASE_WAIT, all).await;
+        all_landed(pending).await;
     }
+
+    /// A call of `key` that must reach the backend after the ones of `key` in flight now,
+    /// and before any begun after this: the returned guard is its place (in flight until
+    /// dropped), and the future, once it resolves, lets the call go (all the earlier ones
+    /// answered, at most [`RELEASE_WAIT`]). Both happen in one step, so two calls made one
+    /// after the other on this engine reach the backend in that order, whatever connections
+    /// they take: a pool of connections would otherwise let a later waiter's ticket in first.
+    pub(crate) fn line_up(
+        self: &Arc<Self>,
+        key: &LockKey,
+    ) -> (impl Future<Output = ()> + use<>, InFlight) {
+        let ending = Arc::new(Ending::default());
+        let earlier = {
+            let mut shard = self.shard(key).lock().unwrap();
+            let earlier = Self::of(&shard, key);
+            shard.push((key.clone(), ending.clone()));
+            earlier
+        };
+        let place = InFlight {
+            releasing: self.clone(),
+            key: key.clone(),
+            ending,
+        };
+        (all_landed(earlier), place)
+    }
+
+    /// The calls of `key` in flight in `shard`.
+    fn of(shard: &[(LockKey, Arc<Ending>)], key: &LockKey) -> Vec<Arc<Ending>> {
+        shard
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
+
+/// An acquire's place in its key's line (see [`Releasing::line_up`]), carried by its
+/// request to a backend that [lines up](crate::Capabilities::lining_up) its calls: held
+/// until the backend's first attempt was answered ([`Line::leave`]), or the acquire ended.
+#[derive(Clone, Default)]
+pub(crate) struct Line(Option<Arc<Mutex<Option<InFlight>>>>);
+
+impl Line {
+    /// Holding `place`.
+    pub(crate) fn holding(place: InFlight) -> Self {
+        Self(Some(Arc::new(Mutex::new(Some(place)))))
+    }
+
+    /// Give the place up: the calls lined up behind it may go.
+    pub(crate) fn leave(&self) {
+        if let Some(place) = &self.0 {
+            drop(place.lock().unwrap().take());
+        }
+    }
+}
+
+impl std::fmt::Debug for Line {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.0.as_ref().is_some_and(|p| p.lock().unwrap().is_some());
+        f.debug_tuple("Line").field(&held).finish()
+    }
+}
+
+/// Until every one of `pending` has landed, at most [`RELEASE_WAIT`].
+async fn all_landed(pending: Vec<Arc<Ending>>) {
+    if pending.is_empty() {
+        return;
+    }
+    let all = async {
+        for ending in pending {
+            ending.wait().await;
+        }
+    };
+    let _ = tokio::time::timeout(RELEASE_WAIT, all).await;
 }
 
 impl Ending {
@@ -159,5 +227,34 @@ mod tests {
         let started = tokio::time::Instant::now();
         releasing.landed(&a).await;
         assert_eq!(started.elapsed(), RELEASE_WAIT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_lined_up_goes_after_the_calls_of_its_key_begun_before_it() {
+        let releasing = Arc::new(Releasing::default());
+        let (a, b) = (LockKey::new("a").unwrap(), LockKey::new("b").unwrap());
+        let release = releasing.begin(&a);
+        let (first_goes, first) = releasing.line_up(&a);
+        let (second_goes, second) = releasing.line_up(&a);
+        // Another key's line is its own.
+        let (other_goes, _other) = releasing.line_up(&b);
+        other_goes.await;
+        let (first_goes, second_goes) = (tokio::spawn(first_goes), tokio::spawn(second_goes));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!first_goes.is_finished() && !second_goes.is_finished());
+        // The release answered: the first goes, the second still waits for the first.
+        drop(release);
+        first_goes.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!second_goes.is_finished());
+        drop(first);
+        second_goes.await.unwrap();
+        // A place left through its line: the next one goes at once.
+        let line = Line::holding(second);
+        let (third_goes, _third) = releasing.line_up(&a);
+        line.leave();
+        let started = tokio::time::Instant::now();
+        third_goes.await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 }

@@ -32,3 +32,47 @@ pub async fn fifo_grants_in_arrival_order_with_zero_overtakes(h: &impl Harness, 
     }
     assert_no_residue(h).await;
 }
+
+/// Waiters whose acquires are called one after another on one node, all at once (nothing
+/// waited for between the calls but the call itself), are granted in that order: a node's
+/// call order is the arrival order, whatever connections its calls take to the backend.
+pub async fn fifo_waiters_called_in_order_are_granted_in_that_order(h: &impl Harness, mode: Mode) {
+    use std::{future::Future, pin::Pin, task::Poll};
+
+    const WAITERS: usize = 12;
+    let engine = in_mode(h, mode);
+    for round in 0..10 {
+        let key = format!("fifo-called-{round}");
+        let holder = engine.lock(&key).fifo(true).acquire().await.unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let mut waiters: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = Vec::new();
+        for i in 0..WAITERS {
+            let (e, k, order) = (engine.clone(), key.clone(), order.clone());
+            let mut waiter: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+                let lease = e.lock(&k).fifo(true).acquire().await.unwrap();
+                order.lock().unwrap().push(i);
+                lease.release().await.unwrap();
+            });
+            // The call: polled once, here, before the next one is made.
+            std::future::poll_fn(|cx| {
+                let _ = waiter.as_mut().poll(cx);
+                Poll::Ready(())
+            })
+            .await;
+            waiters.push(waiter);
+        }
+        // From here on the runtime polls them (a waiter may still be on its way in).
+        let waiters: Vec<_> = waiters.into_iter().map(tokio::spawn).collect();
+        until_waiters(&engine, &key, WAITERS).await;
+        holder.release().await.unwrap();
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(
+            *order.lock().unwrap(),
+            (0..WAITERS).collect::<Vec<_>>(),
+            "round {round}"
+        );
+    }
+    assert_no_residue(h).await;
+}

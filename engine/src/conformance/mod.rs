@@ -116,6 +116,7 @@ macro_rules! core_conformance_tests {
         $crate::conformance_tests!(@in_mode [$conc] $make, $mode;
             mutual_exclusion_many_tasks_many_iterations,
             fifo_mutual_exclusion_many_tasks_many_iterations,
+            fifo_waiters_called_in_order_are_granted_in_that_order,
         );
     };
 }

@@ -211,6 +211,9 @@ impl Inner {
                 let call = cleanup.in_flight.last_mut().expect("pushed just above");
                 self.bounded("acquire", call).await
             };
+            // Answered or given up: the next acquire of the key from this node may go (its
+            // ticket queues behind ours; see `Capabilities::lining_up`).
+            req.leave_line();
             if cleanup.in_flight.last().is_some_and(InFlight::is_finished) {
                 // Answered (its outcome is read below): nothing left to wait for. A call that
                 // timed out stays, still running, for the clean-up.

@@ -169,6 +169,7 @@ impl Backend for PostgresBackend {
             .with_numeric(self)
             .with_pools(self)
             .with_records(self)
+            .lining_up()
     }
 
     /// Both queues' live tickets, counted in one statement.
