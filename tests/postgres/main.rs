@@ -13,6 +13,7 @@ mod conformance_direct;
 mod cycle;
 mod faults;
 mod harness;
+mod order;
 mod restart;
 mod setup;
 mod shared;
