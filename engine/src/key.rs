@@ -117,6 +117,12 @@ impl Token {
         Self(Repr::Random(random_hex()))
     }
 
+    /// A fresh token of 128 random bits for the in-process backend, from this thread's
+    /// cryptographic generator rather than a system call (see [`local_random_hex`]).
+    pub(crate) fn random_local() -> Self {
+        Self(Repr::Random(local_random_hex()))
+    }
+
     /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.
     pub fn new(token: impl AsRef<str>) -> Result<Self, KeyError> {
         let token = token.as_ref();
@@ -137,10 +143,26 @@ impl Token {
 /// Redis backend's waiter tickets. The OS generator (`getrandom`) is what every
 /// cryptographic generator seeds from; a token costs one system call and no allocation.
 pub(crate) fn random_hex() -> [u8; 32] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bits = [0u8; 16];
     // Fails only where the OS has no generator at all, which no lock can do without.
     getrandom::fill(&mut bits).expect("the operating system's random number generator failed");
+    hex(bits)
+}
+
+/// 128 random bits from this thread's cryptographic generator (`rand`'s `ThreadRng`:
+/// ChaCha12, seeded from the operating system and reseeded from it every 64 KiB), as 32
+/// hex digits: the owner tokens of the in-process backend, where a system call per token
+/// was most of an uncontended acquisition's cost. Not for tokens that leave the process
+/// (Redis, Postgres): a generator's state is copied into a forked child, whose tokens would
+/// then repeat its parent's, which only a shared server could confuse.
+pub(crate) fn local_random_hex() -> [u8; 32] {
+    use rand::Rng;
+    hex(rand::rng().random())
+}
+
+/// `bits` as 32 lowercase hex digits.
+fn hex(bits: [u8; 16]) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = [0u8; 32];
     for (pair, byte) in text.chunks_exact_mut(2).zip(bits) {
         pair[0] = HEX[usize::from(byte >> 4)];
