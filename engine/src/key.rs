@@ -156,8 +156,11 @@ pub(crate) fn random_hex() -> [u8; 32] {
 /// (Redis, Postgres): a generator's state is copied into a forked child, whose tokens would
 /// then repeat its parent's, which only a shared server could confuse.
 pub(crate) fn local_random_hex() -> [u8; 32] {
-    use rand::Rng;
-    hex(rand::rng().random())
+    use rand::RngCore;
+    let mut bits = [0u8; 16];
+    // One fill, not a draw per byte (what sampling a `[u8; 16]` does).
+    rand::rng().fill_bytes(&mut bits);
+    hex(bits)
 }
 
 /// `bits` as 32 lowercase hex digits.

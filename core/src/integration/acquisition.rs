@@ -79,7 +79,10 @@ impl RequestLocker {
                 if self.shared.local.is_none() && take == Mode::Exclusive {
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
-                        let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
+                        // Asked first: a disabled span still costs a request some work (its
+                        // fields are recorded for the `log` fallback).
+                        let _span = tracing::enabled!(tracing::Level::DEBUG)
+                            .then(|| tracing::debug_span!("tower_lock.acquire", %key).entered());
                         // Decided at once: no wait to time, so no clock read of its own.
                         let outcome = self.settle(result, &key, take, None);
                         return Acquisition::Decided(self.observed(outcome));

@@ -81,6 +81,7 @@ impl LockGuard {
     }
 
     /// What the handler may know about the lease.
+    #[inline]
     pub fn info(&self) -> &LeaseInfo {
         &self.info
     }
@@ -126,6 +127,7 @@ impl LockGuard {
     /// layer's [`ReleasePoint`](crate::ReleasePoint): see
     /// [`releases_with_response`](crate::ReleasePoint::releases_with_response) and
     /// [`releases_before_response`](crate::ReleasePoint::releases_before_response).
+    #[inline]
     pub fn after_head(self, status: u16, no_body: bool) -> AfterHead {
         let release = self.release_point();
         if release.releases_with_response(status) {
