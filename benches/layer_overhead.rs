@@ -7,6 +7,8 @@
 //! ```sh
 //! cargo bench --bench layer_overhead                      # 7 rounds of 200,000 requests
 //! cargo bench --bench layer_overhead -- --requests 500000 --rounds 9
+//! # one stack alone, for a profiler or `perf stat` (instructions do not depend on load)
+//! cargo bench --bench layer_overhead -- --only lock_layer
 //! ```
 //!
 //! Requests are sequential (one at a time, so never contended), their key in the
@@ -160,8 +162,18 @@ fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// The three stacks, measured round by round on `keys`: the workload's JSON figures.
-async fn workload(name: &str, keys: &[HeaderValue], n: usize, rounds: usize) -> Value {
+/// The stacks' names, in the order of [`workload`]'s figures.
+const STACKS: [&str; 3] = ["bare", "lock_layer", "governor"];
+
+/// The three stacks (or `only` the one of that index), measured round by round on `keys`:
+/// the workload's JSON figures.
+async fn workload(
+    name: &str,
+    keys: &[HeaderValue],
+    n: usize,
+    rounds: usize,
+    only: Option<usize>,
+) -> Value {
     let mut bare = ServiceBuilder::new().service(service_fn(ok));
     let lock_layer = LockLayer::builder(LockEngine::in_memory())
         .key(HeaderKey::new(HeaderName::from_static(support::KEY_HEADER)))
@@ -187,24 +199,33 @@ async fn workload(name: &str, keys: &[HeaderValue], n: usize, rounds: usize) -> 
 
     // Warm-up: every key seen once by every stack, caches and the engine's watchdog started.
     let warm = n.min(20_000).max(keys.len());
-    measure(&mut bare, keys, warm).await;
-    measure(&mut locked, keys, warm).await;
-    measure(&mut governed, keys, warm).await;
-
     let mut figures: [Vec<(f64, f64)>; 3] = Default::default();
-    for round in 0..rounds {
+    for round in 0..=rounds {
         // Alternate the order, so that no stack always runs right after the same one.
         let order: [usize; 3] = if round % 2 == 0 { [0, 1, 2] } else { [2, 1, 0] };
-        for stack in order {
+        for stack in order.into_iter().filter(|&s| only.is_none_or(|o| o == s)) {
+            // Round 0 is the warm-up: every key seen once by every stack, caches and the
+            // engine's watchdog started.
+            let requests = if round == 0 { warm } else { n };
             let figure = match stack {
-                0 => measure(&mut bare, keys, n).await,
-                1 => measure(&mut locked, keys, n).await,
-                _ => measure(&mut governed, keys, n).await,
+                0 => measure(&mut bare, keys, requests).await,
+                1 => measure(&mut locked, keys, requests).await,
+                _ => measure(&mut governed, keys, requests).await,
             };
-            figures[stack].push(figure);
+            if round > 0 {
+                figures[stack].push(figure);
+            }
         }
     }
     let ns = |stack: usize| median(figures[stack].iter().map(|f| f.0).collect());
+    if let Some(stack) = only {
+        return json!({
+            "workload": name,
+            "only": STACKS[stack],
+            "ns": ns(stack).round(),
+            "allocations": round2(median(figures[stack].iter().map(|f| f.1).collect())),
+        });
+    }
     let extra = |stack: usize| {
         median(
             figures[stack]
@@ -239,21 +260,37 @@ fn main() -> ExitCode {
         }
     };
     if args.flag("help") {
-        println!("usage: layer_overhead [--requests N (200000)] [--rounds R (7)]");
+        println!(
+            "usage: layer_overhead [--requests N (200000)] [--rounds R (7)] \
+             [--only bare|lock_layer|governor (one stack alone, to profile it)]"
+        );
         return ExitCode::SUCCESS;
     }
     let parsed = args
-        .reject_unknown(&["help", "requests", "rounds"])
+        .reject_unknown(&["help", "requests", "rounds", "only"])
         .and_then(|()| {
+            let only = match args.string("only") {
+                None => None,
+                Some(s) => Some(
+                    STACKS
+                        .iter()
+                        .position(|&name| name == s)
+                        .ok_or_else(|| format!("--only: no stack `{s}`"))?,
+                ),
+            };
             // Under `cargo test` (no `--bench`): a short run, to check that it works.
             let (n, r) = if args.benching() {
                 (200_000, 7)
             } else {
                 (2_000, 1)
             };
-            Ok((args.get("requests", n)?, args.get("rounds", r)?.max(1)))
+            Ok((
+                args.get("requests", n)?,
+                args.get("rounds", r)?.max(1),
+                only,
+            ))
         });
-    let (n, rounds) = match parsed {
+    let (n, rounds, only) = match parsed {
         Ok(p) => p,
         Err(e) => {
             eprintln!("layer_overhead: {e}");
@@ -272,7 +309,7 @@ fn main() -> ExitCode {
         .collect();
     runtime.block_on(async {
         for (name, keys) in [("hot", &hot[..]), ("distinct", &distinct[..])] {
-            let mut line = workload(name, keys, n, rounds).await;
+            let mut line = workload(name, keys, n, rounds, only).await;
             line["bench"] = json!("layer_overhead");
             line["requests_per_round"] = json!(n);
             line["rounds"] = json!(rounds);

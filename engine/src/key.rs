@@ -37,8 +37,16 @@ impl LockKey {
     pub fn joined(head: &str, value: &str) -> Result<Self, KeyError> {
         validate_parts(&[head, value], MAX_KEY_LEN)?;
         // Joined on the stack (a key is at most MAX_KEY_LEN bytes), then copied into the
-        // key's one allocation.
-        let mut buf = [0u8; MAX_KEY_LEN];
+        // key's one allocation; a short key (most) zeroes a short buffer.
+        let len = head.len() + value.len();
+        let mut short = [0u8; 128];
+        let mut long;
+        let buf: &mut [u8] = if len <= short.len() {
+            &mut short
+        } else {
+            long = [0u8; MAX_KEY_LEN];
+            &mut long
+        };
         let (h, v) = buf.split_at_mut(head.len());
         h.copy_from_slice(head.as_bytes());
         v[..value.len()].copy_from_slice(value.as_bytes());
@@ -66,7 +74,16 @@ fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
     if len > max {
         return Err(KeyError::TooLong { len, max });
     }
-    if parts.iter().any(|p| p.chars().any(char::is_control)) {
+    // Bytes first: an ASCII key (most) needs no decoding; the others are checked by char
+    // (C1 controls are two bytes long).
+    let control = |p: &&str| {
+        if p.is_ascii() {
+            p.bytes().any(|b| b.is_ascii_control())
+        } else {
+            p.chars().any(char::is_control)
+        }
+    };
+    if parts.iter().any(control) {
         return Err(KeyError::ControlCharacter);
     }
     Ok(())
@@ -259,5 +276,24 @@ mod tests {
         let state = std::collections::hash_map::RandomState::new();
         assert_eq!(state.hash_one(&random), state.hash_one(&given));
         assert_ne!(random, Token::random());
+    }
+
+    #[test]
+    fn in_process_tokens_are_fresh_hex_on_every_thread() {
+        let tokens: std::collections::HashSet<String> = (0..4)
+            .map(|_| std::thread::spawn(|| Token::random_local().as_str().to_owned()))
+            .map(|t| t.join().unwrap())
+            .chain((0..1000).map(|_| Token::random_local().as_str().to_owned()))
+            .collect();
+        assert_eq!(
+            tokens.len(),
+            1004,
+            "no token repeats, within a thread or across"
+        );
+        assert!(tokens.iter().all(|t| {
+            t.len() == 32
+                && t.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        }));
     }
 }
