@@ -34,7 +34,7 @@ fi
 
 log "building the benches"
 cargo bench --no-run --bench engine --bench contention --bench http --bench watchdog \
-    --bench allocations --bench replay --bench record_memory 2>"$OUT/build.log" ||
+    --bench allocations --bench layer_overhead --bench replay --bench record_memory 2>"$OUT/build.log" ||
     { cat "$OUT/build.log" >&2; exit 1; }
 
 # --- our own Redis ---------------------------------------------------------------------
@@ -281,6 +281,10 @@ cargo bench -q --bench replay -- --json --duration-secs 4 --redis-url "$REDIS_UR
 log "allocations bench"
 cargo bench -q --bench allocations -- >"$OUT/allocations.json" 2>"$OUT/allocations.log"
 
+# --- the lock layer at the tower level, in process, beside tower_governor's keyed rate check --
+log "layer overhead bench"
+cargo bench -q --bench layer_overhead -- >"$OUT/layer_overhead.jsonl" 2>"$OUT/layer_overhead.log"
+
 # --- what an in-process record really costs (RSS), against what the budget charges --------
 log "record memory bench"
 cargo bench -q --bench record_memory -- >"$OUT/record_memory.json" 2>"$OUT/record_memory.log"
@@ -436,6 +440,16 @@ row "in-process records: RSS grown / budget charged" \
 row "allocations per request: bare axum" "$(jget bare_per_request "$OUT/allocations.json")" "" ""
 row "allocations per request: + LockLayer (memory), extra" \
     "$(jget lock_layer_memory_extra_per_request "$OUT/allocations.json")" "" ""
+lo_get() { grep "\"workload\":\"$1\"" "$OUT/layer_overhead.jsonl" | jget "$2"; }
+for w in hot distinct; do
+    row "tower LockLayer (memory), $w key: ns/request over bare" \
+        "$(lo_get $w lock_layer_extra_ns)" "<=" 400
+    row "tower_governor, $w key: ns/request over bare" "$(lo_get $w governor_extra_ns)" "" ""
+    row "tower LockLayer / tower_governor ($w key), extra ns" \
+        "$(lo_get $w lock_layer_extra_per_governor_extra)" "" ""
+    row "tower LockLayer ($w key): allocations/request over bare" \
+        "$(lo_get $w lock_layer_extra_allocations)" "" ""
+done
 row "allocations per cycle: engine memory" "$(jget engine_memory_per_cycle "$OUT/allocations.json")" "" ""
 row "allocations per cycle: engine redis" "$(jget engine_redis_per_cycle "$OUT/allocations.json")" "<=" 20
 row "watchdog: CPU % of a core, 20,000 live leases (3 s TTL)" "$(jget cpu_pct "$OUT/watchdog.json")" "" ""

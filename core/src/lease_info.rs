@@ -77,6 +77,11 @@ impl LeaseInfo {
         self.lost.is_lost()
     }
 
+    /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read.
+    pub(crate) fn is_lost_at(&self, now: tokio::time::Instant) -> bool {
+        self.lost.is_lost_at(now)
+    }
+
     /// `true` if the lock was taken on the in-process fallback engine because the backend
     /// failed (degrade policy): it excludes only requests on this node.
     pub fn is_degraded(&self) -> bool {

@@ -9,7 +9,6 @@
 //! lease, or every client that honours `Retry-After` would wait half a minute.
 
 use std::{
-    hash::{BuildHasher, BuildHasherDefault, DefaultHasher},
     sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed},
     time::Duration,
 };
@@ -104,9 +103,25 @@ impl Default for CurrentHolders {
 
 impl CurrentHolders {
     fn hash(key: &LockKey) -> u32 {
-        // A fixed-key SipHash: the same on every call; never 0.
-        let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(key.as_str());
-        (hash as u32) | 1
+        // Every grant hashes its key here, so a multiply per 8 bytes (FxHash's), not a
+        // SipHash: keys that share a slot cost only a hint (see `HOLDERS`), so nothing is
+        // gained from a keyed hash. The same on every call; never 0.
+        const K: u64 = 0xf135_7aea_2e62_a9c5;
+        let bytes = key.as_str().as_bytes();
+        let mut chunks = bytes.chunks_exact(8);
+        let mut h = bytes.len() as u64;
+        for chunk in &mut chunks {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            h = (h.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            h = (h.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        // The high half: the multiplies mix upwards.
+        ((h >> 32) as u32) | 1
     }
 
     fn slot(hash: u32) -> usize {

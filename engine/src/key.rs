@@ -37,8 +37,16 @@ impl LockKey {
     pub fn joined(head: &str, value: &str) -> Result<Self, KeyError> {
         validate_parts(&[head, value], MAX_KEY_LEN)?;
         // Joined on the stack (a key is at most MAX_KEY_LEN bytes), then copied into the
-        // key's one allocation.
-        let mut buf = [0u8; MAX_KEY_LEN];
+        // key's one allocation; a short key (most) zeroes a short buffer.
+        let len = head.len() + value.len();
+        let mut short = [0u8; 128];
+        let mut long;
+        let buf: &mut [u8] = if len <= short.len() {
+            &mut short
+        } else {
+            long = [0u8; MAX_KEY_LEN];
+            &mut long
+        };
         let (h, v) = buf.split_at_mut(head.len());
         h.copy_from_slice(head.as_bytes());
         v[..value.len()].copy_from_slice(value.as_bytes());
@@ -66,7 +74,16 @@ fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
     if len > max {
         return Err(KeyError::TooLong { len, max });
     }
-    if parts.iter().any(|p| p.chars().any(char::is_control)) {
+    // Bytes first: an ASCII key (most) needs no decoding; the others are checked by char
+    // (C1 controls are two bytes long).
+    let control = |p: &&str| {
+        if p.is_ascii() {
+            p.bytes().any(|b| b.is_ascii_control())
+        } else {
+            p.chars().any(char::is_control)
+        }
+    };
+    if parts.iter().any(control) {
         return Err(KeyError::ControlCharacter);
     }
     Ok(())
@@ -117,6 +134,12 @@ impl Token {
         Self(Repr::Random(random_hex()))
     }
 
+    /// A fresh token of 128 random bits for the in-process backend, from this thread's
+    /// cryptographic generator rather than a system call (see [`local_random_hex`]).
+    pub(crate) fn random_local() -> Self {
+        Self(Repr::Random(local_random_hex()))
+    }
+
     /// A caller-supplied token: 1 to [`MAX_TOKEN_LEN`] bytes, no control characters.
     pub fn new(token: impl AsRef<str>) -> Result<Self, KeyError> {
         let token = token.as_ref();
@@ -137,10 +160,29 @@ impl Token {
 /// Redis backend's waiter tickets. The OS generator (`getrandom`) is what every
 /// cryptographic generator seeds from; a token costs one system call and no allocation.
 pub(crate) fn random_hex() -> [u8; 32] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bits = [0u8; 16];
     // Fails only where the OS has no generator at all, which no lock can do without.
     getrandom::fill(&mut bits).expect("the operating system's random number generator failed");
+    hex(bits)
+}
+
+/// 128 random bits from this thread's cryptographic generator (`rand`'s `ThreadRng`:
+/// ChaCha12, seeded from the operating system and reseeded from it every 64 KiB), as 32
+/// hex digits: the owner tokens of the in-process backend, where a system call per token
+/// was most of an uncontended acquisition's cost. Not for tokens that leave the process
+/// (Redis, Postgres): a generator's state is copied into a forked child, whose tokens would
+/// then repeat its parent's, which only a shared server could confuse.
+pub(crate) fn local_random_hex() -> [u8; 32] {
+    use rand::RngCore;
+    let mut bits = [0u8; 16];
+    // One fill, not a draw per byte (what sampling a `[u8; 16]` does).
+    rand::rng().fill_bytes(&mut bits);
+    hex(bits)
+}
+
+/// `bits` as 32 lowercase hex digits.
+fn hex(bits: [u8; 16]) -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = [0u8; 32];
     for (pair, byte) in text.chunks_exact_mut(2).zip(bits) {
         pair[0] = HEX[usize::from(byte >> 4)];
@@ -234,5 +276,24 @@ mod tests {
         let state = std::collections::hash_map::RandomState::new();
         assert_eq!(state.hash_one(&random), state.hash_one(&given));
         assert_ne!(random, Token::random());
+    }
+
+    #[test]
+    fn in_process_tokens_are_fresh_hex_on_every_thread() {
+        let tokens: std::collections::HashSet<String> = (0..4)
+            .map(|_| std::thread::spawn(|| Token::random_local().as_str().to_owned()))
+            .map(|t| t.join().unwrap())
+            .chain((0..1000).map(|_| Token::random_local().as_str().to_owned()))
+            .collect();
+        assert_eq!(
+            tokens.len(),
+            1004,
+            "no token repeats, within a thread or across"
+        );
+        assert!(tokens.iter().all(|t| {
+            t.len() == 32
+                && t.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        }));
     }
 }

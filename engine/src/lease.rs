@@ -207,6 +207,12 @@ impl Lease {
         self.waited
     }
 
+    /// When the acquisition that was granted was sent (on the in-process engine: when it
+    /// was decided). The lease's validity counts from this instant.
+    pub fn granted_at(&self) -> Instant {
+        self.state.granted_at
+    }
+
     /// The local validity deadline: the backend confirmed the lease until at least this
     /// instant (a send time plus a TTL the backend set), so it is never later than the
     /// backend's own expiry. Renewals move it on; once it passes unrenewed, the lease is

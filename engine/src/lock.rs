@@ -51,6 +51,7 @@ pub struct Lock {
 }
 
 impl Lock {
+    #[inline]
     pub(super) fn new(
         engine: LockEngine,
         key: Result<LockKey, KeyError>,
@@ -71,16 +72,19 @@ impl Lock {
     /// [`LockError::InvalidValue`]. Kept apart from the key's lock: `lock(k)` and
     /// `lock(k).shared(n)` do not exclude each other. [`LockError::Unsupported`] on a
     /// backend without shared mode.
+    #[inline]
     pub fn shared(self, limit: u32) -> Self {
         self.in_mode(Mode::Shared { limit })
     }
 
     /// Take the key's lock (the default).
+    #[inline]
     pub fn exclusive(self) -> Self {
         self.in_mode(Mode::Exclusive)
     }
 
     /// Take the key in `mode` (see [`Mode`]).
+    #[inline]
     pub fn in_mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
@@ -92,36 +96,42 @@ impl Lock {
     }
 
     /// Replace all options.
+    #[inline]
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
     }
 
     /// See [`LockOptions::ttl`].
+    #[inline]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options = self.options.ttl(ttl);
         self
     }
 
     /// See [`LockOptions::wait`].
+    #[inline]
     pub fn wait(mut self, wait: Duration) -> Self {
         self.options = self.options.wait(wait);
         self
     }
 
     /// See [`LockOptions::fifo`].
+    #[inline]
     pub fn fifo(mut self, fifo: bool) -> Self {
         self.options = self.options.fifo(fifo);
         self
     }
 
     /// See [`LockOptions::max_waiters`].
+    #[inline]
     pub fn max_waiters(mut self, max: usize) -> Self {
         self.options = self.options.max_waiters(max);
         self
     }
 
     /// See [`LockOptions::auto_renew`].
+    #[inline]
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.options = self.options.auto_renew(on);
         self
@@ -131,6 +141,7 @@ impl Lock {
     /// this token already holds (in the same space) succeeds, refreshes its TTL and keeps
     /// its fence (reentrancy by owner). A shared lease held beside others is not made
     /// alone: asking for `shared(1)` with its token is [`LockError::InvalidValue`].
+    #[inline]
     pub fn token(mut self, token: Token) -> Self {
         self.token = Some(token);
         self
@@ -207,7 +218,13 @@ impl Lock {
                 return Err(LockError::Unsupported("shared leases"));
             }
         }
-        let token = self.token.clone().unwrap_or_else(Token::random);
+        // The in-process backend's tokens never leave the process: a thread's generator
+        // serves them, not a system call each.
+        let token = match (&self.token, &self.engine.shared.synchronous) {
+            (Some(token), _) => token.clone(),
+            (None, Some(_)) => Token::random_local(),
+            (None, None) => Token::random(),
+        };
         let started = Instant::now();
         // A wait the clock cannot represent is a wait without limit.
         let wait = wait.filter(|w| started.checked_add(*w).is_some());

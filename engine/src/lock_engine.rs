@@ -151,6 +151,7 @@ impl LockEngine {
     }
 
     /// A handle on an already validated key (as [`lock`](Self::lock)).
+    #[inline]
     pub fn lock_on(&self, key: LockKey) -> Lock {
         Lock::new(self.clone(), Ok(key), self.shared.defaults.clone())
     }

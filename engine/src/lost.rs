@@ -38,6 +38,12 @@ impl LostSignal {
     pub fn is_lost(&self) -> bool {
         self.0.lost.is_set()
     }
+
+    /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read: one
+    /// clock read then serves this and the caller's own timing.
+    pub fn is_lost_at(&self, now: Instant) -> bool {
+        self.0.lost.is_set_at(now)
+    }
 }
 
 /// A one-way flag with waiters, inside the lease's state. Every request clones a handle on
@@ -82,8 +88,12 @@ pub(super) fn instant_at(nanos: u64) -> Instant {
 
 impl Lost {
     pub(super) fn is_set(&self) -> bool {
+        self.is_set_at(Instant::now())
+    }
+
+    pub(super) fn is_set_at(&self, now: Instant) -> bool {
         self.set.load(Ordering::Acquire)
-            || since_origin(Instant::now()) >= self.deadline.load(Ordering::Acquire)
+            || since_origin(now) >= self.deadline.load(Ordering::Acquire)
     }
 
     pub(super) fn valid_until(&self, deadline: Instant) {

@@ -61,6 +61,7 @@ impl LockOptions {
     /// The lease length. The watchdog renews a live lease at a third of it. Clamped to at
     /// least 1 ms; more than [`MAX_TTL`] makes acquisition fail with
     /// [`LockError::InvalidValue`].
+    #[inline]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_millis(1));
         self
@@ -69,6 +70,7 @@ impl LockOptions {
     /// How long [`Lock::acquire`] waits for a held key; `Duration::ZERO` makes it
     /// non-blocking. Default: no limit (and so is a wait too long for the clock, such as
     /// `Duration::MAX`).
+    #[inline]
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -81,18 +83,21 @@ impl LockOptions {
     }
 
     /// Grant the key strictly in arrival order (across all nodes on Redis). Default: off.
+    #[inline]
     pub fn fifo(mut self, fifo: bool) -> Self {
         self.fifo = fifo;
         self
     }
 
     /// At most this many waiters per key; more get [`LockError::QueueFull`]. Default: none.
+    #[inline]
     pub fn max_waiters(mut self, max: usize) -> Self {
         self.max_waiters = Some(max);
         self
     }
 
     /// Renew the lease in the background while its [`Lease`] lives. Default: on.
+    #[inline]
     pub fn auto_renew(mut self, on: bool) -> Self {
         self.auto_renew = on;
         self

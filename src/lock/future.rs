@@ -40,9 +40,10 @@ pin_project! {
     {
         Acquiring {
             acquire: BoxFuture<'static, Outcome>,
-            // Both taken when the outcome is known.
-            service: Option<S>,
-            request: Option<Request<ReqB>>,
+            // Taken when the outcome is known. Boxed: a request decided at once (most of
+            // them) never waits here, and every future would otherwise carry its room
+            // (a request is some 240 bytes), moved with it.
+            waiting: Option<Box<(S, Request<ReqB>)>>,
             locker: RequestLocker,
         },
         Calling {
@@ -86,8 +87,7 @@ where
         Self {
             state: State::Acquiring {
                 acquire,
-                service: Some(service),
-                request: Some(request),
+                waiting: Some(Box::new((service, request))),
                 locker,
             },
         }
@@ -122,13 +122,12 @@ where
             match this.state.as_mut().project() {
                 StateProj::Acquiring {
                     acquire,
-                    service,
-                    request,
+                    waiting,
                     locker,
                 } => {
                     let outcome = ready!(acquire.as_mut().poll(cx));
-                    let mut service = service.take().expect("polled after completion");
-                    let mut request = request.take().expect("polled after completion");
+                    let (mut service, mut request) =
+                        *waiting.take().expect("polled after completion");
                     let held = match outcome {
                         Outcome::Locked(held) => {
                             request.extensions_mut().insert(held.info().clone());

@@ -77,11 +77,14 @@ impl RequestLocker {
                 // the degrade policy, which takes two locks in turn, nor for permits, which
                 // the engine grants in a future.
                 if self.shared.local.is_none() && take == Mode::Exclusive {
-                    let started = Instant::now();
                     let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
                     if let Some(result) = lock.acquire_now() {
-                        let _span = tracing::debug_span!("tower_lock.acquire", %key).entered();
-                        let outcome = self.settle(result, &key, take, started);
+                        // Asked first: a disabled span still costs a request some work (its
+                        // fields are recorded for the `log` fallback).
+                        let _span = tracing::enabled!(tracing::Level::DEBUG)
+                            .then(|| tracing::debug_span!("tower_lock.acquire", %key).entered());
+                        // Decided at once: no wait to time, so no clock read of its own.
+                        let outcome = self.settle(result, &key, take, None);
                         return Acquisition::Decided(self.observed(outcome));
                     }
                 }
@@ -133,19 +136,20 @@ impl RequestLocker {
                 let result = self
                     .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
                     .await;
-                self.settle(result, &key, take, started)
+                self.settle(result, &key, take, Some(started))
             }
         };
         self.observed(outcome)
     }
 
-    /// The outcome of an acquisition on the engine (not under the degrade policy).
+    /// The outcome of an acquisition on the engine (not under the degrade policy), begun at
+    /// `started` (`None`: decided at once, without waiting).
     pub(super) fn settle(
         &self,
         result: Result<Lease, LockError>,
         key: &LockKey,
         take: Mode,
-        started: Instant,
+        started: Option<Instant>,
     ) -> Outcome {
         let c = &self.shared.config;
         self.backend_answered(&result);
@@ -207,13 +211,13 @@ impl RequestLocker {
         let result = self.lock_on(&self.shared.engine, &key, wait, take).await;
         self.backend_answered(&result);
         match result {
-            Ok(lease) => self.held(lease, Some(node), take, started, false),
+            Ok(lease) => self.held(lease, Some(node), take, Some(started), false),
             Err(LockError::Backend(error)) => {
                 self.shared
                     .outage
                     .failed(&c.name, &error, BackendFailurePolicy::Degrade);
                 self.shared.metrics.degraded();
-                self.held(node, None, take, started, true)
+                self.held(node, None, take, Some(started), true)
             }
             Err(e) => self.refuse(&e, &key),
         }
@@ -262,16 +266,26 @@ impl RequestLocker {
         }
     }
 
+    /// The outcome of a grant of an acquisition begun at `started` (`None`: decided at
+    /// once).
     fn held(
         &self,
         lease: Lease,
         node: Option<Lease>,
         take: Mode,
-        started: Instant,
+        started: Option<Instant>,
         degraded: bool,
     ) -> Outcome {
-        let now = Instant::now();
-        let waited = now.saturating_duration_since(started);
+        let (now, waited) = match started {
+            Some(started) => {
+                let now = Instant::now();
+                (now, now.saturating_duration_since(started))
+            }
+            // Decided at once: it waited for nothing, and began when the engine decided
+            // (the clock the engine read then serves: a clock read is a good part of an
+            // in-process request's cost).
+            None => (lease.granted_at(), Duration::ZERO),
+        };
         // A non-waiting acquire that succeeded found the key free. A waiting one: the
         // engine cannot say whether it queued, so a grant that took a millisecond or more
         // is counted as contended.

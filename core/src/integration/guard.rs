@@ -25,8 +25,9 @@ use crate::{
 pub struct LockGuard {
     lease: Option<Lease>,
     /// Under the degrade policy, the node-local lease taken before the backend's; released
-    /// after it.
-    node: Option<Lease>,
+    /// after it. Boxed: every other guard would otherwise carry its room, and a guard is
+    /// moved a few times on its way to the response body.
+    node: Option<Box<Lease>>,
     info: LeaseInfo,
     granted: Instant,
     metrics: LockMetrics,
@@ -66,7 +67,7 @@ impl LockGuard {
     ) -> Self {
         Self {
             lease: Some(lease),
-            node,
+            node: node.map(Box::new),
             info,
             granted,
             metrics,
@@ -80,6 +81,7 @@ impl LockGuard {
     }
 
     /// What the handler may know about the lease.
+    #[inline]
     pub fn info(&self) -> &LeaseInfo {
         &self.info
     }
@@ -108,7 +110,7 @@ impl LockGuard {
     pub fn release(mut self) -> impl Future<Output = ()> + Send + 'static {
         // Both releases begin here (`Lease::release` finishes once begun, whoever waits).
         let lease = self.lease.take().map(Lease::release);
-        let node = self.node.take().map(Lease::release);
+        let node = self.node.take().map(|node| node.release());
         let key = self.info.key().clone();
         async move {
             for release in [lease, node].into_iter().flatten() {
@@ -125,6 +127,7 @@ impl LockGuard {
     /// layer's [`ReleasePoint`](crate::ReleasePoint): see
     /// [`releases_with_response`](crate::ReleasePoint::releases_with_response) and
     /// [`releases_before_response`](crate::ReleasePoint::releases_before_response).
+    #[inline]
     pub fn after_head(self, status: u16, no_body: bool) -> AfterHead {
         let release = self.release_point();
         if release.releases_with_response(status) {
@@ -164,12 +167,14 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let held = self.granted.elapsed();
+        // One clock read for the hold time and the lost check.
+        let now = Instant::now();
+        let held = now.saturating_duration_since(self.granted);
         self.metrics.held(held);
         if let HeldAs::Alone(holder) = &self.held_as {
             self.metrics.ended(*holder);
         }
-        if self.info.is_lost() {
+        if self.info.is_lost_at(now) {
             self.metrics.lost();
             tracing::warn!(key = %self.info.key(), ?held, "lease was lost while the request held it");
         } else {

@@ -284,7 +284,7 @@ impl RequestLocker {
             Ok(Acquired::Lease(lease)) => Ok(lease),
             Err(error) => Err(error),
         };
-        Ok(self.settle(result, &key, Mode::Exclusive, started))
+        Ok(self.settle(result, &key, Mode::Exclusive, Some(started)))
     }
 
     /// The backend failed outside an acquisition (idempotency replay's record read): the

@@ -11,7 +11,7 @@ pub(super) fn header_str<'a>(
     req: &'a dyn RequestView,
     name: &HeaderName,
 ) -> Result<Option<&'a str>, ExtractError> {
-    match req.header(name.as_str()) {
+    match req.header_named(name) {
         None => Ok(None),
         Some(raw) => std::str::from_utf8(raw)
             .map(|s| Some(s.trim()))

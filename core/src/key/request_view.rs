@@ -11,6 +11,13 @@ pub trait RequestView {
     fn path(&self) -> &str;
     /// The value of the first header called `name` (lower case), as raw bytes.
     fn header(&self, name: &str) -> Option<&[u8]>;
+
+    /// [`header`](Self::header) by a name already parsed: a view of an `http` request
+    /// then finds it without parsing the name again on every request (extractors keep
+    /// theirs parsed). Default: [`header`](Self::header) of the name's text.
+    fn header_named(&self, name: &http::HeaderName) -> Option<&[u8]> {
+        self.header(name.as_str())
+    }
     /// The request's `http` 1 extensions, when the request has them (used by
     /// route-aware extractors such as axum's matched path).
     fn extensions(&self) -> Option<&http::Extensions> {
@@ -92,6 +99,10 @@ impl<B> RequestView for http::Request<B> {
         self.headers().get(name).map(|v| v.as_bytes())
     }
 
+    fn header_named(&self, name: &http::HeaderName) -> Option<&[u8]> {
+        self.headers().get(name).map(|v| v.as_bytes())
+    }
+
     fn header_values<'a>(&'a self, name: &str) -> HeaderValues<'a> {
         self.headers().get_all(name).into()
     }
@@ -123,6 +134,10 @@ impl RequestView for http::request::Parts {
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+
+    fn header_named(&self, name: &http::HeaderName) -> Option<&[u8]> {
         self.headers.get(name).map(|v| v.as_bytes())
     }
 

@@ -21,7 +21,7 @@ impl AdminBackend for MemoryBackend {
         Box::pin(async move {
             let mut shard = self.locks.shard(key);
             let now = Instant::now();
-            let entry = shard.map.entry(key.clone()).or_default();
+            let entry = shard.entry(key);
             entry.set_holder(HeldBy {
                 token: value.clone(),
                 expires: ttl.map(|t| after(now, t)),
@@ -35,7 +35,7 @@ impl AdminBackend for MemoryBackend {
         Box::pin(async move {
             let mut shard = self.locks.shard(key);
             let now = Instant::now();
-            let Some(entry) = shard.map.get_mut(key) else {
+            let Some(entry) = shard.get_mut(key) else {
                 return Ok(false);
             };
             entry.expire(now, self);

@@ -187,7 +187,7 @@ impl MemoryBackend {
             // One clock read serves: a lease that starts a moment early only ends early.
             let now = started;
             shard.sweep(now);
-            let entry = shard.map.entry(req.key.clone()).or_default();
+            let entry = shard.entry(&req.key);
             if let Some(decided) = entry.decide(&req, now, self) {
                 // Refused with nothing held or waiting (a limit of zero): nothing to keep.
                 shard.remove_if_empty(&req.key);
@@ -226,7 +226,7 @@ impl MemoryBackend {
     ) -> Option<Result<Grant, LockError>> {
         let mut shard = table.shard(&req.key);
         shard.sweep(now);
-        let entry = shard.map.entry(req.key.clone()).or_default();
+        let entry = shard.entry(&req.key);
         let decided = entry.decide(req, now, self);
         // Undecided means someone holds or waits, so the entry stays; a refusal with
         // nothing held (a limit of zero) leaves nothing.
@@ -244,7 +244,7 @@ impl MemoryBackend {
     }
 
     fn waiting_in<E: Space>(table: &Table<E>, key: &LockKey) -> usize {
-        table.shard(key).map.get(key).map_or(0, E::waiting)
+        table.shard(key).get(key).map_or(0, E::waiting)
     }
 }
 

@@ -1,13 +1,20 @@
 //! The in-process backend's table of one space (a key's lock, or its shared leases): per
 //! key, an entry of that space, sharded, each shard behind its lock. One table type for
 //! both spaces; what differs between them is the entry ([`Space`]).
+//!
+//! A key is hashed once per operation (a keyed SipHash: keys come from clients), and that
+//! hash both picks the shard and finds the entry in it: a grant and its release used to
+//! hash the key seven times.
 
 use std::{
-    collections::{HashMap, VecDeque, hash_map::RandomState},
+    collections::{VecDeque, hash_map::RandomState},
     hash::BuildHasher,
+    ops::{Deref, DerefMut},
     sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
+
+use hashbrown::HashTable;
 
 use tokio::{
     sync::{Notify, oneshot},
@@ -138,17 +145,45 @@ pub(super) struct Table<E> {
 }
 
 pub(super) struct Shard<E> {
-    pub(super) map: HashMap<LockKey, E>,
+    map: HashTable<Slot<E>>,
     /// Sweep idle entries when the map grows past this size.
     sweep_at: usize,
+}
+
+/// One key's entry, with the key's hash (so that a table that grows hashes no key again).
+struct Slot<E> {
+    hash: u64,
+    key: LockKey,
+    entry: E,
 }
 
 impl<E> Default for Shard<E> {
     fn default() -> Self {
         Self {
-            map: HashMap::new(),
+            map: HashTable::new(),
             sweep_at: 0,
         }
+    }
+}
+
+/// A shard locked for one key, with the key's hash: what is done under it hashes nothing
+/// again.
+pub(super) struct Locked<'a, E> {
+    shard: MutexGuard<'a, Shard<E>>,
+    hash: u64,
+}
+
+impl<E> Deref for Locked<'_, E> {
+    type Target = Shard<E>;
+
+    fn deref(&self) -> &Shard<E> {
+        &self.shard
+    }
+}
+
+impl<E> DerefMut for Locked<'_, E> {
+    fn deref_mut(&mut self) -> &mut Shard<E> {
+        &mut self.shard
     }
 }
 
@@ -162,9 +197,16 @@ impl<E: Space> Default for Table<E> {
 }
 
 impl<E: Space> Table<E> {
-    pub(super) fn shard(&self, key: &LockKey) -> MutexGuard<'_, Shard<E>> {
-        let i = self.hasher.hash_one(key) as usize % SHARDS;
-        self.shards[i].lock().unwrap()
+    /// `key`'s shard, locked.
+    pub(super) fn shard(&self, key: &LockKey) -> Locked<'_, E> {
+        let hash = self.hasher.hash_one(key);
+        // Bits the shard's table uses for neither its buckets (the low ones) nor its tags
+        // (the top 7): within a shard they would all be alike.
+        let i = (hash >> 32) as usize % SHARDS;
+        Locked {
+            shard: self.shards[i].lock().unwrap(),
+            hash,
+        }
     }
 
     /// How many keys have an entry (held, or waited for, or expired and not yet swept).
@@ -185,7 +227,7 @@ impl<E: Space> Table<E> {
     ) -> Result<T, LockError> {
         let mut shard = self.shard(key);
         let now = Instant::now();
-        let Some(entry) = shard.map.get_mut(key) else {
+        let Some(entry) = shard.get_mut(key) else {
             return Err(LockError::Expired);
         };
         entry.expire(now, backend);
@@ -195,23 +237,59 @@ impl<E: Space> Table<E> {
     }
 }
 
-impl<E: Space> Shard<E> {
+impl<E: Space> Locked<'_, E> {
+    /// `key`'s entry (the key this shard was locked for), if it has one.
+    pub(super) fn get(&self, key: &LockKey) -> Option<&E> {
+        self.shard
+            .map
+            .find(self.hash, |s| s.key == *key)
+            .map(|s| &s.entry)
+    }
+
+    /// `key`'s entry, if it has one.
+    pub(super) fn get_mut(&mut self, key: &LockKey) -> Option<&mut E> {
+        self.shard
+            .map
+            .find_mut(self.hash, |s| s.key == *key)
+            .map(|s| &mut s.entry)
+    }
+
+    /// `key`'s entry, made empty if it has none.
+    pub(super) fn entry(&mut self, key: &LockKey) -> &mut E {
+        let slot = self
+            .shard
+            .map
+            .entry(self.hash, |s| s.key == *key, |s| s.hash)
+            .or_insert_with(|| Slot {
+                hash: self.hash,
+                key: key.clone(),
+                entry: E::default(),
+            })
+            .into_mut();
+        &mut slot.entry
+    }
+
     pub(super) fn remove_if_empty(&mut self, key: &LockKey) {
-        if self.map.get(key).is_some_and(E::is_empty) {
-            self.map.remove(key);
+        let map = &mut self.shard.map;
+        if let Ok(slot) = map.find_entry(self.hash, |s| s.key == *key)
+            && slot.get().entry.is_empty()
+        {
+            slot.remove();
             // Give memory back after a burst of distinct keys.
-            if self.map.capacity() > 64 && self.map.len() < self.map.capacity() / 8 {
-                self.map.shrink_to(self.map.len() * 2);
+            if map.capacity() > 64 && map.len() < map.capacity() / 8 {
+                map.shrink_to(map.len() * 2, |s| s.hash);
             }
         }
     }
+}
 
+impl<E: Space> Shard<E> {
     /// Drop the idle entries when the map has grown past its last size twice over.
     pub(super) fn sweep(&mut self, now: Instant) {
         if self.map.len() < self.sweep_at {
             return;
         }
-        self.map.retain(|_, e| !e.idle(now));
+        self.map.retain(|s| !s.entry.idle(now));
         self.sweep_at = (self.map.len() * 2).max(64);
     }
 }

@@ -33,7 +33,7 @@ impl<E: Space> Drop for WaitGuard<'_, E> {
         };
         let mut shard = self.table.shard(self.key);
         let now = Instant::now();
-        if let Some(entry) = shard.map.get_mut(self.key) {
+        if let Some(entry) = shard.get_mut(self.key) {
             entry.expire(now, self.backend);
             let waiters = &mut entry.queue().waiters;
             if let Some(pos) = waiters.iter().position(|w| w.id == self.id) {
@@ -94,7 +94,7 @@ impl<E: Space> WaitGuard<'_, E> {
     /// runs out.
     fn expire(&self) -> Option<Instant> {
         let mut shard = self.table.shard(self.key);
-        shard.map.get_mut(self.key).and_then(|entry| {
+        shard.get_mut(self.key).and_then(|entry| {
             entry.expire(Instant::now(), self.backend);
             entry.earliest()
         })
@@ -104,7 +104,6 @@ impl<E: Space> WaitGuard<'_, E> {
     fn remaining(&self) -> Option<Duration> {
         let shard = self.table.shard(self.key);
         shard
-            .map
             .get(self.key)
             .and_then(|e| e.remaining(Instant::now()))
     }
