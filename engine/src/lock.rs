@@ -403,6 +403,9 @@ impl Lock {
         if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {
             return Err(LockError::Unsupported("shared leases"));
         }
+        // What this node reads follows what it did: its releases of the key begun before
+        // the read land first (they may take another connection than the read).
+        self.engine.shared.releasing.landed(key).await;
         let mut holders = self.engine.shared.backend.holders(key).await?;
         holders.retain(|h| h.mode.same_space(self.mode));
         Ok(holders)
@@ -423,6 +426,7 @@ impl Lock {
         if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {
             return Err(LockError::Unsupported("shared leases"));
         }
+        self.engine.shared.releasing.landed(key).await;
         self.engine.shared.backend.waiters(key).await
     }
 }
