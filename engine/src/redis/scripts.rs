@@ -83,6 +83,7 @@ pub(crate) use release::{COMPLETE, RELEASE};
 ///
 /// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
 const PRELUDE: &str = r#"
+local COVER_SLACK = 1000
 local now_us, now_ms
 local function clock()
   if not now_us then
@@ -92,10 +93,10 @@ local function clock()
   end
 end
 local function parse(held)
-  local fence, mark, token = string.match(held, '^(%d+)(%+?) (.*)$')
-  return tonumber(fence), mark, token
+  local fence, mark, cover, token = string.match(held, '^(%d+)(%+?)([%d@]*) (.*)$')
+  return tonumber(fence), mark, token, cover
 end
-local function handoff(fence, member, channel, margin)
+local function handoff(fence, member, channel, margin, cover)
   local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not id then
     -- A ticket of a version that did not carry its claim: the shortest claim period.
@@ -105,13 +106,23 @@ local function handoff(fence, member, channel, margin)
   -- The waiter's own claim period, from its ticket: the releaser's settings play no part.
   local grant = string.format('%.0f', math.min(tonumber(ttl), tonumber(claim)))
   local text = string.format('%.0f', fence + 1)
-  -- Marked: more waiters may follow.
-  redis.call('SET', KEYS[1], text .. '+ ' .. token, 'PX', grant)
   -- The hand-off fence: should the claim lapse unreleased (the waiter gone), the next
-  -- grant still sees this fence for the margin after it (see above).
+  -- grant still sees a fence at least this one's for the margin after it (see above).
+  -- The one the holder's value names is kept when it covers this grant: a fence at least
+  -- ours, expiring within the slack before the margin after this claim (never later).
   clock()
-  local expiry = string.format('%.0f', now_ms + tonumber(grant) + margin)
-  redis.call('SET', KEYS[2], text .. '@' .. expiry, 'PXAT', expiry)
+  local need = now_ms + tonumber(grant) + margin
+  local kept, expiry = string.match(cover or '', '^(%d+)@(%d+)$')
+  if not (kept and tonumber(kept) >= fence + 1 and tonumber(expiry) <= need
+      and tonumber(expiry) >= need - COVER_SLACK) then
+    -- The clock: every fence granted so far is at most it, and so are the next hand-offs'
+    -- while they trail it.
+    kept = string.format('%.0f', math.max(fence + 1, now_us))
+    expiry = string.format('%.0f', need)
+    redis.call('SET', KEYS[2], kept .. '@' .. expiry, 'PXAT', expiry)
+  end
+  -- Marked: more waiters may follow; and naming the hand-off fence, for the next hand-off.
+  redis.call('SET', KEYS[1], text .. '+' .. kept .. '@' .. expiry .. ' ' .. token, 'PX', grant)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
@@ -122,7 +133,7 @@ local function handoff(fence, member, channel, margin)
   redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
 end
 -- Returns 2 when the key went to a waiter, 1 when it is free.
-local function free_or_handoff(fence, mark, channel, margin)
+local function free_or_handoff(fence, mark, channel, margin, cover)
   if mark ~= '' then
     for i = 1, 100 do
       local next = redis.call('ZPOPMIN', KEYS[3])[1]
@@ -131,7 +142,7 @@ local function free_or_handoff(fence, mark, channel, margin)
       local deadline = tonumber(string.match(next, '^[^|]*|(%d+)|'))
       -- A ticket whose waiter has gone is dropped, not handed the key for a claim period.
       if i == 100 or not deadline or deadline > now_ms then
-        handoff(fence, next, channel, margin)
+        handoff(fence, next, channel, margin, cover)
         return 2
       end
     end

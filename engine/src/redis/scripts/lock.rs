@@ -151,6 +151,10 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
+-- The queue lives until the whole second at or after the latest deadline of a ticket, so
+-- that a registration within the second of the tail's need not extend it.
+local queue_until = math.ceil((now_ms + ticket_ttl) / 1000) * 1000
+local extend = true
 local mine, score = named, named and redis.call('ZSCORE', KEYS[3], named)
 if named and not score then mine, score = search() end
 if score then
@@ -172,7 +176,13 @@ else
   -- through a server clock step back for every ticket.
   score = now_us
   local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
+  if tail[2] then
+    score = math.max(score, tonumber(tail[2]) + 1)
+    -- The tail's registration (or refresh) left the queue alive to its own deadline's
+    -- second at least: when that is not before ours, so is the queue.
+    local last = tonumber(string.match(tail[1], '^[^|]*|(%d+)|'))
+    extend = not last or math.ceil(last / 1000) * 1000 < queue_until
+  end
   score = string.format('%.0f', score)
 end
 if held and mark == '' then
@@ -180,7 +190,7 @@ if held and mark == '' then
   redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+ ' .. holder, 'KEEPTTL')
 end
 redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
-redis.call('PEXPIRE', KEYS[3], ticket_ttl)
+if extend then redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', queue_until)) end
 return {0, pttl, now_ms + ticket_ttl}
 "#;
 
@@ -248,9 +258,9 @@ if id ~= '' then
 end
 local held = redis.call('GET', KEYS[1])
 if not held then return -2 end
-local fence, mark, holder = parse(held)
+local fence, mark, holder, cover = parse(held)
 if ARGV[5] == '1' and holder == token then
-  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]))
+  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]), cover)
   return -2
 end
 return redis.call('PTTL', KEYS[1])
