@@ -93,10 +93,14 @@ local function clock()
   end
 end
 local function parse(held)
-  local fence, mark, cover, token = string.match(held, '^(%d+)(%+?)([%d@]*) (.*)$')
-  return tonumber(fence), mark, token, cover
+  local fence, mark, named, token = string.match(held, '^(%d+)(%+?)([%d@q]*) (.*)$')
+  return tonumber(fence), mark, token, named
 end
-local function handoff(fence, member, channel, margin, cover)
+-- What a holder's value names after its mark: the queue's known expiry (`q<ms>`).
+local function queue_until_of(named)
+  return tonumber(string.match(named or '', 'q(%d+)$'))
+end
+local function handoff(fence, member, channel, margin, named)
   local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
   if not id then
     -- A ticket of a version that did not carry its claim: the shortest claim period.
@@ -112,7 +116,7 @@ local function handoff(fence, member, channel, margin, cover)
   -- ours, expiring within the slack before the margin after this claim (never later).
   clock()
   local need = now_ms + tonumber(grant) + margin
-  local kept, expiry = string.match(cover or '', '^(%d+)@(%d+)$')
+  local kept, expiry = string.match(named or '', '^(%d+)@(%d+)')
   if not (kept and tonumber(kept) >= fence + 1 and tonumber(expiry) <= need
       and tonumber(expiry) >= need - COVER_SLACK) then
     -- The clock: every fence granted so far is at most it, and so are the next hand-offs'
@@ -121,8 +125,11 @@ local function handoff(fence, member, channel, margin, cover)
     expiry = string.format('%.0f', need)
     redis.call('SET', KEYS[2], kept .. '@' .. expiry, 'PXAT', expiry)
   end
-  -- Marked: more waiters may follow; and naming the hand-off fence, for the next hand-off.
-  redis.call('SET', KEYS[1], text .. '+' .. kept .. '@' .. expiry .. ' ' .. token, 'PX', grant)
+  -- Marked: more waiters may follow; naming the hand-off fence, for the next hand-off, and
+  -- the queue's known expiry, which popping its head did not change.
+  local queue_until = queue_until_of(named)
+  local queue = queue_until and string.format('q%.0f', queue_until) or ''
+  redis.call('SET', KEYS[1], text .. '+' .. kept .. '@' .. expiry .. queue .. ' ' .. token, 'PX', grant)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
   -- delivered within the channel's slot (the lock's), not broadcast to every node.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
@@ -133,16 +140,16 @@ local function handoff(fence, member, channel, margin, cover)
   redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
 end
 -- Returns 2 when the key went to a waiter, 1 when it is free.
-local function free_or_handoff(fence, mark, channel, margin, cover)
+local function free_or_handoff(fence, mark, channel, margin, named)
   if mark ~= '' then
     for i = 1, 100 do
-      local next = redis.call('ZPOPMIN', KEYS[3])[1]
+      local next = redis.call('LPOP', KEYS[3])
       if not next then break end
       clock()
       local deadline = tonumber(string.match(next, '^[^|]*|(%d+)|'))
       -- A ticket whose waiter has gone is dropped, not handed the key for a claim period.
       if i == 100 or not deadline or deadline > now_ms then
-        handoff(fence, next, channel, margin, cover)
+        handoff(fence, next, channel, margin, named)
         return 2
       end
     end
@@ -152,14 +159,14 @@ local function free_or_handoff(fence, mark, channel, margin, cover)
   return 1
 end
 local function live_head(id)
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local head = redis.call('LINDEX', KEYS[3], 0)
   for _ = 1, 100 do
     if not head then return nil end
     if id ~= '' and string.sub(head, 1, #id + 1) == id .. '|' then return head end
     clock()
     if tonumber(string.match(head, '^[^|]*|(%d+)|')) > now_ms then return head end
-    redis.call('ZREM', KEYS[3], head)
-    head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    redis.call('LPOP', KEYS[3])
+    head = redis.call('LINDEX', KEYS[3], 0)
   end
   return head
 end

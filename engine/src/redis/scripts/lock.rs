@@ -86,13 +86,13 @@ local function from_tombstone()
 end
 -- Our registered member when the one the last reply named is gone and a refresh whose
 -- reply was lost may have renamed it: whichever member carries our ticket id, with its
--- score.
+-- place (from 0).
 local function search()
   if not string.find(flags, 'r', 1, true) then return nil end
   local prefix = id .. '|'
-  local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then return all[i], all[i + 1] end
+  local all = redis.call('LRANGE', KEYS[3], 0, -1)
+  for i = 1, #all do
+    if string.sub(all[i], 1, #prefix) == prefix then return all[i], i - 1 end
   end
   return nil
 end
@@ -105,14 +105,14 @@ if not lock_first then
 end
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
-local fence, mark, holder
+local fence, mark, holder, after_mark
 if held then
-  fence, mark, holder = parse(held)
+  fence, mark, holder, after_mark = parse(held)
   if holder == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    if named and redis.call('ZREM', KEYS[3], named) == 0 then
+    if named and redis.call('LREM', KEYS[3], 1, named) == 0 then
       local renamed = search()
-      if renamed then redis.call('ZREM', KEYS[3], renamed) end
+      if renamed then redis.call('LREM', KEYS[3], 1, renamed) end
     end
     return {1, fence, 0}
   end
@@ -134,7 +134,8 @@ else
     clock()
     local mark = ''
     if head then
-      redis.call('ZREM', KEYS[3], head)
+      -- Ours, at the head.
+      redis.call('LPOP', KEYS[3])
       mark = '+'
     end
     local fence = now_us
@@ -151,46 +152,53 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
--- The queue lives until the whole second at or after the latest deadline of a ticket, so
--- that a registration within the second of the tail's need not extend it.
-local queue_until = math.ceil((now_ms + ticket_ttl) / 1000) * 1000
-local extend = true
-local mine, score = named, named and redis.call('ZSCORE', KEYS[3], named)
-if named and not score then mine, score = search() end
-if score then
-  redis.call('ZREM', KEYS[3], mine)
+local member = id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token
+local at = named and redis.call('LPOS', KEYS[3], named)
+if named and not at then
+  local _
+  _, at = search()
+end
+local created = false
+if at then
+  -- A refresh: the member renamed in its place, which never changes.
+  redis.call('LSET', KEYS[3], at, member)
 else
   local max = tonumber(ARGV[5])
-  if max >= 0 and redis.call('ZCARD', KEYS[3]) >= max then
+  if max >= 0 and redis.call('LLEN', KEYS[3]) >= max then
     -- Dead tickets do not count: drop them, then count again.
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    for _, m in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
       if tonumber(string.match(m, '^[^|]*|(%d+)|')) <= now_ms then
-        redis.call('ZREM', KEYS[3], m)
+        redis.call('LREM', KEYS[3], 1, m)
       end
     end
-    if redis.call('ZCARD', KEYS[3]) >= max then
+    if redis.call('LLEN', KEYS[3]) >= max then
       return {2, held and redis.call('PTTL', KEYS[1]) or -2, 0}
     end
   end
-  -- Behind the last ticket whatever the clock says, FIFO or not: arrival order holds
-  -- through a server clock step back for every ticket.
-  score = now_us
-  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if tail[2] then
-    score = math.max(score, tonumber(tail[2]) + 1)
-    -- The tail's registration (or refresh) left the queue alive to its own deadline's
-    -- second at least: when that is not before ours, so is the queue.
-    local last = tonumber(string.match(tail[1], '^[^|]*|(%d+)|'))
-    extend = not last or math.ceil(last / 1000) * 1000 < queue_until
+  -- Behind the last ticket whatever the clock says, FIFO or not: the queue is a list, in
+  -- arrival order through any server clock step.
+  created = redis.call('RPUSH', KEYS[3], member) == 1
+end
+-- The queue must outlive our ticket's deadline. The holder's value may name an expiry the
+-- queue is known to reach (see the prelude); else, or when that falls short, or on a
+-- queue just created, it is set to the whole second at or after our deadline (or to the
+-- named one, if later), and named in the holder's value.
+local known = held and queue_until_of(after_mark)
+local rewrite = held and mark == ''
+if created or not known or known < now_ms + ticket_ttl then
+  local queue_until = math.max(math.ceil((now_ms + ticket_ttl) / 1000) * 1000, known or 0)
+  redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', queue_until))
+  if held and queue_until ~= known then
+    known = queue_until
+    rewrite = true
   end
-  score = string.format('%.0f', score)
 end
-if held and mark == '' then
-  -- The holder's release must look at the queue from now on.
-  redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+ ' .. holder, 'KEEPTTL')
+if rewrite then
+  -- Marked: the holder's release must look at the queue from now on; and naming the
+  -- queue's expiry.
+  local cover = string.match(after_mark or '', '^(%d+@%d+)') or ''
+  redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+' .. cover .. string.format('q%.0f', known) .. ' ' .. holder, 'KEEPTTL')
 end
-redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
-if extend then redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', queue_until)) end
 return {0, pttl, now_ms + ticket_ttl}
 "#;
 
@@ -248,19 +256,19 @@ local id, token = ARGV[1], ARGV[3]
 if id ~= '' then
   local removed = 0
   if ARGV[2] ~= '' then
-    removed = redis.call('ZREM', KEYS[3], id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[8] .. '|' .. token)
+    removed = redis.call('LREM', KEYS[3], 1, id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[8] .. '|' .. token)
   else
     local prefix = id .. '|'
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-      if string.sub(m, 1, #prefix) == prefix then redis.call('ZREM', KEYS[3], m) end
+    for _, m in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+      if string.sub(m, 1, #prefix) == prefix then redis.call('LREM', KEYS[3], 1, m) end
     end
   end
 end
 local held = redis.call('GET', KEYS[1])
 if not held then return -2 end
-local fence, mark, holder, cover = parse(held)
+local fence, mark, holder, after_mark = parse(held)
 if ARGV[5] == '1' and holder == token then
-  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]), cover)
+  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]), after_mark)
   return -2
 end
 return redis.call('PTTL', KEYS[1])

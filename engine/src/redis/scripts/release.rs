@@ -44,9 +44,9 @@ pub(crate) static RELEASE: LazyLock<Script> =
 const RELEASE_BODY: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
-local fence, mark, holder, cover = parse(held)
+local fence, mark, holder, after_mark = parse(held)
 if holder ~= ARGV[1] then return -1 end
-return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]), cover)
+return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]), after_mark)
 "#;
 
 /// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
