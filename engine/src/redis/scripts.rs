@@ -17,19 +17,22 @@
 //!
 //! Key kinds (see the module docs of `redis` for the full layout):
 //! - `lock`: a string `"<fence> <token>"` (`"<fence>+ <token>"` when the key may have
-//!   waiters), with the lease's TTL. The fence is the first word, so a release learns the
+//!   waiters, and after the `+` what the key's other keys are known to hold:
+//!   `"<fence>@<expiry ms>"` of the fence key, `q<ms>` the queue's expiry; see the
+//!   prelude), with the lease's TTL. The fence is the first word, so a release learns the
 //!   holder, its fence and whether to look at the queue in one `GET`.
 //! - `fence`: the tombstone of a released key nobody waits for: the released lock's value
 //!   (its fence first), for 10 s after the release (see the prelude). It exists only while
 //!   the key is free and nobody waits, and the next grant takes it. While a hand-off's
 //!   claim runs (and 10 s after), it holds that hand-off's fence instead,
 //!   `"<fence>@<expiry ms>"`, which no acquire mistakes for a tombstone.
-//! - `queue`: a zset of waiter tickets scored by arrival; each member is
+//! - `queue`: a list of waiter tickets in arrival order (`RPUSH`, then `LPOP` of the head:
+//!   no clock decides the order, so no server clock step can change it); each member is
 //!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
 //!   grant the key to that waiter without asking anyone, the waiter's own claim period
 //!   included (nodes with different settings may share a prefix: the releaser's settings
 //!   never decide how long a hand-off lasts). A waiter refreshing its ticket renames its
-//!   member (new deadline, same score), so its place in line never changes.
+//!   member in its place (`LSET`), so its place in line never changes.
 
 use redis::Script;
 
@@ -56,7 +59,13 @@ pub(crate) use release::{COMPLETE, RELEASE};
 /// A lock value is `"<fence> <token>"`, or `"<fence>+ <token>"` when the key may have
 /// waiters (the mark): a key whose value has no mark has none, so its release skips the
 /// queue. A registration marks the holder's value; a hand-off and an admin `set` always
-/// mark (a mark on a key with no waiters costs its release one `ZPOPMIN`, nothing more).
+/// mark (a mark on a key with no waiters costs its release one `LPOP`, nothing more).
+/// After the mark, a value may name what the key's other keys hold, so that the scripts of
+/// a contended key need not read them: `"<fence>@<expiry ms>"`, the hand-off fence the
+/// fence key holds (below; written by a hand-off), and `q<ms>`, an expiry the queue is
+/// known to reach (written by a registration that set it; see [`ACQUIRE`]). Whatever
+/// replaces the value without them (a fresh grant, an admin `set`) leaves the next script
+/// to write and name them anew.
 ///
 /// The tombstone is the released lock's value, renamed (`RENAME`) to the fence key: one
 /// command deletes the lock and keeps its fence; it lives [`FENCE_MARGIN`](super::FENCE_MARGIN)
@@ -65,12 +74,20 @@ pub(crate) use release::{COMPLETE, RELEASE};
 /// grant consumes it (`GETDEL`), and no waiter can register while it exists (a free key
 /// with an empty queue is granted).
 ///
-/// A hand-off writes the fence key too, as `"<fence>@<expiry ms>"` (the *hand-off fence*),
-/// expiring the margin after the claim it granted: a waiter that has gone lets its claim
-/// lapse with no release, and the next grant must still see that fence. It is not a
-/// tombstone: an acquire that meets it puts it back (`PXAT` its expiry) and looks at the
-/// key as usual, and a fresh grant takes `max(now, its fence + 1)` and deletes it; the
-/// holder's release overwrites it with the tombstone.
+/// A hand-off makes sure the fence key holds a *hand-off fence*, `"<fence>@<expiry ms>"`:
+/// a fence at least the one it grants, expiring at most the margin after the claim it
+/// granted and at least the margin less the slack (`COVER_SLACK`, 1 s) after it. A waiter that has
+/// gone lets its claim lapse with no release, and the next grant must still see a fence
+/// at least the lapsed one. The hand-off fence the holder's value names is kept when it
+/// covers the grant so; else the hand-off writes the server clock (in µs: every fence
+/// granted so far is at most it, and so are the next hand-offs' while they trail it) with
+/// this claim's expiry, and names it in the new holder's value. So a key handed on every
+/// millisecond writes its fence key about once a second, and the clock-step bound below
+/// is unchanged: a lapsed claim's fence outlives its grant by at least the claim (3 s or
+/// more) plus 9 s, or the lease TTL. It is not a tombstone: an acquire that meets it puts
+/// it back (`PXAT` its expiry) and looks at the key as usual, and a fresh grant takes
+/// `max(now, its fence + 1)` and deletes it; the holder's release overwrites it with the
+/// tombstone.
 ///
 /// A release or a hand-off skips the tickets of waiters that have gone (their deadline,
 /// kept alive by the waiter's refreshes, is past by the server clock): a dead ticket never

@@ -42,17 +42,25 @@ use super::PRELUDE;
 /// newcomer; dead tickets at the head are dropped first. A registration marks the
 /// holder's value (see the prelude), so that its release looks at the queue.
 ///
-/// A new ticket, FIFO or not, is scored `max(now, last score + 1)`, so arrival order
-/// survives a server clock step back for every ticket.
+/// A new ticket, FIFO or not, goes to the queue's tail (`RPUSH`): arrival order survives
+/// any server clock step for every ticket.
+///
+/// The queue must outlive every ticket's deadline. A registration that sets its expiry
+/// sets it to the whole second at or after its own ticket's deadline (or the one the
+/// holder's value names, if later) and names it in the holder's value (`q<ms>`, see the
+/// prelude); a registration whose deadline that named expiry covers leaves the queue as it
+/// is. So a key contended for seconds extends its queue about once a second, and a queue
+/// lives at most a second longer than its last ticket.
 ///
 /// Commands, besides `EVALSHA`: a free key nobody waits for, released before (the
 /// tombstone): 2 (`GETDEL`, `SET`); `GET` first when `h`: 3. A key with no tombstone: 5
-/// (`GETDEL`, `GET`, `ZRANGE`, `TIME`, `SET`); 2 more when the fence key holds a hand-off's
-/// fence (`SET` it back, and `DEL` it with the grant). A waiter's first registration: 5
-/// (`GET`, `TIME`, `ZRANGE` tail, `ZADD`, `PEXPIRE`), one more without `h` (`GETDEL`), and
-/// a `SET` of the mark when the holder's value had none. A refresh: 8 (`GET`, `PTTL`,
-/// `ZRANGE` head, `TIME`, `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a `ZRANGE` of the queue
-/// after a failed one when the named member is gone.
+/// (`GETDEL`, `GET`, `LINDEX`, `TIME`, `SET`); 2 more when the fence key holds a hand-off's
+/// fence (`SET` it back, and `DEL` it with the grant). A waiter's first registration: 3
+/// (`GET`, `TIME`, `RPUSH`), one more without `h` (`GETDEL`), and 2 when the queue's
+/// expiry must be set (`PEXPIREAT`, and the `SET` naming it in the holder's value, which
+/// also marks a value that had no mark). A refresh: 6 (`GET`, `PTTL`, `LINDEX` head,
+/// `TIME`, `LPOS`, `LSET`), the same 2 when the expiry must be set, and an `LRANGE` of the
+/// queue after a failed one when the named member is gone.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
 
