@@ -13,7 +13,9 @@ use super::PRELUDE;
 ///   that never registers), `ARGV[4]` flags: `h` the key was contended lately
 ///   (look at the lock before the tombstone), `r` the waiter's last refresh failed (it may
 ///   have landed unseen and renamed the member, so a member by the name `ARGV[7]` gives
-///   that is gone is looked for by its ticket id, and keeps its place); `ARGV[5]` max
+///   that is gone is looked for by its ticket id, and keeps its place), `c` a registered
+///   waiter only looks for a grant (re-entry) or a free key, and leaves its ticket as it
+///   is when the key is held (its channel's subscription was just confirmed); `ARGV[5]` max
 ///   waiters (`-1`: no limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period,
 ///   which its ticket carries), `ARGV[7]` the deadline of this waiter's registered member
 ///   as the last reply gave it (`''`: not registered; a registration is a new one).
@@ -60,7 +62,8 @@ use super::PRELUDE;
 /// expiry must be set (`PEXPIREAT`, and the `SET` naming it in the holder's value, which
 /// also marks a value that had no mark). A refresh: 6 (`GET`, `PTTL`, `LINDEX` head,
 /// `TIME`, `LPOS`, `LSET`), the same 2 when the expiry must be set, and an `LRANGE` of the
-/// queue after a failed one when the named member is gone.
+/// queue after a failed one when the named member is gone; with `c`, a held key: 1
+/// (`GET`).
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
 
@@ -125,6 +128,11 @@ if held then
     return {1, fence, 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
+  if named and string.find(flags, 'c', 1, true) then
+    -- Only a look for a grant made before our channel was subscribed: the ticket was just
+    -- registered, and stays as it is.
+    return {0, -3, tonumber(known)}
+  end
   if named then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
