@@ -8,6 +8,11 @@
 //!   The model's retry always knows its member's deadline (the engine's reply was not lost).
 //! - The prelude's `free_or_handoff`, `handoff` and `live_head` are written out below with
 //!   the same order of steps; the 100-ticket bounds never bind with three clients.
+//! - The queue is a list in the scripts (`RPUSH`, `LPOP`); the model keeps it in score
+//!   order, a new ticket scored behind the tail, which is the same order.
+//! - Every hand-off here writes its own fence to the fence key, the margin after its claim;
+//!   the script keeps the hand-off fence the holder's value names while it covers the grant
+//!   (a fence at least the granted one, expiring at most 1 s before that).
 //! - `RENEW` (`scripts/lease.rs`) is one lease per call; `EXTEND` and `LEAVE` (a waiter
 //!   giving up) are not modelled. The permits' scripts (`permits/scripts.rs`) have their
 //!   own model (`crate::permits`).

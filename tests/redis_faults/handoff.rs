@@ -76,12 +76,12 @@ async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
             std::thread::sleep(Duration::from_millis(1));
         }
     });
-    let first = tokio::task::block_in_place(|| server.cli(["ZRANGE", &queue, "0", "0"]));
+    let first = tokio::task::block_in_place(|| server.cli(["LRANGE", &queue, "0", "0"]));
     loop {
         let (channels, member) = tokio::task::block_in_place(|| {
             (
                 server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*:wake:{key}")]),
-                server.cli(["ZRANGE", &queue, "0", "0"]),
+                server.cli(["LRANGE", &queue, "0", "0"]),
             )
         });
         if !channels.is_empty() && member != first {

@@ -111,7 +111,7 @@ impl Line {
             let live = engine.lock(self.key).waiters().await.unwrap_or(0);
             let all: usize = cluster
                 .primary_of(slot)
-                .cli(["ZCARD", &queue])
+                .cli(["LLEN", &queue])
                 .parse()
                 .unwrap_or(0);
             if live == self.waiters.len() && all == live {

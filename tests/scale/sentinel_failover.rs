@@ -114,7 +114,7 @@ async fn a_sentinel_failover_is_followed() {
             .or_else(|| set.replica().scan("sentinel:*:queue:k").pop());
         let all: usize = queue
             .as_ref()
-            .map_or(0, |q| set.replica().cli(["ZCARD", q]).parse().unwrap_or(0));
+            .map_or(0, |q| set.replica().cli(["LLEN", q]).parse().unwrap_or(0));
         let subscribed: usize = queue.as_ref().map_or(0, |q| {
             let channel = q.replacen(":queue:", ":wake:", 1);
             let out = set.replica().cli(["PUBSUB", "NUMSUB", &channel]);

@@ -45,6 +45,11 @@ impl<'a> Names<'a> {
     }
 
     /// The key these are the names of.
+    /// Whether these are the names of the key's shared leases.
+    pub(super) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
     pub(super) fn key(&self) -> &'a LockKey {
         self.key
     }

@@ -139,10 +139,11 @@ impl Inner {
     }
 
     /// How many wait in `names`' queue (the lock's script: the shared tickets carry their
-    /// deadline in the same place).
+    /// deadline in the same place; the lock's queue is a list, the shared one a zset).
     pub(super) async fn waiting(&self, names: Names<'_>) -> Result<usize, LockError> {
         let mut inv = ScriptCall::new(&WAITERS, 1);
-        inv.key(names.queue());
+        inv.key(names.queue())
+            .arg(if names.is_shared() { "zset" } else { "list" });
         let n: i64 = self.call("waiters", &inv).await?;
         Ok(usize::try_from(n).unwrap_or(0))
     }

@@ -66,6 +66,9 @@ pub(super) struct TicketState<'a> {
     pub(super) known: Option<u64>,
     /// The last refresh failed: the member may have been renamed unseen.
     pub(super) renamed: bool,
+    /// Only look for a grant made before the wake-up channel was subscribed: the ticket
+    /// was registered (or refreshed) by the attempt just before, so it is left as it is.
+    pub(super) check: bool,
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -97,6 +100,7 @@ impl Inner {
             id: ticket,
             known,
             renamed,
+            check,
         } = ticket;
         let mut inv = match mode {
             Mode::Exclusive if with_record => ScriptCall::new(&ACQUIRE_OR_RECORD, 4),
@@ -105,12 +109,14 @@ impl Inner {
         };
         // Flags in one argument (an argument costs an allocation on every attempt).
         // No FIFO flag: every ticket, FIFO or not, is queued in arrival order.
-        let mut flags = [0u8; 2];
+        let mut flags = [0u8; 3];
         let mut n = 0;
         for (set, flag) in [
             (self.contended.seen(names.tag), b'h'),
             // Only after a failed refresh.
             (renamed, b'r'),
+            // The lock's script only.
+            (check && !mode.is_shared(), b'c'),
         ] {
             if set {
                 flags[n] = flag;

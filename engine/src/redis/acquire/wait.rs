@@ -54,6 +54,9 @@ pub(super) struct Wait<'a> {
     last_sent: Instant,
     /// Whether the last wait ended on the fallback timer, not on a wake-up.
     by_timer: bool,
+    /// Whether the last wait ended because the wake-up channel's subscription was
+    /// confirmed: the next attempt only looks for a grant made before it.
+    confirmed: bool,
     /// A registered waiter's failed refresh (a timeout, a server busy or failing over for
     /// a moment) does not end its wait: it is retried on the next fallback period while
     /// the ticket lives (a ticket TTL after the last refresh that got through; after that
@@ -99,6 +102,7 @@ impl<'a> Wait<'a> {
             sent: started,
             last_sent: started,
             by_timer: false,
+            confirmed: false,
             failed: None,
             last_ok: started,
         }
@@ -124,6 +128,9 @@ impl<'a> Wait<'a> {
             id: self.ticket,
             known: self.cleanup.known,
             renamed: self.failed.is_some(),
+            check: std::mem::take(&mut self.confirmed)
+                && self.cleanup.known.is_some()
+                && self.failed.is_none(),
         };
         let with_record = with_record && self.first;
         let reply = inner
@@ -311,7 +318,10 @@ impl<'a> Wait<'a> {
                     // unheard (the retry finds it: re-entry), one after it is heard.
                     tokio::select! {
                         woken = sub.woken() => Some(woken),
-                        _ = sub.confirmed() => None,
+                        _ = sub.confirmed() => {
+                            self.confirmed = true;
+                            None
+                        }
                         _ = tokio::time::sleep_until(wake_at) => None,
                     }
                 };

@@ -55,8 +55,8 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
-local fence, mark = parse(held)
-free_or_handoff(fence, mark, ARGV[1], tonumber(ARGV[2]))
+local fence, mark, _, after_mark = parse(held)
+free_or_handoff(fence, mark, ARGV[1], tonumber(ARGV[2]), after_mark)
 return 1
 "#
     ))

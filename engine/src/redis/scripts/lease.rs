@@ -88,6 +88,7 @@ return {string.sub(held, string.find(held, ' ', 1, true) + 1), redis.call('PTTL'
 /// How many live waiters a key has, on every node.
 ///
 /// - `KEYS[1]` queue.
+/// - `ARGV[1]` `'list'` (the lock's queue) or `'zset'` (the shared leases').
 /// - Returns the number of tickets whose deadline is still ahead by the server clock.
 ///
 /// Read-only: stale tickets are not counted, and are dropped by later writes. Reads every
@@ -98,7 +99,7 @@ pub(crate) static WAITERS: LazyLock<Script> = LazyLock::new(|| {
 local clock = redis.call('TIME')
 local now_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local n = 0
-for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+for _, m in ipairs(redis.call(ARGV[1] == 'zset' and 'ZRANGE' or 'LRANGE', KEYS[1], 0, -1)) do
   if tonumber(string.match(m, '^[^|]*|(%d+)|')) > now_ms then n = n + 1 end
 end
 return n

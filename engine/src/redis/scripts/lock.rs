@@ -13,7 +13,9 @@ use super::PRELUDE;
 ///   that never registers), `ARGV[4]` flags: `h` the key was contended lately
 ///   (look at the lock before the tombstone), `r` the waiter's last refresh failed (it may
 ///   have landed unseen and renamed the member, so a member by the name `ARGV[7]` gives
-///   that is gone is looked for by its ticket id, and keeps its place); `ARGV[5]` max
+///   that is gone is looked for by its ticket id, and keeps its place), `c` a registered
+///   waiter only looks for a grant (re-entry) or a free key, and leaves its ticket as it
+///   is when the key is held (its channel's subscription was just confirmed); `ARGV[5]` max
 ///   waiters (`-1`: no limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period,
 ///   which its ticket carries), `ARGV[7]` the deadline of this waiter's registered member
 ///   as the last reply gave it (`''`: not registered; a registration is a new one).
@@ -42,17 +44,26 @@ use super::PRELUDE;
 /// newcomer; dead tickets at the head are dropped first. A registration marks the
 /// holder's value (see the prelude), so that its release looks at the queue.
 ///
-/// A new ticket, FIFO or not, is scored `max(now, last score + 1)`, so arrival order
-/// survives a server clock step back for every ticket.
+/// A new ticket, FIFO or not, goes to the queue's tail (`RPUSH`): arrival order survives
+/// any server clock step for every ticket.
+///
+/// The queue must outlive every ticket's deadline. A registration that sets its expiry
+/// sets it to the whole second at or after its own ticket's deadline (or the one the
+/// holder's value names, if later) and names it in the holder's value (`q<ms>`, see the
+/// prelude); a registration whose deadline that named expiry covers leaves the queue as it
+/// is. So a key contended for seconds extends its queue about once a second, and a queue
+/// lives at most a second longer than its last ticket.
 ///
 /// Commands, besides `EVALSHA`: a free key nobody waits for, released before (the
 /// tombstone): 2 (`GETDEL`, `SET`); `GET` first when `h`: 3. A key with no tombstone: 5
-/// (`GETDEL`, `GET`, `ZRANGE`, `TIME`, `SET`); 2 more when the fence key holds a hand-off's
-/// fence (`SET` it back, and `DEL` it with the grant). A waiter's first registration: 5
-/// (`GET`, `TIME`, `ZRANGE` tail, `ZADD`, `PEXPIRE`), one more without `h` (`GETDEL`), and
-/// a `SET` of the mark when the holder's value had none. A refresh: 8 (`GET`, `PTTL`,
-/// `ZRANGE` head, `TIME`, `ZSCORE`, `ZREM`, `ZADD`, `PEXPIRE`), and a `ZRANGE` of the queue
-/// after a failed one when the named member is gone.
+/// (`GETDEL`, `GET`, `LINDEX`, `TIME`, `SET`); 2 more when the fence key holds a hand-off's
+/// fence (`SET` it back, and `DEL` it with the grant). A waiter's first registration: 3
+/// (`GET`, `TIME`, `RPUSH`), one more without `h` (`GETDEL`), and 2 when the queue's
+/// expiry must be set (`PEXPIREAT`, and the `SET` naming it in the holder's value, which
+/// also marks a value that had no mark). A refresh: 6 (`GET`, `PTTL`, `LINDEX` head,
+/// `TIME`, `LPOS`, `LSET`), the same 2 when the expiry must be set, and an `LRANGE` of the
+/// queue after a failed one when the named member is gone; with `c`, a held key: 1
+/// (`GET`).
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
 
@@ -86,13 +97,13 @@ local function from_tombstone()
 end
 -- Our registered member when the one the last reply named is gone and a refresh whose
 -- reply was lost may have renamed it: whichever member carries our ticket id, with its
--- score.
+-- place (from 0).
 local function search()
   if not string.find(flags, 'r', 1, true) then return nil end
   local prefix = id .. '|'
-  local all = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
-  for i = 1, #all, 2 do
-    if string.sub(all[i], 1, #prefix) == prefix then return all[i], all[i + 1] end
+  local all = redis.call('LRANGE', KEYS[3], 0, -1)
+  for i = 1, #all do
+    if string.sub(all[i], 1, #prefix) == prefix then return all[i], i - 1 end
   end
   return nil
 end
@@ -105,18 +116,23 @@ if not lock_first then
 end
 local held = redis.call('GET', KEYS[1])
 local pttl = -3
-local fence, mark, holder
+local fence, mark, holder, after_mark
 if held then
-  fence, mark, holder = parse(held)
+  fence, mark, holder, after_mark = parse(held)
   if holder == token then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    if named and redis.call('ZREM', KEYS[3], named) == 0 then
+    if named and redis.call('LREM', KEYS[3], 1, named) == 0 then
       local renamed = search()
-      if renamed then redis.call('ZREM', KEYS[3], renamed) end
+      if renamed then redis.call('LREM', KEYS[3], 1, renamed) end
     end
     return {1, fence, 0}
   end
   if id == '' then return {0, redis.call('PTTL', KEYS[1]), 0} end
+  if named and string.find(flags, 'c', 1, true) then
+    -- Only a look for a grant made before our channel was subscribed: the ticket was just
+    -- registered, and stays as it is.
+    return {0, -3, tonumber(known)}
+  end
   if named then
     -- A refresh (every fallback period at most): also drop a dead head, so that no
     -- release hands the key to a waiter that has been gone for longer than a ticket TTL.
@@ -134,7 +150,8 @@ else
     clock()
     local mark = ''
     if head then
-      redis.call('ZREM', KEYS[3], head)
+      -- Ours, at the head.
+      redis.call('LPOP', KEYS[3])
       mark = '+'
     end
     local fence = now_us
@@ -151,36 +168,53 @@ else
 end
 clock()
 local deadline = string.format('%.0f', now_ms + ticket_ttl)
-local mine, score = named, named and redis.call('ZSCORE', KEYS[3], named)
-if named and not score then mine, score = search() end
-if score then
-  redis.call('ZREM', KEYS[3], mine)
+local member = id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token
+local at = named and redis.call('LPOS', KEYS[3], named)
+if named and not at then
+  local _
+  _, at = search()
+end
+local created = false
+if at then
+  -- A refresh: the member renamed in its place, which never changes.
+  redis.call('LSET', KEYS[3], at, member)
 else
   local max = tonumber(ARGV[5])
-  if max >= 0 and redis.call('ZCARD', KEYS[3]) >= max then
+  if max >= 0 and redis.call('LLEN', KEYS[3]) >= max then
     -- Dead tickets do not count: drop them, then count again.
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+    for _, m in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
       if tonumber(string.match(m, '^[^|]*|(%d+)|')) <= now_ms then
-        redis.call('ZREM', KEYS[3], m)
+        redis.call('LREM', KEYS[3], 1, m)
       end
     end
-    if redis.call('ZCARD', KEYS[3]) >= max then
+    if redis.call('LLEN', KEYS[3]) >= max then
       return {2, held and redis.call('PTTL', KEYS[1]) or -2, 0}
     end
   end
-  -- Behind the last ticket whatever the clock says, FIFO or not: arrival order holds
-  -- through a server clock step back for every ticket.
-  score = now_us
-  local tail = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  if tail[2] then score = math.max(score, tonumber(tail[2]) + 1) end
-  score = string.format('%.0f', score)
+  -- Behind the last ticket whatever the clock says, FIFO or not: the queue is a list, in
+  -- arrival order through any server clock step.
+  created = redis.call('RPUSH', KEYS[3], member) == 1
 end
-if held and mark == '' then
-  -- The holder's release must look at the queue from now on.
-  redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+ ' .. holder, 'KEEPTTL')
+-- The queue must outlive our ticket's deadline. The holder's value may name an expiry the
+-- queue is known to reach (see the prelude); else, or when that falls short, or on a
+-- queue just created, it is set to the whole second at or after our deadline (or to the
+-- named one, if later), and named in the holder's value.
+local known = held and queue_until_of(after_mark)
+local rewrite = held and mark == ''
+if created or not known or known < now_ms + ticket_ttl then
+  local queue_until = math.max(math.ceil((now_ms + ticket_ttl) / 1000) * 1000, known or 0)
+  redis.call('PEXPIREAT', KEYS[3], string.format('%.0f', queue_until))
+  if held and queue_until ~= known then
+    known = queue_until
+    rewrite = true
+  end
 end
-redis.call('ZADD', KEYS[3], score, id .. '|' .. deadline .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. token)
-redis.call('PEXPIRE', KEYS[3], ticket_ttl)
+if rewrite then
+  -- Marked: the holder's release must look at the queue from now on; and naming the
+  -- queue's expiry.
+  local cover = string.match(after_mark or '', '^(%d+@%d+)') or ''
+  redis.call('SET', KEYS[1], string.format('%.0f', fence) .. '+' .. cover .. string.format('q%.0f', known) .. ' ' .. holder, 'KEEPTTL')
+end
 return {0, pttl, now_ms + ticket_ttl}
 "#;
 
@@ -238,19 +272,19 @@ local id, token = ARGV[1], ARGV[3]
 if id ~= '' then
   local removed = 0
   if ARGV[2] ~= '' then
-    removed = redis.call('ZREM', KEYS[3], id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[8] .. '|' .. token)
+    removed = redis.call('LREM', KEYS[3], 1, id .. '|' .. ARGV[2] .. '|' .. ARGV[4] .. '|' .. ARGV[8] .. '|' .. token)
   else
     local prefix = id .. '|'
-    for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
-      if string.sub(m, 1, #prefix) == prefix then redis.call('ZREM', KEYS[3], m) end
+    for _, m in ipairs(redis.call('LRANGE', KEYS[3], 0, -1)) do
+      if string.sub(m, 1, #prefix) == prefix then redis.call('LREM', KEYS[3], 1, m) end
     end
   end
 end
 local held = redis.call('GET', KEYS[1])
 if not held then return -2 end
-local fence, mark, holder = parse(held)
+local fence, mark, holder, after_mark = parse(held)
 if ARGV[5] == '1' and holder == token then
-  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]))
+  free_or_handoff(fence, mark, ARGV[6], tonumber(ARGV[7]), after_mark)
   return -2
 end
 return redis.call('PTTL', KEYS[1])

@@ -29,14 +29,17 @@ use super::PRELUDE;
 /// before the claim runs out, and one whose message was lost finds the grant with its next
 /// retry (re-entry).
 ///
-/// The hand-off skips the tickets of waiters that have gone (deadline past), and writes the
-/// hand-off fence (see the prelude), so that a claim that lapses unreleased still leaves
-/// the fence for 10 s. Whatever the key's path, the tombstone lives 10 s after the release.
+/// The hand-off skips the tickets of waiters that have gone (deadline past), and leaves a
+/// hand-off fence in the fence key (see the prelude), so that a claim that lapses
+/// unreleased still leaves its fence for 9 to 10 s. Whatever the key's path, the tombstone
+/// lives 10 s after the release.
 ///
 /// Commands, besides `EVALSHA`: a key with no mark (nobody registered while it was held):
 /// 3 (`GET`, `RENAME` to the tombstone, `PEXPIRE`); marked, nobody waiting: 4 (`GET`,
-/// `ZPOPMIN`, `RENAME`, `PEXPIRE`); a hand-off: 6 (`GET`, `ZPOPMIN`, `TIME`, `SET` lock,
-/// `SET` hand-off fence, `PUBLISH`), and a `ZPOPMIN` more per dead ticket skipped.
+/// `LPOP`, `RENAME`, `PEXPIRE`); a hand-off: 5 (`GET`, `LPOP`, `TIME`, `SET` lock,
+/// `PUBLISH`), a `SET` of the hand-off fence more when the one the holder's value names no
+/// longer covers the grant (about once a second on a key handed on without a pause), and
+/// an `LPOP` more per dead ticket skipped.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
 
@@ -44,9 +47,9 @@ pub(crate) static RELEASE: LazyLock<Script> =
 const RELEASE_BODY: &str = r#"
 local held = redis.call('GET', KEYS[1])
 if not held then return 0 end
-local fence, mark, holder = parse(held)
+local fence, mark, holder, after_mark = parse(held)
 if holder ~= ARGV[1] then return -1 end
-return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]))
+return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]), after_mark)
 "#;
 
 /// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
