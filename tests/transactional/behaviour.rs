@@ -1,5 +1,5 @@
 //! The protocol on one server: claim, replay, `422`, `409`; what rolls back; tombstones;
-//! concurrent duplicates; retention.
+//! a duplicate in flight; retention.
 
 use std::time::Duration;
 
@@ -21,17 +21,21 @@ pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
     )
 }
 
-/// Waits until `n` backends of the database wait for a lock (duplicates queued on the
-/// records table's unique index).
+/// Waits until `n` backends wait for a lock in a statement on `db`'s schema (duplicates
+/// queued on its records table's unique index), whatever other tests do meanwhile.
 pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let waiting: i64 =
-            sqlx::raw_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap()
-                .get(0);
+        let waiting: i64 = sqlx::query(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+        )
+        .persistent(false)
+        .bind(format!("{}.", db.schema))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .get(0);
         if waiting >= n {
             return;
         }
@@ -91,37 +95,6 @@ async fn a_duplicate_in_flight_is_409_with_retry_after_without_a_wait() {
     assert!(duplicate.header("retry-after").is_some());
     gate.release.notify_one();
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
-    assert_eq!(db.payments().await, 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn twenty_concurrent_duplicates_on_two_servers_insert_one_row() {
-    let url = shared_url().await;
-    let db = Db::new(&url, "twenty").await;
-    let (gate, mut entered) = Gate::new();
-    // Two nodes: two pools, two layers, one database.
-    let other = Db::existing(&url, db.schema.clone(), false).await;
-    let wait = |b: tower_lock::IdempotencyLayerBuilder| b.wait(Duration::from_secs(20));
-    let servers = [
-        std::sync::Arc::new(serve(router(&db, db.layer(wait).await, gate.clone())).await),
-        std::sync::Arc::new(serve(router(&other, other.layer(wait).await, gate.clone())).await),
-    ];
-    let requests: Vec<_> = (0..20)
-        .map(|i| {
-            let server = servers[i % 2].clone();
-            tokio::spawn(async move { post(&server, "k", "hang", "card").await })
-        })
-        .collect();
-    entered.recv().await.unwrap();
-    until_waiting_on_locks(&db, 19).await;
-    gate.release.notify_one();
-    let mut replayed = 0;
-    for request in requests {
-        let reply = request.await.unwrap();
-        assert_eq!(reply.status, StatusCode::CREATED);
-        replayed += usize::from(reply.header("idempotent-replayed") == Some("true"));
-    }
-    assert_eq!(replayed, 19);
     assert_eq!(db.payments().await, 1);
 }
 
