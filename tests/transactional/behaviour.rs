@@ -237,3 +237,48 @@ async fn expired_records_are_swept_and_their_keys_run_again() {
     assert_eq!(again.header("idempotent-replayed"), None);
     assert_eq!(db.payments().await, 3);
 }
+
+/// Begins and commits "a transaction" of its own on the lent connection: sqlx sends
+/// `BEGIN` and `COMMIT` (it does not know the connection is in the layer's transaction),
+/// which commits the layer's transaction early.
+async fn commits_early(
+    axum::Extension(schema): axum::Extension<String>,
+    mut tx: tower_lock_axum::Tx,
+) -> StatusCode {
+    let mut nested = sqlx::Connection::begin(&mut *tx).await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {schema}.payments (note) VALUES ('early')"
+    ))
+    .persistent(false)
+    .execute(&mut *nested)
+    .await
+    .unwrap();
+    nested.commit().await.unwrap();
+    StatusCode::CREATED
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ends_the_lent_transaction_is_a_500_and_nothing_is_stored() {
+    let db = Db::new(&shared_url().await, "ended").await;
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(commits_early))
+        .layer(db.layer(|b| b).await)
+        .layer(axum::Extension(db.schema.clone()));
+    let server = serve(app).await;
+    let ended = post(&server, "k", "ok", "card").await;
+    assert_eq!(ended.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        ended.text().contains("ended the request's transaction"),
+        "{}",
+        ended.text()
+    );
+    let completed: i64 = sqlx::raw_sql(&format!(
+        "SELECT count(*) FROM {}.tower_lock_idempotency_records WHERE completed_at IS NOT NULL",
+        db.schema
+    ))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(completed, 0, "no response stored");
+}

@@ -110,7 +110,7 @@ where
         Err(answer) => return Ok(answer.map(TransactionalBody::full)),
     };
     req.extensions_mut().insert(claimed.lent());
-    // An error, a panic or a dropped future drops the transaction: sqlx rolls it back.
+    // An error, a panic or a dropped future drops the transaction: it is rolled back.
     let res = inner.call(req).await?;
     let marked = res.extensions().get::<NotStored>().is_some();
     let storing = match claimed.settle(res.status(), res.headers(), marked).await {

@@ -6,8 +6,8 @@ use std::fmt;
 use super::SetupError;
 
 /// The records table and the fences table, quoted and qualified, and the statements on
-/// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`), so
-/// it runs behind PgBouncer in transaction pooling mode.
+/// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`) or as
+/// a simple query, so it runs behind PgBouncer in transaction pooling mode.
 #[derive(Clone)]
 pub(super) struct Tables {
     schema: String,
@@ -36,6 +36,30 @@ fn plain(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `bytes` as a `bytea` expression of hexadecimal digits only: nothing in them can end the
+/// literal, whatever `standard_conforming_strings` says.
+fn bytea_literal(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut literal = String::with_capacity(bytes.len() * 2 + 16);
+    literal.push_str("decode('");
+    for b in bytes {
+        literal.push(char::from(DIGITS[usize::from(b >> 4)]));
+        literal.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    literal.push_str("', 'hex')");
+    literal
+}
+
+/// `text` as a `text` expression: its UTF-8 bytes in hexadecimal (see [`bytea_literal`]).
+/// `convert_from` takes the collation of its `name` argument (`C`), which no index on a
+/// `text` column of the default collation serves: the expression names the default.
+fn text_literal(text: &str) -> String {
+    format!(
+        "(convert_from({}, 'UTF8') COLLATE \"default\")",
+        bytea_literal(text.as_bytes())
+    )
 }
 
 impl Tables {
@@ -144,19 +168,46 @@ impl Tables {
         )
     }
 
-    /// Claims `$1` (key) with `$2` (fingerprint) for `$3` ms of retention, waiting at
-    /// most `$4` (a `lock_timeout` value) for a duplicate in flight: one row, `claimed`
-    /// or the committed record (see the function in [`migration`](Self::migration)).
-    pub(super) fn claim(&self) -> String {
-        format!("SELECT * FROM {}($1, $2, $3, $4)", self.claim)
+    /// Begins a transaction and claims `key` with `fingerprint` for `retention_ms` of
+    /// retention, waiting at most `wait_ms` for a duplicate in flight: one simple query
+    /// (one round trip), one row, `claimed` or the committed record (see the function in
+    /// [`migration`](Self::migration)). Every value is inlined as hexadecimal digits or a
+    /// number, so nothing a client sends is SQL.
+    pub(super) fn begin_and_claim(
+        &self,
+        key: &str,
+        fingerprint: &[u8],
+        retention_ms: u128,
+        wait_ms: u128,
+    ) -> String {
+        format!(
+            "BEGIN; SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms')",
+            self.claim,
+            text_literal(key),
+            bytea_literal(fingerprint),
+        )
     }
 
-    /// Completes the claimed `$1` with `$2` (meta), `$3` (body), `$4` (kept).
-    pub(super) fn complete(&self) -> String {
+    /// Completes the claimed `key` with `meta`, `body` and `kept` and commits, in one
+    /// simple query (one round trip). The update matches only a record this transaction
+    /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
+    /// transaction's (the handler ended it), and nothing of the request's was stored.
+    pub(super) fn complete_and_commit(
+        &self,
+        key: &str,
+        meta: &[u8],
+        body: &[u8],
+        kept: bool,
+    ) -> String {
         format!(
-            "UPDATE {} SET meta = $2, body = $3, kept = $4, completed_at = clock_timestamp()
-             WHERE key = $1",
-            self.records
+            "UPDATE {} SET meta = {}, body = {}, kept = {kept},
+                completed_at = clock_timestamp()
+             WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
+             COMMIT",
+            self.records,
+            bytea_literal(meta),
+            bytea_literal(body),
+            text_literal(key),
         )
     }
 
@@ -180,5 +231,26 @@ impl Tables {
                 SELECT key FROM {records} WHERE expires_at <= clock_timestamp()
                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlined_values_are_hexadecimal_digits_whatever_a_client_sends() {
+        let hostile = "k'); DROP TABLE payments; -- \\' $$ \u{0}";
+        let literal = text_literal(hostile);
+        let digits = literal
+            .strip_prefix("(convert_from(decode('")
+            .and_then(|rest| rest.strip_suffix("', 'hex'), 'UTF8') COLLATE \"default\")"))
+            .expect("the literal's shape");
+        assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()), "{literal}");
+        assert_eq!(digits.len(), hostile.len() * 2);
+        assert_eq!(
+            bytea_literal(&[0x00, 0xab, 0xff]),
+            "decode('00abff', 'hex')"
+        );
     }
 }
