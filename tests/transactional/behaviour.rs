@@ -1,7 +1,7 @@
 //! The protocol on one server: claim, replay, `422`, `409`; what rolls back; tombstones;
 //! a duplicate in flight; retention.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
 use http::StatusCode;
 use tokio::io::AsyncReadExt;
@@ -21,21 +21,26 @@ pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
     )
 }
 
-/// Waits until `n` backends wait for a lock in a statement on `db`'s schema (duplicates
-/// queued on its records table's unique index), whatever other tests do meanwhile.
+/// How many backends wait for a lock in a statement on `db`'s schema (duplicates queued
+/// on its records table's unique index), whatever other tests do meanwhile.
+async fn waiting_on_locks(db: &Db) -> i64 {
+    sqlx::query(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+    )
+    .persistent(false)
+    .bind(format!("{}.", db.schema))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Waits until `n` backends wait for a lock in a statement on `db`'s schema.
 pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let waiting: i64 = sqlx::query(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
-        )
-        .persistent(false)
-        .bind(format!("{}.", db.schema))
-        .fetch_one(&db.pool)
-        .await
-        .unwrap()
-        .get(0);
+        let waiting = waiting_on_locks(db).await;
         if waiting >= n {
             return;
         }
@@ -45,6 +50,20 @@ pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
         );
         tokio::task::yield_now().await;
     }
+}
+
+/// Runs `request` to its end while watching `db`'s backends: its answer, and whether a
+/// statement on `db`'s schema waited for a lock meanwhile.
+async fn watching_lock_waits<T: Send + 'static>(
+    db: &Db,
+    request: impl Future<Output = T> + Send + 'static,
+) -> (T, bool) {
+    let request = tokio::spawn(request);
+    let mut waited = false;
+    while !request.is_finished() {
+        waited |= waiting_on_locks(db).await > 0;
+    }
+    (request.await.unwrap(), waited)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,9 +109,16 @@ async fn a_duplicate_in_flight_is_409_with_retry_after_without_a_wait() {
         async move { post(&server, "k", "hang", "card").await }
     });
     entered.recv().await.unwrap();
-    let duplicate = post(&server, "k", "hang", "card").await;
+    // Answered at once: the duplicate's claim never waits for the first's lock (a wait
+    // would last its `lock_timeout`, at least 100 ms, long enough to be seen).
+    let (duplicate, waited) = watching_lock_waits(&db, {
+        let server = server.clone();
+        async move { post(&server, "k", "hang", "card").await }
+    })
+    .await;
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
     assert!(duplicate.header("retry-after").is_some());
+    assert!(!waited, "the duplicate waited for a lock");
     gate.release.notify_one();
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     assert_eq!(db.payments().await, 1);

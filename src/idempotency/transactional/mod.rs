@@ -10,10 +10,11 @@
 //! 1. **begin**, and **claim** the key with an `INSERT … ON CONFLICT DO NOTHING` into the
 //!    records table, in one round trip. A concurrent duplicate waits on the unique index,
 //!    bounded by the layer's `wait` (a transaction-local `lock_timeout`, at least 100 ms:
-//!    an insert may also wait for a table extension, which is no duplicate, so `wait(0)`
-//!    answers a duplicate in flight within 100 ms, not at once), then gets the replay, or
-//!    `409` with `Retry-After`. A committed record with the same fingerprint is
-//!    **replayed**, another is **`422`**.
+//!    an insert may also wait for a table extension, which is no duplicate), then gets the
+//!    replay, or `409` with `Retry-After`. Under `wait(0)` a duplicate in flight is
+//!    answered `409` at once (the key's transaction-level advisory lock, tried first); one
+//!    claimed through another layer on the same table that waits, within 100 ms. A
+//!    committed record with the same fingerprint is **replayed**, another is **`422`**.
 //! 2. run the handler, which **borrows the transaction** ([`LentTransaction`] in the
 //!    request extensions; `tower_lock_axum::Tx` dereferences to sqlx's `PgConnection`
 //!    and cannot commit or roll back);

@@ -142,6 +142,16 @@ impl Claimed {
         self.lent.clone()
     }
 
+    /// The handler failed (an error in place of an answer): roll back now, so that the
+    /// retry finds the key free, rather than when the transaction is dropped.
+    pub async fn abandon(self) {
+        match self.lent.take_back() {
+            Returned::Open(tx) | Returned::Doomed(tx) => tx.rollback().await,
+            // Rolled back when its holder lets go.
+            Returned::Held => {}
+        }
+    }
+
     /// Decide from the handler's answer (`marked`: it carries the
     /// [`NotStored`](crate::NotStored) mark) once the handler returned.
     pub async fn settle(self, status: StatusCode, headers: &HeaderMap, marked: bool) -> Settled {

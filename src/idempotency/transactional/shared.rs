@@ -29,7 +29,9 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// The shortest `lock_timeout` of a claim, also when the layer does not wait (`0` would
 /// mean "no limit" to Postgres): the claim's insert also waits for locks that are no
 /// duplicate's (a table extension under concurrent inserts), and a duplicate must not be
-/// the answer to those. A duplicate in flight is answered `409` after at most this long.
+/// the answer to those. A layer that does not wait finds a duplicate of its own in flight
+/// at once (the key's advisory lock, see the claim function); one of another layer on the
+/// same table (which waits) is answered `409` after at most this long.
 const MIN_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 /// Why a completion did not commit the record.
@@ -102,11 +104,12 @@ impl Shared {
         accepted: AcceptedCodings,
     ) -> Result<Claim, sqlx::Error> {
         let mut conn = self.pool.acquire().await?;
+        let now = self.replay.wait().is_zero();
         let wait = self.replay.wait().max(MIN_LOCK_WAIT).as_millis();
         let retention = self.replay.retention().as_millis();
         let claim = self
             .tables
-            .begin_and_claim(key.as_str(), fingerprint, retention, wait);
+            .begin_and_claim(key.as_str(), fingerprint, retention, wait, now);
         let claimed = conn.fetch_all(sqlx::raw_sql(&claim)).await;
         // From here on the connection is in the transaction (or in a failed one): it ends
         // by a commit or a rollback, never back to the pool as it is.

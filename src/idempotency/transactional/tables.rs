@@ -117,15 +117,35 @@ impl Tables {
             // key claimed again). `DO NOTHING` locks no committed record: replays never
             // queue. The application's `lock_timeout` is back for the handler's statements.
             // Returns one row: claimed, or the record (fingerprint NULL: still in flight).
+            //
+            // A layer that does not wait (`p_now`) first takes the key's transaction-level
+            // advisory lock without waiting: a claimer of the same layer in flight holds
+            // it, and is answered from the committed record (a replay holds it too) or as
+            // in flight at once, where the insert would wait out its `lock_timeout` (which
+            // cannot be shorter than a table extension may take).
             format!(
                 "CREATE OR REPLACE FUNCTION {claim}(
-                    p_key text, p_fingerprint bytea, p_retention_ms double precision, p_wait text)
+                    p_key text, p_fingerprint bytea, p_retention_ms double precision,
+                    p_wait text, p_now boolean)
                 RETURNS TABLE (o_claimed boolean, o_fingerprint bytea, o_meta bytea,
                                o_body bytea, o_kept boolean, o_completed_ms bigint)
                 LANGUAGE plpgsql AS $fn$
                 DECLARE
                     previous text := current_setting('lock_timeout');
                 BEGIN
+                    IF p_now AND NOT pg_try_advisory_xact_lock(
+                            hashtextextended('{records} ' || p_key, 0)) THEN
+                        RETURN QUERY SELECT false, r.fingerprint, r.meta, r.body, r.kept,
+                            (extract(epoch FROM r.completed_at) * 1000)::bigint
+                        FROM {records} r
+                        WHERE r.key = p_key AND r.completed_at IS NOT NULL
+                            AND r.expires_at > clock_timestamp();
+                        IF NOT FOUND THEN
+                            RETURN QUERY SELECT false, NULL::bytea, NULL::bytea, NULL::bytea,
+                                NULL::boolean, NULL::bigint;
+                        END IF;
+                        RETURN;
+                    END IF;
                     PERFORM set_config('lock_timeout', p_wait, true);
                     FOR attempt IN 1..3 LOOP
                         INSERT INTO {records} (key, fingerprint, expires_at)
@@ -163,25 +183,27 @@ impl Tables {
     pub(super) fn exists(&self) -> String {
         format!(
             "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL
-                AND to_regprocedure('{}(text, bytea, double precision, text)') IS NOT NULL",
+                AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL",
             self.records, self.fences, self.claim
         )
     }
 
     /// Begins a transaction and claims `key` with `fingerprint` for `retention_ms` of
-    /// retention, waiting at most `wait_ms` for a duplicate in flight: one simple query
-    /// (one round trip), one row, `claimed` or the committed record (see the function in
-    /// [`migration`](Self::migration)). Every value is inlined as hexadecimal digits or a
-    /// number, so nothing a client sends is SQL.
+    /// retention, waiting at most `wait_ms` for a duplicate in flight, or (`now`) not at
+    /// all for one of this layer: one simple query (one round trip), one row, `claimed` or
+    /// the committed record (see the function in [`migration`](Self::migration)). Every
+    /// value is inlined as hexadecimal digits, a number or a keyword, so nothing a client
+    /// sends is SQL.
     pub(super) fn begin_and_claim(
         &self,
         key: &str,
         fingerprint: &[u8],
         retention_ms: u128,
         wait_ms: u128,
+        now: bool,
     ) -> String {
         format!(
-            "BEGIN; SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms')",
+            "BEGIN; SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
             self.claim,
             text_literal(key),
             bytea_literal(fingerprint),
