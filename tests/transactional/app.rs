@@ -118,16 +118,16 @@ impl Db {
 }
 
 /// What the handlers of one app report and wait for: `entered` gets a message once a
-/// handler's row is inserted (uncommitted), and `x-outcome: hang` handlers then wait for
-/// `release`.
+/// handler's row is inserted (uncommitted) or its lease taken (what it says depends on the
+/// handler), and `x-outcome: hang` (or `x-pause`) handlers then wait for `release`.
 #[derive(Clone, Debug)]
 pub(crate) struct Gate {
-    entered: mpsc::UnboundedSender<()>,
+    pub(crate) entered: mpsc::UnboundedSender<String>,
     pub(crate) release: Arc<Notify>,
 }
 
 impl Gate {
-    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<()>) {
+    pub(crate) fn new() -> (Self, mpsc::UnboundedReceiver<String>) {
         let (entered, rx) = mpsc::unbounded_channel();
         let gate = Self {
             entered,
@@ -175,7 +175,7 @@ async fn pay(
         Ok(row) => row.get(0),
         Err(error) => return (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response(),
     };
-    let _ = gate.entered.send(());
+    let _ = gate.entered.send(format!("payment {id}"));
     match outcome.as_str() {
         "invalid" => (StatusCode::UNPROCESSABLE_ENTITY, "invalid card").into_response(),
         "fail" => (StatusCode::INTERNAL_SERVER_ERROR, "bank down").into_response(),

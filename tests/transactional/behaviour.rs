@@ -1,7 +1,7 @@
 //! The protocol on one server: claim, replay, `422`, `409`; what rolls back; tombstones;
-//! concurrent duplicates; retention.
+//! a duplicate in flight; retention.
 
-use std::time::Duration;
+use std::{future::Future, time::Duration};
 
 use http::StatusCode;
 use tokio::io::AsyncReadExt;
@@ -21,17 +21,26 @@ pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
     )
 }
 
-/// Waits until `n` backends of the database wait for a lock (duplicates queued on the
-/// records table's unique index).
+/// How many backends wait for a lock in a statement on `db`'s schema (duplicates queued
+/// on its records table's unique index), whatever other tests do meanwhile.
+async fn waiting_on_locks(db: &Db) -> i64 {
+    sqlx::query(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+    )
+    .persistent(false)
+    .bind(format!("{}.", db.schema))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Waits until `n` backends wait for a lock in a statement on `db`'s schema.
 pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let waiting: i64 =
-            sqlx::raw_sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap()
-                .get(0);
+        let waiting = waiting_on_locks(db).await;
         if waiting >= n {
             return;
         }
@@ -41,6 +50,20 @@ pub(crate) async fn until_waiting_on_locks(db: &Db, n: i64) {
         );
         tokio::task::yield_now().await;
     }
+}
+
+/// Runs `request` to its end while watching `db`'s backends: its answer, and whether a
+/// statement on `db`'s schema waited for a lock meanwhile.
+async fn watching_lock_waits<T: Send + 'static>(
+    db: &Db,
+    request: impl Future<Output = T> + Send + 'static,
+) -> (T, bool) {
+    let request = tokio::spawn(request);
+    let mut waited = false;
+    while !request.is_finished() {
+        waited |= waiting_on_locks(db).await > 0;
+    }
+    (request.await.unwrap(), waited)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,42 +109,18 @@ async fn a_duplicate_in_flight_is_409_with_retry_after_without_a_wait() {
         async move { post(&server, "k", "hang", "card").await }
     });
     entered.recv().await.unwrap();
-    let duplicate = post(&server, "k", "hang", "card").await;
+    // Answered at once: the duplicate's claim never waits for the first's lock (a wait
+    // would last its `lock_timeout`, at least 100 ms, long enough to be seen).
+    let (duplicate, waited) = watching_lock_waits(&db, {
+        let server = server.clone();
+        async move { post(&server, "k", "hang", "card").await }
+    })
+    .await;
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
     assert!(duplicate.header("retry-after").is_some());
+    assert!(!waited, "the duplicate waited for a lock");
     gate.release.notify_one();
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
-    assert_eq!(db.payments().await, 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn twenty_concurrent_duplicates_on_two_servers_insert_one_row() {
-    let url = shared_url().await;
-    let db = Db::new(&url, "twenty").await;
-    let (gate, mut entered) = Gate::new();
-    // Two nodes: two pools, two layers, one database.
-    let other = Db::existing(&url, db.schema.clone(), false).await;
-    let wait = |b: tower_lock::IdempotencyLayerBuilder| b.wait(Duration::from_secs(20));
-    let servers = [
-        std::sync::Arc::new(serve(router(&db, db.layer(wait).await, gate.clone())).await),
-        std::sync::Arc::new(serve(router(&other, other.layer(wait).await, gate.clone())).await),
-    ];
-    let requests: Vec<_> = (0..20)
-        .map(|i| {
-            let server = servers[i % 2].clone();
-            tokio::spawn(async move { post(&server, "k", "hang", "card").await })
-        })
-        .collect();
-    entered.recv().await.unwrap();
-    until_waiting_on_locks(&db, 19).await;
-    gate.release.notify_one();
-    let mut replayed = 0;
-    for request in requests {
-        let reply = request.await.unwrap();
-        assert_eq!(reply.status, StatusCode::CREATED);
-        replayed += usize::from(reply.header("idempotent-replayed") == Some("true"));
-    }
-    assert_eq!(replayed, 19);
     assert_eq!(db.payments().await, 1);
 }
 
@@ -263,4 +262,49 @@ async fn expired_records_are_swept_and_their_keys_run_again() {
     let again = post(&server, "a", "ok", "card").await;
     assert_eq!(again.header("idempotent-replayed"), None);
     assert_eq!(db.payments().await, 3);
+}
+
+/// Begins and commits "a transaction" of its own on the lent connection: sqlx sends
+/// `BEGIN` and `COMMIT` (it does not know the connection is in the layer's transaction),
+/// which commits the layer's transaction early.
+async fn commits_early(
+    axum::Extension(schema): axum::Extension<String>,
+    mut tx: tower_lock_axum::Tx,
+) -> StatusCode {
+    let mut nested = sqlx::Connection::begin(&mut *tx).await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {schema}.payments (note) VALUES ('early')"
+    ))
+    .persistent(false)
+    .execute(&mut *nested)
+    .await
+    .unwrap();
+    nested.commit().await.unwrap();
+    StatusCode::CREATED
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_ends_the_lent_transaction_is_a_500_and_nothing_is_stored() {
+    let db = Db::new(&shared_url().await, "ended").await;
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(commits_early))
+        .layer(db.layer(|b| b).await)
+        .layer(axum::Extension(db.schema.clone()));
+    let server = serve(app).await;
+    let ended = post(&server, "k", "ok", "card").await;
+    assert_eq!(ended.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        ended.text().contains("ended the request's transaction"),
+        "{}",
+        ended.text()
+    );
+    let completed: i64 = sqlx::raw_sql(&format!(
+        "SELECT count(*) FROM {}.tower_lock_idempotency_records WHERE completed_at IS NOT NULL",
+        db.schema
+    ))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(completed, 0, "no response stored");
 }

@@ -1,7 +1,8 @@
-//! The fence check in the request's transaction: a holder whose lease was lost while it
-//! was paused (a newer holder took the lock and wrote) has its writes refused.
+//! The fence check in the request's transaction: a holder paused past its lease (a server
+//! process SIGSTOPped in its handler, so nothing renews the lease) has its writes refused
+//! once a newer holder took the lock and wrote.
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use axum::{
     Extension, Router,
@@ -9,40 +10,68 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
-use tokio::sync::{Notify, mpsc};
-use tower_lock::{LockEngine, LockLayer, key::HeaderKey, sqlx};
+use tower_lock::{
+    LockEngine, LockLayer,
+    engine::postgres::PostgresBackend,
+    key::HeaderKey,
+    sqlx::{self, Row},
+};
 use tower_lock_axum::{Locked, Tx};
 use tower_lock_test_support::http::serve;
 
-use crate::app::{Db, shared_url};
+use crate::{
+    app::{Db, Gate, shared_url},
+    child::{ChildApp, ChildServer, mark, request, send, until_written},
+};
 
-/// A handler marked `x-pause` reports its lease's key on `entered`, then waits for
-/// `release` before its fence check.
-#[derive(Clone)]
-struct Pause {
-    entered: mpsc::UnboundedSender<String>,
-    release: Arc<Notify>,
+/// The lease length of [`fenced_app`]'s lock: short, so that a paused holder loses it.
+const TTL: Duration = Duration::from_secs(2);
+
+/// The Postgres lock engine on `url`, its tables in schema `<db's schema>_locks` (migrated).
+pub(crate) async fn lock_engine(url: &str, db: &Db) -> LockEngine {
+    let builder = PostgresBackend::builder(url).schema(format!("{}_locks", db.schema));
+    builder.migrate().await.unwrap();
+    LockEngine::new(builder.build().await.unwrap())
 }
 
-/// Inserts a payment, then checks its lease's fence in the same transaction.
+/// `POST /payments` under a per-tenant (`x-tenant`) lock of `engine` with a [`TTL`] lease,
+/// then the transactional layer on `db`: [`fenced_pay`].
+pub(crate) async fn fenced_app(db: &Db, engine: LockEngine, gate: Gate) -> Router {
+    let lock = LockLayer::builder(engine)
+        .key(HeaderKey::new("x-tenant"))
+        .ttl(TTL)
+        .wait(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    Router::new()
+        .route("/payments", post(fenced_pay))
+        .layer(db.layer(|b| b).await)
+        .layer(lock)
+        .layer(Extension(db.schema.clone()))
+        .layer(Extension(gate))
+}
+
+/// A request marked `x-pause` reports its lease's key and waits for the gate; then every
+/// request inserts a payment noted with its idempotency key and checks its lease's fence in
+/// the same transaction.
 async fn fenced_pay(
-    Extension(pause): Extension<Pause>,
+    Extension(gate): Extension<Gate>,
     Extension(schema): Extension<String>,
     Locked(lease): Locked,
     headers: HeaderMap,
     mut tx: Tx,
 ) -> Response {
     if headers.contains_key("x-pause") {
-        pause.entered.send(lease.key().as_str().to_owned()).unwrap();
-        pause.release.notified().await;
+        gate.entered.send(lease.key().as_str().to_owned()).unwrap();
+        gate.release.notified().await;
     }
-    sqlx::query(&format!(
-        "INSERT INTO {schema}.payments (note) VALUES ('fenced')"
-    ))
-    .persistent(false)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    let note = headers["idempotency-key"].to_str().unwrap().to_owned();
+    sqlx::query(&format!("INSERT INTO {schema}.payments (note) VALUES ($1)"))
+        .persistent(false)
+        .bind(note)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     if let Err(refused) = tx.check_fence(&lease).await {
         return refused.into_response();
     }
@@ -51,50 +80,55 @@ async fn fenced_pay(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_paused_past_its_lease_has_its_writes_refused_after_a_newer_holder_wrote() {
-    let db = Db::new(&shared_url().await, "fence").await;
-    let engine = LockEngine::in_memory();
-    let lock = LockLayer::builder(engine.clone())
-        .key(HeaderKey::new("x-tenant"))
-        .wait(Duration::from_secs(20))
-        .build()
-        .unwrap();
-    let (entered, mut paused) = mpsc::unbounded_channel();
-    let pause = Pause {
-        entered,
-        release: Arc::new(Notify::new()),
-    };
-    let app = Router::new()
-        .route("/payments", post(fenced_pay))
-        .layer(db.layer(|b| b).await)
-        .layer(lock)
-        .layer(Extension(db.schema.clone()))
-        .layer(Extension(pause.clone()));
-    let server = Arc::new(serve(app).await);
+    let url = shared_url().await;
+    let db = Db::new(&url, "fence").await;
+    let engine = lock_engine(&url, &db).await;
+    // The newer holder's server, made before the first transaction opens (its migration
+    // would wait for that transaction's lock on the records table).
+    let (gate, _entered) = Gate::new();
+    let newer = serve(fenced_app(&db, engine.clone(), gate).await).await;
+    let mark = mark("fence");
+    let paused = ChildServer::start(ChildApp::Fenced, &url, &db, &mark).await;
+    let headers = [
+        ("idempotency-key", "stale"),
+        ("x-tenant", "t1"),
+        ("x-pause", "1"),
+    ];
     let stale = tokio::spawn({
-        let server = server.clone();
-        async move {
-            let headers = [
-                ("idempotency-key", "a"),
-                ("x-tenant", "t1"),
-                ("x-pause", "1"),
-            ];
-            server
-                .send_body("POST", "/payments", &headers, "card")
-                .await
-        }
+        let request = request("/payments", &headers, "card");
+        let port = paused.port();
+        async move { send(port, &request).await }
     });
-    // The first holder is paused; its lease is lost (here: broken, as an expiry would).
-    let key = paused.recv().await.unwrap();
-    assert!(engine.admin().force_release(&key).await.unwrap());
-    let headers = [("idempotency-key", "b"), ("x-tenant", "t1")];
-    let newer = server
-        .send_body("POST", "/payments", &headers, "card")
-        .await;
-    assert_eq!(newer.status, StatusCode::CREATED);
-    pause.release.notify_one();
+    let entered = mark.with_extension("entered");
+    until_written(&entered).await;
+    let key = std::fs::read_to_string(&entered).unwrap();
+    // The holder's process stops in its handler, renewal and all: its lease runs out,
+    // as the lock tables say.
+    paused.signal("STOP");
+    let deadline = tokio::time::Instant::now() + TTL * 10;
+    while engine.lock(&key).locked().await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never ran out"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let headers = [("idempotency-key", "newer"), ("x-tenant", "t1")];
+    let newer = newer.send_body("POST", "/payments", &headers, "card").await;
+    assert_eq!(newer.status, StatusCode::CREATED, "{}", newer.text());
+    paused.signal("CONT");
+    paused.release().await;
     let stale = stale.await.unwrap();
-    assert_eq!(stale.status, StatusCode::CONFLICT);
-    assert!(stale.text().contains("stale-fence"), "{}", stale.text());
+    assert_eq!(stale.status, StatusCode::CONFLICT, "{stale:#?}");
+    assert!(stale.body.contains("stale-fence"), "{stale:#?}");
     // The newer holder's row alone: the stale insert rolled back with its record.
-    assert_eq!((db.payments().await, db.records().await), (1, 1));
+    let notes: Vec<String> = sqlx::raw_sql(&format!("SELECT note FROM {}.payments", db.schema))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(notes, ["newer"]);
+    assert_eq!(db.records().await, 1);
 }

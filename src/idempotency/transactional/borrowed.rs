@@ -10,13 +10,13 @@ use std::{
     },
 };
 
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::{PgConnection, Row};
 use tokio::sync::OwnedMappedMutexGuard;
 
-use super::{FenceError, tables::Tables};
+use super::{FenceError, open::OpenTransaction, tables::Tables};
 use crate::LeaseInfo;
 
-type Slot = Option<Transaction<'static, Postgres>>;
+type Slot = Option<OpenTransaction>;
 
 /// The request's transaction, borrowed by the handler: it dereferences to sqlx's
 /// [`PgConnection`], so `sqlx::query(..).execute(&mut *tx)` runs inside the transaction
@@ -24,8 +24,16 @@ type Slot = Option<Transaction<'static, Postgres>>;
 /// layer decides from the answer. Drop it before the handler returns (an extractor's
 /// value is dropped with the handler's future); one kept longer makes the request a `500`
 /// and its writes are rolled back.
+///
+/// Do not begin a transaction on it (`Connection::begin`, or code given `&mut *tx` that
+/// does): the layer began its transaction in the same round trip as its claim, which sqlx
+/// does not track, so sqlx would send `BEGIN` and `COMMIT` (ending the layer's
+/// transaction early) where it sends `SAVEPOINT` inside its own transactions. Write
+/// `SAVEPOINT` statements for a part that may fail alone. The layer finds a transaction
+/// ended early when it writes the record, stores nothing and answers `500`; writes the
+/// handler made after such a `COMMIT` or `ROLLBACK` are not in the request's transaction.
 pub struct BorrowedTransaction {
-    tx: OwnedMappedMutexGuard<Slot, Transaction<'static, Postgres>>,
+    tx: OwnedMappedMutexGuard<Slot, OpenTransaction>,
     doomed: Arc<AtomicBool>,
     tables: Arc<Tables>,
 }
@@ -39,7 +47,7 @@ impl fmt::Debug for BorrowedTransaction {
 
 impl BorrowedTransaction {
     pub(super) fn new(
-        tx: OwnedMappedMutexGuard<Slot, Transaction<'static, Postgres>>,
+        tx: OwnedMappedMutexGuard<Slot, OpenTransaction>,
         doomed: Arc<AtomicBool>,
         tables: Arc<Tables>,
     ) -> Self {

@@ -110,8 +110,14 @@ where
         Err(answer) => return Ok(answer.map(TransactionalBody::full)),
     };
     req.extensions_mut().insert(claimed.lent());
-    // An error, a panic or a dropped future drops the transaction: sqlx rolls it back.
-    let res = inner.call(req).await?;
+    // A panic or a dropped future drops the transaction: it is rolled back.
+    let res = match inner.call(req).await {
+        Ok(res) => res,
+        Err(error) => {
+            claimed.abandon().await;
+            return Err(error);
+        }
+    };
     let marked = res.extensions().get::<NotStored>().is_some();
     let storing = match claimed.settle(res.status(), res.headers(), marked).await {
         Settled::RolledBack => return Ok(res.map(TransactionalBody::plain)),

@@ -9,17 +9,16 @@ use std::{
     },
 };
 
-use sqlx::{Postgres, Transaction};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{BorrowedTransaction, tables::Tables};
+use super::{BorrowedTransaction, open::OpenTransaction, tables::Tables};
 
 /// The transaction of a request the transactional layer runs, in the request's
 /// extensions. Framework extractors (`tower_lock_axum::Tx`) [`borrow`](Self::borrow) it;
 /// nothing can commit it or roll it back but the layer.
 #[derive(Clone)]
 pub struct LentTransaction {
-    slot: Arc<Mutex<Option<Transaction<'static, Postgres>>>>,
+    slot: Arc<Mutex<Option<OpenTransaction>>>,
     /// Set by a refused fence check: the transaction is rolled back whatever the answer.
     doomed: Arc<AtomicBool>,
     tables: Arc<Tables>,
@@ -36,16 +35,16 @@ impl fmt::Debug for LentTransaction {
 /// What the layer finds when the handler has returned.
 pub(super) enum Returned {
     /// Commit or roll back as the answer says.
-    Open(Transaction<'static, Postgres>),
+    Open(OpenTransaction),
     /// A fence check refused this holder: roll back.
-    Doomed(Transaction<'static, Postgres>),
+    Doomed(OpenTransaction),
     /// The handler (or a task it spawned) still holds it: it is rolled back when that
     /// holder lets go, and the request is answered `500`.
     Held,
 }
 
 impl LentTransaction {
-    pub(super) fn new(tx: Transaction<'static, Postgres>, tables: Arc<Tables>) -> Self {
+    pub(super) fn new(tx: OpenTransaction, tables: Arc<Tables>) -> Self {
         Self {
             slot: Arc::new(Mutex::new(Some(tx))),
             doomed: Arc::new(AtomicBool::new(false)),

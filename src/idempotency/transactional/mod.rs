@@ -8,16 +8,20 @@
 //! For each covered request, every step one statement on the request's transaction:
 //!
 //! 1. **begin**, and **claim** the key with an `INSERT … ON CONFLICT DO NOTHING` into the
-//!    records table. A concurrent duplicate waits on the unique index, bounded by the
-//!    layer's `wait` (a transaction-local `lock_timeout`), then gets the replay, or `409`
-//!    with `Retry-After`. A committed record with the same fingerprint is **replayed**,
-//!    another is **`422`**.
+//!    records table, in one round trip. A concurrent duplicate waits on the unique index,
+//!    bounded by the layer's `wait` (a transaction-local `lock_timeout`, at least 100 ms:
+//!    an insert may also wait for a table extension, which is no duplicate), then gets the
+//!    replay, or `409` with `Retry-After`. Under `wait(0)` a duplicate in flight is
+//!    answered `409` at once (the key's transaction-level advisory lock, tried first); one
+//!    claimed through another layer on the same table that waits, within 100 ms. A
+//!    committed record with the same fingerprint is **replayed**, another is **`422`**.
 //! 2. run the handler, which **borrows the transaction** ([`LentTransaction`] in the
 //!    request extensions; `tower_lock_axum::Tx` dereferences to sqlx's `PgConnection`
 //!    and cannot commit or roll back);
 //! 3. a storable answer (the idempotency layer's policy) is buffered (within
 //!    `max_response_body`) and written into the record, which **commits with the
-//!    handler's rows before the client sees a byte**; a response over the limits commits a
+//!    handler's rows before the client sees a byte** (the write and `COMMIT` in one round
+//!    trip); a response over the limits commits a
 //!    tombstone (a retry is answered `409` `response-not-stored`, never run again);
 //! 4. an answer that means "it did not happen" (`4xx` validation, `409`, `5xx`, a
 //!    [`NotStored`](crate::NotStored) mark), an error, a panic or a dropped future **rolls
@@ -70,6 +74,7 @@ mod fence_error;
 mod flow;
 mod layer;
 mod lent;
+mod open;
 mod protocol;
 mod service;
 mod setup_error;

@@ -8,13 +8,13 @@ use std::{fmt, sync::Arc};
 
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
-use sqlx::{Postgres, Transaction};
 use tower_lock_core::AcceptedCodings;
 
 use super::{
     LentTransaction,
     lent::Returned,
-    shared::{Claim, Shared},
+    open::OpenTransaction,
+    shared::{Claim, Completion, Shared},
 };
 use crate::{Rejection, engine::LockKey, key::RequestView};
 
@@ -142,6 +142,16 @@ impl Claimed {
         self.lent.clone()
     }
 
+    /// The handler failed (an error in place of an answer): roll back now, so that the
+    /// retry finds the key free, rather than when the transaction is dropped.
+    pub async fn abandon(self) {
+        match self.lent.take_back() {
+            Returned::Open(tx) | Returned::Doomed(tx) => tx.rollback().await,
+            // Rolled back when its holder lets go.
+            Returned::Held => {}
+        }
+    }
+
     /// Decide from the handler's answer (`marked`: it carries the
     /// [`NotStored`](crate::NotStored) mark) once the handler returned.
     pub async fn settle(self, status: StatusCode, headers: &HeaderMap, marked: bool) -> Settled {
@@ -154,7 +164,7 @@ impl Claimed {
         let tx = match lent.take_back() {
             Returned::Open(tx) => tx,
             Returned::Doomed(tx) => {
-                let _ = tx.rollback().await;
+                tx.rollback().await;
                 return Settled::RolledBack;
             }
             Returned::Held => {
@@ -168,7 +178,7 @@ impl Claimed {
         };
         if marked || !shared.replay.stores(status, headers) {
             // "It did not happen": nothing of it stays, and the retry runs cleanly.
-            let _ = tx.rollback().await;
+            tx.rollback().await;
             return Settled::RolledBack;
         }
         let meta = shared.replay.encode_response(status, headers);
@@ -187,7 +197,7 @@ impl Claimed {
 pub struct Storing {
     shared: Arc<Shared>,
     key: LockKey,
-    tx: Transaction<'static, Postgres>,
+    tx: OpenTransaction,
     status: StatusCode,
     /// The stored status and headers, `None` when the headers are over the limit.
     meta: Option<Bytes>,
@@ -224,9 +234,18 @@ impl Storing {
                 self.shared.sweep_if_due();
                 Ok(())
             }
-            Err(error) => {
+            Err(Completion::Failed(error)) => {
                 tracing::warn!(%error, "committing the idempotency record failed");
                 let rejection = replay.unavailable_rejection();
+                Err(self.instance.respond(&self.shared, rejection))
+            }
+            Err(Completion::NotOurs) => {
+                tracing::error!(
+                    "the handler ended its idempotency transaction (a begin() on the lent \
+                     connection?); the response was not stored"
+                );
+                let detail = "the handler ended the request's transaction";
+                let rejection = replay.misconfigured(detail.to_owned());
                 Err(self.instance.respond(&self.shared, rejection))
             }
         }
@@ -234,7 +253,7 @@ impl Storing {
 
     /// The body failed before its end: roll back, and the `503` to send instead.
     pub async fn abandon(self) -> Answer {
-        let _ = self.tx.rollback().await;
+        self.tx.rollback().await;
         let rejection = self.shared.replay.unavailable_rejection();
         self.instance.respond(&self.shared, rejection)
     }

@@ -11,10 +11,10 @@ use std::{
 };
 
 use bytes::Bytes;
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{Executor, PgPool, Row};
 use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
-use super::tables::Tables;
+use super::{open::OpenTransaction, tables::Tables};
 use crate::{
     Rejection,
     engine::{LockKey, Record},
@@ -29,13 +29,24 @@ const SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// The shortest `lock_timeout` of a claim, also when the layer does not wait (`0` would
 /// mean "no limit" to Postgres): the claim's insert also waits for locks that are no
 /// duplicate's (a table extension under concurrent inserts), and a duplicate must not be
-/// the answer to those. A duplicate in flight is answered `409` after at most this long.
+/// the answer to those. A layer that does not wait finds a duplicate of its own in flight
+/// at once (the key's advisory lock, see the claim function); one of another layer on the
+/// same table (which waits) is answered `409` after at most this long.
 const MIN_LOCK_WAIT: Duration = Duration::from_millis(100);
+
+/// Why a completion did not commit the record.
+pub(super) enum Completion {
+    /// The statement failed (the connection, the server): the commit is ambiguous.
+    Failed(sqlx::Error),
+    /// The claimed record was not this transaction's any more: the handler ended the
+    /// transaction it borrowed (a `begin()` on the lent connection, committed or dropped).
+    NotOurs,
+}
 
 /// The outcome of claiming a key.
 pub(super) enum Claim {
     /// The key is this request's, in this transaction: run the handler.
-    Ours(Transaction<'static, Postgres>),
+    Ours(OpenTransaction),
     /// A committed record answers: its replay, or a rejection (`422`, `409`, `503`).
     Answer(Result<http::Response<Bytes>, Rejection>),
 }
@@ -92,22 +103,30 @@ impl Shared {
         fingerprint: &Bytes,
         accepted: AcceptedCodings,
     ) -> Result<Claim, sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        let wait = format!("{}ms", self.replay.wait().max(MIN_LOCK_WAIT).as_millis());
-        let row = sqlx::query(&self.tables.claim())
-            .persistent(false)
-            .bind(key.as_str())
-            .bind(fingerprint.as_ref())
-            .bind(self.replay.retention().as_millis() as f64)
-            .bind(wait)
-            .fetch_one(&mut *tx)
-            .await?;
+        let mut conn = self.pool.acquire().await?;
+        let now = self.replay.wait().is_zero();
+        let wait = self.replay.wait().max(MIN_LOCK_WAIT).as_millis();
+        let retention = self.replay.retention().as_millis();
+        let claim = self
+            .tables
+            .begin_and_claim(key.as_str(), fingerprint, retention, wait, now);
+        let claimed = conn.fetch_all(sqlx::raw_sql(&claim)).await;
+        // From here on the connection is in the transaction (or in a failed one): it ends
+        // by a commit or a rollback, never back to the pool as it is.
+        let tx = OpenTransaction::begun(conn);
+        let row = match claimed.map(|mut rows| rows.pop()) {
+            Ok(Some(row)) => row,
+            Ok(None) => return Err(sqlx::Error::RowNotFound),
+            Err(error) => {
+                tokio::spawn(tx.rollback());
+                return Err(error);
+            }
+        };
         if row.try_get::<bool, _>(0)? {
             return Ok(Claim::Ours(tx));
         }
-        // Nothing was written: the transaction's rollback is queued as it drops, and sent
-        // when its connection goes back to the pool, after this answer.
-        drop(tx);
+        // Nothing was written: roll back after this answer, on a task of its own.
+        tokio::spawn(tx.rollback());
         let Some(stored_fingerprint) = row.try_get::<Option<Vec<u8>>, _>(1)? else {
             return Ok(Claim::Answer(Err(self.replay.in_flight())));
         };
@@ -128,23 +147,22 @@ impl Shared {
     }
 
     /// Write the response (or a tombstone) into the claimed record and commit it with the
-    /// handler's rows.
+    /// handler's rows, in one round trip.
     pub(super) async fn complete(
         &self,
-        mut tx: Transaction<'static, Postgres>,
+        tx: OpenTransaction,
         key: &LockKey,
         meta: Bytes,
         body: Bytes,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(&self.tables.complete())
-            .persistent(false)
-            .bind(key.as_str())
-            .bind(meta.as_ref())
-            .bind(body.as_ref())
-            .bind(true)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await
+    ) -> Result<(), Completion> {
+        let statement = self
+            .tables
+            .complete_and_commit(key.as_str(), &meta, &body, true);
+        match tx.commit_with(&statement).await {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(Completion::NotOurs),
+            Err(error) => Err(Completion::Failed(error)),
+        }
     }
 
     /// Delete one batch of expired records; the number deleted.

@@ -6,8 +6,8 @@ use std::fmt;
 use super::SetupError;
 
 /// The records table and the fences table, quoted and qualified, and the statements on
-/// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`), so
-/// it runs behind PgBouncer in transaction pooling mode.
+/// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`) or as
+/// a simple query, so it runs behind PgBouncer in transaction pooling mode.
 #[derive(Clone)]
 pub(super) struct Tables {
     schema: String,
@@ -36,6 +36,30 @@ fn plain(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `bytes` as a `bytea` expression of hexadecimal digits only: nothing in them can end the
+/// literal, whatever `standard_conforming_strings` says.
+fn bytea_literal(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut literal = String::with_capacity(bytes.len() * 2 + 16);
+    literal.push_str("decode('");
+    for b in bytes {
+        literal.push(char::from(DIGITS[usize::from(b >> 4)]));
+        literal.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    literal.push_str("', 'hex')");
+    literal
+}
+
+/// `text` as a `text` expression: its UTF-8 bytes in hexadecimal (see [`bytea_literal`]).
+/// `convert_from` takes the collation of its `name` argument (`C`), which no index on a
+/// `text` column of the default collation serves: the expression names the default.
+fn text_literal(text: &str) -> String {
+    format!(
+        "(convert_from({}, 'UTF8') COLLATE \"default\")",
+        bytea_literal(text.as_bytes())
+    )
 }
 
 impl Tables {
@@ -93,15 +117,35 @@ impl Tables {
             // key claimed again). `DO NOTHING` locks no committed record: replays never
             // queue. The application's `lock_timeout` is back for the handler's statements.
             // Returns one row: claimed, or the record (fingerprint NULL: still in flight).
+            //
+            // A layer that does not wait (`p_now`) first takes the key's transaction-level
+            // advisory lock without waiting: a claimer of the same layer in flight holds
+            // it, and is answered from the committed record (a replay holds it too) or as
+            // in flight at once, where the insert would wait out its `lock_timeout` (which
+            // cannot be shorter than a table extension may take).
             format!(
                 "CREATE OR REPLACE FUNCTION {claim}(
-                    p_key text, p_fingerprint bytea, p_retention_ms double precision, p_wait text)
+                    p_key text, p_fingerprint bytea, p_retention_ms double precision,
+                    p_wait text, p_now boolean)
                 RETURNS TABLE (o_claimed boolean, o_fingerprint bytea, o_meta bytea,
                                o_body bytea, o_kept boolean, o_completed_ms bigint)
                 LANGUAGE plpgsql AS $fn$
                 DECLARE
                     previous text := current_setting('lock_timeout');
                 BEGIN
+                    IF p_now AND NOT pg_try_advisory_xact_lock(
+                            hashtextextended('{records} ' || p_key, 0)) THEN
+                        RETURN QUERY SELECT false, r.fingerprint, r.meta, r.body, r.kept,
+                            (extract(epoch FROM r.completed_at) * 1000)::bigint
+                        FROM {records} r
+                        WHERE r.key = p_key AND r.completed_at IS NOT NULL
+                            AND r.expires_at > clock_timestamp();
+                        IF NOT FOUND THEN
+                            RETURN QUERY SELECT false, NULL::bytea, NULL::bytea, NULL::bytea,
+                                NULL::boolean, NULL::bigint;
+                        END IF;
+                        RETURN;
+                    END IF;
                     PERFORM set_config('lock_timeout', p_wait, true);
                     FOR attempt IN 1..3 LOOP
                         INSERT INTO {records} (key, fingerprint, expires_at)
@@ -139,24 +183,53 @@ impl Tables {
     pub(super) fn exists(&self) -> String {
         format!(
             "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL
-                AND to_regprocedure('{}(text, bytea, double precision, text)') IS NOT NULL",
+                AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL",
             self.records, self.fences, self.claim
         )
     }
 
-    /// Claims `$1` (key) with `$2` (fingerprint) for `$3` ms of retention, waiting at
-    /// most `$4` (a `lock_timeout` value) for a duplicate in flight: one row, `claimed`
-    /// or the committed record (see the function in [`migration`](Self::migration)).
-    pub(super) fn claim(&self) -> String {
-        format!("SELECT * FROM {}($1, $2, $3, $4)", self.claim)
+    /// Begins a transaction and claims `key` with `fingerprint` for `retention_ms` of
+    /// retention, waiting at most `wait_ms` for a duplicate in flight, or (`now`) not at
+    /// all for one of this layer: one simple query (one round trip), one row, `claimed` or
+    /// the committed record (see the function in [`migration`](Self::migration)). Every
+    /// value is inlined as hexadecimal digits, a number or a keyword, so nothing a client
+    /// sends is SQL.
+    pub(super) fn begin_and_claim(
+        &self,
+        key: &str,
+        fingerprint: &[u8],
+        retention_ms: u128,
+        wait_ms: u128,
+        now: bool,
+    ) -> String {
+        format!(
+            "BEGIN; SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
+            self.claim,
+            text_literal(key),
+            bytea_literal(fingerprint),
+        )
     }
 
-    /// Completes the claimed `$1` with `$2` (meta), `$3` (body), `$4` (kept).
-    pub(super) fn complete(&self) -> String {
+    /// Completes the claimed `key` with `meta`, `body` and `kept` and commits, in one
+    /// simple query (one round trip). The update matches only a record this transaction
+    /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
+    /// transaction's (the handler ended it), and nothing of the request's was stored.
+    pub(super) fn complete_and_commit(
+        &self,
+        key: &str,
+        meta: &[u8],
+        body: &[u8],
+        kept: bool,
+    ) -> String {
         format!(
-            "UPDATE {} SET meta = $2, body = $3, kept = $4, completed_at = clock_timestamp()
-             WHERE key = $1",
-            self.records
+            "UPDATE {} SET meta = {}, body = {}, kept = {kept},
+                completed_at = clock_timestamp()
+             WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
+             COMMIT",
+            self.records,
+            bytea_literal(meta),
+            bytea_literal(body),
+            text_literal(key),
         )
     }
 
@@ -180,5 +253,26 @@ impl Tables {
                 SELECT key FROM {records} WHERE expires_at <= clock_timestamp()
                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inlined_values_are_hexadecimal_digits_whatever_a_client_sends() {
+        let hostile = "k'); DROP TABLE payments; -- \\' $$ \u{0}";
+        let literal = text_literal(hostile);
+        let digits = literal
+            .strip_prefix("(convert_from(decode('")
+            .and_then(|rest| rest.strip_suffix("', 'hex'), 'UTF8') COLLATE \"default\")"))
+            .expect("the literal's shape");
+        assert!(digits.bytes().all(|b| b.is_ascii_hexdigit()), "{literal}");
+        assert_eq!(digits.len(), hostile.len() * 2);
+        assert_eq!(
+            bytea_literal(&[0x00, 0xab, 0xff]),
+            "decode('00abff', 'hex')"
+        );
     }
 }
