@@ -264,47 +264,52 @@ async fn expired_records_are_swept_and_their_keys_run_again() {
     assert_eq!(db.payments().await, 3);
 }
 
-/// Begins and commits "a transaction" of its own on the lent connection: sqlx sends
-/// `BEGIN` and `COMMIT` (it does not know the connection is in the layer's transaction),
-/// which commits the layer's transaction early.
-async fn commits_early(
+/// Begins and commits "a transaction" of its own on the lent connection, and one it rolls
+/// back: sqlx knows the connection is in the layer's transaction, so these are savepoints.
+async fn nests(
     axum::Extension(schema): axum::Extension<String>,
     mut tx: tower_lock_axum::Tx,
 ) -> StatusCode {
-    let mut nested = sqlx::Connection::begin(&mut *tx).await.unwrap();
-    sqlx::query(&format!(
-        "INSERT INTO {schema}.payments (note) VALUES ('early')"
-    ))
-    .persistent(false)
-    .execute(&mut *nested)
-    .await
-    .unwrap();
-    nested.commit().await.unwrap();
+    for (note, keep) in [("kept", true), ("undone", false)] {
+        let mut nested = sqlx::Connection::begin(&mut *tx).await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {schema}.payments (note) VALUES ('{note}')"
+        ))
+        .persistent(false)
+        .execute(&mut *nested)
+        .await
+        .unwrap();
+        if keep {
+            nested.commit().await.unwrap();
+        } else {
+            nested.rollback().await.unwrap();
+        }
+    }
     StatusCode::CREATED
 }
 
+/// A handler's own `begin()` on the lent connection is a savepoint inside the request's
+/// transaction: its commit does not end the layer's transaction, the record commits with
+/// the rows it kept, and a retry is replayed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_ends_the_lent_transaction_is_a_500_and_nothing_is_stored() {
-    let db = Db::new(&shared_url().await, "ended").await;
+async fn a_handlers_nested_transaction_is_a_savepoint_in_the_requests() {
+    let db = Db::new(&shared_url().await, "nested").await;
     let app = axum::Router::new()
-        .route("/payments", axum::routing::post(commits_early))
+        .route("/payments", axum::routing::post(nests))
         .layer(db.layer(|b| b).await)
         .layer(axum::Extension(db.schema.clone()));
     let server = serve(app).await;
-    let ended = post(&server, "k", "ok", "card").await;
-    assert_eq!(ended.status, StatusCode::INTERNAL_SERVER_ERROR);
-    assert!(
-        ended.text().contains("ended the request's transaction"),
-        "{}",
-        ended.text()
-    );
-    let completed: i64 = sqlx::raw_sql(&format!(
-        "SELECT count(*) FROM {}.tower_lock_idempotency_records WHERE completed_at IS NOT NULL",
-        db.schema
-    ))
-    .fetch_one(&db.pool)
-    .await
-    .unwrap()
-    .get(0);
-    assert_eq!(completed, 0, "no response stored");
+    let first = post(&server, "k", "ok", "card").await;
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    let again = post(&server, "k", "ok", "card").await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    let notes: Vec<String> = sqlx::raw_sql(&format!("SELECT note FROM {}.payments", db.schema))
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(notes, ["kept"]);
 }

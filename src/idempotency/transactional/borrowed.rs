@@ -25,13 +25,10 @@ type Slot = Option<OpenTransaction>;
 /// value is dropped with the handler's future); one kept longer makes the request a `500`
 /// and its writes are rolled back.
 ///
-/// Do not begin a transaction on it (`Connection::begin`, or code given `&mut *tx` that
-/// does): the layer began its transaction in the same round trip as its claim, which sqlx
-/// does not track, so sqlx would send `BEGIN` and `COMMIT` (ending the layer's
-/// transaction early) where it sends `SAVEPOINT` inside its own transactions. Write
-/// `SAVEPOINT` statements for a part that may fail alone. The layer finds a transaction
-/// ended early when it writes the record, stores nothing and answers `500`; writes the
-/// handler made after such a `COMMIT` or `ROLLBACK` are not in the request's transaction.
+/// sqlx knows the connection is in the request's transaction: a `begin()` on it makes a
+/// savepoint, whose `commit()` releases it (a part of the handler's work that may fail
+/// alone), never the request's transaction. A transaction ended anyway (a raw `COMMIT`
+/// statement) is found when the layer writes the record: `500`, nothing stored.
 pub struct BorrowedTransaction {
     tx: OwnedMappedMutexGuard<Slot, OpenTransaction>,
     doomed: Arc<AtomicBool>,

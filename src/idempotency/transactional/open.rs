@@ -1,6 +1,7 @@
-//! [`OpenTransaction`]: a pooled connection inside the transaction the layer began with
-//! its claim, in one round trip (`BEGIN; SELECT …claim…`, a simple query), and ends with
-//! its record write (`UPDATE …; COMMIT`) or a rollback.
+//! [`OpenTransaction`]: a pooled connection inside the transaction the layer begins (sqlx's
+//! own `BEGIN`, so sqlx knows it is in a transaction: a handler's `begin()` on the lent
+//! connection makes a savepoint) and ends with its record write (`UPDATE …; COMMIT`, one
+//! round trip) or a rollback.
 
 use std::{
     fmt,
@@ -9,15 +10,19 @@ use std::{
     pin::Pin,
 };
 
-use sqlx::{Executor, PgConnection, Postgres, pool::PoolConnection};
+use sqlx::{
+    Executor, PgConnection, PgPool, Postgres, TransactionManager, pool::PoolConnection,
+    postgres::PgTransactionManager,
+};
 
 /// A rollback on its way, which can be spawned.
 pub(super) type Rollback = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-/// A connection in a transaction begun by a simple query: sqlx's `Transaction` would
-/// send its own `BEGIN` and `COMMIT`, a round trip each, where the layer sends them with
-/// its claim and its record write. Dropped while open (a panic, a dropped future), it is
-/// rolled back before the connection goes back to the pool.
+/// A connection in a transaction the layer began through sqlx's transaction manager (so
+/// sqlx counts it: a nested `begin()` is a `SAVEPOINT`, never a second `BEGIN` and an
+/// early `COMMIT`), ended by the layer's record write with `COMMIT` in the same round trip
+/// (sqlx's `Transaction::commit` would cost one more). Dropped while open (a panic, a
+/// dropped future), it is rolled back before the connection goes back to the pool.
 pub(super) struct OpenTransaction {
     conn: Option<PoolConnection<Postgres>>,
 }
@@ -31,21 +36,30 @@ impl fmt::Debug for OpenTransaction {
 }
 
 impl OpenTransaction {
-    /// `conn`, on which a statement beginning a transaction succeeded.
-    pub(super) fn begun(conn: PoolConnection<Postgres>) -> Self {
-        Self { conn: Some(conn) }
+    /// A connection of `pool` in a transaction begun now (one round trip).
+    pub(super) async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        PgTransactionManager::begin(&mut conn, None).await?;
+        Ok(Self { conn: Some(conn) })
     }
 
-    /// End it with `statement`, a simple query whose last command is `COMMIT` (the record
-    /// write before it): the rows the statement affected. On an error the connection is
-    /// closed rather than reused: the transaction's fate is the server's.
+    /// End it with `statement`, a simple query of the record write, `COMMIT` and `BEGIN`
+    /// (see [`Tables::complete_and_commit`](super::tables::Tables::complete_and_commit)):
+    /// the rows the statement affected. sqlx still counts the transaction it began; the
+    /// `BEGIN` after the `COMMIT` opens an empty one for sqlx's own rollback to end (queued,
+    /// sent with the connection's next message, so no round trip of its own and no
+    /// "no transaction in progress" warning). On an error the connection is closed rather
+    /// than reused: the transaction's fate is the server's.
     pub(super) async fn commit_with(mut self, statement: &str) -> Result<u64, sqlx::Error> {
         let mut conn = self
             .conn
             .take()
             .expect("an open transaction has its connection");
         match conn.execute(sqlx::raw_sql(statement)).await {
-            Ok(done) => Ok(done.rows_affected()),
+            Ok(done) => {
+                PgTransactionManager::start_rollback(&mut conn);
+                Ok(done.rows_affected())
+            }
             Err(error) => {
                 conn.close_on_drop();
                 Err(error)
@@ -62,12 +76,11 @@ impl OpenTransaction {
     }
 }
 
-/// Roll back on `conn` (a simple query), then let it go back to its pool, or be closed if
-/// that failed. (`Executor::execute` on the connection itself: its boxed future can be
-/// spawned, where a generic executor's cannot.)
+/// Roll back on `conn` (through sqlx's transaction manager, which counts the transaction
+/// ended), then let it go back to its pool, or be closed if that failed.
 pub(super) fn rollback(mut conn: PoolConnection<Postgres>) -> Rollback {
     Box::pin(async move {
-        if conn.execute("ROLLBACK").await.is_err() {
+        if PgTransactionManager::rollback(&mut conn).await.is_err() {
             conn.close_on_drop();
         }
     })

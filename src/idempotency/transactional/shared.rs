@@ -103,17 +103,16 @@ impl Shared {
         fingerprint: &Bytes,
         accepted: AcceptedCodings,
     ) -> Result<Claim, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
+        let mut tx = OpenTransaction::begin(&self.pool).await?;
         let now = self.replay.wait().is_zero();
         let wait = self.replay.wait().max(MIN_LOCK_WAIT).as_millis();
         let retention = self.replay.retention().as_millis();
         let claim = self
             .tables
-            .begin_and_claim(key.as_str(), fingerprint, retention, wait, now);
-        let claimed = conn.fetch_all(sqlx::raw_sql(&claim)).await;
-        // From here on the connection is in the transaction (or in a failed one): it ends
-        // by a commit or a rollback, never back to the pool as it is.
-        let tx = OpenTransaction::begun(conn);
+            .claim(key.as_str(), fingerprint, retention, wait, now);
+        // The connection is in the transaction (or, after an error, in a failed one): it
+        // ends by a commit or a rollback, never back to the pool as it is.
+        let claimed = (&mut *tx).fetch_all(sqlx::raw_sql(&claim)).await;
         let row = match claimed.map(|mut rows| rows.pop()) {
             Ok(Some(row)) => row,
             Ok(None) => return Err(sqlx::Error::RowNotFound),

@@ -188,13 +188,13 @@ impl Tables {
         )
     }
 
-    /// Begins a transaction and claims `key` with `fingerprint` for `retention_ms` of
-    /// retention, waiting at most `wait_ms` for a duplicate in flight, or (`now`) not at
-    /// all for one of this layer: one simple query (one round trip), one row, `claimed` or
+    /// Claims `key` with `fingerprint` for `retention_ms` of retention (in the transaction
+    /// the layer began), waiting at most `wait_ms` for a duplicate in flight, or (`now`)
+    /// not at all for one of this layer: one simple query (one round trip), one row, `claimed` or
     /// the committed record (see the function in [`migration`](Self::migration)). Every
     /// value is inlined as hexadecimal digits, a number or a keyword, so nothing a client
     /// sends is SQL.
-    pub(super) fn begin_and_claim(
+    pub(super) fn claim(
         &self,
         key: &str,
         fingerprint: &[u8],
@@ -203,7 +203,7 @@ impl Tables {
         now: bool,
     ) -> String {
         format!(
-            "BEGIN; SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
+            "SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
             self.claim,
             text_literal(key),
             bytea_literal(fingerprint),
@@ -211,7 +211,8 @@ impl Tables {
     }
 
     /// Completes the claimed `key` with `meta`, `body` and `kept` and commits, in one
-    /// simple query (one round trip). The update matches only a record this transaction
+    /// simple query (one round trip); then `BEGIN`s an empty transaction for sqlx's
+    /// bookkeeping to end (see `OpenTransaction::commit_with`). The update matches only a record this transaction
     /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
     /// transaction's (the handler ended it), and nothing of the request's was stored.
     pub(super) fn complete_and_commit(
@@ -225,7 +226,8 @@ impl Tables {
             "UPDATE {} SET meta = {}, body = {}, kept = {kept},
                 completed_at = clock_timestamp()
              WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
-             COMMIT",
+             COMMIT;
+             BEGIN",
             self.records,
             bytea_literal(meta),
             bytea_literal(body),
