@@ -314,11 +314,16 @@ impl<'a> Capabilities<'a> {
     }
 
     /// The backend's calls may reach its store in another order than they were made (a
-    /// pool of connections), so the engine lines up each key's acquires and releases in
-    /// the order they were called: a waiting acquire carries its place in its request, and
+    /// pool of connections), so the engine lines up each key's FIFO acquires (and the
+    /// releases before them) in the order they were called: a waiting FIFO acquire carries
+    /// its place in its request, and
     /// the backend gives it up ([`AcquireRequest::leave_line`]) once its first attempt was
     /// answered (its ticket queued); the next acquire of the key from this engine goes
     /// then. Crate-private: a backend of another crate orders its own calls.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres")),
+        expect(dead_code, reason = "used by the network backends only")
+    )]
     pub(crate) fn lining_up(mut self) -> Self {
         self.lines_up = true;
         self

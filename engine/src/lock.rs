@@ -255,12 +255,14 @@ impl Lock {
 
     /// Wait for this engine's calls of `req`'s key that must reach the backend first: its
     /// releases begun and not yet answered, and, on a backend that
-    /// [lines up](crate::Capabilities::lining_up) its calls, the first attempts of the
-    /// acquires called before this one. A waiting `req` takes its place in that line now,
+    /// [lines up](crate::Capabilities::lining_up) its calls, for a FIFO request, the first
+    /// attempts of the FIFO acquires called before this one. A waiting `req` takes its place in that line now,
     /// as it is called (a try never queues, so it takes none).
     async fn in_line(&self, req: &mut AcquireRequest) {
         let shared = &self.engine.shared;
-        if !shared.backend.capabilities().lines_up {
+        // Only FIFO promises an order: lining up costs a burst of same-key acquires from
+        // this node one round trip each, one after the other.
+        if !req.fifo || !shared.backend.capabilities().lines_up {
             return shared.releasing.landed(&req.key).await;
         }
         let (earlier, place) = shared.releasing.line_up(&req.key);

@@ -12,7 +12,7 @@
 //! and never registers here.
 //!
 //! On a backend that [lines up](crate::Capabilities::lining_up) its calls (Postgres: a pool
-//! of connections), a waiting acquire also takes its place here as it is called, and its
+//! of connections), a waiting FIFO acquire also takes its place here as it is called, and its
 //! first attempt goes once the releases and first attempts of its key called before it have
 //! been answered: the queue takes this node's waiters in the order they called (FIFO), not
 //! in the order their connections happened to reach the server.
