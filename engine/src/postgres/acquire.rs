@@ -23,7 +23,7 @@ use tokio::{task::JoinHandle, time::Instant};
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
 use crate::{
     AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode, Token,
-    runtime,
+    releasing::Line, runtime,
 };
 
 /// How long a call's task waits for its statement's answer after its caller stopped
@@ -56,6 +56,19 @@ impl Inner {
     /// its own, within the same bound. A release or an extension is not: its repeat would report
     /// what the first did as a failure, or extend twice.
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
+        self.spawn_call_in_line(what, sql, Line::default())
+    }
+
+    /// [`spawn_call`](Self::spawn_call), whose task gives up `line` (an acquire's place
+    /// among this node's calls of its key, see `Capabilities::lining_up`) as soon as the
+    /// statement has answered: the next caller's attempt then goes, even if this call's
+    /// caller is not polling (a blocked runtime, a future put aside).
+    fn spawn_call_in_line(
+        self: &Arc<Self>,
+        what: &'static str,
+        sql: String,
+        line: Line,
+    ) -> InFlight {
         let inner = self.clone();
         let repeatable = matches!(
             what,
@@ -90,7 +103,9 @@ impl Inner {
                     other => other,
                 }
             };
-            match tokio::time::timeout(bound, call).await {
+            let answered = tokio::time::timeout(bound, call).await;
+            line.leave();
+            match answered {
                 Ok(result) => result.map_err(|e| backend_error(what, e)),
                 Err(_) => Err(timed_out(what, bound)),
             }
@@ -188,6 +203,7 @@ impl Inner {
             in_flight: Vec::new(),
         };
         let sql = self.attempt_sql(&req, &id);
+        let mut place = req.line.clone();
         // When the attempt that last registered or refreshed our ticket was sent: a hand-off
         // of it came later, so its claim runs from no earlier.
         let mut last_sent = started;
@@ -204,15 +220,18 @@ impl Inner {
             // caller that stops polling), the call still lands (it may register our ticket,
             // and a release may then hand us the key), and the clean-up waits for it before
             // it leaves.
+            // The first attempt carries the acquire's place in line; its task gives it up.
+            let line = std::mem::take(&mut place);
             cleanup
                 .in_flight
-                .push(self.spawn_call("acquire", sql.clone()));
+                .push(self.spawn_call_in_line("acquire", sql.clone(), line));
             let reply = {
                 let call = cleanup.in_flight.last_mut().expect("pushed just above");
                 self.bounded("acquire", call).await
             };
-            // Answered or given up: the next acquire of the key from this node may go (its
-            // ticket queues behind ours; see `Capabilities::lining_up`).
+            // Answered or given up (a timed-out attempt still running): the next acquire of
+            // the key from this node may go (its ticket queues behind ours; see
+            // `Capabilities::lining_up`).
             req.leave_line();
             if cleanup.in_flight.last().is_some_and(InFlight::is_finished) {
                 // Answered (its outcome is read below): nothing left to wait for. A call that

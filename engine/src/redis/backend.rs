@@ -173,13 +173,7 @@ impl Backend for RedisBackend {
         let capabilities = Capabilities::none()
             .with_admin(self)
             .with_numeric(self)
-            .with_records(self)
-            // A release waits for nothing, and an acquire's first attempt goes once the
-            // calls of its key made before it were answered: a release and the next acquire
-            // from this node may take two connections (two runtimes, or a detached release
-            // on the engine's), and an acquire that waited for its own release's answer
-            // would otherwise queue behind waiters that called after it.
-            .lining_up();
+            .with_records(self);
         if self.inner.cluster {
             // A pool's holders are read in one script over every member's lock key, which
             // lie in as many slots: not valid in a cluster (see the module docs).

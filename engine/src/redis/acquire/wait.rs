@@ -175,11 +175,6 @@ impl<'a> Wait<'a> {
             self.cleanup.pinned.take()
         };
         let first = std::mem::replace(&mut self.first, false);
-        if first {
-            // Answered (our ticket queued, if it had to be): the next acquire of the key from
-            // this node may go (see `Capabilities::lining_up`).
-            self.req.leave_line();
-        }
         let decided = match outcome {
             // The refresh failed: wait for a wake-up or the fallback period, then retry.
             None => return Step::Waiting(None),
