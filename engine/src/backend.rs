@@ -321,8 +321,8 @@ impl<'a> Capabilities<'a> {
     /// answered (its ticket queued); the next acquire of the key from this engine goes
     /// then. Crate-private: a backend of another crate orders its own calls.
     #[cfg_attr(
-        not(feature = "postgres"),
-        expect(dead_code, reason = "used by the Postgres backend only")
+        not(any(feature = "redis", feature = "postgres")),
+        expect(dead_code, reason = "used by the network backends only")
     )]
     pub(crate) fn lining_up(mut self) -> Self {
         self.lines_up = true;

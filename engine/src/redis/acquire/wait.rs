@@ -133,16 +133,29 @@ impl<'a> Wait<'a> {
                 && self.failed.is_none(),
         };
         let with_record = with_record && self.first;
-        let reply = inner
-            .attempt(
-                self.names,
-                self.req,
-                ticket,
-                with_record,
-                self.req.mode,
-                &mut self.cleanup.pinned,
-            )
-            .await;
+        let (req, first) = (self.req, self.first);
+        let attempt = inner.attempt(
+            self.names,
+            req,
+            ticket,
+            with_record,
+            req.mode,
+            &mut self.cleanup.pinned,
+        );
+        let mut attempt = std::pin::pin!(attempt);
+        let mut in_line = first;
+        // The first attempt gives up the acquire's place in line (see
+        // `Capabilities::lining_up`) once polled: its command is then queued on its
+        // connection, ahead of any the next caller sends on it. Not at its answer: that is
+        // read by this task, and a waiter put aside after one poll would hold the line.
+        let reply = std::future::poll_fn(|cx| {
+            let polled = attempt.as_mut().poll(cx);
+            if std::mem::take(&mut in_line) {
+                req.leave_line();
+            }
+            polled
+        })
+        .await;
         match reply {
             Ok(outcome) => {
                 self.cleanup.in_flight = false;
