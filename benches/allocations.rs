@@ -10,16 +10,9 @@
 //! amortized: buffers that grow once, the watchdog's first start), so a figure like 11.02
 //! means 11 per request. Every thread's allocations count, the engine's own included.
 
-// The counting allocator is a `GlobalAlloc`, which only `unsafe` can implement.
-#![allow(unsafe_code)]
-
 mod support;
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    process::ExitCode,
-    sync::atomic::{AtomicU64, Ordering},
-};
+use std::process::ExitCode;
 
 use axum::{
     body::Body,
@@ -30,33 +23,8 @@ use serde_json::json;
 use tower::ServiceExt;
 use tower_lock::LockEngine;
 
-/// The system allocator, counting allocations (and reallocations, which may move).
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: support::counting::Counting = support::counting::Counting;
 
 const WARM_UP: u64 = 200;
 
@@ -69,11 +37,11 @@ where
     for _ in 0..WARM_UP {
         op().await;
     }
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = support::counting::allocations();
     for _ in 0..n {
         op().await;
     }
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = support::counting::allocations();
     ((after - before) as f64 / n as f64 * 100.0).round() / 100.0
 }
 

@@ -20,17 +20,12 @@
 //! service's of the same round. Allocations per request are counted by a counting global
 //! allocator over the same requests (every thread's, the engine's own included).
 
-// The counting allocator is a `GlobalAlloc`, which only `unsafe` can implement.
-#![allow(unsafe_code)]
-
 mod support;
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
     convert::Infallible,
     num::NonZeroU32,
     process::ExitCode,
-    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -44,33 +39,8 @@ use tower_governor::{
 };
 use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
 
-/// The system allocator, counting allocations (and reallocations, which may move).
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: support::counting::Counting = support::counting::Counting;
 
 /// How many distinct keys the `distinct` workload cycles through.
 const DISTINCT_KEYS: usize = 1024;
@@ -140,13 +110,13 @@ where
     S::Response: IntoBody,
     S::Error: std::fmt::Debug,
 {
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    let allocations = support::counting::allocations();
     let started = Instant::now();
     for i in 0..n {
         call(svc, &keys[i % keys.len()]).await;
     }
     let elapsed = started.elapsed();
-    let allocated = ALLOCATIONS.load(Ordering::Relaxed) - allocations;
+    let allocated = support::counting::allocations() - allocations;
     (
         elapsed.as_nanos() as f64 / n as f64,
         allocated as f64 / n as f64,

@@ -16,6 +16,10 @@ use std::{
 
 use tower_lock::LockEngine;
 
+// The counting allocator is a `GlobalAlloc`, which only `unsafe` can implement.
+#[allow(unsafe_code)]
+pub(crate) mod counting;
+
 // ---------------------------------------------------------------------------------------
 // Construction of the engines and the layer under test.
 // ---------------------------------------------------------------------------------------
