@@ -76,3 +76,35 @@ pub async fn fifo_waiters_called_in_order_are_granted_in_that_order(h: &impl Har
     }
     assert_no_residue(h).await;
 }
+
+/// A FIFO waiter polled once and then put aside (its task busy elsewhere) does not hold
+/// back this node's next caller of the key: that one queues at once, not after the
+/// engine's bound (1 s) on waiting for the calls made before it.
+pub async fn a_put_aside_fifo_waiter_does_not_hold_back_the_next(h: &impl Harness, mode: Mode) {
+    use std::time::Duration;
+
+    let engine = in_mode(h, mode);
+    let lock = engine.lock("aside").fifo(true);
+    let holder = lock.acquire().await.unwrap();
+    let mut first = tokio_test::task::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    assert!(first.poll().is_pending(), "the key is held: it waits");
+    until_waiters(&engine, "aside", 1).await;
+    let started = tokio::time::Instant::now();
+    let next = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    until_waiters(&engine, "aside", 2).await;
+    let queued_after = started.elapsed();
+    assert!(
+        queued_after < Duration::from_millis(500),
+        "the next caller queued after {queued_after:?}"
+    );
+    drop(first);
+    holder.release().await.unwrap();
+    next.await.unwrap().unwrap().release().await.unwrap();
+    assert_no_residue(h).await;
+}

@@ -110,6 +110,7 @@ macro_rules! core_conformance_tests {
             locked_and_owned_report_state,
             a_stale_waiter_dropped_late_leaves_the_next_holder_alone,
             a_grant_to_a_dropped_waiter_goes_on_to_the_next,
+            a_put_aside_fifo_waiter_does_not_hold_back_the_next,
             a_waiter_is_granted_when_a_shorter_successor_lease_expires,
             huge_durations_never_panic,
         );
