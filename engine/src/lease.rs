@@ -15,7 +15,7 @@ use super::{
     AcquireRequest, ExtendMode, Fence, Grant, LockError, LockKey, MAX_TTL, Mode, Record, Token,
     lock_engine::EngineShared,
     lost::{Lost, LostSignal},
-    options::{after, check_ttl},
+    options::{after, check_ttl, expires_by},
     runtime,
 };
 
@@ -161,12 +161,12 @@ impl Lease {
             epoch: AtomicU64::new(0),
             granted_at: grant.granted_at,
             times: Mutex::new(LeaseTimes {
-                deadline: after(grant.granted_at, first),
+                deadline: expires_by(grant.granted_at, first),
                 renew_at,
             }),
         });
         state.set_ttl(ttl);
-        state.lost.valid_until(after(grant.granted_at, first));
+        state.lost.valid_until(expires_by(grant.granted_at, first));
         let id = engine.watchdog.register(&engine, state.clone());
         // After registering: a reset from here on is the watchdog's to report.
         if !engine.vouches_for(grant.granted_at) {
@@ -214,8 +214,8 @@ impl Lease {
     }
 
     /// The local validity deadline: the backend confirmed the lease until at least this
-    /// instant (a send time plus a TTL the backend set), so it is never later than the
-    /// backend's own expiry. Renewals move it on; once it passes unrenewed, the lease is
+    /// instant (a send time plus a TTL the backend set, less the millisecond a server's
+    /// clock may round down), so it is never later than the backend's own expiry. Renewals move it on; once it passes unrenewed, the lease is
     /// lost.
     pub fn valid_until(&self) -> Instant {
         self.state.times.lock().unwrap().deadline
@@ -380,7 +380,7 @@ impl Lease {
                 self.state.set_ttl(remaining);
                 {
                     let mut t = self.state.times.lock().unwrap();
-                    self.state.set_deadline(&mut t, after(sent, remaining));
+                    self.state.set_deadline(&mut t, expires_by(sent, remaining));
                     t.renew_at = self
                         .state
                         .auto_renew
@@ -394,7 +394,7 @@ impl Lease {
             Err(_) if mode == ExtendMode::Replace => {
                 // It may still land: a shorter TTL would then hold from about now on.
                 let mut t = self.state.times.lock().unwrap();
-                let deadline = t.deadline.min(after(sent, d));
+                let deadline = t.deadline.min(expires_by(sent, d));
                 self.state.set_deadline(&mut t, deadline);
                 drop(t);
                 self.engine.watchdog.reschedule(self.id, &self.state);

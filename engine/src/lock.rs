@@ -320,7 +320,7 @@ impl Lock {
             let ttl = self.options.ttl;
             let valid = grant.valid_for.map_or(ttl, |v| v.min(ttl));
             // Nor is one the backend no longer vouches for (it was reset since).
-            if Instant::now() < options::after(grant.granted_at, valid)
+            if Instant::now() < options::expires_by(grant.granted_at, valid)
                 && self.engine.shared.vouches_for(grant.granted_at)
             {
                 return Ok(self.lease(req, grant, started.elapsed()));
@@ -357,7 +357,7 @@ impl Lock {
                 let valid = grant
                     .valid_for
                     .map_or(self.options.ttl, |v| v.min(self.options.ttl));
-                if Instant::now() < options::after(grant.granted_at, valid)
+                if Instant::now() < options::expires_by(grant.granted_at, valid)
                     && self.engine.shared.vouches_for(grant.granted_at)
                 {
                     return Ok(Acquired::Lease(self.lease(req, grant, started.elapsed())));

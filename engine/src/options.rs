@@ -141,6 +141,19 @@ pub(crate) fn check_ttl(ttl: Duration) -> Result<(), LockError> {
     Ok(())
 }
 
+/// How early a backend's expiry may start before the command that set it was sent: Redis
+/// counts time in whole milliseconds, so a command it runs at 10.7 ms sets an expiry
+/// counted from 10 ms.
+const CLOCK_STEP: Duration = Duration::from_millis(1);
+
+/// The latest a lease can be trusted when a command sent at `sent` set its expiry `ttl`
+/// later on the backend: one [`CLOCK_STEP`] short of `sent + ttl`, so never later than the
+/// backend's own expiry whatever the backend's clock resolution (up to a millisecond).
+pub(crate) fn expires_by(sent: Instant, ttl: Duration) -> Instant {
+    let at = after(sent, ttl);
+    at.checked_sub(CLOCK_STEP).unwrap_or(at).max(sent)
+}
+
 /// `at + d`, or a century later when that is past what the clock can represent.
 pub(crate) fn after(at: Instant, d: Duration) -> Instant {
     at.checked_add(d)

@@ -14,7 +14,7 @@ use super::{
     LockError, Renewal, Resets,
     lease::{LeaseState, renew_interval},
     lock_engine::EngineShared,
-    options::after,
+    options::{after, expires_by},
     runtime,
 };
 
@@ -301,7 +301,7 @@ async fn renew_batch(
                     if d.lease.epoch.load(Ordering::Acquire) == d.epoch {
                         // Renewals never shorten a lease on the backend, so the backend's
                         // expiry is at least the later of the two.
-                        let deadline = t.deadline.max(after(sent_at, renewal.ttl));
+                        let deadline = t.deadline.max(expires_by(sent_at, renewal.ttl));
                         d.lease.set_deadline(&mut t, deadline);
                     }
                     if d.lease.auto_renew && t.renew_at.is_none() {

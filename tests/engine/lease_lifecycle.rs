@@ -75,7 +75,8 @@ fn lost_fires_at_the_deadline_while_the_runtime_that_took_the_first_lease_is_blo
         timeout(Duration::from_millis(1_000), lease.lost())
             .await
             .expect("lost() at the validity deadline, whatever the other runtime does");
-        assert!(started.elapsed() >= Duration::from_millis(150));
+        // Less the millisecond a server's clock may round a command's time down by.
+        assert!(started.elapsed() >= Duration::from_millis(149));
     });
     drop(unblock);
     worker.join().unwrap();

@@ -13,6 +13,7 @@
 mod arrival_order;
 mod child;
 mod dead_tickets;
+mod deadlines;
 mod faults;
 mod fence_bound;
 mod handoff;
