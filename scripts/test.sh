@@ -26,5 +26,51 @@ if [ -n "$missing" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 
-cargo test --workspace --all-features --all-targets "$@"
+if [ "$#" -gt 0 ]; then
+    # A filter or options of cargo's: cargo runs the binaries, one after another.
+    cargo test --workspace --all-features --all-targets "$@"
+    cargo test --workspace --all-features --doc
+    exit
+fi
+
+# Every test target is built once; then the test binaries run two at a time, the slowest
+# first. Most of their time is spent waiting on servers, timers and leases, not on a core,
+# and each test starts its own servers on free ports, so two binaries side by side share
+# nothing. Each binary runs from its package's directory, as under `cargo test`, and its
+# output is printed whole once it ends (a failure shows with its binary's name).
+built=$(mktemp)
+logs=$(mktemp -d)
+trap 'rm -rf "$built" "$logs"' EXIT
+cargo test --workspace --all-features --all-targets --no-run \
+    --message-format=json-render-diagnostics >"$built"
+
+# Seconds each slow binary took in a recent CI run: the order they start in.
+weight() {
+    case "$(basename "$1" | sed 's/-[0-9a-f]*$//')" in
+    scale) echo 90 ;; redis_faults) echo 70 ;; postgres) echo 67 ;; model) echo 57 ;;
+    engine) echo 45 ;; layer) echo 39 ;; integrations) echo 22 ;; replay) echo 9 ;;
+    *) echo 1 ;;
+    esac
+}
+run_one() {
+    local dir=$1 exe=$2 name start rc=0
+    name=$(basename "$exe")
+    start=$SECONDS
+    (cd "$dir" && "$exe") >"$LOGS/$name.log" 2>&1 || rc=$?
+    {
+        echo "== $name (in $dir): exit $rc after $((SECONDS - start))s"
+        cat "$LOGS/$name.log"
+    } | flock "$LOGS/.print" cat
+    if [ "$rc" != 0 ]; then touch "$LOGS/$name.failed"; fi
+    return "$rc"
+}
+export -f run_one
+export LOGS=$logs
+sed -n 's/.*"manifest_path":"\([^"]*\)\/Cargo.toml".*"profile":{[^}]*"test":true}.*"executable":"\([^"]*\)".*/\1 \2/p' \
+    "$built" | while read -r dir exe; do echo "$(weight "$exe") $dir $exe"; done |
+    sort -rn | cut -d' ' -f2- | xargs -P 2 -L 1 bash -c 'run_one "$@"' _ || {
+    echo "failed: $(cd "$logs" && ls -- *.failed | sed 's/\.failed$//' | tr '\n' ' ')" >&2
+    exit 1
+}
+
 cargo test --workspace --all-features --doc
