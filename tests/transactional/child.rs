@@ -30,7 +30,7 @@ pub(crate) enum ChildApp {
 }
 
 /// The server the child process runs when `TXN_CHILD` is set
-/// (`app|url|schema|port|mark`). It writes `<mark>.entered` (with what the handler
+/// (`app|url|schema|port|mark|listen`, `listen` the direct URL a lock engine listens on). It writes `<mark>.entered` (with what the handler
 /// reported) once a handler inserted its row or took its lease, opens the gates of its
 /// handlers on `POST /release`, and, for a request with `x-die-after-commit`, writes
 /// `<mark>.committed` once the layer committed and then never answers. Without
@@ -40,7 +40,7 @@ fn child_server() {
     let Ok(spec) = std::env::var("TXN_CHILD") else {
         return;
     };
-    let [app, url, schema, port, mark]: [String; 5] = spec
+    let [app, url, schema, port, mark, listen]: [String; 6] = spec
         .split('|')
         .map(str::to_owned)
         .collect::<Vec<_>>()
@@ -69,7 +69,7 @@ fn child_server() {
                 router(&db, layer, gate.clone())
             }
             _ => {
-                let engine = crate::fence::lock_engine(&url, &db).await;
+                let engine = crate::fence::lock_engine(&url, &listen, &db).await;
                 crate::fence::fenced_app(&db, engine, gate.clone()).await
             }
         };
@@ -116,8 +116,10 @@ pub(crate) struct ChildServer {
 
 impl ChildServer {
     /// This test binary run again as the [`child_server`] serving `app` on `db`'s schema
-    /// through `url`, on a free port; returns once it accepts connections.
+    /// through `url` (a lock engine's listener on the shared server directly), on a free
+    /// port; returns once it accepts connections.
     pub(crate) async fn start(app: ChildApp, url: &str, db: &Db, mark: &Path) -> Self {
+        let listen = crate::app::shared_url().await;
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -127,7 +129,11 @@ impl ChildServer {
             ChildApp::Payments => "payments",
             ChildApp::Fenced => "fenced",
         };
-        let spec = format!("{app}|{url}|{}|{port}|{}", db.schema, mark.display());
+        let spec = format!(
+            "{app}|{url}|{}|{port}|{}|{listen}",
+            db.schema,
+            mark.display()
+        );
         // libtest names a test by its module path, without the crate's name.
         let module = module_path!()
             .split_once("::")

@@ -6,7 +6,10 @@ use std::{sync::Arc, time::Duration};
 
 use http::StatusCode;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
-use tower_lock_test_support::{http::serve, postgres::PostgresServer};
+use tower_lock_test_support::{
+    http::serve,
+    postgres::{PgBouncer, PostgresServer},
+};
 
 use crate::{
     app::{Db, Gate, post, router, shared_url},
@@ -14,11 +17,12 @@ use crate::{
     child::{ChildApp, ChildServer, mark, until_written},
 };
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_killed_while_its_handler_runs_leaves_nothing_and_the_retry_commits_once() {
-    let db = Db::new(&shared_url().await, "killed_running").await;
-    let mark = mark("running");
-    let mut child = ChildServer::start(ChildApp::Payments, &shared_url().await, &db, &mark).await;
+/// Killed while its handler runs, every connection through `url`: nothing is left, and the
+/// retry commits once.
+async fn killed_while_running(url: &str, name: &str) {
+    let db = Db::new(url, name).await;
+    let mark = mark(name);
+    let mut child = ChildServer::start(ChildApp::Payments, url, &db, &mark).await;
     let mut stream = TcpStream::connect(("127.0.0.1", child.port()))
         .await
         .unwrap();
@@ -38,11 +42,12 @@ async fn a_server_killed_while_its_handler_runs_leaves_nothing_and_the_retry_com
     assert_eq!((db.payments().await, db.records().await), (1, 1));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_killed_after_the_commit_before_its_answer_is_replayed_without_a_second_row() {
-    let db = Db::new(&shared_url().await, "killed_committed").await;
-    let mark = mark("committed");
-    let mut child = ChildServer::start(ChildApp::Payments, &shared_url().await, &db, &mark).await;
+/// Killed after the commit, before its answer, every connection through `url`: the retry is
+/// replayed, without a second row.
+async fn killed_after_the_commit(url: &str, name: &str) {
+    let db = Db::new(url, name).await;
+    let mark = mark(name);
+    let mut child = ChildServer::start(ChildApp::Payments, url, &db, &mark).await;
     let mut stream = TcpStream::connect(("127.0.0.1", child.port()))
         .await
         .unwrap();
@@ -57,6 +62,35 @@ async fn a_server_killed_after_the_commit_before_its_answer_is_replayed_without_
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_while_its_handler_runs_leaves_nothing_and_the_retry_commits_once() {
+    killed_while_running(&shared_url().await, "killed_running").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_a_server_killed_while_its_handler_runs_leaves_nothing() {
+    let bouncer = bouncer().await;
+    killed_while_running(&bouncer.url(), "killed_running_bouncer").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_after_the_commit_before_its_answer_is_replayed_without_a_second_row() {
+    killed_after_the_commit(&shared_url().await, "killed_committed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_a_server_killed_after_the_commit_is_replayed_without_a_second_row() {
+    let bouncer = bouncer().await;
+    killed_after_the_commit(&bouncer.url(), "killed_committed_bouncer").await;
+}
+
+/// A PgBouncer in transaction mode in front of the shared server.
+async fn bouncer() -> PgBouncer {
+    tokio::task::spawn_blocking(|| PgBouncer::start(PostgresServer::shared()))
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

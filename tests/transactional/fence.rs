@@ -17,7 +17,10 @@ use tower_lock::{
     sqlx::{self, Row},
 };
 use tower_lock_axum::{Locked, Tx};
-use tower_lock_test_support::http::serve;
+use tower_lock_test_support::{
+    http::serve,
+    postgres::{PgBouncer, PostgresServer},
+};
 
 use crate::{
     app::{Db, Gate, shared_url},
@@ -27,9 +30,12 @@ use crate::{
 /// The lease length of [`fenced_app`]'s lock: short, so that a paused holder loses it.
 const TTL: Duration = Duration::from_secs(2);
 
-/// The Postgres lock engine on `url`, its tables in schema `<db's schema>_locks` (migrated).
-pub(crate) async fn lock_engine(url: &str, db: &Db) -> LockEngine {
-    let builder = PostgresBackend::builder(url).schema(format!("{}_locks", db.schema));
+/// The Postgres lock engine on `url`, listening on `listen` (a direct URL: a transaction
+/// pooler cannot carry `LISTEN`), its tables in schema `<db's schema>_locks` (migrated).
+pub(crate) async fn lock_engine(url: &str, listen: &str, db: &Db) -> LockEngine {
+    let builder = PostgresBackend::builder(url)
+        .listen_url(listen)
+        .schema(format!("{}_locks", db.schema));
     builder.migrate().await.unwrap();
     LockEngine::new(builder.build().await.unwrap())
 }
@@ -78,17 +84,17 @@ async fn fenced_pay(
     StatusCode::CREATED.into_response()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_paused_past_its_lease_has_its_writes_refused_after_a_newer_holder_wrote() {
-    let url = shared_url().await;
-    let db = Db::new(&url, "fence").await;
-    let engine = lock_engine(&url, &db).await;
+/// Every connection of the test, its servers and the lock engines through `url` (but the
+/// engines' listeners).
+async fn a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(url: &str, name: &str) {
+    let db = Db::new(url, name).await;
+    let engine = lock_engine(url, &shared_url().await, &db).await;
     // The newer holder's server, made before the first transaction opens (its migration
     // would wait for that transaction's lock on the records table).
     let (gate, _entered) = Gate::new();
     let newer = serve(fenced_app(&db, engine.clone(), gate).await).await;
-    let mark = mark("fence");
-    let paused = ChildServer::start(ChildApp::Fenced, &url, &db, &mark).await;
+    let mark = mark(name);
+    let paused = ChildServer::start(ChildApp::Fenced, url, &db, &mark).await;
     let headers = [
         ("idempotency-key", "stale"),
         ("x-tenant", "t1"),
@@ -131,4 +137,19 @@ async fn a_holder_paused_past_its_lease_has_its_writes_refused_after_a_newer_hol
         .collect();
     assert_eq!(notes, ["newer"]);
     assert_eq!(db.records().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_lease_has_its_writes_refused_after_a_newer_holder_wrote() {
+    a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(&shared_url().await, "fence")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_a_paused_holders_writes_are_refused_after_a_newer_holder_wrote() {
+    let bouncer = tokio::task::spawn_blocking(|| PgBouncer::start(PostgresServer::shared()))
+        .await
+        .unwrap();
+    a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(&bouncer.url(), "fence_pgb")
+        .await;
 }

@@ -1,11 +1,11 @@
 //! The transactional idempotency layer (records committed in the handler's own Postgres
 //! transaction) on a real Postgres of this binary's own, over real sockets: claims,
 //! replays, `422` and `409`; rollbacks (an answer that did not happen, an error, a panic,
-//! a dropped request); tombstones; twenty concurrent duplicates from two server processes
-//! (directly and through PgBouncer); server processes killed before and after the commit;
-//! Postgres restarted mid-request; the fence check against a holder whose process was
-//! stopped past its lease; PgBouncer in transaction mode. Every count is the business
-//! table's, not the layer's word.
+//! a dropped request); tombstones; twenty concurrent duplicates from two server processes;
+//! server processes killed before and after the commit; Postgres restarted mid-request;
+//! the fence check against a holder whose process was stopped past its lease. The
+//! duplicates, the kills and the fence check run directly and through PgBouncer in
+//! transaction mode. Every count is the business table's, not the layer's word.
 //!
 //! `cargo test --features postgres --test transactional`; needs Debian's `postgresql` and
 //! `pgbouncer` packages.
