@@ -1,16 +1,17 @@
 //! The same protocol on actix-web: `TransactionalMiddleware` and its `Tx` extractor.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use actix_web::{App, HttpRequest, HttpResponse, web};
+use actix_web::{App, HttpRequest, HttpResponse, dev::Service, web};
 use http::StatusCode;
 use tower_lock::sqlx::{self, Row};
 use tower_lock_actix::{TransactionalMiddleware, Tx};
-use tower_lock_test_support::http::serve_actix;
+use tower_lock_test_support::http::{TestServer, serve_actix};
 
-use crate::app::{Db, shared_url};
+use crate::app::{Db, Gate, shared_url};
 
-/// Inserts a payment, then answers `201`, or `422` for `x-outcome: invalid`.
+/// Inserts a payment, then answers as `x-outcome` says: `ok` (default, `201`), `invalid`
+/// (`422`), `hang` (reports to the app's [`Gate`], waits for it, then `201`).
 async fn pay(
     req: HttpRequest,
     schema: web::Data<String>,
@@ -29,25 +30,86 @@ async fn pay(
         Ok(row) => row.get(0),
         Err(e) => return HttpResponse::ServiceUnavailable().body(e.to_string()),
     };
-    if req.headers().contains_key("x-outcome") {
+    let outcome = req.headers().get("x-outcome").map(|v| v.as_bytes());
+    if outcome == Some(b"invalid") {
         return HttpResponse::UnprocessableEntity().body("invalid card");
+    }
+    if let Some(gate) = req.app_data::<web::Data<Gate>>() {
+        let _ = gate.entered.send(format!("payment {id}"));
+        if outcome == Some(b"hang") {
+            gate.release.notified().await;
+        }
     }
     HttpResponse::Created().body(format!("payment {id}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn actix_commits_once_replays_rolls_back_and_orders_duplicates() {
-    let db = Db::new(&shared_url().await, "actix").await;
+/// `POST /payments` ([`pay`]) on `db` under the transactional middleware, in process.
+pub(crate) async fn actix_server(db: &Db) -> TestServer {
     let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
     let middleware = TransactionalMiddleware::try_from(layer).unwrap();
     let schema = db.schema.clone();
-    let server = std::sync::Arc::new(serve_actix(2, move || {
+    serve_actix(2, move || {
         App::new().app_data(web::Data::new(schema.clone())).service(
             web::resource("/payments")
                 .wrap(middleware.clone())
                 .route(web::post().to(pay)),
         )
-    }));
+    })
+}
+
+/// The child process's actix server on `port` (see `crate::child`): [`pay`] under the
+/// transactional middleware, `POST /release` opening `gate`, and outside the middleware, for
+/// a request marked `x-die-after-commit`, the mark `committed` written once the middleware
+/// answered (after its commit) and no answer ever. Runs until the process is killed.
+pub(crate) async fn child_server(db: Db, gate: Gate, committed: String, port: u16) {
+    let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
+    let middleware = TransactionalMiddleware::try_from(layer).unwrap();
+    let schema = db.schema.clone();
+    let committed = Arc::new(committed);
+    actix_web::HttpServer::new(move || {
+        let committed = committed.clone();
+        App::new()
+            .app_data(web::Data::new(schema.clone()))
+            .app_data(web::Data::new(gate.clone()))
+            .service(
+                web::resource("/payments")
+                    .wrap(middleware.clone())
+                    .route(web::post().to(pay)),
+            )
+            .route(
+                "/release",
+                web::post().to(|gate: web::Data<Gate>| async move {
+                    gate.release.notify_one();
+                    HttpResponse::NoContent().finish()
+                }),
+            )
+            .wrap_fn(move |req, srv| {
+                let die = req.headers().contains_key("x-die-after-commit");
+                let committed = committed.clone();
+                let answer = srv.call(req);
+                async move {
+                    let answer = answer.await?;
+                    if die {
+                        std::fs::write(&*committed, b"committed").unwrap();
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(answer)
+                }
+            })
+    })
+    .workers(1)
+    .disable_signals()
+    .bind(("127.0.0.1", port))
+    .unwrap()
+    .run()
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actix_commits_once_replays_rolls_back_and_orders_duplicates() {
+    let db = Db::new(&shared_url().await, "actix").await;
+    let server = Arc::new(actix_server(&db).await);
     let invalid = server
         .send_body(
             "POST",

@@ -27,6 +27,8 @@ pub(crate) enum ChildApp {
     /// The fenced app ([`crate::fence::fenced_app`]) on the Postgres lock engine in schema
     /// `<schema>_locks`.
     Fenced,
+    /// The actix app (`crate::actix::child_server`) under its transactional middleware.
+    Actix,
 }
 
 /// The server the child process runs when `TXN_CHILD` is set
@@ -63,6 +65,11 @@ fn child_server() {
                 std::fs::rename(&partial, &entered_mark).unwrap();
             }
         });
+        if app == "actix" {
+            let committed = format!("{mark}.committed");
+            crate::actix::child_server(db, gate, committed, port.parse().unwrap()).await;
+            return;
+        }
         let app = match app.as_str() {
             "payments" => {
                 let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
@@ -128,6 +135,7 @@ impl ChildServer {
         let app = match app {
             ChildApp::Payments => "payments",
             ChildApp::Fenced => "fenced",
+            ChildApp::Actix => "actix",
         };
         let spec = format!(
             "{app}|{url}|{}|{port}|{}|{listen}",

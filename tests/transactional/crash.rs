@@ -7,11 +7,12 @@ use std::{sync::Arc, time::Duration};
 use http::StatusCode;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
 use tower_lock_test_support::{
-    http::serve,
+    http::{TestServer, serve},
     postgres::{PgBouncer, PostgresServer},
 };
 
 use crate::{
+    actix::actix_server,
     app::{Db, Gate, post, router, shared_url},
     behaviour::raw_post,
     child::{ChildApp, ChildServer, mark, until_written},
@@ -19,10 +20,10 @@ use crate::{
 
 /// Killed while its handler runs, every connection through `url`: nothing is left, and the
 /// retry commits once.
-async fn killed_while_running(url: &str, name: &str) {
+async fn killed_while_running(app: ChildApp, url: &str, name: &str) {
     let db = Db::new(url, name).await;
     let mark = mark(name);
-    let mut child = ChildServer::start(ChildApp::Payments, url, &db, &mark).await;
+    let mut child = ChildServer::start(app, url, &db, &mark).await;
     let mut stream = TcpStream::connect(("127.0.0.1", child.port()))
         .await
         .unwrap();
@@ -33,9 +34,7 @@ async fn killed_while_running(url: &str, name: &str) {
     until_written(&mark.with_extension("entered")).await;
     child.kill();
     assert_eq!((db.payments().await, db.records().await), (0, 0));
-    let (gate, _entered) = Gate::new();
-    let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
-    let server = serve(router(&db, layer, gate)).await;
+    let server = retry_server(app, &db).await;
     let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), None);
@@ -44,10 +43,10 @@ async fn killed_while_running(url: &str, name: &str) {
 
 /// Killed after the commit, before its answer, every connection through `url`: the retry is
 /// replayed, without a second row.
-async fn killed_after_the_commit(url: &str, name: &str) {
+async fn killed_after_the_commit(app: ChildApp, url: &str, name: &str) {
     let db = Db::new(url, name).await;
     let mark = mark(name);
-    let mut child = ChildServer::start(ChildApp::Payments, url, &db, &mark).await;
+    let mut child = ChildServer::start(app, url, &db, &mark).await;
     let mut stream = TcpStream::connect(("127.0.0.1", child.port()))
         .await
         .unwrap();
@@ -56,8 +55,7 @@ async fn killed_after_the_commit(url: &str, name: &str) {
     until_written(&mark.with_extension("committed")).await;
     child.kill();
     assert_eq!((db.payments().await, db.records().await), (1, 1));
-    let (gate, _entered) = Gate::new();
-    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    let server = retry_server(app, &db).await;
     let retry = post(&server, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED);
     assert_eq!(retry.header("idempotent-replayed"), Some("true"));
@@ -66,24 +64,51 @@ async fn killed_after_the_commit(url: &str, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_while_its_handler_runs_leaves_nothing_and_the_retry_commits_once() {
-    killed_while_running(&shared_url().await, "killed_running").await;
+    killed_while_running(ChildApp::Payments, &shared_url().await, "killed_running").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_pgbouncer_a_server_killed_while_its_handler_runs_leaves_nothing() {
     let bouncer = bouncer().await;
-    killed_while_running(&bouncer.url(), "killed_running_bouncer").await;
+    killed_while_running(ChildApp::Payments, &bouncer.url(), "killed_running_bouncer").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_after_the_commit_before_its_answer_is_replayed_without_a_second_row() {
-    killed_after_the_commit(&shared_url().await, "killed_committed").await;
+    killed_after_the_commit(ChildApp::Payments, &shared_url().await, "killed_committed").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_pgbouncer_a_server_killed_after_the_commit_is_replayed_without_a_second_row() {
     let bouncer = bouncer().await;
-    killed_after_the_commit(&bouncer.url(), "killed_committed_bouncer").await;
+    killed_after_the_commit(
+        ChildApp::Payments,
+        &bouncer.url(),
+        "killed_committed_bouncer",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actix_server_killed_while_its_handler_runs_leaves_nothing() {
+    killed_while_running(ChildApp::Actix, &shared_url().await, "actix_running").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actix_server_killed_after_the_commit_is_replayed_without_a_second_row() {
+    killed_after_the_commit(ChildApp::Actix, &shared_url().await, "actix_committed").await;
+}
+
+/// The server a retry goes to, of the framework `app` runs on.
+async fn retry_server(app: ChildApp, db: &Db) -> TestServer {
+    match app {
+        ChildApp::Actix => actix_server(db).await,
+        _ => {
+            let (gate, _entered) = Gate::new();
+            let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
+            serve(router(db, layer, gate)).await
+        }
+    }
 }
 
 /// A PgBouncer in transaction mode in front of the shared server.

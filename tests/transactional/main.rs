@@ -5,7 +5,8 @@
 //! server processes killed before and after the commit; Postgres restarted mid-request;
 //! the fence check against a holder whose process was stopped past its lease. The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
-//! transaction mode. Every count is the business table's, not the layer's word.
+//! transaction mode; the kills on axum and on actix-web. Every count is the business
+//! table's, not the layer's word.
 //!
 //! `cargo test --features postgres --test transactional`; needs Debian's `postgresql` and
 //! `pgbouncer` packages.
