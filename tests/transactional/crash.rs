@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 
 use http::StatusCode;
 use tokio::{io::AsyncWriteExt, net::TcpStream};
+use tower_lock::sqlx;
 use tower_lock_test_support::{
     http::{TestServer, serve},
     postgres::{PgBouncer, PostgresServer},
@@ -118,12 +119,21 @@ async fn bouncer() -> PgBouncer {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_restarted_mid_request_is_an_error_answer_and_a_clean_retry() {
-    let server = tokio::task::spawn_blocking(|| Arc::new(PostgresServer::start()))
-        .await
-        .unwrap();
-    let db = Db::new(&server.url(), "restarted").await;
+/// Postgres of the test's own restarted while a handler runs, every connection through a
+/// PgBouncer in transaction mode in front of it if `bounced`: the request is an error
+/// answer, nothing is left, and the retry commits once.
+async fn restarted_mid_request(bounced: bool, name: &str) {
+    let (server, bouncer) = tokio::task::spawn_blocking(move || {
+        let server = Arc::new(PostgresServer::start());
+        let bouncer = bounced.then(|| PgBouncer::start(&server));
+        (server, bouncer)
+    })
+    .await
+    .unwrap();
+    let url = bouncer
+        .as_ref()
+        .map_or_else(|| server.url(), PgBouncer::url);
+    let db = Db::new(&url, name).await;
     let (gate, mut entered) = Gate::new();
     let app = Arc::new(serve(router(&db, db.layer(|b| b).await, gate.clone())).await);
     let first = tokio::spawn({
@@ -144,8 +154,28 @@ async fn postgres_restarted_mid_request_is_an_error_answer_and_a_clean_retry() {
         first.text()
     );
     assert!(first.header("retry-after").is_some());
+    // A PgBouncer whose logins failed during the restart waits `server_login_retry` (1 s
+    // here) before it tries the server again.
+    let back = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sqlx::raw_sql("SELECT 1").execute(&db.pool).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < back,
+            "the database never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!((db.payments().await, db.records().await), (0, 0));
     let retry = post(&app, "k", "ok", "card").await;
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
     assert_eq!(db.payments().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_mid_request_is_an_error_answer_and_a_clean_retry() {
+    restarted_mid_request(false, "restarted").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_pgbouncer_postgres_restarted_mid_request_is_an_error_and_a_clean_retry() {
+    restarted_mid_request(true, "restarted_pgb").await;
 }

@@ -44,6 +44,7 @@ impl PgBouncer {
                  pool_mode = transaction\n\
                  max_client_conn = 1000\n\
                  default_pool_size = 20\n\
+                 server_login_retry = 1\n\
                  ignore_startup_parameters = extra_float_digits,options\n\
                  pidfile = {dir}/pgbouncer.pid\n\
                  logfile = {dir}/pgbouncer.log\n",
