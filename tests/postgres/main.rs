@@ -11,6 +11,7 @@
 mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;
+mod fast_path;
 mod faults;
 mod harness;
 mod order;
