@@ -85,10 +85,11 @@ DECLARE
   t timestamptz;
   s double precision;
   ok boolean;
+  sc text;
 BEGIN
   -- '#': the numbers' keys apart from the locks' (a collision only serializes).
   PERFORM pg_advisory_xact_lock(@class@, hashtext('#' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   SELECT value INTO s FROM @numbers@ WHERE key = k AND expires_at > t;
   IF FOUND THEN
