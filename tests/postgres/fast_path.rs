@@ -182,3 +182,29 @@ async fn the_sweeper_clears_a_queue_whose_waiters_died() {
     assert!(again.fence() > fence, "fences rise past the swept row");
     again.release().await.unwrap();
 }
+
+/// A try on a key another holds is answered from a read: the key's row is not locked (its
+/// `xmax` unchanged), so a run of refused tries (a `423` storm) writes nothing and has no
+/// commit to flush.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_try_leaves_the_keys_row_untouched() {
+    let backend = backend(url().await, None, "fast_try").await;
+    let engine = LockEngine::new(backend.clone());
+    let holder = engine.lock("k").try_acquire().await.unwrap();
+    let xmax = format!("SELECT xmax::text FROM {} WHERE key = 'k'", locks(&backend));
+    let read = |sql: String| {
+        let backend = backend.clone();
+        async move {
+            let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
+            row.get::<String, _>(0)
+        }
+    };
+    let before = read(xmax.clone()).await;
+    let refused = engine.lock("k").try_acquire().await;
+    assert!(
+        matches!(refused, Err(LockError::Busy { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(read(xmax).await, before, "the refused try locked the row");
+    holder.release().await.unwrap();
+}

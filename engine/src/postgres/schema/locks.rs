@@ -46,9 +46,11 @@
 /// TTL), so the release that grants it needs nothing else.
 ///
 /// Statements inside: a grant of a free key nobody queues for 1 (the fast upsert; the
-/// synchronous commit and the clock are expressions, no statement). Otherwise the failed
-/// upsert (which locked the row), the row's read, then: a re-entry 2 or 3 more; a grant as
-/// the queue's head 4 (dead tickets, queue head, the row, its ticket); a waiter's
+/// synchronous commit and the clock are expressions, no statement), 2 for a try (`tid =
+/// ''`), which first reads the row: a try on a key another holds is answered from that read
+/// alone, without locking the row (no write, nothing to flush at commit). Otherwise the
+/// failed upsert (which locked the row), the row's read, then: a re-entry 2 or 3 more; a
+/// grant as the queue's head 4 (dead tickets, queue head, the row, its ticket); a waiter's
 /// registration 3 to 5 (4 to 6 when the queue was empty: `queued` set).
 ///
 /// # `release(k, tok) -> integer`
@@ -117,6 +119,17 @@ DECLARE
 BEGIN
   -- An expression, not a statement (`PERFORM` would run a query).
   sc := set_config('synchronous_commit', 'on', true);
+  IF tid = '' THEN
+    -- A try on a key another holds is answered from the snapshot, the row left unlocked: a
+    -- read, with no transaction id and no commit record to flush.
+    SELECT * INTO cur FROM @locks@ WHERE key = k;
+    t := clock_timestamp();
+    IF cur.token <> tok AND cur.expires_at > t THEN
+      status := 0;
+      val := @ms@(cur.expires_at, t);
+      RETURN;
+    END IF;
+  END IF;
   LOOP
     t := clock_timestamp();
     -- The fast path: a free key nobody queues for. Its conflict locks the row either way.
