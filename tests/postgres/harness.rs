@@ -86,3 +86,19 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
         .expect("list what the backend keeps");
     rows.iter().map(|row| row.get::<String, _>(0)).collect()
 }
+
+/// Until at least `n` of this backend's statements (they name its schema) wait for a lock.
+pub(crate) async fn until_lock_waits(backend: &PostgresBackend, n: i64) {
+    let sql = format!(
+        "SELECT count(*) FROM pg_stat_activity
+           WHERE wait_event_type = 'Lock' AND query LIKE '%\"{}\"%'",
+        backend.schema()
+    );
+    loop {
+        let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
+        if row.get::<i64, _>(0) >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -2,7 +2,8 @@
 //! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
 //! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
 //! connections, the set-up (schema check, names, the application's own pool, tombstone
-//! sweeping), and the uncontended cycle's cost.
+//! sweeping, upgrades), the one-statement fast paths against the waiters they race with, and
+//! the uncontended cycle's cost.
 //!
 //! `cargo test --features postgres --test postgres`; needs Debian's `postgresql` and
 //! `pgbouncer` packages (`scripts/test.sh` installs them).
@@ -11,6 +12,7 @@
 mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;
+mod fast_path;
 mod faults;
 mod harness;
 mod order;

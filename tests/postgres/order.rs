@@ -13,11 +13,11 @@ use std::{
 
 use tower_lock::engine::{
     LockEngine,
-    postgres::sqlx::{self, Executor, Row},
+    postgres::sqlx::{self, Executor},
 };
 use tower_lock_test_support::postgres::PostgresServer;
 
-use crate::harness::backend;
+use crate::harness::{backend, until_lock_waits};
 
 type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -89,21 +89,5 @@ async fn an_acquire_after_a_slow_release_of_its_key_keeps_its_place() {
             call.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), ["x", "y"], "round {round}");
-    }
-}
-
-/// Until at least `n` of this backend's statements (they name its schema) wait for a lock.
-async fn until_lock_waits(backend: &tower_lock::engine::postgres::PostgresBackend, n: i64) {
-    let sql = format!(
-        "SELECT count(*) FROM pg_stat_activity
-           WHERE wait_event_type = 'Lock' AND query LIKE '%\"{}\"%'",
-        backend.schema()
-    );
-    loop {
-        let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
-        if row.get::<i64, _>(0) >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

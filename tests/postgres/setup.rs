@@ -109,6 +109,51 @@ async fn migrate_upgrades_a_version_1_schema_in_place() {
     held.release().await.unwrap();
 }
 
+/// A version 2 schema (no `queued` flag on a lock's row) with a ticket queued behind a
+/// holder (a waiter of a node that is not refreshing it now): `migrate()` marks the key
+/// queued, so the holder's release still hands the key to the ticket in its statement (its
+/// token the holder, the releaser's fence + 1) rather than freeing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_upgrades_a_version_2_schema_with_waiters_in_place() {
+    let backend = backend(url().await, None, "v2").await;
+    let s = backend.schema().to_owned();
+    let builder = PostgresBackend::builder(url().await).schema(&s);
+    let engine = LockEngine::new(backend.clone());
+    let holder = engine
+        .lock("k")
+        .ttl(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+    // What version 2 lacked of what version 3 added, and a waiter's ticket.
+    psql(format!(
+        r#"ALTER TABLE "{s}".locks DROP COLUMN queued;
+        INSERT INTO "{s}".tickets (key, id, token, deadline, ttl_ms, claim_ms)
+          VALUES ('k', 'w', 'waiter', clock_timestamp() + interval '60 s', 1000, 1000);
+        UPDATE "{s}".schema_version SET version = 2"#
+    ))
+    .await;
+    let older = builder.clone().build().await.unwrap_err();
+    assert!(older.to_string().contains("migrate()"), "{older}");
+    builder.migrate().await.expect("migrate a version 2 schema");
+    drop(builder.build().await.expect("the upgraded schema"));
+    let fence = holder.fence().get();
+    holder.release().await.unwrap();
+    let row = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT token, fence FROM "{s}".locks WHERE key = 'k'"#
+        )))
+        .await
+        .unwrap();
+    assert_eq!(
+        row.get::<String, _>(0),
+        "waiter",
+        "handed over by the release"
+    );
+    assert_eq!(row.get::<i64, _>(1), i64::try_from(fence + 1).unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_and_prefixes_that_are_not_plain_identifiers_are_refused() {
     let url = url().await;

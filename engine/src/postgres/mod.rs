@@ -25,12 +25,14 @@
 //! In the schema the builder names (default `tower_lock`), each table name after the
 //! table prefix (default none):
 //!
-//! - `locks (key text primary key, token text, fence bigint, expires_at timestamptz)`: one
-//!   row per key held, or released within the last [`TOMBSTONE_MARGIN`]. `token` is the
-//!   holder's; `NULL` once released: the row is then the key's fence tombstone, kept so
-//!   that the next grant's fence exceeds it. A row whose `expires_at` has passed holds
-//!   nothing (a lease that ran out is its own tombstone). The sweeper deletes every row
-//!   whose `expires_at` is more than [`TOMBSTONE_MARGIN`] past.
+//! - `locks (key text primary key, token text, fence bigint, expires_at timestamptz,
+//!   queued boolean)`: one row per key held, or released within the last
+//!   [`TOMBSTONE_MARGIN`], or queued for. `token` is the holder's; `NULL` once released: the
+//!   row is then the key's fence tombstone, kept so that the next grant's fence exceeds it. A
+//!   row whose `expires_at` has passed holds nothing (a lease that ran out is its own
+//!   tombstone). `queued`: the key may have tickets (it has none when false), which keeps
+//!   acquires and releases off their one-statement fast paths. The sweeper deletes every row
+//!   whose `expires_at` is more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
 //! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms)`: the waiters, one row each,
 //!   in arrival order (`seq`, an identity column; a node's acquires of a key are lined up
 //!   in the order they were called, see `Capabilities::lining_up`, so its calls taking
@@ -57,21 +59,24 @@
 //!   records of [`Lease::complete`](crate::Lease::complete), each until its retention ends;
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
-//!   shared leases; [`PostgresBackendBuilder::migrate`] upgrades a version 1 schema in
-//!   place).
+//!   shared leases, 3 since `queued`; [`PostgresBackendBuilder::migrate`] upgrades a version
+//!   1 or 2 schema in place).
 //!
 //! # Statements
 //!
 //! Every operation is one statement (see `schema/` for each function's contract): a call
-//! of a function that [`PostgresBackendBuilder::migrate`] installs. A function runs in the statement's own transaction, and takes a
-//! transaction-level advisory lock on the key first (`pg_advisory_xact_lock`, released at
-//! commit): so "is it free / is it mine / who is next" and the write that follows see one
-//! state, as a Lua script does on Redis. Nothing outlives the statement on its connection:
-//! no session advisory lock, no `SET`, no prepared statement (calls go out in the simple
-//! query protocol, their values written as hex-decoded literals, never spliced as text), so
-//! the backend works unchanged behind PgBouncer in transaction pooling mode. A function that
-//! changes a lease commits synchronously whatever the database's `synchronous_commit` says
-//! (for its own transaction only): a grant the caller was told of survives a crash.
+//! of a function that [`PostgresBackendBuilder::migrate`] installs. A function runs in the
+//! statement's own transaction, and holds the lock of the key's row in `locks` before it reads
+//! what it decides on (released at commit): so "is it free / is it mine / who is next" and
+//! the write that follows see one state, as a Lua script does on Redis. An acquire of a free
+//! key nobody queues for, and a release nobody waits for, are one `INSERT … ON CONFLICT` or
+//! one `UPDATE` inside their function (the row's `queued` flag says when they apply).
+//! Nothing outlives the statement on its connection: no session advisory lock, no `SET`, no
+//! prepared statement (calls go out in the simple query protocol, their values written as
+//! hex-decoded literals, never spliced as text), so the backend works unchanged behind
+//! PgBouncer in transaction pooling mode. A function that changes a lease commits
+//! synchronously whatever the database's `synchronous_commit` says (for its own transaction
+//! only): a grant the caller was told of survives a crash.
 //!
 //! Every call runs as a task on the engine's runtime (one thread hop), where the backend's
 //! own connections live: a runtime the application shuts down or blocks takes no connection

@@ -1,21 +1,24 @@
 //! The schema the backend owns: its tables, and every PL/pgSQL function the calls run, each
 //! with its contract (arguments, what it returns, why it is atomic, statements inside).
 //!
-//! Every function that changes a key takes `pg_advisory_xact_lock(class, hashtext(key))`
-//! first: a transaction-level lock (released at the statement's commit, so nothing is left
-//! on a pooled connection), `class` a number of this schema and prefix. Two calls on one key
-//! so run one after the other, each seeing the other's commit (a function reads with a fresh
-//! snapshot per statement, taken after the lock): the compare-token-then-write of a release,
-//! the "free, and am I next?" of an acquire and the hand-off are each one atomic step. Two
-//! keys whose hashes collide only wait for each other a moment. The batched renewal takes its
-//! keys' locks in hash order, and every other function takes one key's: no cycle, no
-//! deadlock.
+//! Every function that changes a key's lock or its queue holds the lock of the key's row
+//! first (a row lock, released at the statement's commit, so nothing is left on a pooled
+//! connection): the row is the key's mutex, and its `queued` flag tells the one-statement fast
+//! paths (a free key nobody queues for, a release nobody waits for) that they do not apply
+//! (see `locks` for why that keeps arrival order and every hand-off). Two calls on one key so
+//! run one after the other, each seeing the other's commit: the compare-token-then-write of a
+//! release, the "free, and am I next?" of an acquire and the hand-off are each one atomic
+//! step. A function locks one key's row, except the batched renewal, which goes through its
+//! keys in hash order, and the sweeper, which skips the rows it cannot lock at once: no cycle,
+//! no deadlock. The functions of a key's shared leases, its numeric value and a pool take a
+//! transaction-level advisory lock instead (`pg_advisory_xact_lock(class, hashtext(...))`,
+//! `class` a number of this schema and prefix; see `shared`).
 //!
 //! Every function that changes a lease also sets `synchronous_commit` on for its own
-//! transaction (`set_config(..., true)`: nothing stays on the session): a grant the caller
-//! was told of must survive a crash of the server, or a second holder would be granted after
-//! the restart while the first still runs. A database or role configured with
-//! `synchronous_commit = off` so still keeps every lease it reported.
+//! transaction (`set_config(..., true)`, an expression rather than a statement: nothing stays
+//! on the session): a grant the caller was told of must survive a crash of the server, or a
+//! second holder would be granted after the restart while the first still runs. A database
+//! or role configured with `synchronous_commit = off` so still keeps every lease it reported.
 //!
 //! Microsecond fences (about 2^51) fit a `bigint`. Durations travel as milliseconds.
 
@@ -26,9 +29,11 @@ mod shared;
 
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
 /// database whose `schema_version` is another. Version 2 added the shared leases (their
-/// three tables and functions, `holder`'s `kind`); `migrate()` brings a version 1 schema up
-/// in place (every table `IF NOT EXISTS`, every function replaced).
-pub(super) const SCHEMA_VERSION: i32 = 2;
+/// three tables and functions, `holder`'s `kind`); version 3 the `queued` flag of a lock's
+/// row and the fast paths that read it (the row's lock in place of the key's advisory lock).
+/// `migrate()` brings a version 1 or 2 schema up in place (every table `IF NOT EXISTS`, the
+/// column added and set for the keys with tickets, every function replaced).
+pub(super) const SCHEMA_VERSION: i32 = 3;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
 /// fills in a name: the tables, every function, then the version. One multi-statement
@@ -54,8 +59,10 @@ CREATE TABLE IF NOT EXISTS @locks@ (
   key text PRIMARY KEY,
   token text,
   fence bigint NOT NULL,
-  expires_at timestamptz NOT NULL
+  expires_at timestamptz NOT NULL,
+  queued boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 70);
+ALTER TABLE @locks@ ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS @tickets@ (
   key text NOT NULL,
   id text NOT NULL,
@@ -67,6 +74,11 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   PRIMARY KEY (key, id)
 );
 CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
+-- Version 3: a key with tickets has its row, marked `queued` (an older schema's waiters
+-- keep their places).
+INSERT INTO @locks@ AS l (key, token, fence, expires_at, queued)
+  SELECT DISTINCT key, NULL::text, 0::bigint, clock_timestamp(), true FROM @tickets@
+  ON CONFLICT (key) DO UPDATE SET queued = true;
 CREATE TABLE IF NOT EXISTS @pools@ (
   pool text NOT NULL,
   member text NOT NULL,

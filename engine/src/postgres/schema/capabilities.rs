@@ -29,7 +29,7 @@
 ///
 /// Records written with the release that ends the work they record (`records`, one row per
 /// key, kept `retention_ms`): if `tok` holds `k`, store the record (replacing any) and
-/// release or hand the key on (`handoff`), under the key's lock: the record appears in the
+/// release or hand the key on (`handoff`), under the key's row lock: the record appears in the
 /// same commit as the release, so a waiter granted by it finds the record. `-1` another
 /// token holds `k`, `-2` nobody does: nothing is written. `record(k)`: the live record, its
 /// bytes as hex (the text protocol carries them whole). `forget(k)`: delete it, `1` if it
@@ -39,22 +39,23 @@ CREATE OR REPLACE FUNCTION @admin_set@(k text, tok text, ms bigint) RETURNS inte
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
-  cur @locks@%ROWTYPE;
   e timestamptz;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
   IF ms < 0 THEN
     e := 'infinity';
   ELSE
     e := t + greatest(ms, 1) * interval '1 millisecond';
   END IF;
-  INSERT INTO @locks@ (key, token, fence, expires_at)
-    VALUES (k, tok, greatest(coalesce(cur.fence + 1, 0), floor(extract(epoch FROM t) * 1000000)::bigint), e)
+  -- One statement on the row, under its lock: the fence from its latest version, `queued`
+  -- kept (the waiters wait on).
+  INSERT INTO @locks@ AS l (key, token, fence, expires_at)
+    VALUES (k, tok, floor(extract(epoch FROM t) * 1000000)::bigint, e)
     ON CONFLICT (key) DO UPDATE
-      SET token = excluded.token, fence = excluded.fence, expires_at = excluded.expires_at;
+      SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
+          expires_at = excluded.expires_at;
   RETURN 1;
 END
 $fn$;
@@ -64,11 +65,11 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   cur @locks@%ROWTYPE;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
+  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
   IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
     RETURN 0;
   END IF;
@@ -84,10 +85,11 @@ DECLARE
   t timestamptz;
   s double precision;
   ok boolean;
+  sc text;
 BEGIN
   -- '#': the numbers' keys apart from the locks' (a collision only serializes).
   PERFORM pg_advisory_xact_lock(@class@, hashtext('#' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   SELECT value INTO s FROM @numbers@ WHERE key = k AND expires_at > t;
   IF FOUND THEN
@@ -162,11 +164,11 @@ RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   cur @locks@%ROWTYPE;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
+  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
   IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
     RETURN -2;
   END IF;

@@ -15,7 +15,7 @@
 /// later of its current one and now + its TTL (a renewal never shortens a lease: one that
 /// lands after an extension must not undo it; it also turns a hand-off's claim into the full
 /// TTL). Returns one character per lease, `1` renewed, `0` no longer held by that token. One
-/// `UPDATE` per lease, after the locks of every key in hash order.
+/// `UPDATE` per lease, in the hash order of the keys (each locks its key's row).
 ///
 /// # `holder(k) -> (token, ms, kind)`, `waiters(k) -> bigint`
 ///
@@ -27,10 +27,11 @@
 /// # `sweep(margin_ms) -> bigint`
 ///
 /// Deletes the rows that stopped holding more than `margin_ms` ago (tombstones and lapsed
-/// leases), the shared leases that ran out, the shared fence rows whose fence is more than
-/// `margin_ms` in the past (see `shared_fence`), the dead tickets of both queues and the
-/// expired numbers, each only if its key's lock is free right now (a try, so the sweep
-/// never waits for a call); returns how many.
+/// leases) unless someone queues for their key, the shared leases that ran out, the shared
+/// fence rows whose fence is more than `margin_ms` in the past (see `shared_fence`), the dead
+/// tickets of both queues and the expired numbers, each only if its key is free of calls right
+/// now (its row's lock, or its advisory lock, tried: the sweep never waits for a call); clears
+/// `queued` on the rows whose queue is empty; returns how many rows it deleted.
 pub(super) const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION @extend@(k text, tok text, ms bigint, mode text) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
@@ -38,11 +39,11 @@ DECLARE
   t timestamptz;
   cur @locks@%ROWTYPE;
   e timestamptz;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
+  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
   IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
     RETURN -2;
   END IF;
@@ -65,19 +66,20 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   i integer;
-  renewed text := '';
+  renewed text[] := array_fill('0'::text, ARRAY[coalesce(array_length(ks, 1), 0)]);
+  sc text;
 BEGIN
-  FOR i IN SELECT o FROM generate_subscripts(ks, 1) AS o ORDER BY hashtext(ks[o]) LOOP
-    PERFORM pg_advisory_xact_lock(@class@, hashtext(ks[i]));
-  END LOOP;
-  PERFORM set_config('synchronous_commit', 'on', true);
-  t := clock_timestamp();
-  FOR i IN 1 .. coalesce(array_length(ks, 1), 0) LOOP
+  sc := set_config('synchronous_commit', 'on', true);
+  -- The rows' locks in hash order, as any other batch takes them: no cycle.
+  FOR i IN SELECT o FROM generate_subscripts(ks, 1) AS o ORDER BY hashtext(ks[o]), o LOOP
+    t := clock_timestamp();
     UPDATE @locks@ SET expires_at = greatest(expires_at, t + ttls[i] * interval '1 millisecond')
       WHERE key = ks[i] AND token = toks[i] AND expires_at > t;
-    renewed := renewed || CASE WHEN FOUND THEN '1' ELSE '0' END;
+    IF FOUND THEN
+      renewed[i] := '1';
+    END IF;
   END LOOP;
-  RETURN renewed;
+  RETURN array_to_string(renewed, '');
 END
 $fn$;
 
@@ -115,11 +117,31 @@ DECLARE
   shared bigint;
   fences bigint;
   shared_tickets bigint;
+  ks text[];
 BEGIN
-  -- CASE: the lock is tried only for the rows to delete (AND evaluates in any order).
-  DELETE FROM @locks@ WHERE CASE
-    WHEN expires_at < t - margin_ms * interval '1 millisecond'
-    THEN pg_try_advisory_xact_lock(@class@, hashtext(key)) ELSE false END;
+  -- A key's tickets and its `queued` flag change only under its row's lock: the rows of the
+  -- keys with dead tickets, locked (those a call holds skipped), then their dead tickets
+  -- deleted (and any of a key without a row, which an older schema could leave).
+  SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
+    SELECT l.key FROM @locks@ l
+      WHERE EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key AND w.deadline < t)
+      FOR NO KEY UPDATE OF l SKIP LOCKED) s;
+  DELETE FROM @tickets@ w WHERE w.deadline < t
+    AND (w.key = ANY (ks) OR NOT EXISTS (SELECT 1 FROM @locks@ l WHERE l.key = w.key));
+  GET DIAGNOSTICS tickets = ROW_COUNT;
+  -- The keys nobody queues for any more, locked, then (a snapshot taken under their locks:
+  -- no registration is in flight) cleared.
+  SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
+    SELECT l.key FROM @locks@ l
+      WHERE l.queued AND NOT EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key)
+      FOR NO KEY UPDATE OF l SKIP LOCKED) s;
+  UPDATE @locks@ l SET queued = false
+    WHERE l.key = ANY (ks) AND NOT EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key);
+  -- The rows that stopped holding long ago and nobody queues for.
+  DELETE FROM @locks@ WHERE key IN (
+    SELECT key FROM @locks@
+      WHERE expires_at < t - margin_ms * interval '1 millisecond' AND NOT queued
+      FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS leases = ROW_COUNT;
   DELETE FROM @shared@ WHERE CASE
     WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
@@ -133,9 +155,6 @@ BEGIN
     WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
     ELSE false END;
   GET DIAGNOSTICS shared_tickets = ROW_COUNT;
-  DELETE FROM @tickets@ WHERE CASE
-    WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext(key)) ELSE false END;
-  GET DIAGNOSTICS tickets = ROW_COUNT;
   DELETE FROM @numbers@ WHERE CASE
     WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || key))
     ELSE false END;

@@ -3,6 +3,33 @@
 
 /// The lock functions, each with its contract.
 ///
+/// # What serializes a key's calls: its row's lock
+///
+/// Every function that changes a key's lease or its queue holds the lock of the key's row
+/// (`locks`, a row lock until commit) before it reads what it decides on: a fast path's one
+/// statement takes it itself (an `UPDATE`, or the conflict of an `INSERT … ON CONFLICT DO
+/// UPDATE`, which locks the row even when its `WHERE` is false), a slow path by `SELECT … FOR
+/// NO KEY UPDATE`. A statement that waited for the lock evaluates its `WHERE` on the row's
+/// latest version (READ COMMITTED's re-check), and a slow path's later statements read with a
+/// snapshot taken after it: each call sees the state the previous one committed. Tickets
+/// are written only under the row's lock, and a key with tickets always has its row, with
+/// `queued` true (the registration sets it in the same transaction): `queued` false means
+/// no ticket exists. It is cleared only under the row's lock, once no ticket is left (a
+/// hand-off or a grant that finds none, the sweeper). A fast path therefore decides on the
+/// row alone: it never reads the tickets table, whose statement snapshot could miss a ticket
+/// committed while it waited.
+///
+/// The fast paths apply only when `queued` is false:
+///
+/// - an acquire of a free key (no row, a tombstone, a lapsed lease): one upsert;
+/// - a release by the holder: one `UPDATE` to the tombstone.
+///
+/// A newcomer so never overtakes a live ticket (the row says someone queues, so it goes the
+/// slow way, where only the queue's first live ticket takes a free key), and a release never
+/// frees a key someone queues for without handing it over: a registration racing with the
+/// release either commits first (the release's re-check then sees `queued` and takes the slow
+/// way, which hands off) or waits for the row's lock and then finds the key free.
+///
 /// # `acquire(k, tok, ttl_ms, tid, ticket_ms, max_waiters) -> (status, val)`
 ///
 /// Acquire `k` for `tok`, or register / refresh the waiter's ticket `tid` (`''`: a plain
@@ -18,24 +45,28 @@
 /// module docs). A new ticket carries the waiter's lease TTL and claim period (its ticket
 /// TTL), so the release that grants it needs nothing else.
 ///
-/// Statements inside: a grant of a free key 6 (lock, synchronous commit, `SELECT` the row,
-/// dead tickets, queue head, upsert); a re-entry 4 or 5; a waiter's registration or refresh
-/// 4 to 8.
+/// Statements inside: a grant of a free key nobody queues for 1 (the fast upsert; the
+/// synchronous commit and the clock are expressions, no statement), 2 for a try (`tid =
+/// ''`), which first reads the row: a try on a key another holds is answered from that read
+/// alone, without locking the row (no write, nothing to flush at commit). Otherwise the
+/// failed upsert (which locked the row), the row's read, then: a re-entry 2 or 3 more; a
+/// grant as the queue's head 4 (dead tickets, queue head, the row, its ticket); a waiter's
+/// registration 3 to 5 (4 to 6 when the queue was empty: `queued` set).
 ///
 /// # `release(k, tok) -> integer`
 ///
 /// `-2` nobody holds `k` (nothing done), `-1` another token holds it (nothing done), `1`
 /// released (the row becomes the fence tombstone), `2` handed to the next waiter
-/// (`handoff`). Statements inside: 3 (lock, synchronous commit, `SELECT` the row), and
-/// `handoff`'s 3 (dead tickets, pop the head, `UPDATE` the row), 4 with the `NOTIFY`.
+/// (`handoff`). Statements inside: 1 when nobody queues (the fast `UPDATE`); else 2 (the
+/// failed `UPDATE`, the row read and locked) and `handoff`'s 3, 4 with the `NOTIFY`.
 ///
-/// # `handoff(k, f, t) -> integer` (called with `k`'s lock held)
+/// # `handoff(k, f, t) -> integer` (called with `k`'s row locked)
 ///
 /// Deletes `k`'s dead tickets, then pops its first live one: makes that ticket's token the
 /// holder for `min(its TTL, its claim)` with fence `f + 1`, and `NOTIFY`s
 /// `"<ticket id> <fence> <claim ms>"` on the backend's channel (delivered at commit);
-/// returns 2. No live ticket: the row becomes a tombstone (token `NULL`, expiring now),
-/// nobody is notified; returns 1.
+/// returns 2 (`queued` stays: more may wait). No live ticket: the row becomes a tombstone
+/// (token `NULL`, expiring now, `queued` false: none is left), nobody is notified; returns 1.
 ///
 /// # `leave(k, tid, tok) -> bigint`
 ///
@@ -63,7 +94,7 @@ BEGIN
     WHERE key = k AND id = (SELECT id FROM @tickets@ WHERE key = k ORDER BY seq LIMIT 1)
     RETURNING * INTO w;
   IF NOT FOUND THEN
-    UPDATE @locks@ SET token = NULL, expires_at = t WHERE key = k;
+    UPDATE @locks@ SET token = NULL, expires_at = t, queued = false WHERE key = k;
     RETURN 1;
   END IF;
   g := least(w.ttl_ms, w.claim_ms);
@@ -84,12 +115,44 @@ DECLARE
   live boolean;
   head text;
   f bigint;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  -- An expression, not a statement (`PERFORM` would run a query).
+  sc := set_config('synchronous_commit', 'on', true);
+  IF tid = '' THEN
+    -- A try on a key another holds is answered from the snapshot, the row left unlocked: a
+    -- read, with no transaction id and no commit record to flush.
+    SELECT * INTO cur FROM @locks@ WHERE key = k;
+    t := clock_timestamp();
+    IF cur.token <> tok AND cur.expires_at > t THEN
+      status := 0;
+      val := @ms@(cur.expires_at, t);
+      RETURN;
+    END IF;
+  END IF;
+  LOOP
+    t := clock_timestamp();
+    -- The fast path: a free key nobody queues for. Its conflict locks the row either way.
+    INSERT INTO @locks@ AS l (key, token, fence, expires_at, queued)
+      VALUES (k, tok, floor(extract(epoch FROM t) * 1000000)::bigint,
+              t + ttl_ms * interval '1 millisecond', false)
+      ON CONFLICT (key) DO UPDATE
+        SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
+            expires_at = excluded.expires_at
+        WHERE NOT l.queued AND (l.token IS NULL OR l.expires_at <= t)
+      RETURNING l.fence INTO f;
+    IF FOUND THEN
+      status := 1;
+      val := f;
+      RETURN;
+    END IF;
+    -- The row is this transaction's now (locked by the conflict): read it after the wait.
+    SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
+    -- (Never absent while locked; if it were, the upsert goes again.)
+    EXIT WHEN FOUND;
+  END LOOP;
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
-  live := FOUND AND cur.token IS NOT NULL AND cur.expires_at > t;
+  live := cur.token IS NOT NULL AND cur.expires_at > t;
   IF live AND cur.token = tok THEN
     UPDATE @locks@ SET expires_at = t + ttl_ms * interval '1 millisecond' WHERE key = k;
     IF tid <> '' THEN
@@ -105,11 +168,12 @@ BEGIN
     DELETE FROM @tickets@ WHERE key = k AND deadline <= t;
     SELECT id INTO head FROM @tickets@ WHERE key = k ORDER BY seq LIMIT 1;
     IF head IS NULL OR head = tid THEN
-      f := greatest(coalesce(cur.fence + 1, 0), floor(extract(epoch FROM t) * 1000000)::bigint);
-      INSERT INTO @locks@ (key, token, fence, expires_at)
-        VALUES (k, tok, f, t + ttl_ms * interval '1 millisecond')
-        ON CONFLICT (key) DO UPDATE
-          SET token = excluded.token, fence = excluded.fence, expires_at = excluded.expires_at;
+      f := greatest(cur.fence + 1, floor(extract(epoch FROM t) * 1000000)::bigint);
+      -- No live ticket left: nobody queues any more. Else others may still (conservative).
+      UPDATE @locks@
+        SET token = tok, fence = f, expires_at = t + ttl_ms * interval '1 millisecond',
+            queued = head IS NOT NULL
+        WHERE key = k;
       IF head IS NOT NULL THEN
         DELETE FROM @tickets@ WHERE key = k AND id = tid;
       END IF;
@@ -138,6 +202,10 @@ BEGIN
     INSERT INTO @tickets@ (key, id, token, deadline, ttl_ms, claim_ms)
       VALUES (k, tid, tok, t + ticket_ms * interval '1 millisecond', ttl_ms, ticket_ms);
   END IF;
+  -- In the ticket's transaction: the fast paths see it from its commit on.
+  IF NOT cur.queued THEN
+    UPDATE @locks@ SET queued = true WHERE key = k;
+  END IF;
   status := 0;
 END
 $fn$;
@@ -147,11 +215,19 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   cur @locks@%ROWTYPE;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
+  -- The fast path: nobody queues, so the key is simply freed.
+  UPDATE @locks@ SET token = NULL, expires_at = t
+    WHERE key = k AND token = tok AND expires_at > t AND NOT queued;
+  IF FOUND THEN
+    RETURN 1;
+  END IF;
+  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
+  -- After the lock's wait, if any.
+  t := clock_timestamp();
   IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
     RETURN -2;
   END IF;
@@ -167,15 +243,16 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   cur @locks@%ROWTYPE;
+  sc text;
 BEGIN
-  PERFORM pg_advisory_xact_lock(@class@, hashtext(k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
+  -- Locked before the ticket goes: a hand-off running now must not see it vanish midway.
+  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
   IF tid <> '' THEN
     DELETE FROM @tickets@ WHERE key = k AND id = tid;
   END IF;
-  SELECT * INTO cur FROM @locks@ WHERE key = k;
-  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
+  IF cur.key IS NULL OR cur.token IS NULL OR cur.expires_at <= t THEN
     RETURN -2;
   END IF;
   IF cur.token = tok THEN

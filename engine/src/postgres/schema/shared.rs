@@ -37,14 +37,14 @@
 /// holder's lease runs out, `-2` if nobody holds); `(2, pttl)` refused, `max_waiters` live
 /// tickets wait; `(4, 0)` `tok` holds a shared lease beside others and asks to hold alone
 /// (not upgraded; its ticket removed). Re-entry (`tok` holds) refreshes the TTL and keeps
-/// the fence. Statements: a grant of a free key 9 (lock, synchronous commit, re-entry
-/// look, the pump's 4, fence, holder); a waiter's registration 9 or 10 (the count against
-/// `max_waiters`).
+/// the fence. Statements: a grant of a free key 8 (lock, re-entry look, the pump's 4,
+/// fence, holder; synchronous commit is an expression); a waiter's registration 8 or 9 (the
+/// count against `max_waiters`).
 ///
 /// # `shared_release(k, tok) -> integer`
 ///
 /// `1` released, then the waiters that now fit granted (`shared_pump`); `-1` `tok` holds
-/// no live lease but someone does; `-2` nobody holds. Statements: 3 (4 when refused) and
+/// no live lease but someone does; `-2` nobody holds. Statements: 2 (3 when refused) and
 /// the pump's.
 ///
 /// # `shared_leave(k, tid, tok) -> bigint`
@@ -131,9 +131,10 @@ DECLARE
   cur @shared@%ROWTYPE;
   f bigint;
   room boolean;
+  sc text;
 BEGIN
   PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   SELECT * INTO cur FROM @shared@ WHERE key = k AND token = tok AND expires_at > t;
   IF FOUND THEN
@@ -194,9 +195,10 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
   r integer;
+  sc text;
 BEGIN
   PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   DELETE FROM @shared@ WHERE key = k AND token = tok AND expires_at > t;
   IF FOUND THEN
@@ -215,9 +217,10 @@ CREATE OR REPLACE FUNCTION @shared_leave@(k text, tid text, tok text) RETURNS bi
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
+  sc text;
 BEGIN
   PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   IF tid <> '' THEN
     DELETE FROM @shared_tickets@ WHERE key = k AND id = tid;
@@ -234,9 +237,10 @@ DECLARE
   t timestamptz;
   cur @shared@%ROWTYPE;
   e timestamptz;
+  sc text;
 BEGIN
   PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || k));
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   SELECT * INTO cur FROM @shared@ WHERE key = k AND token = tok AND expires_at > t;
   IF NOT FOUND THEN
@@ -262,11 +266,12 @@ DECLARE
   t timestamptz;
   i integer;
   renewed text := '';
+  sc text;
 BEGIN
   FOR i IN SELECT o FROM generate_subscripts(ks, 1) AS o ORDER BY hashtext('&' || ks[o]) LOOP
     PERFORM pg_advisory_xact_lock(@class@, hashtext('&' || ks[i]));
   END LOOP;
-  PERFORM set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'on', true);
   t := clock_timestamp();
   FOR i IN 1 .. coalesce(array_length(ks, 1), 0) LOOP
     UPDATE @shared@ SET expires_at = greatest(expires_at, t + ttls[i] * interval '1 millisecond')
