@@ -267,8 +267,15 @@ pub(crate) trait SynchronousBackend: Send + Sync {
     /// starts a moment early only ends early, and the clock is read once per acquisition.
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
 
-    /// [`Backend::release`], done on the spot.
-    fn release_now(&self, key: &LockKey, token: &Token, mode: Mode) -> Result<(), LockError>;
+    /// [`Backend::release`], done on the spot, as of `now` when the caller has just read
+    /// the clock (`None`: the backend reads it).
+    fn release_now(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        mode: Mode,
+        now: Option<Instant>,
+    ) -> Result<(), LockError>;
 }
 
 impl std::fmt::Debug for Capabilities<'_> {

@@ -166,7 +166,18 @@ impl MemoryBackend {
         token: &Token,
         before: impl FnOnce(Instant),
     ) -> Result<(), LockError> {
-        self.locks.with_entry(key, self, |entry, now| {
+        self.release_then_at(key, token, None, before)
+    }
+
+    /// [`release_then`](Self::release_then) as of `now` (`None`: the clock is read).
+    fn release_then_at(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        now: Option<Instant>,
+        before: impl FnOnce(Instant),
+    ) -> Result<(), LockError> {
+        self.locks.with_entry_at(key, self, now, |entry, now| {
             if entry.holder.as_ref().is_some_and(|h| h.token == *token) {
                 before(now);
             }
@@ -262,7 +273,7 @@ impl Backend for MemoryBackend {
         token: &'a Token,
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move { self.release_now(key, token, mode) })
+        Box::pin(async move { self.release_now(key, token, mode, None) })
     }
 
     fn extend<'a>(
@@ -335,12 +346,18 @@ impl SynchronousBackend for MemoryBackend {
         }
     }
 
-    fn release_now(&self, key: &LockKey, token: &Token, mode: Mode) -> Result<(), LockError> {
+    fn release_now(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        mode: Mode,
+        now: Option<Instant>,
+    ) -> Result<(), LockError> {
         match mode {
-            Mode::Exclusive => self.release_then(key, token, |_| {}),
+            Mode::Exclusive => self.release_then_at(key, token, now, |_| {}),
             _ => self
                 .shared
-                .with_entry(key, self, |entry, now| entry.release(token, now, self)),
+                .with_entry_at(key, self, now, |entry, now| entry.release(token, now, self)),
         }
     }
 }

@@ -225,8 +225,20 @@ impl<E: Space> Table<E> {
         backend: &MemoryBackend,
         change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
+        self.with_entry_at(key, backend, None, change)
+    }
+
+    /// [`with_entry`](Self::with_entry) as of `now` (`None`: the clock is read), an
+    /// instant the caller has just read: one clock read then serves the caller and this.
+    pub(super) fn with_entry_at<T>(
+        &self,
+        key: &LockKey,
+        backend: &MemoryBackend,
+        now: Option<Instant>,
+        change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
+    ) -> Result<T, LockError> {
         let mut shard = self.shard(key);
-        let now = Instant::now();
+        let now = now.unwrap_or_else(Instant::now);
         let Some(entry) = shard.get_mut(key) else {
             return Err(LockError::Expired);
         };
