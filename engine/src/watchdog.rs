@@ -48,8 +48,7 @@ struct WatchState {
     /// Every registered lease, with the instant it is filed under in `queue`.
     leases: HashMap<u64, (Arc<LeaseState>, Instant), BuildHasherDefault<IdHasher>>,
     queue: BTreeSet<(Instant, u64)>,
-    /// Registered leases not filed yet, with their ids: the task files them by
-    /// `incoming_due`. Released ones are dropped when the list is filed or compacted.
+    /// Leases registered and not yet filed (with their ids), filed by `incoming_due`.
     incoming: Vec<(Arc<LeaseState>, u64)>,
     /// No incoming lease is due before this instant (`None`: the list is empty).
     incoming_due: Option<Instant>,
@@ -152,8 +151,7 @@ impl WatchState {
     }
 }
 
-/// Keep the state of a lease that is done with for a new lease, if nothing else refers to
-/// it and there is room; otherwise drop it.
+/// Keep a finished lease's state for a new lease if nothing else refers to it (and room).
 fn keep_spare(spare: &mut Vec<Arc<LeaseState>>, mut lease: Arc<LeaseState>) {
     if spare.len() < MAX_SPARE && Arc::get_mut(&mut lease).is_some() {
         spare.push(lease);
@@ -480,5 +478,22 @@ async fn renew_batch(
                 watchdog.unregister(d.id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Leases released before they are due are never filed, nor pile up; states are reused.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn short_leases_are_never_filed_and_their_states_are_reused() {
+        let engine = crate::LockEngine::in_memory();
+        let lock = engine.lock("k");
+        for _ in 0..10_000 {
+            let lease = lock.acquire_now().expect("decided").expect("free");
+            lease.release().await.expect("released");
+        }
+        let st = engine.shared.watchdog.inner.state.lock().unwrap();
+        assert!(st.leases.is_empty() && st.queue.is_empty());
+        assert!(st.incoming.len() <= super::MIN_COMPACT_AT && !st.spare.is_empty());
     }
 }
