@@ -47,6 +47,8 @@ pub(crate) struct LeaseState {
     /// When the request that was granted was sent: a backend reset after it (see
     /// [`Resets`](crate::Resets)) loses the lease.
     pub(super) granted_at: Instant,
+    /// The backend's [`Grant::slot`] of the key, which its release is handed.
+    pub(super) slot: Option<u64>,
     pub(super) times: Mutex<LeaseTimes>,
 }
 
@@ -164,6 +166,7 @@ impl Lease {
             filed: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             granted_at: grant.granted_at,
+            slot: grant.slot,
             times: Mutex::new(LeaseTimes {
                 deadline: expires_by(grant.granted_at, first),
                 renew_at,
@@ -308,7 +311,7 @@ impl Lease {
         self.state.released.store(true, Ordering::SeqCst);
         self.engine.watchdog.release(self.id, &self.state);
         let state = &self.state;
-        let result = synchronous.release_now(&state.key, &state.token, state.mode, now);
+        let result = synchronous.release_now(&state.key, &state.token, state.mode, now, state.slot);
         tracing::trace!(key = %state.key, ok = result.is_ok(), "lease released");
         Some(result)
     }
