@@ -5,29 +5,34 @@ use std::time::Duration;
 use crate::engine::{Fence, LockKey, LostSignal};
 
 /// What a handler may know about the lease it runs under; in the request extensions of
-/// every locked request. Cheap to clone.
-#[derive(Clone, Debug)]
+/// every locked request. Cheap to clone: one reference count (the lost signal, which
+/// shares the lease's state, key included).
+#[derive(Clone)]
 pub struct LeaseInfo {
-    key: LockKey,
+    lost: LostSignal,
     fence: Fence,
     waited: Duration,
-    lost: LostSignal,
     degraded: bool,
 }
 
+impl std::fmt::Debug for LeaseInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseInfo")
+            .field("key", self.key())
+            .field("fence", &self.fence)
+            .field("waited", &self.waited)
+            .field("lost", &self.lost)
+            .field("degraded", &self.degraded)
+            .finish()
+    }
+}
+
 impl LeaseInfo {
-    pub(crate) fn new(
-        key: LockKey,
-        fence: Fence,
-        waited: Duration,
-        lost: LostSignal,
-        degraded: bool,
-    ) -> Self {
+    pub(crate) fn new(fence: Fence, waited: Duration, lost: LostSignal, degraded: bool) -> Self {
         Self {
-            key,
+            lost,
             fence,
             waited,
-            lost,
             degraded,
         }
     }
@@ -35,7 +40,7 @@ impl LeaseInfo {
     /// The locked key: `<namespace>/<kind>/<value>` (see
     /// [`key`](crate::key#the-lock-key)).
     pub fn key(&self) -> &LockKey {
-        &self.key
+        self.lost.key()
     }
 
     /// The fencing token: pass it to storage so that it refuses writes from a holder

@@ -75,6 +75,9 @@ pub struct Grant {
     /// waiter that has gone holds the key only that long. The engine then renews the lease
     /// to its full TTL in the background before the claim runs out. `None`: the full TTL.
     pub valid_for: Option<Duration>,
+    /// The in-process backend's hash of the key in its table, which its release then
+    /// need not compute again.
+    pub(crate) slot: Option<u64>,
 }
 
 impl Grant {
@@ -84,6 +87,7 @@ impl Grant {
             fence,
             granted_at,
             valid_for: None,
+            slot: None,
         }
     }
 
@@ -267,8 +271,17 @@ pub(crate) trait SynchronousBackend: Send + Sync {
     /// starts a moment early only ends early, and the clock is read once per acquisition.
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>>;
 
-    /// [`Backend::release`], done on the spot.
-    fn release_now(&self, key: &LockKey, token: &Token, mode: Mode) -> Result<(), LockError>;
+    /// [`Backend::release`], done on the spot, as of `now` when the caller has just read
+    /// the clock (`None`: the backend reads it), with the key's [`Grant::slot`] if the grant
+    /// had one.
+    fn release_now(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        mode: Mode,
+        now: Option<Instant>,
+        slot: Option<u64>,
+    ) -> Result<(), LockError>;
 }
 
 impl std::fmt::Debug for Capabilities<'_> {

@@ -38,12 +38,17 @@ pub(crate) struct LeaseState {
     /// Set when a release begins: from then on a renewal that finds the key gone is that
     /// release, not a lost lease.
     pub(super) released: AtomicBool,
+    /// Set when the watchdog files the lease (moves it from its incoming list to its
+    /// schedule): only then does a release have to take it off the schedule.
+    pub(super) filed: AtomicBool,
     /// Bumped when an extend begins. A renewal sent under an older epoch may have landed
     /// before or after the extend; it renews the lease but does not move its deadline.
     pub(super) epoch: AtomicU64,
     /// When the request that was granted was sent: a backend reset after it (see
     /// [`Resets`](crate::Resets)) loses the lease.
     pub(super) granted_at: Instant,
+    /// The backend's [`Grant::slot`] of the key, which its release is handed.
+    pub(super) slot: Option<u64>,
     pub(super) times: Mutex<LeaseTimes>,
 }
 
@@ -149,7 +154,7 @@ impl Lease {
         } else {
             auto_renew.then(|| after(grant.granted_at, renew_interval(ttl)))
         };
-        let state = Arc::new(LeaseState {
+        let state = LeaseState {
             mode,
             key,
             token,
@@ -158,16 +163,18 @@ impl Lease {
             auto_renew,
             lost: Lost::default(),
             released: AtomicBool::new(false),
+            filed: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             granted_at: grant.granted_at,
+            slot: grant.slot,
             times: Mutex::new(LeaseTimes {
                 deadline: expires_by(grant.granted_at, first),
                 renew_at,
             }),
-        });
+        };
         state.set_ttl(ttl);
         state.lost.valid_until(expires_by(grant.granted_at, first));
-        let id = engine.watchdog.register(&engine, state.clone());
+        let (state, id) = engine.watchdog.register_new(&engine, state);
         // After registering: a reset from here on is the watchdog's to report.
         if !engine.vouches_for(grant.granted_at) {
             state.mark_lost("the backend was reset after the lease was granted");
@@ -245,8 +252,9 @@ impl Lease {
     /// Stop renewing: from here on the lease is being released.
     fn stop(&mut self) {
         self.handed_off = true;
-        self.state.released.store(true, Ordering::Release);
-        self.engine.watchdog.unregister(self.id);
+        // SeqCst: read against the watchdog's `filed` (see `Watchdog::release`).
+        self.state.released.store(true, Ordering::SeqCst);
+        self.engine.watchdog.release(self.id, &self.state);
     }
 
     /// Stop renewing, and return the backend release to run.
@@ -274,22 +282,36 @@ impl Lease {
     /// Cancellation-safe: once this future has been created, the release happens. If it
     /// is dropped before the backend answered, the release finishes in the background.
     pub fn release(mut self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
-        match self.release_in_place() {
+        match self.release_in_place(None) {
             Some(result) => runtime::Detachable::ready(result),
             None => runtime::Detachable::new(self.begin_release()),
         }
     }
 
-    /// Release on the spot if the backend can (the in-process one): no future to make,
-    /// box or poll. `None`: it cannot, and nothing was done.
-    fn release_in_place(&mut self) -> Option<Result<(), LockError>> {
+    /// Drop the lease (it is released as [dropping](Drop) it releases it) as of `now`, an
+    /// instant the caller has just read: the in-process engine's release then reads no
+    /// clock of its own (a clock read is a good part of an in-process request's cost). A
+    /// caller that times the hold reads the clock once for both.
+    pub fn drop_at(mut self, now: Instant) {
+        if let Some(result) = self.release_in_place(Some(now))
+            && let Err(error) = result
+        {
+            tracing::debug!(%error, "release on drop did not apply");
+        }
+        // Otherwise `Drop` releases it in the background, as ever.
+    }
+
+    /// Release on the spot if the backend can (the in-process one), as of `now` (`None`:
+    /// the backend reads the clock): no future to make, box or poll. `None`: it cannot,
+    /// and nothing was done.
+    fn release_in_place(&mut self, now: Option<Instant>) -> Option<Result<(), LockError>> {
         let synchronous = self.engine.synchronous.as_deref()?;
         // `stop`, field by field: `synchronous` borrows the engine.
         self.handed_off = true;
-        self.state.released.store(true, Ordering::Release);
-        self.engine.watchdog.unregister(self.id);
+        self.state.released.store(true, Ordering::SeqCst);
+        self.engine.watchdog.release(self.id, &self.state);
         let state = &self.state;
-        let result = synchronous.release_now(&state.key, &state.token, state.mode);
+        let result = synchronous.release_now(&state.key, &state.token, state.mode, now, state.slot);
         tracing::trace!(key = %state.key, ok = result.is_ok(), "lease released");
         Some(result)
     }
@@ -419,7 +441,7 @@ impl Drop for Lease {
         if self.handed_off {
             return;
         }
-        if let Some(result) = self.release_in_place() {
+        if let Some(result) = self.release_in_place(None) {
             if let Err(error) = result {
                 tracing::debug!(%error, "release on drop did not apply");
             }

@@ -10,7 +10,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::lease::LeaseState;
+use super::{LockKey, lease::LeaseState};
 
 /// Resolves when a lease is lost: renewal failed or found the key gone, or the local
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
@@ -37,6 +37,12 @@ impl LostSignal {
     /// `true` once the lease is lost.
     pub fn is_lost(&self) -> bool {
         self.0.lost.is_set()
+    }
+
+    /// The key of the lease this signal is about (the signal shares the lease's state:
+    /// a holder of the signal needs no copy of its own).
+    pub fn key(&self) -> &LockKey {
+        &self.0.key
     }
 
     /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read: one

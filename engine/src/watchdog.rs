@@ -27,6 +27,13 @@ const RENEW_AHEAD: Duration = Duration::from_millis(20);
 /// or validity deadline), in an ordered set: a wake pops only the leases that are due, so
 /// it costs O(due · log n), not a scan of every live lease. The task runs on the engine's
 /// own runtime ([`runtime`]), never on a runtime the user owns.
+///
+/// A new lease is not filed at once: registering pushes it on a list of incoming leases,
+/// which the task files when the earliest of them is due. Most leases (an in-process
+/// request's) are released long before that, and then cost the watchdog one push and
+/// nothing at their release: no map, no ordered set, no second lock (see
+/// [`Watchdog::release`]). The state of such a lease, once nothing refers to it, is kept
+/// for a new lease ([`Watchdog::register_new`]): no allocation per lease either.
 pub(crate) struct Watchdog {
     inner: Arc<WatchInner>,
 }
@@ -41,6 +48,16 @@ struct WatchState {
     /// Every registered lease, with the instant it is filed under in `queue`.
     leases: HashMap<u64, (Arc<LeaseState>, Instant), BuildHasherDefault<IdHasher>>,
     queue: BTreeSet<(Instant, u64)>,
+    /// Leases registered and not yet filed (with their ids), filed by `incoming_due`.
+    incoming: Vec<(Arc<LeaseState>, u64)>,
+    /// No incoming lease is due before this instant (`None`: the list is empty).
+    incoming_due: Option<Instant>,
+    /// The list's length at which registering compacts it (drops the released leases),
+    /// so that it holds at most about twice the live ones.
+    compact_at: usize,
+    /// States of released leases that nothing refers to any more, for new leases to
+    /// reuse (at most [`MAX_SPARE`]): a short-lived lease then allocates nothing.
+    spare: Vec<Arc<LeaseState>>,
     next_id: u64,
     started: bool,
     /// When the task will next look by itself (`None`: it waits for a registration).
@@ -88,7 +105,64 @@ impl WatchState {
             self.queue.remove(&(at, id));
         }
     }
+
+    /// File every incoming lease that is still live under the instant it is due.
+    fn file_incoming(&mut self) {
+        self.incoming_due = None;
+        let mut incoming = std::mem::take(&mut self.incoming);
+        for (lease, id) in incoming.drain(..) {
+            // Said filed before its release is read: a lease released meanwhile either is
+            // seen released here, or sees itself filed and unregisters (after this lock).
+            lease.filed.store(true, Ordering::SeqCst);
+            if lease.released.load(Ordering::SeqCst) || lease.lost.set.load(Ordering::Acquire) {
+                keep_spare(&mut self.spare, lease);
+                continue;
+            }
+            let due = lease.times.lock().unwrap().due();
+            self.queue.insert((due, id));
+            self.leases.insert(id, (lease, due));
+        }
+        // The list's room is kept for the next leases.
+        self.incoming = incoming;
+    }
+
+    /// Drop the released and lost leases from the incoming list.
+    fn compact_incoming(&mut self) {
+        let done = |(lease, _): &mut (Arc<LeaseState>, u64)| {
+            lease.released.load(Ordering::SeqCst) || lease.lost.set.load(Ordering::Acquire)
+        };
+        for (lease, _) in self.incoming.extract_if(.., done) {
+            keep_spare(&mut self.spare, lease);
+        }
+        self.compact_at = (2 * self.incoming.len()).max(MIN_COMPACT_AT);
+    }
+
+    /// Put `lease` (registered as `id`, due at `due`) on the incoming list, and say
+    /// whether the task must be woken to look by `due`.
+    fn add(&mut self, lease: Arc<LeaseState>, id: u64, due: Instant) -> bool {
+        if self.incoming.len() >= self.compact_at {
+            self.compact_incoming();
+        }
+        self.incoming.push((lease, id));
+        if self.incoming_due.is_none_or(|d| due < d) {
+            self.incoming_due = Some(due);
+        }
+        self.scheduled.is_none_or(|s| due < s)
+    }
 }
+
+/// Keep a finished lease's state for a new lease if nothing else refers to it (and room).
+fn keep_spare(spare: &mut Vec<Arc<LeaseState>>, mut lease: Arc<LeaseState>) {
+    if spare.len() < MAX_SPARE && Arc::get_mut(&mut lease).is_some() {
+        spare.push(lease);
+    }
+}
+
+/// How many states of finished leases the watchdog keeps for reuse.
+const MAX_SPARE: usize = 64;
+
+/// The smallest length of the incoming list at which registering compacts it.
+const MIN_COMPACT_AT: usize = 64;
 
 impl Watchdog {
     pub(crate) fn new() -> Self {
@@ -103,19 +177,53 @@ impl Watchdog {
     pub(super) fn register(&self, engine: &Arc<EngineShared>, lease: Arc<LeaseState>) -> u64 {
         let due = lease.times.lock().unwrap().due();
         let mut st = self.inner.state.lock().unwrap();
+        self.add(engine, &mut st, lease, due)
+    }
+
+    /// Register a new lease of state `lease`: its shared state (the state of a finished
+    /// lease reused when one is spare, so that a short-lived lease allocates nothing) and
+    /// its id.
+    pub(super) fn register_new(
+        &self,
+        engine: &Arc<EngineShared>,
+        mut lease: LeaseState,
+    ) -> (Arc<LeaseState>, u64) {
+        let due = lease.times.get_mut().unwrap().due();
+        let mut st = self.inner.state.lock().unwrap();
+        let state = match st.spare.pop() {
+            Some(mut spare) => {
+                *Arc::get_mut(&mut spare).expect("a spare lease state is not shared") = lease;
+                spare
+            }
+            None => Arc::new(lease),
+        };
+        let id = self.add(engine, &mut st, state.clone(), due);
+        (state, id)
+    }
+
+    /// Put `lease` on the incoming list under the lock `st`; start or wake the task if it
+    /// must look by `due`. Returns the lease's id.
+    fn add(
+        &self,
+        engine: &Arc<EngineShared>,
+        st: &mut std::sync::MutexGuard<'_, WatchState>,
+        lease: Arc<LeaseState>,
+        due: Instant,
+    ) -> u64 {
         let id = st.next_id;
         st.next_id += 1;
-        st.leases.insert(id, (lease, due));
-        st.queue.insert((due, id));
+        let wake = st.add(lease, id, due);
         if !st.started {
             // Under the lock, so that concurrent first leases start one task.
             st.started = true;
+            st.scheduled = Some(due);
             let resets = engine.resets.clone().unwrap_or_default();
             runtime::handle().spawn(run(Arc::downgrade(engine), self.inner.clone(), resets));
-        } else if st.scheduled.is_none_or(|s| due < s) {
+        } else if wake {
             // Only wake the task when this lease is due before the task's own next look:
-            // the common short-lived lease then costs one insert, not a task wake-up.
-            drop(st);
+            // the common short-lived lease then costs one push, not a task wake-up. The
+            // task looks by `due` now (it reads the schedule again when it wakes).
+            st.scheduled = Some(due);
             self.inner.wake.notify_one();
         }
         id
@@ -125,10 +233,30 @@ impl Watchdog {
         self.inner.state.lock().unwrap().remove(id);
     }
 
+    /// Lease `id` is being released (its `released` flag is set): take it off the
+    /// schedule. A lease still on the incoming list costs nothing here: it is dropped when
+    /// the list is filed or compacted.
+    pub(super) fn release(&self, id: u64, lease: &LeaseState) {
+        // Read after `released` was set (SeqCst both, against `file_incoming`'s order).
+        if lease.filed.load(Ordering::SeqCst) {
+            self.unregister(id);
+        }
+    }
+
     /// The lease's times changed: file it where it is now due.
     pub(super) fn reschedule(&self, id: u64, lease: &LeaseState) {
         let due = lease.times.lock().unwrap().due();
-        let wake = self.inner.state.lock().unwrap().file(id, due);
+        let mut st = self.inner.state.lock().unwrap();
+        let wake = if st.leases.contains_key(&id) {
+            st.file(id, due)
+        } else {
+            // Still incoming (or gone): the list must be filed by then.
+            if st.incoming_due.is_none_or(|d| due < d) {
+                st.incoming_due = Some(due);
+            }
+            st.scheduled.is_none_or(|s| due < s)
+        };
+        drop(st);
         if wake {
             self.inner.wake.notify_one();
         }
@@ -166,6 +294,9 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
         let mut not_yet: Vec<(Instant, u64)> = Vec::new();
         let next = {
             let mut st = inner.state.lock().unwrap();
+            if st.incoming_due.is_some_and(|d| d <= horizon) {
+                st.file_incoming();
+            }
             if resets.last_nanos() > reported {
                 reported = resets.last_nanos();
                 lose_unvouched(&mut st, &resets);
@@ -212,7 +343,10 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
                 st.queue.insert((at, id));
             }
             st.queue.extend(not_yet);
-            let next = st.queue.first().map(|&(at, _)| at);
+            let next = match (st.queue.first().map(|&(at, _)| at), st.incoming_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             st.scheduled = next;
             if next.is_none() && engine.strong_count() == 0 {
                 st.started = false;
@@ -253,6 +387,12 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
 /// from the server, whose key another node may be granted the moment it answers). A scan
 /// of every lease, but only when the backend was reset.
 fn lose_unvouched(st: &mut WatchState, resets: &Resets) {
+    // Incoming leases too; they are dropped from the list when it is filed.
+    for (lease, _) in &st.incoming {
+        if !resets.vouch_for(lease.granted_at) {
+            lease.mark_lost("the backend was reset after the lease was granted");
+        }
+    }
     let unvouched: Vec<u64> = st
         .leases
         .iter()
@@ -338,5 +478,22 @@ async fn renew_batch(
                 watchdog.unregister(d.id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Leases released before they are due are never filed, nor pile up; states are reused.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn short_leases_are_never_filed_and_their_states_are_reused() {
+        let engine = crate::LockEngine::in_memory();
+        let lock = engine.lock("k");
+        for _ in 0..10_000 {
+            let lease = lock.acquire_now().expect("decided").expect("free");
+            lease.release().await.expect("released");
+        }
+        let st = engine.shared.watchdog.inner.state.lock().unwrap();
+        assert!(st.leases.is_empty() && st.queue.is_empty());
+        assert!(st.incoming.len() <= super::MIN_COMPACT_AT && !st.spare.is_empty());
     }
 }

@@ -312,13 +312,7 @@ impl RequestLocker {
         } else {
             tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
         }
-        let info = LeaseInfo::new(
-            lease.key().clone(),
-            lease.fence(),
-            waited,
-            lease.lost_signal(),
-            degraded,
-        );
+        let info = LeaseInfo::new(lease.fence(), waited, lease.lost_signal(), degraded);
         Outcome::Locked(LockGuard::new(
             lease,
             node,

@@ -92,11 +92,10 @@ impl LockGuard {
     /// works outside any runtime). Response bodies call this before handing
     /// over their last frame, so a client that has read a whole response finds the key
     /// free for its next request (on Redis, the release is on its way first).
-    pub fn release_now(mut self) {
-        // Dropping a lease starts its release on the spot and, if the backend needs a
-        // round trip, finishes it on the engine's own runtime.
-        drop(self.lease.take());
-        drop(self.node.take());
+    pub fn release_now(self) {
+        // Dropping the guard releases its lease on the spot and, if the backend needs a
+        // round trip, finishes it on the engine's own runtime (see `Drop`).
+        drop(self);
     }
 
     /// Release the key; the returned future resolves once the backend has applied the
@@ -180,7 +179,12 @@ impl Drop for LockGuard {
         } else {
             tracing::debug!(key = %self.info.key(), ?held, "lock released");
         }
-        drop(self.lease.take());
-        drop(self.node.take());
+        // The clock read above serves the in-process engine's release too.
+        if let Some(lease) = self.lease.take() {
+            lease.drop_at(now);
+        }
+        if let Some(node) = self.node.take() {
+            (*node).drop_at(now);
+        }
     }
 }

@@ -166,12 +166,26 @@ impl MemoryBackend {
         token: &Token,
         before: impl FnOnce(Instant),
     ) -> Result<(), LockError> {
-        self.locks.with_entry(key, self, |entry, now| {
-            if entry.holder.as_ref().is_some_and(|h| h.token == *token) {
-                before(now);
-            }
-            entry.release(token, now, self)
-        })
+        self.release_then_at(key, token, None, None, before)
+    }
+
+    /// [`release_then`](Self::release_then) as of `now` (`None`: the clock is read), with
+    /// the key's `hash` in the table if the caller kept it.
+    fn release_then_at(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        now: Option<Instant>,
+        hash: Option<u64>,
+        before: impl FnOnce(Instant),
+    ) -> Result<(), LockError> {
+        self.locks
+            .with_entry_at(key, self, now, hash, |entry, now| {
+                if entry.holder.as_ref().is_some_and(|h| h.token == *token) {
+                    before(now);
+                }
+                entry.release(token, now, self)
+            })
     }
 
     /// [`Backend::acquire`] in the space `table` keeps: decided at once if it can be,
@@ -231,7 +245,14 @@ impl MemoryBackend {
         // Undecided means someone holds or waits, so the entry stays; a refusal with
         // nothing held (a limit of zero) leaves nothing.
         shard.remove_if_empty(&req.key);
-        decided
+        // The lease keeps the key's hash for its release.
+        let slot = shard.hash();
+        decided.map(|d| {
+            d.map(|grant| Grant {
+                slot: Some(slot),
+                ..grant
+            })
+        })
     }
 
     /// The per-lease renewals of a batch in one space.
@@ -262,7 +283,7 @@ impl Backend for MemoryBackend {
         token: &'a Token,
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move { self.release_now(key, token, mode) })
+        Box::pin(async move { self.release_now(key, token, mode, None, None) })
     }
 
     fn extend<'a>(
@@ -335,12 +356,21 @@ impl SynchronousBackend for MemoryBackend {
         }
     }
 
-    fn release_now(&self, key: &LockKey, token: &Token, mode: Mode) -> Result<(), LockError> {
+    fn release_now(
+        &self,
+        key: &LockKey,
+        token: &Token,
+        mode: Mode,
+        now: Option<Instant>,
+        slot: Option<u64>,
+    ) -> Result<(), LockError> {
         match mode {
-            Mode::Exclusive => self.release_then(key, token, |_| {}),
+            Mode::Exclusive => self.release_then_at(key, token, now, slot, |_| {}),
             _ => self
                 .shared
-                .with_entry(key, self, |entry, now| entry.release(token, now, self)),
+                .with_entry_at(key, self, now, slot, |entry, now| {
+                    entry.release(token, now, self)
+                }),
         }
     }
 }

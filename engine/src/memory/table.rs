@@ -199,7 +199,13 @@ impl<E: Space> Default for Table<E> {
 impl<E: Space> Table<E> {
     /// `key`'s shard, locked.
     pub(super) fn shard(&self, key: &LockKey) -> Locked<'_, E> {
-        let hash = self.hasher.hash_one(key);
+        self.shard_at(key, None)
+    }
+
+    /// `key`'s shard, locked, with `key`'s hash when the caller kept it
+    /// ([`Locked::hash`]; `None`: it is computed).
+    fn shard_at(&self, key: &LockKey, hash: Option<u64>) -> Locked<'_, E> {
+        let hash = hash.unwrap_or_else(|| self.hasher.hash_one(key));
         // Bits the shard's table uses for neither its buckets (the low ones) nor its tags
         // (the top 7): within a shard they would all be alike.
         let i = (hash >> 32) as usize % SHARDS;
@@ -225,8 +231,22 @@ impl<E: Space> Table<E> {
         backend: &MemoryBackend,
         change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
-        let mut shard = self.shard(key);
-        let now = Instant::now();
+        self.with_entry_at(key, backend, None, None, change)
+    }
+
+    /// [`with_entry`](Self::with_entry) as of `now` (`None`: the clock is read), an
+    /// instant the caller has just read: one clock read then serves the caller and this;
+    /// with `key`'s `hash` in this table, if the caller kept it.
+    pub(super) fn with_entry_at<T>(
+        &self,
+        key: &LockKey,
+        backend: &MemoryBackend,
+        now: Option<Instant>,
+        hash: Option<u64>,
+        change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
+    ) -> Result<T, LockError> {
+        let mut shard = self.shard_at(key, hash);
+        let now = now.unwrap_or_else(Instant::now);
         let Some(entry) = shard.get_mut(key) else {
             return Err(LockError::Expired);
         };
@@ -238,6 +258,12 @@ impl<E: Space> Table<E> {
 }
 
 impl<E: Space> Locked<'_, E> {
+    /// The key's hash in this table: a caller that keeps it locks the key's shard again
+    /// without hashing the key ([`Table::with_entry_at`]).
+    pub(super) fn hash(&self) -> u64 {
+        self.hash
+    }
+
     /// `key`'s entry (the key this shard was locked for), if it has one.
     pub(super) fn get(&self, key: &LockKey) -> Option<&E> {
         self.shard
