@@ -166,12 +166,15 @@ async fn a_completion_refused_past_its_lease_ends_with_the_refusal_and_writes_no
     backend.refuse_renewals.store(true, Ordering::SeqCst);
     let engine = LockEngine::from_arc(backend.clone());
     let key = LockKey::new("k").unwrap();
+    let ttl = Duration::from_millis(300);
     let lease = engine
         .lock_on(key.clone())
-        .ttl(Duration::from_millis(300))
+        .ttl(ttl)
         .acquire()
         .await
         .unwrap();
+    // The backend's expiry: its TTL from a moment before this one.
+    let expired_by = tokio::time::Instant::now() + ttl;
     let valid_until = lease.valid_until();
     let completed = lease.complete(record(), Duration::from_secs(60)).await;
     match completed {
@@ -185,5 +188,8 @@ async fn a_completion_refused_past_its_lease_ends_with_the_refusal_and_writes_no
     assert!(*backend.refused.borrow() > 1, "never sent again");
     backend.refuse_completions.store(false, Ordering::SeqCst);
     assert!(engine.record(&key).await.unwrap().is_none());
+    // The lease's local deadline is a millisecond short of the backend's expiry (a server
+    // may round its clock down by that much): the key is free once the expiry has passed.
+    tokio::time::sleep_until(expired_by).await;
     assert!(!engine.lock_on(key).locked().await.unwrap());
 }
