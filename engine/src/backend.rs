@@ -33,14 +33,20 @@ pub struct AcquireRequest {
     pub fifo: bool,
     /// Refuse with [`LockError::QueueFull`] when this many already wait.
     pub max_waiters: Option<usize>,
-    /// This acquire's place among this engine's calls of the key, for a backend that lines
-    /// them up (see [`Capabilities::lining_up`]).
+    /// A FIFO acquire's place among this engine's calls of the key (see
+    /// [`AcquireRequest::leave_line`]).
     pub(crate) line: crate::releasing::Line,
 }
 
 impl AcquireRequest {
-    /// Give up this acquire's place in its key's line (see [`Capabilities::lining_up`]):
-    /// its first attempt was answered. Idempotent; nothing for a request not in line.
+    /// Give up this acquire's place in its key's line: the backend has queued it (its
+    /// first attempt was sent or answered), so the next FIFO acquire of the key from this
+    /// engine may go. The engine lines up each key's FIFO acquires (and the releases
+    /// before them) in the order they were called, because a backend's calls may reach
+    /// its store in another order (a pool of connections), and because an acquire that
+    /// waits for this engine's release of its key to land would otherwise be passed by
+    /// one called after it. A backend that never calls this holds the place until its
+    /// acquire returns. Idempotent; nothing for a request not in line.
     pub(crate) fn leave_line(&self) {
         self.line.leave();
     }
@@ -249,8 +255,6 @@ pub struct Capabilities<'a> {
     pub(crate) numeric: Option<&'a dyn NumericBackend>,
     pub(crate) pools: Option<&'a dyn PoolBackend>,
     pub(crate) records: Option<&'a dyn RecordBackend>,
-    /// See [`Capabilities::lining_up`].
-    pub(crate) lines_up: bool,
 }
 
 /// A backend that can answer an acquisition or a release on the spot, without a future:
@@ -291,7 +295,6 @@ impl std::fmt::Debug for Capabilities<'_> {
             .field("numeric", &self.numeric.is_some())
             .field("pools", &self.pools.is_some())
             .field("records", &self.records.is_some())
-            .field("lines_up", &self.lines_up)
             .finish()
     }
 }
@@ -323,22 +326,6 @@ impl<'a> Capabilities<'a> {
     /// With records written atomically with a release ([`Lease::complete`](super::Lease::complete)).
     pub fn with_records(mut self, records: &'a dyn RecordBackend) -> Self {
         self.records = Some(records);
-        self
-    }
-
-    /// The backend's calls may reach its store in another order than they were made (a
-    /// pool of connections), so the engine lines up each key's FIFO acquires (and the
-    /// releases before them) in the order they were called: a waiting FIFO acquire carries
-    /// its place in its request, and
-    /// the backend gives it up ([`AcquireRequest::leave_line`]) once its first attempt was
-    /// answered (its ticket queued); the next acquire of the key from this engine goes
-    /// then. Crate-private: a backend of another crate orders its own calls.
-    #[cfg_attr(
-        not(any(feature = "redis", feature = "postgres")),
-        expect(dead_code, reason = "used by the network backends only")
-    )]
-    pub(crate) fn lining_up(mut self) -> Self {
-        self.lines_up = true;
         self
     }
 }

@@ -254,15 +254,20 @@ impl Lock {
     }
 
     /// Wait for this engine's calls of `req`'s key that must reach the backend first: its
-    /// releases begun and not yet answered, and, on a backend that
-    /// [lines up](crate::Capabilities::lining_up) its calls, for a FIFO request, the first
-    /// attempts of the FIFO acquires called before this one. A waiting `req` takes its place in that line now,
-    /// as it is called (a try never queues, so it takes none).
+    /// releases begun and not yet answered, and, for a FIFO request, the first attempts of
+    /// the FIFO acquires called before this one. A waiting FIFO `req` takes its place in
+    /// that line now, as it is called (a try never queues, so it takes none), and keeps it
+    /// until the backend has queued it ([`AcquireRequest::leave_line`]) or the acquire
+    /// ends.
+    ///
+    /// A FIFO acquire that merely waited for a release to land would lose its place: an
+    /// acquire called after it (the releasing caller itself, asking again at once) finds
+    /// nothing in flight any more and reaches the backend first.
     async fn in_line(&self, req: &mut AcquireRequest) {
         let shared = &self.engine.shared;
         // Only FIFO promises an order: lining up costs a burst of same-key acquires from
-        // this node one round trip each, one after the other.
-        if !req.fifo || !shared.backend.capabilities().lines_up {
+        // this node one first attempt each, one after the other.
+        if !req.fifo {
             return shared.releasing.landed(&req.key).await;
         }
         let (earlier, place) = shared.releasing.line_up(&req.key);
@@ -283,8 +288,8 @@ impl Lock {
             return grant.map(|grant| self.lease(req, grant, Duration::ZERO));
         }
         // This engine's own release of the key, begun and not yet answered, lands first;
-        // on a backend that lines up its calls, so do the first attempts of this engine's
-        // earlier acquires of the key.
+        // for a FIFO acquire, so do the first attempts of this engine's earlier FIFO
+        // acquires of the key.
         self.in_line(&mut req).await;
         let span = tracing::trace_span!("lock.acquire", key = %req.key, fifo = self.options.fifo);
         let mut retried = false;

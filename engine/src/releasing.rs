@@ -11,11 +11,12 @@
 //! sees them, whatever connections they take. The in-process backend releases on the spot
 //! and never registers here.
 //!
-//! On a backend that [lines up](crate::Capabilities::lining_up) its calls (Postgres: a pool
-//! of connections), a waiting FIFO acquire also takes its place here as it is called, and its
-//! first attempt goes once the releases and first attempts of its key called before it have
-//! been answered: the queue takes this node's waiters in the order they called (FIFO), not
-//! in the order their connections happened to reach the server.
+//! A waiting FIFO acquire also takes its place here as it is called, and its first attempt
+//! goes once the releases and first attempts of its key called before it have been
+//! answered (see [`AcquireRequest::leave_line`](crate::AcquireRequest::leave_line)): the
+//! queue takes this node's waiters in the order they called (FIFO), not in the order their
+//! connections happened to reach the server, and an acquire that waits for a release to
+//! land is not passed by one called after it.
 
 use std::{
     sync::{
@@ -137,8 +138,8 @@ impl Releasing {
 }
 
 /// An acquire's place in its key's line (see [`Releasing::line_up`]), carried by its
-/// request to a backend that [lines up](crate::Capabilities::lining_up) its calls: held
-/// until the backend's first attempt was answered ([`Line::leave`]), or the acquire ended.
+/// request to the backend: held until the backend has queued it ([`Line::leave`], see
+/// [`AcquireRequest::leave_line`](crate::AcquireRequest::leave_line)), or the acquire ended.
 #[derive(Clone, Default)]
 pub(crate) struct Line(Option<Arc<Mutex<Option<InFlight>>>>);
 

@@ -12,6 +12,7 @@ mod conformance_memory;
 mod conformance_redis;
 #[cfg(feature = "redis-cluster")]
 mod conformance_redis_cluster;
+mod fifo_line;
 mod lease_lifecycle;
 #[cfg(feature = "redis")]
 mod redis_bring_your_own;

@@ -220,6 +220,9 @@ impl MemoryBackend {
             let changed = queue.changed.get_or_insert_with(Arc::default).clone();
             (rx, id, changed)
         };
+        // Queued: the next FIFO acquire of the key from this engine may go (it queues
+        // behind this one).
+        req.leave_line();
         let guard = WaitGuard {
             backend: self,
             table,

@@ -60,7 +60,7 @@ impl Inner {
     }
 
     /// [`spawn_call`](Self::spawn_call), whose task gives up `line` (an acquire's place
-    /// among this node's calls of its key, see `Capabilities::lining_up`) as soon as the
+    /// among this node's calls of its key, see `AcquireRequest::leave_line`) as soon as the
     /// statement has answered: the next caller's attempt then goes, even if this call's
     /// caller is not polling (a blocked runtime, a future put aside).
     fn spawn_call_in_line(
@@ -231,7 +231,7 @@ impl Inner {
             };
             // Answered or given up (a timed-out attempt still running): the next acquire of
             // the key from this node may go (its ticket queues behind ours; see
-            // `Capabilities::lining_up`).
+            // `AcquireRequest::leave_line`).
             req.leave_line();
             if cleanup.in_flight.last().is_some_and(InFlight::is_finished) {
                 // Answered (its outcome is read below): nothing left to wait for. A call that

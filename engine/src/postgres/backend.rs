@@ -169,7 +169,6 @@ impl Backend for PostgresBackend {
             .with_numeric(self)
             .with_pools(self)
             .with_records(self)
-            .lining_up()
     }
 
     /// Both queues' live tickets, counted in one statement.

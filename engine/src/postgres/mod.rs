@@ -35,7 +35,7 @@
 //!   whose `expires_at` is more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
 //! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms)`: the waiters, one row each,
 //!   in arrival order (`seq`, an identity column; a node's acquires of a key are lined up
-//!   in the order they were called, see `Capabilities::lining_up`, so its calls taking
+//!   in the order they were called, see `AcquireRequest::leave_line`, so its calls taking
 //!   different pooled connections cannot swap places), each with everything a release needs to
 //!   grant it the key without asking anyone: its token, its lease TTL and its claim period
 //!   (how long a hand-off to it lasts before it confirms, its ticket TTL). A ticket lives

@@ -173,10 +173,7 @@ impl Backend for RedisBackend {
         let capabilities = Capabilities::none()
             .with_admin(self)
             .with_numeric(self)
-            .with_records(self)
-            // A release and the next acquire from this node may take two connections (a
-            // runtime's, the engine's for a detached release): see `Wait::attempt`.
-            .lining_up();
+            .with_records(self);
         if self.inner.cluster {
             // A pool's holders are read in one script over every member's lock key, which
             // lie in as many slots: not valid in a cluster (see the module docs).

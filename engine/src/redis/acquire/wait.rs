@@ -145,7 +145,7 @@ impl<'a> Wait<'a> {
         let mut attempt = std::pin::pin!(attempt);
         let mut in_line = first;
         // The first attempt gives up the acquire's place in line (see
-        // `Capabilities::lining_up`) once polled: its command is then queued on its
+        // `AcquireRequest::leave_line`) once polled: its command is then queued on its
         // connection, ahead of any the next caller sends on it. Not at its answer: that is
         // read by this task, and a waiter put aside after one poll would hold the line.
         let reply = std::future::poll_fn(|cx| {
