@@ -32,7 +32,11 @@ async fn node(cluster: &RedisCluster, ack: bool) -> LockEngine {
         .prefix("killed")
         .command_timeout(Duration::from_millis(1000));
     if ack {
-        builder = builder.replica_ack(1, Duration::from_millis(500));
+        // Only the holders' two grants before the kill wait for their replica (releases
+        // send no `WAIT`), so a generous bound costs nothing: with 500 ms, a CI run with two
+        // test binaries at once once saw the first grant's `WAIT` time out and the test
+        // fail before any fault.
+        builder = builder.replica_ack(1, Duration::from_secs(5));
     }
     LockEngine::new(builder.build().await.unwrap())
 }
