@@ -8,8 +8,9 @@
 //! (a `423`, or an idempotent retry told `409` instead of getting the replay). An acquire
 //! that finds its key here waits for that release's answer first, at most
 //! [`RELEASE_WAIT`]: the order the node's own calls were made in is the order the backend
-//! sees them, whatever connections they take. The in-process backend releases on the spot
-//! and never registers here.
+//! sees them, whatever connections they take. The in-process backend handed to
+//! `LockEngine::new` releases on the spot and never registers here; reached through the
+//! `Backend` trait (a wrapper, `LockEngine::from_arc`), it registers like any other.
 //!
 //! A waiting FIFO acquire also takes its place here as it is called, and its first attempt
 //! goes once the releases and first attempts of its key called before it have been
