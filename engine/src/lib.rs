@@ -59,6 +59,8 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+mod armed;
 mod backend;
 mod completion;
 mod config_error;

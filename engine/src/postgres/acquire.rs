@@ -103,6 +103,7 @@ impl Inner {
                     other => other,
                 }
             };
+            crate::armed::call_with_timeout(bound);
             let answered = tokio::time::timeout(bound, call).await;
             line.leave();
             match answered {
@@ -118,6 +119,8 @@ impl Inner {
         what: &'static str,
         call: &mut InFlight,
     ) -> Result<Vec<PgRow>, LockError> {
+        // The timeout wakes no parked worker of this runtime.
+        crate::armed::call_with_timeout(self.timeout);
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => joined(result),
             Err(_) => Err(timed_out(what, self.timeout)),

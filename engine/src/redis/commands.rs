@@ -309,6 +309,8 @@ impl Commands {
             // The primary holds the reply for up to the WAIT timeout by design.
             deadline += ack.timeout;
         }
+        // Its timeouts (this one and redis-rs's) wake no parked worker of this runtime.
+        crate::armed::call_with_timeout(self.timeout);
         // Nothing is granted unwatched: a lease the watch never saw could outlive, unseen,
         // the server that granted it.
         if let Some(watch) = &self.watch {

@@ -50,7 +50,7 @@ impl ServerPool {
             pool,
             connector,
             timeout,
-            runtimes: Arc::new(RuntimeConns::new(timeout)),
+            runtimes: Arc::default(),
         }
     }
 
