@@ -152,11 +152,13 @@ mod on {
                           WHERE datname = current_database() AND pid <> pg_backend_pid() \
                           AND backend_type = 'client backend'";
             // A connection the pool has not closed yet (sqlx's `close` sometimes leaves one
-            // behind) whose last statement was on the run's schema: the run's own, ended.
+            // behind) whose last statement was on the run's schema, or the advisory
+            // baseline's `COMMIT`: the run's own, ended.
             let leftover = format!(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                  WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                 AND backend_type = 'client backend' AND query LIKE '%{}%'",
+                 AND backend_type = 'client backend' \
+                 AND (query LIKE '%{}%' OR query = 'COMMIT')",
                 self.schema
             );
             while self.query_one(others).await? > 0 {
