@@ -170,20 +170,9 @@ mod tests {
                 .await
                 .unwrap();
         });
-        let keepers = KEEPERS
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(k, _)| *k == id)
-            .count();
-        assert_eq!(keepers, 1, "one keeper per runtime");
-        let keeper = KEEPERS
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|(k, _)| *k == id)
-            .map(|(_, keeper)| keeper.clone())
-            .expect("the runtime's keeper");
+        let keepers = keepers_of(id);
+        assert_eq!(keepers.len(), 1, "one keeper per runtime");
+        let keeper = &keepers[0];
         assert_eq!(
             keeper.period_nanos.load(Ordering::Relaxed),
             200_000_000,
@@ -194,6 +183,41 @@ mod tests {
             KEEPERS.lock().unwrap().iter().all(|(k, _)| *k != id),
             "a runtime that went away leaves no keeper behind"
         );
+    }
+
+    /// A shorter call timeout than the one the keeper sleeps re-arms it at once: a keeper
+    /// still asleep for the longer period would end after the shorter call's deadline.
+    #[test]
+    fn a_shorter_timeout_re_arms_the_keeper_at_once() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        let id = runtime.handle().id();
+        runtime.block_on(async {
+            call_with_timeout(Duration::from_secs(60));
+            // The keeper starts, and sleeps for 60 s.
+            tokio::task::yield_now().await;
+            call_with_timeout(Duration::from_secs(2));
+            // Past the shorter period (time advances to the earliest timer first): the
+            // keeper has looked, and found the call made since it was armed.
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+            let keepers = keepers_of(id);
+            assert!(
+                !keepers[0].used.load(Ordering::Relaxed),
+                "the keeper woke after the shorter period, not the first one"
+            );
+        });
+    }
+
+    fn keepers_of(id: Id) -> Vec<Arc<Keeper>> {
+        let keepers = KEEPERS.lock().unwrap();
+        keepers
+            .iter()
+            .filter(|(k, _)| *k == id)
+            .map(|(_, keeper)| keeper.clone())
+            .collect()
     }
 
     /// Outside a runtime, and for a timeout under the floor, nothing is started.
