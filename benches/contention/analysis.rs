@@ -13,6 +13,11 @@ pub(crate) struct Analysis {
     pub(crate) waits: Vec<f64>,
     pub(crate) overtakes: u64,
     pub(crate) overtakes_strict: u64,
+    /// Overtakes counted from the calls' starts alone: also counts a call whose thread
+    /// stalled (was preempted) between reading the clock and taking its place in line.
+    pub(crate) overtakes_by_call_start: u64,
+    /// Per cycle, from the acquire's call to the end of its first poll (µs).
+    pub(crate) entries: Vec<f64>,
     pub(crate) longest_run: usize,
     pub(crate) fence_regressions: u64,
     /// Where overtaking grants sit in their key's grant order (the first 20): at the start
@@ -27,6 +32,8 @@ pub(crate) fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
         waits: Vec::new(),
         overtakes: 0,
         overtakes_strict: 0,
+        overtakes_by_call_start: 0,
+        entries: Vec::new(),
         longest_run: 0,
         fence_regressions: 0,
         overtake_positions: Vec::new(),
@@ -35,6 +42,8 @@ pub(crate) fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
         a.cycles += log.len();
         a.waits
             .extend(log.iter().map(|c| micros(c.granted - c.arrival)));
+        a.entries
+            .extend(log.iter().map(|c| micros(c.entered - c.arrival)));
         let mut run = 0;
         for (i, c) in log.iter().enumerate() {
             match i.checked_sub(1).map(|j| &log[j]) {
@@ -56,22 +65,29 @@ pub(crate) fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
             }
             a.longest_run = a.longest_run.max(run);
         }
-        // A grant overtakes if some cycle granted after it had arrived before it. The
-        // earliest arrival among the later grants (a suffix minimum) answers that for
-        // every grant in one pass.
-        let mut earliest_later: Option<Instant> = None;
+        // A grant overtakes if some cycle granted after it was already in line (its
+        // acquire's first poll had returned) before this one's acquire was called: calls
+        // whose intervals overlap have no order to keep. The earliest entry among the
+        // later grants (a suffix minimum) answers that for every grant in one pass.
+        let mut earliest_later: Option<(Instant, Instant)> = None;
         let mut positions = Vec::new();
         for (i, c) in log.iter().enumerate().rev() {
-            if let Some(e) = earliest_later {
-                if e < c.arrival {
+            if let Some((entered, arrived)) = earliest_later {
+                if entered < c.arrival {
                     a.overtakes_strict += 1;
                 }
-                if e + slack < c.arrival {
+                if entered + slack < c.arrival {
                     a.overtakes += 1;
                     positions.push(i);
                 }
+                if arrived + slack < c.arrival {
+                    a.overtakes_by_call_start += 1;
+                }
             }
-            earliest_later = Some(earliest_later.map_or(c.arrival, |e| e.min(c.arrival)));
+            earliest_later = Some(match earliest_later {
+                None => (c.entered, c.arrival),
+                Some((e, a)) => (e.min(c.entered), a.min(c.arrival)),
+            });
         }
         positions.reverse();
         a.overtake_positions.extend(positions);

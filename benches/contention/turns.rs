@@ -24,8 +24,12 @@ use crate::{
 #[derive(Clone, Copy)]
 pub(crate) struct Cycle {
     pub(crate) worker: usize,
-    /// When `acquire()` was called (the arrival, for FIFO order).
+    /// When `acquire()` was called.
     pub(crate) arrival: Instant,
+    /// When the acquire's first poll returned: by then the call has taken its place in the
+    /// engine's line (and, in process, in the key's queue). A call is in line somewhere in
+    /// `arrival..entered`; FIFO orders calls whose intervals do not overlap.
+    pub(crate) entered: Instant,
     /// When `acquire()` returned.
     pub(crate) granted: Instant,
     /// When `release()` was called.
@@ -121,13 +125,18 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
             };
             let _ = start.await;
             for _ in 0..config.iterations {
+                let lock = engine.lock(&slot.name).ttl(config.ttl).fifo(config.fifo);
                 let arrival = Instant::now();
-                let acquired = engine
-                    .lock(&slot.name)
-                    .ttl(config.ttl)
-                    .fifo(config.fifo)
-                    .acquire()
-                    .await;
+                let call = lock.acquire();
+                tokio::pin!(call);
+                let mut entered = None;
+                let acquired = std::future::poll_fn(|cx| {
+                    let polled = call.as_mut().poll(cx);
+                    entered.get_or_insert_with(Instant::now);
+                    polled
+                })
+                .await;
+                let entered = entered.unwrap_or(arrival);
                 let granted = Instant::now();
                 let lease = match acquired {
                     Ok(lease) => lease,
@@ -151,6 +160,7 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
                 slot.log.lock().unwrap().push(Cycle {
                     worker,
                     arrival,
+                    entered,
                     granted,
                     release_call,
                     fence: lease.fence().get(),
@@ -229,6 +239,8 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
         "longest_wait_ms": p(&analysis.waits, |p| p.max / 1000.0),
         "fifo_overtakes": analysis.overtakes,
         "fifo_overtakes_strict": analysis.overtakes_strict,
+        "fifo_overtakes_by_call_start": analysis.overtakes_by_call_start,
+        "call_entry_max_us": p(&analysis.entries, |p| p.max),
         "fifo_overtake_positions": analysis.overtake_positions,
         "longest_run": analysis.longest_run,
         "fence_regressions": analysis.fence_regressions,
