@@ -76,12 +76,10 @@ fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
     }
     // Bytes first: an ASCII key (most) needs no decoding; the others are checked by char
     // (C1 controls are two bytes long).
+    // One pass for the common case, printable ASCII; anything else (a control byte, or a
+    // multi-byte character, which may be a C1 control) is looked at by char.
     let control = |p: &&str| {
-        if p.is_ascii() {
-            p.bytes().any(|b| b.is_ascii_control())
-        } else {
-            p.chars().any(char::is_control)
-        }
+        !p.bytes().all(|b| (0x20..0x7f).contains(&b)) && p.chars().any(char::is_control)
     };
     if parts.iter().any(control) {
         return Err(KeyError::ControlCharacter);
@@ -182,11 +180,21 @@ pub(crate) fn local_random_hex() -> [u8; 32] {
 
 /// `bits` as 32 lowercase hex digits.
 fn hex(bits: [u8; 16]) -> [u8; 32] {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // A byte's two digits at once, from a table: every acquisition makes a token, and a
+    // digit at a time was a good part of an in-process acquisition's cost.
+    const PAIRS: [[u8; 2]; 256] = {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            pairs[i] = [HEX[i >> 4], HEX[i & 0xf]];
+            i += 1;
+        }
+        pairs
+    };
     let mut text = [0u8; 32];
     for (pair, byte) in text.chunks_exact_mut(2).zip(bits) {
-        pair[0] = HEX[usize::from(byte >> 4)];
-        pair[1] = HEX[usize::from(byte & 0xf)];
+        pair.copy_from_slice(&PAIRS[usize::from(byte)]);
     }
     text
 }
@@ -265,6 +273,32 @@ mod tests {
             LockKey::joined("h/", &long),
             Err(KeyError::TooLong { len, .. }) if len == MAX_KEY_LEN + 2
         ));
+    }
+
+    #[test]
+    fn hex_is_every_byte_as_two_lowercase_digits() {
+        for start in (0..=255u8).step_by(16) {
+            let bits: [u8; 16] = std::array::from_fn(|i| start + i as u8);
+            let expected: String = bits.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(std::str::from_utf8(&hex(bits)).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn control_characters_are_refused_in_either_part_ascii_or_not() {
+        for bad in ["a\u{7f}", "\u{0}", "tab\there", "\u{85}é", "é\u{9f}"] {
+            assert!(
+                matches!(LockKey::joined("h/", bad), Err(KeyError::ControlCharacter)),
+                "{bad:?}"
+            );
+            assert!(
+                matches!(LockKey::joined(bad, "v"), Err(KeyError::ControlCharacter)),
+                "{bad:?}"
+            );
+        }
+        for good in ["~ !", "é", "日本/語", "a b"] {
+            assert!(LockKey::joined("h/", good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]
