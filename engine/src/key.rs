@@ -74,13 +74,11 @@ fn validate_parts(parts: &[&str], max: usize) -> Result<(), KeyError> {
     if len > max {
         return Err(KeyError::TooLong { len, max });
     }
-    // Bytes first: an ASCII key (most) needs no decoding; the others are checked by char
-    // (C1 controls are two bytes long).
-    // One pass for the common case, printable ASCII; anything else (a control byte, or a
-    // multi-byte character, which may be a C1 control) is looked at by char.
-    let control = |p: &&str| {
-        !p.bytes().all(|b| (0x20..0x7f).contains(&b)) && p.chars().any(char::is_control)
-    };
+    // One pass over the bytes for the common case, printable ASCII, with no decoding;
+    // anything else (a control byte, or a multi-byte character, which may be a two-byte C1
+    // control) is looked at by char.
+    let control =
+        |p: &&str| !p.bytes().all(|b| (0x20..0x7f).contains(&b)) && p.chars().any(char::is_control);
     if parts.iter().any(control) {
         return Err(KeyError::ControlCharacter);
     }
