@@ -173,8 +173,8 @@ fn main() -> ExitCode {
             println!("{report}");
             if !args.benching() {
                 // The smoke run doubles as a test of the invariants that hold on any machine.
-                // (Overtakes are a measured figure, not asserted: the smoke run's two engines
-                // share no line, and FIFO is tested in the conformance suite.)
+                // (Overtakes are a measured figure, not asserted here: FIFO is tested in the
+                // conformance suite.)
                 assert_eq!(report["mutual_exclusion_violations"], 0, "{report}");
                 assert_eq!(report["fence_regressions"], 0, "{report}");
                 assert_eq!(report["errors"], 0, "{report}");

@@ -136,7 +136,7 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
                     polled
                 })
                 .await;
-                let entered = entered.unwrap_or(arrival);
+                let entered = entered.expect("the acquire was polled");
                 let granted = Instant::now();
                 let lease = match acquired {
                     Ok(lease) => lease,
