@@ -47,6 +47,11 @@ pub(crate) struct LeaseState {
     /// When the request that was granted was sent: a backend reset after it (see
     /// [`Resets`](crate::Resets)) loses the lease.
     pub(super) granted_at: Instant,
+    /// The backend's resets, read by [`is_lost_at`](Self::is_lost_at) itself: a reset is
+    /// seen the moment the backend reports it, not once the watchdog (a task on the
+    /// engine's runtime, which a busy node may run after another node was granted the key)
+    /// has marked the lease.
+    pub(super) resets: Option<crate::Resets>,
     /// The backend's [`Grant::slot`] of the key, which its release is handed.
     pub(super) slot: Option<u64>,
     pub(super) times: Mutex<LeaseTimes>,
@@ -81,6 +86,29 @@ impl LeaseState {
 
     pub(super) fn is_released(&self) -> bool {
         self.released.load(Ordering::Acquire)
+    }
+
+    /// Lost as of `now`: marked lost, past its validity deadline, or, until it is
+    /// released, granted before a reset its backend reported.
+    pub(super) fn is_lost_at(&self, now: Instant) -> bool {
+        self.lost.is_set_at(now) || self.unvouched()
+    }
+
+    fn unvouched(&self) -> bool {
+        !self.is_released()
+            && self
+                .resets
+                .as_ref()
+                .is_some_and(|r| !r.vouch_for(self.granted_at))
+    }
+
+    /// Until the lease is lost (see [`is_lost_at`](Self::is_lost_at)).
+    pub(super) async fn wait_lost(&self) {
+        // A released lease listens for no reset: it can no longer be lost by one.
+        let resets = self.resets.as_ref().filter(|_| !self.is_released());
+        self.lost
+            .wait_until(resets, || self.is_lost_at(Instant::now()))
+            .await;
     }
 
     pub(super) fn mark_lost(&self, why: &'static str) {
@@ -126,7 +154,7 @@ impl fmt::Debug for Lease {
             .field("key", &self.state.key)
             .field("fence", &self.fence)
             .field("waited", &self.waited)
-            .field("lost", &self.state.lost.is_set())
+            .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }
 }
@@ -166,6 +194,7 @@ impl Lease {
             filed: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             granted_at: grant.granted_at,
+            resets: engine.resets.clone(),
             slot: grant.slot,
             times: Mutex::new(LeaseTimes {
                 deadline: expires_by(grant.granted_at, first),
@@ -236,7 +265,7 @@ impl Lease {
     /// Resolves when the lease is lost (see [`LostSignal`]).
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
         let state = self.state.clone();
-        async move { state.lost.wait().await }
+        async move { state.wait_lost().await }
     }
 
     /// A cloneable handle on the lost signal, for handing to other tasks.
@@ -246,7 +275,7 @@ impl Lease {
 
     /// `true` once the lease is known to be lost.
     pub fn is_lost(&self) -> bool {
-        self.state.lost.is_set()
+        self.state.is_lost_at(Instant::now())
     }
 
     /// Stop renewing: from here on the lease is being released.

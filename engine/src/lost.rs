@@ -10,7 +10,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{LockKey, lease::LeaseState};
+use super::{LockKey, Resets, lease::LeaseState};
 
 /// Resolves when a lease is lost: renewal failed or found the key gone, or the local
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
@@ -31,12 +31,12 @@ impl fmt::Debug for LostSignal {
 impl LostSignal {
     /// Wait until the lease is lost. Never resolves for a lease that is released normally.
     pub async fn lost(&self) {
-        self.0.lost.wait().await
+        self.0.wait_lost().await
     }
 
     /// `true` once the lease is lost.
     pub fn is_lost(&self) -> bool {
-        self.0.lost.is_set()
+        self.0.is_lost_at(Instant::now())
     }
 
     /// The key of the lease this signal is about (the signal shares the lease's state:
@@ -48,7 +48,7 @@ impl LostSignal {
     /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read: one
     /// clock read then serves this and the caller's own timing.
     pub fn is_lost_at(&self, now: Instant) -> bool {
-        self.0.lost.is_set_at(now)
+        self.0.is_lost_at(now)
     }
 }
 
@@ -112,16 +112,31 @@ impl Lost {
         self.notify.notify_waiters();
     }
 
-    pub(super) async fn wait(&self) {
+    /// Until `lost` holds, read again at every `set` and every reset of `resets`.
+    pub(super) async fn wait_until(&self, resets: Option<&Resets>, lost: impl Fn() -> bool) {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
-            // Registered before the flag is read, so a `set` in between is not missed.
+            // Registered before `lost` is read, so a `set` or a reset in between is not
+            // missed.
             notified.as_mut().enable();
-            if self.is_set() {
+            let mut reset = std::pin::pin!(resets.map(Resets::notified));
+            if let Some(reset) = reset.as_mut().as_pin_mut() {
+                reset.enable();
+            }
+            if lost() {
                 return;
             }
-            notified.await;
+            let reset = async {
+                match reset.as_mut().as_pin_mut() {
+                    Some(reset) => reset.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut notified => {}
+                () = reset => {}
+            }
         }
     }
 }

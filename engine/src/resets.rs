@@ -81,7 +81,7 @@ impl Resets {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{future::Future, time::Duration};
 
     use super::*;
     use crate::{
@@ -141,6 +141,44 @@ mod tests {
         fn resets(&self) -> Option<Resets> {
             Some(self.resets.clone())
         }
+    }
+
+    /// A lease reads lost the instant its backend reports the reset, before the watchdog
+    /// (a task on the engine's runtime) has run: on a busy node that task may run only after
+    /// another node has been granted the key, and `lost()` must not lag it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_reads_lost_the_instant_its_backend_reports_a_reset() {
+        let resets = Resets::new();
+        let engine = LockEngine::new(Resetting {
+            memory: MemoryBackend::new(),
+            resets: resets.clone(),
+        });
+        for round in 0..200 {
+            let lease = engine
+                .lock(format!("k{round}"))
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            let signal = lease.lost_signal();
+            assert!(!signal.is_lost());
+            resets.reset("test");
+            // No await in between: nothing else has had a chance to run.
+            assert!(signal.is_lost(), "round {round}: lost at the reset");
+            assert!(lease.is_lost(), "round {round}: lost at the reset");
+            // Without a hop either: `lost()` is ready at its first poll.
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(
+                std::pin::pin!(signal.lost()).poll(&mut cx).is_ready(),
+                "round {round}: lost() resolves at once"
+            );
+        }
+        // A lease released before a reset was not lost by it.
+        let lease = engine.lock("released").acquire().await.unwrap();
+        let signal = lease.lost_signal();
+        lease.release().await.unwrap();
+        resets.reset("test");
+        assert!(!signal.is_lost(), "released before the reset");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
