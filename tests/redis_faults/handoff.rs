@@ -60,7 +60,7 @@ async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
 /// subscribed, and the retry it makes once the subscription is confirmed has renamed its
 /// ticket (a grant before that retry would be found by the retry, a re-entry that takes
 /// the full lease, not by the message). Observable server state, no event to await.
-async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
+pub(crate) async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
     let give_up = Instant::now() + Duration::from_secs(10);
     let queue = tokio::task::block_in_place(|| {
         loop {

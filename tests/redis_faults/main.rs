@@ -23,6 +23,7 @@ mod lost_on_cluster_failover;
 mod lost_on_failover;
 mod lost_on_reset;
 mod permits;
+mod record_wait;
 mod refusals;
 mod replay;
 mod replica_ack;

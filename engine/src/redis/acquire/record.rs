@@ -11,7 +11,7 @@ use super::super::{
     release::{release_args, release_call},
     scripts::RELEASE,
 };
-use crate::{AcquireRequest, GrantOrRecord, LockError, Token};
+use crate::{AcquireRequest, GrantOrRecord, LockError, LockKey, Token};
 
 impl Inner {
     /// [`RecordBackend::acquire_or_record`](crate::RecordBackend::acquire_or_record): the
@@ -31,6 +31,14 @@ impl Inner {
             GrantOrRecord::Grant(grant) if !at_once => grant,
             decided => return Ok(decided),
         };
+        // The key is ours from here, but no lease holds it yet: a caller that goes away
+        // during the read below (or the give-back) must not leave it held by nobody.
+        let mut unclaimed = Unclaimed {
+            inner: self.clone(),
+            key: key.clone(),
+            token: token.clone(),
+            armed: true,
+        };
         let names = self.names(&key);
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(names.record())
@@ -39,24 +47,23 @@ impl Inner {
             .arg("body")
             .arg("at");
         let read = self.commands.query::<Fields>("record", &cmd).await;
-        let fields = match read {
-            Ok(fields) => fields,
-            Err(e) => {
-                self.give_back(names, &token).await;
-                return Err(LockError::Backend(e));
-            }
+        let answer = match read {
+            Ok(fields) => match stored(fields.0, fields.1, fields.2, fields.3) {
+                Ok(None) => {
+                    unclaimed.armed = false;
+                    return Ok(GrantOrRecord::Grant(grant));
+                }
+                Ok(Some(record)) => Ok(GrantOrRecord::Record(record)),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(LockError::Backend(e)),
         };
-        match stored(fields.0, fields.1, fields.2, fields.3) {
-            Ok(None) => Ok(GrantOrRecord::Grant(grant)),
-            Ok(Some(record)) => {
-                self.give_back(names, &token).await;
-                Ok(GrantOrRecord::Record(record))
-            }
-            Err(e) => {
-                self.give_back(names, &token).await;
-                Err(e)
-            }
-        }
+        // Given back before the answer, so that a caller told of the record finds the key
+        // free. A caller gone during this give-back gives it back again (harmless: the
+        // second finds nothing of this token's).
+        self.give_back(names, &token).await;
+        unclaimed.armed = false;
+        answer
     }
 
     /// Release a grant nobody will use (best effort: the lease's TTL frees it otherwise).
@@ -67,5 +74,26 @@ impl Inner {
             Ok(code) => self.released(names, code),
             Err(error) => tracing::debug!(%error, "giving back a grant failed; its TTL frees it"),
         }
+    }
+}
+
+/// A grant this acquire has received but not handed to its caller: given back (on the
+/// engine's runtime, which outlives the caller's) if the acquire is dropped first.
+struct Unclaimed {
+    inner: Arc<Inner>,
+    key: LockKey,
+    token: Token,
+    armed: bool,
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (inner, key, token) = (self.inner.clone(), self.key.clone(), self.token.clone());
+        crate::runtime::handle().spawn(async move {
+            inner.give_back(inner.names(&key), &token).await;
+        });
     }
 }

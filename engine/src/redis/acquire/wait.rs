@@ -374,6 +374,10 @@ impl<'a> Wait<'a> {
 /// The next wake-up of `sub`, or `None` when `at` comes first.
 async fn woken_by(sub: &Subscription, at: Instant) -> Option<Woken> {
     tokio::select! {
+        // A wake-up that is there is taken, even if the timer has also run out (a poll
+        // that comes late finds both ready): the grant it may carry is ours now, where
+        // the timer's refresh would cost a round trip to find it again.
+        biased;
         woken = sub.woken() => Some(woken),
         _ = tokio::time::sleep_until(at) => None,
     }

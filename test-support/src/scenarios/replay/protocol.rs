@@ -131,26 +131,45 @@ pub async fn twenty_waiting_duplicates_run_the_handler_once(on: Stack) {
         .await;
 }
 
-/// After the retention, the record is gone: the key runs again.
+/// After the retention, the record is gone: the key runs again. (Not before: the record
+/// is replayed until then, and is never seen gone sooner than the retention after the
+/// first request was sent.)
 pub async fn records_expire_after_the_retention(on: Stack) {
+    // Long enough that a loaded machine still reads the record before it expires (300 ms
+    // was not, in a CI run with two test binaries side by side).
+    const RETENTION: Duration = Duration::from_secs(1);
     let table = on.table("replay-retention").await;
-    let layer = preset(&table)
-        .retention(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let layer = preset(&table).retention(RETENTION).build().unwrap();
     let app = replay_app(on, layer).await;
+    let sent = Instant::now();
     let first = post_with(&app.server, "/orders", "o10", "x").await;
     until_recorded(&table, "o10").await;
     let again = post_with(&app.server, "/orders", "o10", "x").await;
     assert_eq!(again.body, first.body);
-    sleep(Duration::from_millis(400)).await;
+    until_expired(&table, "o10").await;
+    assert!(
+        sent.elapsed() >= RETENTION,
+        "the record was gone {:?} after the request was sent (retention {RETENTION:?})",
+        sent.elapsed()
+    );
     let later = post_with(&app.server, "/orders", "o10", "x").await;
     assert_eq!(later.header("idempotent-replayed"), None);
     assert_eq!(later.header("x-run"), Some("2"));
-    sleep(Duration::from_millis(400)).await;
+    until_recorded(&table, "o10").await;
+    until_expired(&table, "o10").await;
     table
         .assert_only_records(&[idempotency_lock_key("o10")], 0)
         .await;
+}
+
+/// Wait (bounded) until `k`'s record is gone.
+async fn until_expired(table: &crate::scenarios::LockTable, k: &str) {
+    let key = tower_lock::LockKey::new(idempotency_lock_key(k)).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while table.engine().record(&key).await.unwrap().is_some() {
+        assert!(Instant::now() < give_up, "the record of {k} never expired");
+        sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// Missing and malformed keys are `400`; a request body over the limit is `413`; neither
