@@ -15,6 +15,7 @@ mod cycle;
 mod fast_path;
 mod faults;
 mod harness;
+mod isolation;
 mod order;
 mod restart;
 mod setup;
