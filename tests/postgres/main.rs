@@ -16,6 +16,7 @@ mod fast_path;
 mod faults;
 mod harness;
 mod isolation;
+mod late_refresh;
 mod order;
 mod restart;
 mod setup;

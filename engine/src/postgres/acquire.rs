@@ -267,7 +267,8 @@ impl Inner {
                     return Ok(Grant::new(fence, sent));
                 }
                 Some(Attempt::Full(retry_after)) => {
-                    cleanup.armed = false;
+                    // An earlier refresh still on its way (see below) is the clean-up's.
+                    cleanup.armed = !cleanup.in_flight.is_empty();
                     return Err(LockError::QueueFull { retry_after });
                 }
                 Some(Attempt::NotUpgraded) => {
@@ -291,7 +292,11 @@ impl Inner {
             if deadline.is_some_and(|d| now >= d) {
                 let retry_after = match self.leave(&req.key, &id, &req.token, req.mode).await {
                     Ok(left) => {
-                        cleanup.armed = false;
+                        // A refresh that timed out is still on its way: landing after this
+                        // leave, it would register the ticket again (and a release would
+                        // hand it the key) or take a key freed meanwhile. The clean-up
+                        // waits for it, then leaves once more.
+                        cleanup.armed = !cleanup.in_flight.is_empty();
                         left.or(retry_after)
                     }
                     // The clean-up tries again (see `Cleanup`).
