@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # redis-server (with redis-cli, and Sentinel as `redis-server --sentinel`) for the Redis
 # tests; openssl for the TLS test's certificates; faketime (libfaketime) for the tests
 # that step a redis-server's clock; postgresql (initdb, postgres, psql) and pgbouncer for the
-# Postgres backend's tests, which make a throwaway cluster as the package's `postgres` user.
+# Postgres backend's tests, which make a throwaway cluster as the package's `postgres` user;
+# iproute2's `ss`, with which a test sees a statement sent to a stopped backend.
 missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
@@ -17,6 +18,7 @@ command -v faketime >/dev/null 2>&1 || missing="$missing faketime"
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
 command -v psql >/dev/null 2>&1 || missing="$missing postgresql-client"
 [ -x /usr/sbin/pgbouncer ] || missing="$missing pgbouncer"
+command -v ss >/dev/null 2>&1 || missing="$missing iproute2"
 if [ -n "$missing" ]; then
     echo "installing from Debian's packages:$missing" >&2
     SUDO=""

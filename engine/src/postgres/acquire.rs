@@ -159,6 +159,35 @@ impl Inner {
         Ok(remaining(int(row.first(), 0)?))
     }
 
+    /// The acquire was granted `fence` while earlier refreshes that timed out are still on
+    /// their way. One that lands while the lease is held is a re-entry (the same fence),
+    /// harmless; one that lands after the lease was released would take the key anew for
+    /// a caller that is gone (a new fence) or register the ticket again (busy), and is
+    /// undone by a leave once it has landed.
+    fn undo_late(self: &Arc<Self>, cleanup: &mut Cleanup, fence: Fence) {
+        if cleanup.in_flight.is_empty() {
+            return;
+        }
+        let in_flight = std::mem::take(&mut cleanup.in_flight);
+        let (inner, key, ticket) = (self.clone(), cleanup.key.clone(), cleanup.ticket.clone());
+        let (token, mode) = (cleanup.token.clone(), cleanup.mode);
+        runtime::handle().spawn(async move {
+            for call in in_flight {
+                let Ok(Ok(rows)) = call.await else {
+                    continue;
+                };
+                let late = match parse_attempt(rows.first()) {
+                    Ok(Attempt::Granted(granted)) => granted != fence,
+                    Ok(Attempt::Busy(_)) => true,
+                    _ => false,
+                };
+                if late && let Err(error) = inner.leave(&key, &ticket, &token, mode).await {
+                    tracing::debug!(%error, "undoing a late refresh failed; its claim runs out");
+                }
+            }
+        });
+    }
+
     fn attempt_sql(&self, req: &AcquireRequest, ticket: &str) -> String {
         let function = match req.mode {
             Mode::Shared { .. } => self.names.shared_acquire(),
@@ -264,6 +293,7 @@ impl Inner {
                 None => None,
                 Some(Attempt::Granted(fence)) => {
                     cleanup.armed = false;
+                    self.undo_late(&mut cleanup, fence);
                     return Ok(Grant::new(fence, sent));
                 }
                 Some(Attempt::Full(retry_after)) => {
@@ -321,6 +351,7 @@ impl Inner {
             tokio::select! {
                 handed = entry.granted() => {
                     cleanup.armed = false;
+                    self.undo_late(&mut cleanup, Fence::new(handed.fence));
                     // The expiry the release set (the claim our ticket carries), counted from
                     // before the attempt that last registered our ticket: never later than
                     // the database's.
