@@ -134,31 +134,54 @@ fn streamed(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> Response<Body>
     Response::new(Frames(frames.into()).boxed())
 }
 
+/// A body that fails mid-stream after a head whose status is stored (`201`): the request
+/// completed (its handler ran), its response cannot be kept, so a retry is answered `409
+/// response-not-stored` and never runs it a second time. Under a status that is never
+/// stored (`500`) the key is released with nothing recorded, and the retry runs.
 #[tokio::test]
-async fn a_body_failing_mid_stream_stores_nothing_and_the_retry_runs() {
-    let engine = LockEngine::in_memory();
-    let runs = Arc::new(AtomicUsize::new(0));
-    let svc = {
-        let runs = runs.clone();
-        service_fn(move |_req: Req| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            async move {
-                Ok::<_, Infallible>(streamed(vec![
-                    Ok(Frame::data(Bytes::from_static(b"half"))),
-                    Err(std::io::Error::other("the body broke")),
-                ]))
-            }
-        })
-    };
-    let svc = tower::ServiceBuilder::new()
-        .layer(layer(&engine))
-        .service(svc);
-    for _ in 0..2 {
-        let res = svc.clone().oneshot(request("b")).await.unwrap();
-        assert!(res.into_body().collect().await.is_err());
+async fn a_body_failing_mid_stream_is_recorded_as_completed_if_its_status_is_stored() {
+    for (status, stored) in [
+        (StatusCode::CREATED, true),
+        (StatusCode::INTERNAL_SERVER_ERROR, false),
+    ] {
+        let engine = LockEngine::in_memory();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let svc = {
+            let runs = runs.clone();
+            service_fn(move |_req: Req| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let mut res = streamed(vec![
+                        Ok(Frame::data(Bytes::from_static(b"half"))),
+                        Err(std::io::Error::other("the body broke")),
+                    ]);
+                    *res.status_mut() = status;
+                    Ok::<_, Infallible>(res)
+                }
+            })
+        };
+        let svc = tower::ServiceBuilder::new()
+            .layer(layer(&engine))
+            .service(svc);
+        let first = svc.clone().oneshot(request("b")).await.unwrap();
+        assert!(first.into_body().collect().await.is_err());
+        let retry = svc.clone().oneshot(request("b")).await.unwrap();
+        if stored {
+            assert_eq!(retry.status(), StatusCode::CONFLICT, "{status}");
+            let body = retry.into_body().collect().await.unwrap().to_bytes();
+            let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                problem["type"],
+                "urn:tower-lock:problem:response-not-stored"
+            );
+            assert_eq!(problem["original_status"], status.as_u16());
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "{status}: never run twice");
+        } else {
+            assert!(retry.into_body().collect().await.is_err());
+            assert_eq!(runs.load(Ordering::SeqCst), 2, "{status}: the retry ran");
+            assert_eq!(engine.record(&lock_key("b")).await.unwrap(), None);
+        }
     }
-    assert_eq!(runs.load(Ordering::SeqCst), 2, "not stored: the retry ran");
-    assert_eq!(engine.record(&lock_key("b")).await.unwrap(), None);
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@ use crate::engine::{LockError, Record, runtime::Detachable};
 
 /// A response being captured for replay: feed it the body's data with
 /// [`data`](Self::data), then [`finish`](Self::finish) at the end of the body. Dropping it
-/// unfinished (the body failed) releases the key and stores nothing.
+/// unfinished (the body panicked) releases the key and stores nothing.
 #[must_use = "dropping it unfinished releases the key and stores nothing"]
 pub(crate) struct Capture {
     completion: Completion,
@@ -83,9 +83,9 @@ impl Capture {
     }
 
     /// The rest of the body will not be read (its client left and the
-    /// [drain time](super::ReplayLocker::max_drain_time) ran out): what was to be kept is recorded
-    /// as completed but not stored, so a retry is answered `409` `response-not-stored`
-    /// rather than run a second time.
+    /// [drain time](super::ReplayLocker::max_drain_time) ran out, or it failed): what was to
+    /// be kept is recorded as completed but not stored, so a retry is answered `409`
+    /// `response-not-stored` rather than run a second time.
     pub(crate) fn cut_off(&mut self) {
         self.trailers();
     }

@@ -17,8 +17,11 @@ use super::{Capture, ChunkSource, Drain};
 ///
 /// Dropped before its end (the client went away, or the caller only looked at the head),
 /// it reads what the body already has on the spot, so a whole body is stored before the
-/// drop returns, and hands the rest to the framework's spawner ([`Leftover`](super::Leftover)). A body that panics or fails
-/// stores nothing: the key is released and a retry runs again.
+/// drop returns, and hands the rest to the framework's spawner ([`Leftover`](super::Leftover)). A body that fails
+/// mid-stream completed a request whose response cannot be kept: under a status that is
+/// stored, a retry is answered `409` `response-not-stored`; under another, the key is
+/// released with nothing recorded and a retry runs. A body that panics stores nothing: the
+/// key is released and a retry runs again.
 pub struct CapturingBody<S> {
     /// `None` once the body ended (or panicked).
     source: Option<Pin<Box<S>>>,
@@ -77,8 +80,12 @@ impl<S: ChunkSource> CapturingBody<S> {
             }
             None => true,
             Some(Err(_)) => {
-                // A body that fails mid-stream stores nothing: the retry runs again.
-                self.capture = None;
+                // The request completed (its handler ran) and its response cannot be kept:
+                // recorded as not stored if its status is one that is stored, so a retry
+                // is answered `409` rather than run a second time; else released.
+                if let Some(capture) = &mut self.capture {
+                    capture.cut_off();
+                }
                 true
             }
         };

@@ -72,10 +72,10 @@ impl<S: ChunkSource> Drain<S> {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(None) => break,
                 Poll::Ready(Some(Ok(item))) => capture.feed(S::chunk(&item)),
-                // Failed mid-stream: nothing stored, released (the capture is dropped).
+                // Failed mid-stream: completed, not kept (see `CapturingBody`).
                 Poll::Ready(Some(Err(_))) => {
-                    self.capture = None;
-                    return Poll::Ready(());
+                    capture.cut_off();
+                    break;
                 }
             }
         }
@@ -104,10 +104,10 @@ impl<S: ChunkSource> Future for Drain<S> {
                 match this.source.as_mut().poll_next(cx) {
                     Poll::Ready(None) => break,
                     Poll::Ready(Some(Ok(item))) => capture.feed(S::chunk(&item)),
-                    // Failed mid-stream: nothing stored, released (the capture is dropped).
+                    // Failed mid-stream: completed, not kept (see `CapturingBody`).
                     Poll::Ready(Some(Err(_))) => {
-                        this.capture = None;
-                        return Poll::Ready(());
+                        capture.cut_off();
+                        break;
                     }
                     Poll::Pending => {
                         if deadline.as_mut().poll(cx).is_pending() {
