@@ -211,3 +211,82 @@ async fn a_renewal_in_flight_at_release_does_not_report_the_lease_lost() {
         "a normally released lease was reported lost"
     );
 }
+
+/// A waiter queued from a runtime that then blocks (a blocking handler on an actix worker)
+/// is handed the key for a claim period, not for its whole lease: the waiter behind it, on
+/// a healthy runtime, is granted the key once the claim ran out, not after the blocked
+/// waiter's TTL (as on Redis, whose hand-offs carry the same claim).
+#[test]
+fn a_hand_off_to_a_waiter_on_a_blocked_runtime_holds_the_key_for_a_claim_only() {
+    let engine = LockEngine::in_memory();
+    let healthy = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let holder = healthy.block_on(engine.lock("k").acquire()).unwrap();
+    // Runtime A, one worker: its waiter queues, then the worker blocks.
+    let a = runtime_with_one_worker();
+    let stuck = {
+        let lock = engine
+            .lock("k")
+            .fifo(true)
+            .ttl(Duration::from_secs(60))
+            .wait(Duration::from_secs(120));
+        a.spawn(async move { lock.acquire().await })
+    };
+    healthy.block_on(until_waiters(&engine, 1));
+    let (unblock, blocked_until) = mpsc::channel::<()>();
+    let (entered, inside) = mpsc::channel::<()>();
+    a.spawn(async move {
+        entered.send(()).unwrap();
+        // A blocking call in A's only worker: the waiter there is never polled meanwhile.
+        let _ = blocked_until.recv();
+    });
+    inside.recv().unwrap();
+    healthy.block_on(async {
+        let behind = {
+            let lock = engine.lock("k").fifo(true).wait(Duration::from_secs(20));
+            tokio::spawn(async move { lock.acquire().await })
+        };
+        until_waiters(&engine, 2).await;
+        let released = Instant::now();
+        holder.release().await.unwrap();
+        let lease = behind
+            .await
+            .unwrap()
+            .expect("the waiter behind is granted the key");
+        let waited = released.elapsed();
+        assert!(
+            waited < Duration::from_secs(6),
+            "the key was held for a waiter on a blocked runtime for {waited:?} (its TTL: 60 s)"
+        );
+        lease.release().await.unwrap();
+    });
+    drop(unblock);
+    // The blocked waiter's grant ran out before it could take it: it asks again and gets
+    // the key, now free.
+    let again = healthy
+        .block_on(async { timeout(Duration::from_secs(10), stuck).await })
+        .expect("the first waiter ends")
+        .unwrap()
+        .expect("and is granted the key");
+    healthy.block_on(again.release()).unwrap();
+    a.shutdown_background();
+}
+
+fn runtime_with_one_worker() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+async fn until_waiters(engine: &LockEngine, n: usize) {
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.lock("k").waiters().await.unwrap() != n {
+        assert!(Instant::now() < give_up, "never saw {n} waiters");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

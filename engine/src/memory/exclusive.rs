@@ -44,10 +44,11 @@ impl Exclusive {
         debug_assert!(self.holder.is_none());
         while let Some(w) = self.queue.waiters.pop_front() {
             let fence = backend.next_fence();
-            if w.grant.send(Grant::new(fence, now)).is_ok() {
+            let (grant, claim_ends) = super::handed_off(fence, now, w.ttl);
+            if w.grant.send(grant).is_ok() {
                 self.set_holder(HeldBy {
                     token: w.token,
-                    expires: Some(after(now, w.ttl)),
+                    expires: Some(claim_ends),
                     fence: fence.get(),
                 });
                 return;

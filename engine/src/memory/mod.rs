@@ -24,6 +24,21 @@ mod table;
 mod wait;
 
 use exclusive::{Exclusive, HeldBy};
+
+/// How long a key handed to a waiter is held for it until its lease takes it (the lease
+/// then renews it to its full TTL, at a third of this): a waiter whose runtime is blocked,
+/// and so never takes its grant, keeps the key from the waiters behind it this long, not
+/// for its whole lease. Redis's hand-offs carry a claim period of the same purpose.
+const HANDOFF_CLAIM: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A hand-off's claim for a waiter whose lease is `ttl`, and the grant that carries it.
+fn handed_off(fence: Fence, now: Instant, ttl: std::time::Duration) -> (Grant, Instant) {
+    let claim = ttl.min(HANDOFF_CLAIM);
+    (
+        Grant::new(fence, now).valid_for(claim),
+        crate::options::after(now, claim),
+    )
+}
 use records::RecordStore;
 use shared::Shared;
 use table::{Space, Table, Waiter};

@@ -206,11 +206,12 @@ impl Space for Shared {
             }
             let w = self.queue.waiters.pop_front().expect("the head is there");
             let fence = backend.next_fence();
-            if w.grant.send(Grant::new(fence, now)).is_ok() {
+            let (grant, claim_ends) = super::handed_off(fence, now, w.ttl);
+            if w.grant.send(grant).is_ok() {
                 self.insert(
                     w.token,
                     Holding {
-                        expires: after(now, w.ttl),
+                        expires: claim_ends,
                         alone: limit == 1,
                         fence: fence.get(),
                     },
