@@ -17,6 +17,7 @@ mod app;
 mod behaviour;
 mod child;
 mod crash;
+mod dropped_commit;
 mod duplicates;
 mod fence;
 mod setup;
