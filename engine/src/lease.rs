@@ -88,18 +88,28 @@ impl LeaseState {
         self.released.load(Ordering::Acquire)
     }
 
-    /// Lost as of `now`: marked lost, past its validity deadline, or, until it is
-    /// released, granted before a reset its backend reported.
+    /// Lost as of `now`: marked lost, or, until it is released, past its validity deadline
+    /// or granted before a reset its backend reported. (A lease lost by then when its
+    /// release began was marked so, see [`set_released`](Self::set_released).)
     pub(super) fn is_lost_at(&self, now: Instant) -> bool {
-        self.lost.is_set_at(now) || self.unvouched()
+        self.lost.set.load(Ordering::Acquire)
+            || (!self.is_released() && (self.lost.is_set_at(now) || self.unvouched()))
     }
 
     fn unvouched(&self) -> bool {
-        !self.is_released()
-            && self
-                .resets
-                .as_ref()
-                .is_some_and(|r| !r.vouch_for(self.granted_at))
+        self.resets
+            .as_ref()
+            .is_some_and(|r| !r.vouch_for(self.granted_at))
+    }
+
+    /// Its release begins as of `now`: a lease lost by then stays lost (it is marked so,
+    /// before the flag is set); one valid then is never lost afterwards, not by a deadline
+    /// it will not be renewed past, nor by a later reset.
+    pub(super) fn set_released(&self, now: Instant, order: Ordering) {
+        if !self.is_released() && (self.lost.is_set_at(now) || self.unvouched()) {
+            self.lost.set();
+        }
+        self.released.store(true, order);
     }
 
     /// Until the lease is lost (see [`is_lost_at`](Self::is_lost_at)).
@@ -282,7 +292,7 @@ impl Lease {
     fn stop(&mut self) {
         self.handed_off = true;
         // SeqCst: read against the watchdog's `filed` (see `Watchdog::release`).
-        self.state.released.store(true, Ordering::SeqCst);
+        self.state.set_released(Instant::now(), Ordering::SeqCst);
         self.engine.watchdog.release(self.id, &self.state);
     }
 
@@ -331,16 +341,18 @@ impl Lease {
     }
 
     /// Release on the spot if the backend can (the in-process one), as of `now` (`None`:
-    /// the backend reads the clock): no future to make, box or poll. `None`: it cannot,
+    /// the clock is read here): no future to make, box or poll. `None`: it cannot,
     /// and nothing was done.
     fn release_in_place(&mut self, now: Option<Instant>) -> Option<Result<(), LockError>> {
         let synchronous = self.engine.synchronous.as_deref()?;
         // `stop`, field by field: `synchronous` borrows the engine.
         self.handed_off = true;
-        self.state.released.store(true, Ordering::SeqCst);
+        let at = now.unwrap_or_else(Instant::now);
+        self.state.set_released(at, Ordering::SeqCst);
         self.engine.watchdog.release(self.id, &self.state);
         let state = &self.state;
-        let result = synchronous.release_now(&state.key, &state.token, state.mode, now, state.slot);
+        let result =
+            synchronous.release_now(&state.key, &state.token, state.mode, Some(at), state.slot);
         tracing::trace!(key = %state.key, ok = result.is_ok(), "lease released");
         Some(result)
     }

@@ -290,3 +290,53 @@ async fn until_waiters(engine: &LockEngine, n: usize) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// A lease released while valid is never reported lost afterwards, not even once the
+/// validity deadline it had passes; one released after its deadline passed stays lost.
+#[test]
+fn a_lease_released_while_valid_never_reads_lost_and_one_released_late_stays_lost() {
+    let engine = LockEngine::in_memory();
+    runtime().block_on(async {
+        let ttl = Duration::from_millis(100);
+        let lease = engine
+            .lock("valid")
+            .ttl(ttl)
+            .auto_renew(false)
+            .acquire()
+            .await
+            .unwrap();
+        let signal = lease.lost_signal();
+        let deadline = lease.valid_until();
+        lease.release().await.unwrap();
+        tokio::time::sleep_until(deadline + Duration::from_millis(20)).await;
+        assert!(
+            !signal.is_lost(),
+            "released while valid, read lost after its deadline"
+        );
+        assert!(
+            timeout(Duration::from_millis(100), signal.lost())
+                .await
+                .is_err(),
+            "lost() resolved for a lease released while valid"
+        );
+
+        let late = engine
+            .lock("late")
+            .ttl(ttl)
+            .auto_renew(false)
+            .acquire()
+            .await
+            .unwrap();
+        let signal = late.lost_signal();
+        tokio::time::sleep_until(late.valid_until() + Duration::from_millis(20)).await;
+        assert!(signal.is_lost());
+        let _ = late.release().await;
+        assert!(
+            signal.is_lost(),
+            "lost before its release, read valid after it"
+        );
+        timeout(Duration::from_millis(100), signal.lost())
+            .await
+            .expect("lost() resolves for a lease lost before its release");
+    });
+}
