@@ -17,7 +17,6 @@ mod app;
 mod behaviour;
 mod child;
 mod crash;
-mod dropped_commit;
 mod duplicates;
 mod fence;
 mod setup;

@@ -38,11 +38,9 @@ impl fmt::Debug for OpenTransaction {
 impl OpenTransaction {
     /// A connection of `pool` in a transaction begun now (one round trip).
     pub(super) async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        let mut conn = Unsettled(Some(pool.acquire().await?));
-        PgTransactionManager::begin(conn.get(), None).await?;
-        Ok(Self {
-            conn: Some(conn.settled()),
-        })
+        let mut conn = pool.acquire().await?;
+        PgTransactionManager::begin(&mut conn, None).await?;
+        Ok(Self { conn: Some(conn) })
     }
 
     /// End it with `statement`, a simple query of the record write, `COMMIT` and `BEGIN`
@@ -53,14 +51,20 @@ impl OpenTransaction {
     /// "no transaction in progress" warning). On an error the connection is closed rather
     /// than reused: the transaction's fate is the server's.
     pub(super) async fn commit_with(mut self, statement: &str) -> Result<u64, sqlx::Error> {
-        let mut conn = Unsettled(self.conn.take());
-        let done = conn.get().execute(sqlx::raw_sql(statement)).await;
-        // An error leaves the connection unsettled: closed, the transaction's fate is the
-        // server's.
-        let done = done?;
-        let mut conn = conn.settled();
-        PgTransactionManager::start_rollback(&mut conn);
-        Ok(done.rows_affected())
+        let mut conn = self
+            .conn
+            .take()
+            .expect("an open transaction has its connection");
+        match conn.execute(sqlx::raw_sql(statement)).await {
+            Ok(done) => {
+                PgTransactionManager::start_rollback(&mut conn);
+                Ok(done.rows_affected())
+            }
+            Err(error) => {
+                conn.close_on_drop();
+                Err(error)
+            }
+        }
     }
 
     /// Roll it back, and the connection goes back to the pool (closed if that failed).
@@ -73,41 +77,13 @@ impl OpenTransaction {
 }
 
 /// Roll back on `conn` (through sqlx's transaction manager, which counts the transaction
-/// ended), then let it go back to its pool, or be closed if that failed or did not finish.
-pub(super) fn rollback(conn: PoolConnection<Postgres>) -> Rollback {
+/// ended), then let it go back to its pool, or be closed if that failed.
+pub(super) fn rollback(mut conn: PoolConnection<Postgres>) -> Rollback {
     Box::pin(async move {
-        let mut conn = Unsettled(Some(conn));
-        if PgTransactionManager::rollback(conn.get()).await.is_ok() {
-            drop(conn.settled());
-        }
-    })
-}
-
-/// A pooled connection with a statement in flight: dropped before [`settled`](Self::settled)
-/// (the statement failed, or the future awaiting it was dropped: a client that left, a
-/// timeout outside the layer), it is closed rather than returned to the pool. Its server
-/// then ends what it was doing (a transaction not committed yet is rolled back), where a
-/// connection returned mid-statement would have its statement finished by the pool's ping
-/// and go back in a transaction sqlx does not count, for the next user to write in.
-struct Unsettled(Option<PoolConnection<Postgres>>);
-
-impl Unsettled {
-    fn get(&mut self) -> &mut PoolConnection<Postgres> {
-        self.0.as_mut().expect("an unsettled connection is there")
-    }
-
-    /// The statement answered: the connection's state is known again.
-    fn settled(mut self) -> PoolConnection<Postgres> {
-        self.0.take().expect("an unsettled connection is there")
-    }
-}
-
-impl Drop for Unsettled {
-    fn drop(&mut self) {
-        if let Some(mut conn) = self.0.take() {
+        if PgTransactionManager::rollback(&mut conn).await.is_err() {
             conn.close_on_drop();
         }
-    }
+    })
 }
 
 impl Drop for OpenTransaction {
