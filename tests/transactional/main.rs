@@ -15,6 +15,7 @@
 mod actix;
 mod app;
 mod behaviour;
+mod cancelled;
 mod child;
 mod crash;
 mod duplicates;
