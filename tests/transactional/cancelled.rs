@@ -1,13 +1,26 @@
-//! A request dropped while the layer's last statement is in flight (a client that left, a
-//! `tower::timeout` around the layer): its connection never goes back to the pool in a
-//! transaction state nobody knows, and its key's record says what happened to its rows.
+//! A request dropped while the layer's commit or rollback is in flight (a client that left,
+//! a `tower::timeout` around the layer), on a pool of one connection: that connection never
+//! goes back to the pool in a transaction state nobody knows (the application's next
+//! transaction commits, the layer's next request is stored), and the dropped key's retry
+//! agrees with what the server did with its rows.
 
-use std::time::Duration;
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
 
 use http::StatusCode;
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::{TcpListener, TcpStream},
+    sync::{Notify, watch},
+};
 use tower::ServiceExt;
-use tower_lock::sqlx::{self, Connection, PgConnection, Row, postgres::PgPoolOptions};
-use tower_lock_test_support::http::serve;
+use tower_lock::sqlx::{self, Connection, PgConnection, PgPool, Row, postgres::PgPoolOptions};
+use tower_lock_test_support::http::{TestServer, serve};
 
 use crate::app::{Db, Gate, post, router, shared_url};
 
@@ -53,17 +66,61 @@ async fn notes(db: &Db, note: &str) -> i64 {
     .get(0)
 }
 
+/// A pool of one connection on `url`: its next user gets the connection a dropped request
+/// had.
+async fn one_connection(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(20))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+/// The application's own transaction on `pool` inserts a row and commits: another
+/// connection sees it.
+async fn the_application_commits(db: &Db, pool: &PgPool) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO {}.payments (note) VALUES ('app')",
+        db.schema
+    ))
+    .persistent(false)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        notes(db, "app").await,
+        1,
+        "the application's write was not committed"
+    );
+}
+
+/// The layer's next request runs, commits and is replayed.
+async fn a_fresh_request_is_stored_and_replayed(server: &TestServer) {
+    let fresh = post(server, "fresh", "ok", "fresh").await;
+    assert_eq!(fresh.status, StatusCode::CREATED, "{}", fresh.text());
+    assert_eq!(fresh.header("idempotent-replayed"), None);
+    let again = post(server, "fresh", "ok", "fresh").await;
+    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+}
+
+/// A request of `outcome` with key and body `dropped`.
+fn request(outcome: &str) -> http::Request<axum::body::Body> {
+    http::Request::post("/payments")
+        .header("idempotency-key", "dropped")
+        .header("x-outcome", outcome)
+        .body(axum::body::Body::from("dropped"))
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_during_its_commit_leaves_a_clean_connection_in_the_pool() {
     let url = shared_url().await;
     let db = Db::new(&url, "dropped_commit").await;
-    // The layer's pool has one connection: the next user gets the dropped request's.
-    let one = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(20))
-        .connect(&url)
-        .await
-        .unwrap();
+    let one = one_connection(&url).await;
     let layered = Db {
         schema: db.schema.clone(),
         pool: one.clone(),
@@ -87,13 +144,8 @@ async fn a_request_dropped_during_its_commit_leaves_a_clean_connection_in_the_po
         .await
         .unwrap();
 
-    let request = http::Request::post("/payments")
-        .header("idempotency-key", "dropped")
-        .header("x-outcome", "ok")
-        .body(axum::body::Body::from("dropped"))
-        .unwrap();
     tokio::select! {
-        answer = app.clone().oneshot(request) => {
+        answer = app.clone().oneshot(request("ok")) => {
             panic!("the request ended before its commit blocked: {answer:?}")
         }
         () = until_blocked_on_the_gate(&db) => {}
@@ -110,35 +162,115 @@ async fn a_request_dropped_during_its_commit_leaves_a_clean_connection_in_the_po
     .await
     .unwrap();
 
-    // The application's own transaction on the pool commits.
-    let mut tx = one.begin().await.unwrap();
-    sqlx::query(&format!(
-        "INSERT INTO {schema}.payments (note) VALUES ('app')"
-    ))
-    .persistent(false)
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    tx.commit().await.unwrap();
-    assert_eq!(
-        notes(&db, "app").await,
-        1,
-        "the application's write was not committed"
-    );
-
-    // The layer's next request runs, commits and is replayed.
+    the_application_commits(&db, &one).await;
     let server = serve(app).await;
-    let fresh = post(&server, "fresh", "ok", "fresh").await;
-    assert_eq!(fresh.status, StatusCode::CREATED, "{}", fresh.text());
-    assert_eq!(fresh.header("idempotent-replayed"), None);
-    let again = post(&server, "fresh", "ok", "fresh").await;
-    assert_eq!(again.status, StatusCode::CREATED, "{}", again.text());
-    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    a_fresh_request_is_stored_and_replayed(&server).await;
 
     // The dropped request committed or not, as the server had it; its retry agrees: it is
-    // replayed (its row is there) or runs once.
+    // replayed if its row is there, or runs once.
+    let committed = notes(&db, "dropped").await == 1;
     let retry = post(&server, "dropped", "ok", "dropped").await;
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    let replayed = retry.header("idempotent-replayed") == Some("true");
+    assert_eq!(replayed, committed);
     assert_eq!(notes(&db, "dropped").await, 1);
     assert_eq!(notes(&db, "fresh").await, 1);
+}
+
+/// A TCP relay to the Postgres on port `target` that holds the server's replies on the first
+/// connection to send `ROLLBACK`, from then until `release` says so.
+struct Relay {
+    port: u16,
+    /// Notified once that `ROLLBACK` went to the server.
+    sent: Arc<Notify>,
+    release: watch::Sender<bool>,
+}
+
+async fn relay(target: u16) -> Relay {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = Arc::new(Notify::new());
+    let (release, released) = watch::channel(false);
+    let armed = Arc::new(AtomicBool::new(true));
+    let notify = Arc::clone(&sent);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = TcpStream::connect(("127.0.0.1", target)).await.unwrap();
+            let (mut from_client, mut to_client) = client.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            let held = Arc::new(AtomicBool::new(false));
+            let (armed, notify, hold) = (Arc::clone(&armed), Arc::clone(&notify), held.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 * 1024];
+                let mut window = Vec::new();
+                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                    window.extend_from_slice(&buf[..n]);
+                    let rollback = window.windows(8).any(|w| w == b"ROLLBACK");
+                    window.drain(..window.len().saturating_sub(7));
+                    let first = rollback && armed.swap(false, Ordering::AcqRel);
+                    // Held before the statement leaves: its reply cannot pass.
+                    hold.fetch_or(first, Ordering::AcqRel);
+                    if to_server.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    if first {
+                        notify.notify_one();
+                    }
+                }
+                let _ = to_server.shutdown().await;
+            });
+            let mut released = released.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0; 64 * 1024];
+                while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                    if held.load(Ordering::Acquire) {
+                        let _ = released.wait_for(|r| *r).await;
+                    }
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    Relay {
+        port,
+        sent,
+        release,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_dropped_during_its_rollback_leaves_a_clean_connection_in_the_pool() {
+    let url = shared_url().await;
+    let db = Db::new(&url, "dropped_rollback").await;
+    let (head, rest) = url.rsplit_once(':').unwrap();
+    let (port, path) = rest.split_once('/').unwrap();
+    let relay = relay(port.parse().unwrap()).await;
+    let one = one_connection(&format!("{head}:{}/{path}", relay.port)).await;
+    let layered = Db {
+        schema: db.schema.clone(),
+        pool: one.clone(),
+    };
+    let (gate, _entered) = Gate::new();
+    let app = router(&db, layered.layer(|b| b).await, gate);
+
+    // `422` means "it did not happen": the layer rolls back, and the request is dropped
+    // while the `ROLLBACK`'s reply is held.
+    tokio::select! {
+        answer = app.clone().oneshot(request("invalid")) => {
+            panic!("the request ended before its rollback was held: {answer:?}")
+        }
+        () = relay.sent.notified() => {}
+    }
+    relay.release.send(true).unwrap();
+
+    the_application_commits(&db, &one).await;
+    let server = serve(app).await;
+    a_fresh_request_is_stored_and_replayed(&server).await;
+    // Its rollback was sent: nothing of it stays, and the retry runs.
+    let retry = post(&server, "dropped", "ok", "dropped").await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert_eq!(retry.header("idempotent-replayed"), None);
+    assert_eq!(notes(&db, "dropped").await, 1);
 }
