@@ -2,7 +2,7 @@
 //! a `tower::timeout` around the layer), on a pool of one connection: that connection never
 //! goes back to the pool in a transaction state nobody knows (the application's next
 //! transaction commits, the layer's next request is stored), and the dropped key's retry
-//! agrees with what the server did with its rows.
+//! agrees with what the server did with its rows. So does a savepoint the handler leaked.
 
 use std::{
     sync::{
@@ -273,4 +273,33 @@ async fn a_request_dropped_during_its_rollback_leaves_a_clean_connection_in_the_
     assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
     assert_eq!(retry.header("idempotent-replayed"), None);
     assert_eq!(notes(&db, "dropped").await, 1);
+}
+
+/// Leaks a `begin()` of its own on the lent connection (a savepoint sqlx still counts),
+/// then answers `422`: "it did not happen".
+async fn leaks_a_savepoint(mut tx: tower_lock_axum::Tx) -> StatusCode {
+    std::mem::forget(Connection::begin(&mut *tx).await.unwrap());
+    StatusCode::UNPROCESSABLE_ENTITY
+}
+
+/// A rollback ends the layer's transaction whatever the handler left counted on the
+/// connection (sqlx's own rollback would only roll back to the leaked savepoint, and leave
+/// the request's transaction open on a pooled connection).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_the_handler_leaked_leaves_a_clean_connection_in_the_pool() {
+    let url = shared_url().await;
+    let db = Db::new(&url, "leaked_savepoint").await;
+    let one = one_connection(&url).await;
+    let layered = Db {
+        schema: db.schema.clone(),
+        pool: one.clone(),
+    };
+    let app = axum::Router::new()
+        .route("/payments", axum::routing::post(leaks_a_savepoint))
+        .layer(layered.layer(|b| b).await);
+    let server = serve(app).await;
+    let leaked = post(&server, "k", "ok", "card").await;
+    assert_eq!(leaked.status, StatusCode::UNPROCESSABLE_ENTITY);
+    the_application_commits(&db, &one).await;
+    assert_eq!(db.records().await, 0);
 }

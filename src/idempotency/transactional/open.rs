@@ -65,8 +65,12 @@ impl OpenTransaction {
                 .expect("an open transaction has its connection"),
         );
         let done = (&mut *conn).execute(sqlx::raw_sql(statement)).await?;
-        let mut conn = conn.landed();
-        PgTransactionManager::start_rollback(&mut conn);
+        // The server is now in one transaction, the trailing `BEGIN`'s; sqlx's rollback
+        // ends it only if sqlx counts exactly one. Any other count (a savepoint the handler
+        // leaked, a nested `begin()` or `commit()` of its own that it cancelled): closed.
+        if PgTransactionManager::get_transaction_depth(&conn) == 1 {
+            PgTransactionManager::start_rollback(&mut conn.landed());
+        }
         Ok(done.rows_affected())
     }
 
@@ -81,11 +85,16 @@ impl OpenTransaction {
 
 /// Roll back on `conn` (through sqlx's transaction manager, which counts the transaction
 /// ended), then let it go back to its pool, or be closed if that failed or the future was
-/// dropped before the reply (sqlx would still count the transaction open).
+/// dropped before the reply (sqlx would still count the transaction open). A connection on
+/// which sqlx counts anything but the layer's one transaction (a savepoint the handler
+/// leaked: sqlx would only roll back to it, and pool a connection still in the request's
+/// transaction) is closed without a statement: the server aborts all of it.
 pub(super) fn rollback(conn: PoolConnection<Postgres>) -> Rollback {
     Box::pin(async move {
         let mut conn = InFlight::new(conn);
-        if PgTransactionManager::rollback(&mut conn).await.is_ok() {
+        if PgTransactionManager::get_transaction_depth(&conn) == 1
+            && PgTransactionManager::rollback(&mut conn).await.is_ok()
+        {
             drop(conn.landed());
         }
     })
