@@ -1,8 +1,9 @@
 //! The transactional idempotency layer (records committed in the handler's own Postgres
 //! transaction) on a real Postgres of this binary's own, over real sockets: claims,
 //! replays, `422` and `409`; rollbacks (an answer that did not happen, an error, a panic,
-//! a dropped request); tombstones; twenty concurrent duplicates from two server processes;
-//! server processes killed before and after the commit; Postgres restarted mid-request;
+//! a dropped request); requests dropped mid-commit and mid-rollback; tombstones; twenty
+//! concurrent duplicates from two server processes; server processes killed before and
+//! after the commit; Postgres restarted mid-request;
 //! the fence check against a holder whose process was stopped past its lease. The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
 //! transaction mode; the kills on axum and on actix-web. Every count is the business
@@ -15,6 +16,7 @@
 mod actix;
 mod app;
 mod behaviour;
+mod cancelled;
 mod child;
 mod crash;
 mod duplicates;

@@ -72,6 +72,7 @@ mod borrowed;
 mod builder;
 mod fence_error;
 mod flow;
+mod in_flight;
 mod layer;
 mod lent;
 mod open;

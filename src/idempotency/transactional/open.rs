@@ -1,7 +1,8 @@
 //! [`OpenTransaction`]: a pooled connection inside the transaction the layer begins (sqlx's
 //! own `BEGIN`, so sqlx knows it is in a transaction: a handler's `begin()` on the lent
 //! connection makes a savepoint) and ends with its record write (`UPDATE …; COMMIT`, one
-//! round trip) or a rollback.
+//! round trip) or a rollback. Each of these statements is awaited [`InFlight`]: a future
+//! dropped before its reply closes the connection instead of pooling it.
 
 use std::{
     fmt,
@@ -14,6 +15,8 @@ use sqlx::{
     Executor, PgConnection, PgPool, Postgres, TransactionManager, pool::PoolConnection,
     postgres::PgTransactionManager,
 };
+
+use super::in_flight::InFlight;
 
 /// A rollback on its way, which can be spawned.
 pub(super) type Rollback = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
@@ -38,9 +41,13 @@ impl fmt::Debug for OpenTransaction {
 impl OpenTransaction {
     /// A connection of `pool` in a transaction begun now (one round trip).
     pub(super) async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        let mut conn = pool.acquire().await?;
+        // Dropped before its reply, sqlx's own guard would count no transaction on a
+        // connection the server may have begun one on.
+        let mut conn = InFlight::new(pool.acquire().await?);
         PgTransactionManager::begin(&mut conn, None).await?;
-        Ok(Self { conn: Some(conn) })
+        Ok(Self {
+            conn: Some(conn.landed()),
+        })
     }
 
     /// End it with `statement`, a simple query of the record write, `COMMIT` and `BEGIN`
@@ -48,23 +55,23 @@ impl OpenTransaction {
     /// the rows the statement affected. sqlx still counts the transaction it began; the
     /// `BEGIN` after the `COMMIT` opens an empty one for sqlx's own rollback to end (queued,
     /// sent with the connection's next message, so no round trip of its own and no
-    /// "no transaction in progress" warning). On an error the connection is closed rather
-    /// than reused: the transaction's fate is the server's.
+    /// "no transaction in progress" warning). On an error, or dropped before the reply,
+    /// the connection is closed rather than reused: the transaction's fate is the
+    /// server's.
     pub(super) async fn commit_with(mut self, statement: &str) -> Result<u64, sqlx::Error> {
-        let mut conn = self
-            .conn
-            .take()
-            .expect("an open transaction has its connection");
-        match conn.execute(sqlx::raw_sql(statement)).await {
-            Ok(done) => {
-                PgTransactionManager::start_rollback(&mut conn);
-                Ok(done.rows_affected())
-            }
-            Err(error) => {
-                conn.close_on_drop();
-                Err(error)
-            }
+        let mut conn = InFlight::new(
+            self.conn
+                .take()
+                .expect("an open transaction has its connection"),
+        );
+        let done = (&mut *conn).execute(sqlx::raw_sql(statement)).await?;
+        // The server is now in one transaction, the trailing `BEGIN`'s; sqlx's rollback
+        // ends it only if sqlx counts exactly one. Any other count (a savepoint the handler
+        // leaked, a nested `begin()` or `commit()` of its own that it cancelled): closed.
+        if PgTransactionManager::get_transaction_depth(&conn) == 1 {
+            PgTransactionManager::start_rollback(&mut conn.landed());
         }
+        Ok(done.rows_affected())
     }
 
     /// Roll it back, and the connection goes back to the pool (closed if that failed).
@@ -77,11 +84,18 @@ impl OpenTransaction {
 }
 
 /// Roll back on `conn` (through sqlx's transaction manager, which counts the transaction
-/// ended), then let it go back to its pool, or be closed if that failed.
-pub(super) fn rollback(mut conn: PoolConnection<Postgres>) -> Rollback {
+/// ended), then let it go back to its pool, or be closed if that failed or the future was
+/// dropped before the reply (sqlx would still count the transaction open). A connection on
+/// which sqlx counts anything but the layer's one transaction (a savepoint the handler
+/// leaked: sqlx would only roll back to it, and pool a connection still in the request's
+/// transaction) is closed without a statement: the server aborts all of it.
+pub(super) fn rollback(conn: PoolConnection<Postgres>) -> Rollback {
     Box::pin(async move {
-        if PgTransactionManager::rollback(&mut conn).await.is_err() {
-            conn.close_on_drop();
+        let mut conn = InFlight::new(conn);
+        if PgTransactionManager::get_transaction_depth(&conn) == 1
+            && PgTransactionManager::rollback(&mut conn).await.is_ok()
+        {
+            drop(conn.landed());
         }
     })
 }
