@@ -58,19 +58,14 @@ impl NumericBackend for MemoryBackend {
         Box::pin(async move {
             let mut numbers = self.numbers.lock().unwrap();
             let now = Instant::now();
-            let stored = numbers
-                .get(key)
-                .filter(|(_, exp)| exp.is_none_or(|e| e > now))
-                .map(|(v, _)| *v);
+            let stored = numbers.get(key, now);
             let holds = stored.is_none_or(|s| op.compare.holds(op.value, s, op.epsilon));
             if holds {
                 match op.action {
                     NumericAction::Set { ttl } => {
-                        numbers.insert(key.clone(), (op.value, ttl.map(|t| after(now, t))));
+                        numbers.set(key, op.value, ttl.map(|t| after(now, t)));
                     }
-                    NumericAction::Delete => {
-                        numbers.remove(key);
-                    }
+                    NumericAction::Delete => numbers.remove(key),
                 }
             }
             Ok(holds)
@@ -81,17 +76,7 @@ impl NumericBackend for MemoryBackend {
         &'a self,
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
-        Box::pin(async move {
-            let mut numbers = self.numbers.lock().unwrap();
-            let now = Instant::now();
-            if numbers
-                .get(key)
-                .is_some_and(|(_, exp)| exp.is_some_and(|e| e <= now))
-            {
-                numbers.remove(key);
-            }
-            Ok(numbers.get(key).map(|(v, _)| *v))
-        })
+        Box::pin(async move { Ok(self.numbers.lock().unwrap().get(key, Instant::now())) })
     }
 }
 

@@ -18,12 +18,18 @@ use super::{
 
 mod capabilities;
 mod exclusive;
+mod numbers;
 mod records;
 mod shared;
 mod table;
 mod wait;
 
 use exclusive::{Exclusive, HeldBy};
+use numbers::Numbers;
+use records::RecordStore;
+use shared::Shared;
+use table::{Space, Table, Waiter};
+use wait::WaitGuard;
 
 /// How long a key handed to a waiter is held for it until its lease takes it (the lease
 /// then renews it to its full TTL, at a third of this): a waiter whose runtime is blocked,
@@ -39,10 +45,6 @@ fn handed_off(fence: Fence, now: Instant, ttl: std::time::Duration) -> (Grant, I
         crate::options::after(now, claim),
     )
 }
-use records::RecordStore;
-use shared::Shared;
-use table::{Space, Table, Waiter};
-use wait::WaitGuard;
 
 /// The in-process backend: serializes within one process, with the same semantics as the
 /// Redis backend (TTLs, fences, FIFO, waiter limits), in both modes: a key's lock and its
@@ -58,7 +60,7 @@ pub struct MemoryBackend {
     shared: Table<Shared>,
     fence: AtomicU64,
     waiter_ids: AtomicU64,
-    numbers: Mutex<HashMap<LockKey, (f64, Option<Instant>)>>,
+    numbers: Mutex<Numbers>,
     pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
     records: Mutex<RecordStore>,
 }
@@ -136,16 +138,13 @@ impl MemoryBackend {
     }
 
     /// How many keys have an entry (held, or waited for, or expired and not yet swept),
-    /// counting numeric values, pools, records and tombstones within their retention, and
-    /// keys whose shared leases are held or waited for.
+    /// counting numeric values (an expired one until the next numeric call sweeps it),
+    /// pools, records and tombstones within their retention, and keys whose shared leases
+    /// are held or waited for.
     pub fn key_count(&self) -> usize {
         let now = Instant::now();
         let locks = self.locks.key_count();
-        let numbers = {
-            let mut numbers = self.numbers.lock().unwrap();
-            numbers.retain(|_, (_, exp)| exp.is_none_or(|e| e > now));
-            numbers.len()
-        };
+        let numbers = self.numbers.lock().unwrap().len();
         let records = self.records.lock().unwrap().live(now);
         let shared = self.shared.key_count();
         locks + numbers + self.pools.lock().unwrap().len() + records + shared
