@@ -68,7 +68,8 @@ macro_rules! lock_setters {
         /// The lease length; renewed while the request runs, so it bounds how long a
         /// crashed node blocks the key (and, under idempotency, how soon a retry runs again
         /// after the process running the first request died), not how long a request may
-        /// take. At least 1 ms and at most a day, or `build` fails. Default: 30 s.
+        /// take. At least 1 ms and at most a day, or `build` fails; the engine rounds a TTL
+        /// under its [`MIN_TTL`](crate::engine::MIN_TTL) (10 ms) up to it. Default: 30 s.
         pub fn ttl(mut self, ttl: std::time::Duration) -> Self {
             self.settings.ttl(ttl);
             self

@@ -38,7 +38,7 @@ pub struct LockSettings {
     /// `ttl`, `wait`, `fifo` and `max_waiters`, as the engine takes them.
     pub options: LockOptions,
     /// A `ttl` under [`MIN_TTL`], kept so that the build refuses it (the engine's options
-    /// would round it up to `MIN_TTL`).
+    /// would round it up).
     short_ttl: Option<Duration>,
     /// How a held key is answered when not waiting: `Locked` (423), or `Conflict` (409)
     /// under the idempotency preset.
@@ -280,7 +280,7 @@ impl LockSettings {
 }
 
 /// The shortest `ttl` accepted: the engine's resolution ([`LockOptions::ttl`] rounds
-/// anything shorter up to it).
+/// anything under its `MIN_TTL`, 10 ms, up to that).
 const MIN_TTL: Duration = Duration::from_millis(1);
 
 /// The longest `ttl` or `wait` accepted: a day. Longer is a mistake for an HTTP request

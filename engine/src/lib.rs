@@ -110,7 +110,7 @@ pub use memory::MemoryBackend;
 pub use mode::Mode;
 pub use mutex::{KeyMutex, MutexError};
 pub use numeric::{Compare, NumericAction, NumericKey, NumericOp};
-pub use options::{ExtendMode, LockOptions, MAX_TTL};
+pub use options::{ExtendMode, LockOptions, MAX_TTL, MIN_TTL};
 pub use record::{Acquired, Record};
 pub(crate) use record::{from_unix_millis, unix_millis};
 pub use resets::Resets;

@@ -102,7 +102,8 @@ impl Lock {
         self
     }
 
-    /// See [`LockOptions::ttl`].
+    /// See [`LockOptions::ttl`]: at least [`MIN_TTL`](crate::MIN_TTL) (a shorter TTL is
+    /// rounded up to it), at most [`MAX_TTL`](crate::MAX_TTL).
     #[inline]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options = self.options.ttl(ttl);
@@ -163,7 +164,10 @@ impl Lock {
     /// Never returns a lease that is already lost: a grant whose validity ran out before it
     /// reached the caller (its runtime stalled past a hand-off's claim) is asked for again
     /// with the same token, which confirms it if the key is still ours, and otherwise goes
-    /// on waiting within the limit (then [`LockError::TimedOut`]).
+    /// on waiting within the limit (then [`LockError::TimedOut`]). It is asked again while
+    /// the wait allows (once more for a wait of zero), yielding between attempts; a grant
+    /// that ran out once the wait is spent is given back by token, and the acquire fails
+    /// as a wait that ran out does ([`LockError::Busy`] for a wait of zero).
     pub async fn acquire(&self) -> Result<Lease, LockError> {
         self.acquire_with(self.options.wait).await
     }
@@ -330,9 +334,33 @@ impl Lock {
             {
                 return Ok(self.lease(req, grant, started.elapsed()));
             }
+            let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+            if retried && left.is_some_and(|l| l.is_zero()) {
+                // Asked again, ran out again, and the wait is spent: the key is ours on the
+                // backend (this token) until its TTL runs out, so it is given back now.
+                // Never re-entered for ever: re-entry always grants, whatever the wait.
+                let _ = self
+                    .engine
+                    .shared
+                    .backend
+                    .release(&req.key, &req.token, req.mode)
+                    .await;
+                tracing::debug!(key = %req.key, "grants kept running out before acquire returned; the wait is spent");
+                return Err(match wait {
+                    Some(w) if w.is_zero() => LockError::Busy { retry_after: None },
+                    _ => LockError::TimedOut {
+                        waited: started.elapsed(),
+                        retry_after: None,
+                    },
+                });
+            }
             tracing::debug!(key = %req.key, "grant ran out before acquire returned; asking again");
-            req.wait = wait.map(|w| w.saturating_sub(started.elapsed()));
+            req.wait = left;
             retried = true;
+            // Never spin: a backend that answers at its first poll (in process) would keep
+            // this thread from running anything else, the task that would confirm the
+            // lease or free the key included.
+            tokio::task::yield_now().await;
         }
     }
 
@@ -437,3 +465,6 @@ impl Lock {
         self.engine.shared.backend.waiters(key).await
     }
 }
+
+#[cfg(test)]
+mod tests;

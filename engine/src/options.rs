@@ -11,6 +11,15 @@ use super::{Lease, Lock, LockError};
 /// [`LockError::InvalidValue`]. Longer waits need no limit: they are waits without one.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
+/// The shortest lease (10 ms): [`LockOptions::ttl`] rounds a shorter TTL up to it.
+///
+/// A lease is trusted for its TTL less a millisecond (a server that counts whole
+/// milliseconds may start its expiry that much before the command was sent; see
+/// [`Lease::valid_until`]): a TTL of a millisecond or two would leave a grant nothing, or
+/// next to nothing, to be valid for, and a waiter handed the key would find it run out
+/// before its task could return it.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
 /// How [`Lease::extend`]-style operations change a lease's remaining time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExtendMode {
@@ -58,12 +67,12 @@ impl LockOptions {
         Self::default()
     }
 
-    /// The lease length. The watchdog renews a live lease at a third of it. Clamped to at
-    /// least 1 ms; more than [`MAX_TTL`] makes acquisition fail with
-    /// [`LockError::InvalidValue`].
+    /// The lease length. The watchdog renews a live lease at a third of it. A TTL under
+    /// [`MIN_TTL`] (10 ms, `Duration::ZERO` included) is rounded up to it; more than
+    /// [`MAX_TTL`] makes acquisition fail with [`LockError::InvalidValue`].
     #[inline]
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl.max(Duration::from_millis(1));
+        self.ttl = ttl.max(MIN_TTL);
         self
     }
 
