@@ -59,6 +59,8 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+#[cfg(test)]
+mod altered;
 #[cfg(any(feature = "redis", feature = "postgres"))]
 mod armed;
 mod backend;

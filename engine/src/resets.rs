@@ -84,64 +84,7 @@ mod tests {
     use std::{future::Future, time::Duration};
 
     use super::*;
-    use crate::{
-        AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockEngine, LockError,
-        LockKey, MemoryBackend, Mode, Renewal, Token,
-    };
-
-    /// The in-process backend, plus resets the test reports by hand.
-    struct Resetting {
-        memory: MemoryBackend,
-        resets: Resets,
-    }
-
-    impl Backend for Resetting {
-        fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-            self.memory.acquire(req)
-        }
-
-        fn release<'a>(
-            &'a self,
-            key: &'a LockKey,
-            token: &'a Token,
-            mode: Mode,
-        ) -> BoxFuture<'a, Result<(), LockError>> {
-            self.memory.release(key, token, mode)
-        }
-
-        fn extend<'a>(
-            &'a self,
-            key: &'a LockKey,
-            token: &'a Token,
-            mode: Mode,
-            ttl: Duration,
-            how: ExtendMode,
-        ) -> BoxFuture<'a, Result<Duration, LockError>> {
-            self.memory.extend(key, token, mode, ttl, how)
-        }
-
-        fn renew<'a>(
-            &'a self,
-            leases: &'a [Renewal],
-        ) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-            self.memory.renew(leases)
-        }
-
-        fn holders<'a>(
-            &'a self,
-            key: &'a LockKey,
-        ) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
-            self.memory.holders(key)
-        }
-
-        fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
-            self.memory.waiters(key)
-        }
-
-        fn resets(&self) -> Option<Resets> {
-            Some(self.resets.clone())
-        }
-    }
+    use crate::{LockEngine, altered::Altered};
 
     /// A lease reads lost the instant its backend reports the reset, before the watchdog
     /// (a task on the engine's runtime) has run: on a busy node that task may run only after
@@ -149,9 +92,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lease_reads_lost_the_instant_its_backend_reports_a_reset() {
         let resets = Resets::new();
-        let engine = LockEngine::new(Resetting {
-            memory: MemoryBackend::new(),
-            resets: resets.clone(),
+        let engine = LockEngine::new(Altered {
+            resets: Some(resets.clone()),
+            ..Altered::default()
         });
         for round in 0..200 {
             let lease = engine
@@ -184,9 +127,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_reset_loses_every_lease_granted_before_it_at_once_and_no_later_one() {
         let resets = Resets::new();
-        let engine = LockEngine::new(Resetting {
-            memory: MemoryBackend::new(),
-            resets: resets.clone(),
+        let engine = LockEngine::new(Altered {
+            resets: Some(resets.clone()),
+            ..Altered::default()
         });
         let ttl = Duration::from_secs(30);
         let before = [

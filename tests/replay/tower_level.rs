@@ -130,6 +130,23 @@ impl http_body::Body for Frames {
     }
 }
 
+/// `retry` is answered `409 response-not-stored`, naming the status the request it retries
+/// completed with.
+async fn assert_not_stored<B>(retry: Response<B>, original: StatusCode)
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    assert_eq!(retry.status(), StatusCode::CONFLICT, "{original}");
+    let body = retry.into_body().collect().await.unwrap().to_bytes();
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        problem["type"],
+        "urn:tower-lock:problem:response-not-stored"
+    );
+    assert_eq!(problem["original_status"], original.as_u16());
+}
+
 fn streamed(frames: Vec<Result<Frame<Bytes>, std::io::Error>>) -> Response<Body> {
     Response::new(Frames(frames.into()).boxed())
 }
@@ -167,14 +184,7 @@ async fn a_body_failing_mid_stream_is_recorded_as_completed_if_its_status_is_sto
         assert!(first.into_body().collect().await.is_err());
         let retry = svc.clone().oneshot(request("b")).await.unwrap();
         if stored {
-            assert_eq!(retry.status(), StatusCode::CONFLICT, "{status}");
-            let body = retry.into_body().collect().await.unwrap().to_bytes();
-            let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(
-                problem["type"],
-                "urn:tower-lock:problem:response-not-stored"
-            );
-            assert_eq!(problem["original_status"], status.as_u16());
+            assert_not_stored(retry, status).await;
             assert_eq!(runs.load(Ordering::SeqCst), 1, "{status}: never run twice");
         } else {
             assert!(retry.into_body().collect().await.is_err());
@@ -214,14 +224,7 @@ async fn a_response_with_trailers_completes_but_is_not_replayed() {
         "the client got the trailers"
     );
     let retry = svc.oneshot(request("t")).await.unwrap();
-    assert_eq!(retry.status(), StatusCode::CONFLICT);
-    let body = retry.into_body().collect().await.unwrap().to_bytes();
-    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(
-        problem["type"],
-        "urn:tower-lock:problem:response-not-stored"
-    );
-    assert_eq!(problem["original_status"], 202);
+    assert_not_stored(retry, StatusCode::ACCEPTED).await;
     assert_eq!(runs.load(Ordering::SeqCst), 1, "never run twice");
 }
 

@@ -1,57 +1,6 @@
 use std::time::Duration;
 
-use crate::{
-    AcquireRequest, Backend, BoxFuture, ExtendMode, Grant, Holder, LockEngine, LockError, LockKey,
-    MemoryBackend, Mode, Renewal, Token,
-};
-
-/// The in-process backend, whose every grant has run out by the time it is returned (a
-/// claim of zero): what a caller sees of grants that keep running out before they reach it.
-struct RunOut(MemoryBackend);
-
-impl Backend for RunOut {
-    fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        Box::pin(async move {
-            let grant = self.0.acquire(req).await?;
-            Ok(Grant {
-                valid_for: Some(Duration::ZERO),
-                ..grant
-            })
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        key: &'a LockKey,
-        token: &'a Token,
-        mode: Mode,
-    ) -> BoxFuture<'a, Result<(), LockError>> {
-        self.0.release(key, token, mode)
-    }
-
-    fn extend<'a>(
-        &'a self,
-        key: &'a LockKey,
-        token: &'a Token,
-        mode: Mode,
-        ttl: Duration,
-        how: ExtendMode,
-    ) -> BoxFuture<'a, Result<Duration, LockError>> {
-        self.0.extend(key, token, mode, ttl, how)
-    }
-
-    fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        self.0.renew(leases)
-    }
-
-    fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
-        self.0.holders(key)
-    }
-
-    fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
-        self.0.waiters(key)
-    }
-}
+use crate::{LockEngine, LockError, altered::Altered};
 
 /// A runtime of its own, for an acquire that might spin without yielding: shut down
 /// without waiting for it (`shutdown_background`), it cannot keep the test from ending.
@@ -111,7 +60,12 @@ fn a_contended_acquire_with_the_shortest_ttl_ends_and_leaves_the_key_free() {
 #[test]
 fn grants_that_keep_running_out_end_the_acquire_with_its_wait_and_leave_the_key_free() {
     let runtime = own_runtime();
-    let engine = LockEngine::new(RunOut(MemoryBackend::new()));
+    // Every grant has run out by the time it is returned (a claim of zero): what a caller
+    // sees of grants that keep running out before they reach it.
+    let engine = LockEngine::new(Altered {
+        claim: Some(Duration::ZERO),
+        ..Altered::default()
+    });
     let outcome = runtime.block_on(async {
         // Spawned: an acquire that never yields would keep `block_on`'s own thread, and
         // the timeout with it.
