@@ -223,6 +223,7 @@ fn node(
     + Send
     + 'static,
     shared: (Recorder, Registers),
+    built: std::sync::mpsc::Sender<()>,
     n: u32,
     seed: u64,
     until: std::time::Instant,
@@ -235,6 +236,9 @@ fn node(
             .unwrap();
         runtime.block_on(async move {
             let engine = make().await;
+            // The faults begin once every node has its engine: a build that meets one
+            // fails (`build()` checks the server), which is not what the schedule tests.
+            let _ = built.send(());
             let until = Instant::from_std(until);
             let settings = SETTINGS[n as usize % SETTINGS.len()];
             let tasks: Vec<_> = (0..3u32)
@@ -301,18 +305,27 @@ fn run(
     let seed = seed();
     eprintln!("{name} fault schedule seed: {seed} (FAULT_SEED={seed} replays it)");
     let until = std::time::Instant::now() + run_for;
+    let (built, all_built) = std::sync::mpsc::channel();
     let nodes: Vec<_> = (0..3u32)
         .map(|n| {
             let make = make.clone();
             node(
                 move || make(n),
                 (recorder.clone(), registers.clone()),
+                built.clone(),
                 n,
                 seed,
                 until,
             )
         })
         .collect();
+    drop(built);
+    // Every node built (or one failed to: its panic is reported when it is joined).
+    for _ in 0..nodes.len() {
+        if all_built.recv().is_err() {
+            break;
+        }
+    }
     let mut rng = StdRng::seed_from_u64(seed ^ 0xfa17);
     let mut log = Vec::new();
     while std::time::Instant::now() + Duration::from_millis(1_500) < until {
