@@ -250,11 +250,34 @@ impl fmt::Display for Fence {
     }
 }
 
+/// The fence as the `i64` a SQL `bigint` column takes: `i64::try_from(lease.fence())?`.
+///
+/// Every backend's fences fit (microseconds since 1970, or a counter, and a `bigint` on
+/// Postgres); the conversion fails only for a value a third-party backend made past
+/// `i64::MAX`, which must not be stored wrapped round to a negative number.
+impl TryFrom<Fence> for i64 {
+    type Error = std::num::TryFromIntError;
+
+    fn try_from(fence: Fence) -> Result<Self, Self::Error> {
+        i64::try_from(fence.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::hash::BuildHasher;
 
     use super::*;
+
+    #[test]
+    fn a_fence_converts_to_a_bigint_exactly_or_not_at_all() {
+        assert_eq!(
+            i64::try_from(Fence::new(1_764_000_000_000_000)),
+            Ok(1_764_000_000_000_000)
+        );
+        assert_eq!(i64::try_from(Fence::new(i64::MAX as u64)), Ok(i64::MAX));
+        assert!(i64::try_from(Fence::new(i64::MAX as u64 + 1)).is_err());
+    }
 
     #[test]
     fn a_joined_key_is_the_concatenation_validated_as_one() {
