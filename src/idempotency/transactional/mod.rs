@@ -38,8 +38,9 @@
 //! A process that dies before the commit leaves nothing; one that dies after it leaves a
 //! record the retry replays. With a `LockLayer` in front,
 //! [`BorrowedTransaction::check_fence`] checks the lease's fence against a per-key
-//! high-water mark in the same transaction and refuses a stale holder's writes. Expired
-//! records are deleted in batches by the layer itself.
+//! high-water mark in the same transaction and refuses a stale holder's writes. Retention
+//! counts from the commit (the record write sets the expiry, by the database's clock);
+//! expired records are deleted in batches by the layer itself.
 //!
 //! **Limits.** Effects outside the database (a card network, an email) are not in the
 //! transaction: write a job row (an outbox) in it and send after the commit. A handler

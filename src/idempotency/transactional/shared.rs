@@ -195,9 +195,13 @@ impl Shared {
         meta: Bytes,
         body: Bytes,
     ) -> Result<(), Completion> {
-        let statement = self
-            .tables
-            .complete_and_commit(key.as_str(), &meta, &body, true);
+        let statement = self.tables.complete_and_commit(
+            key.as_str(),
+            &meta,
+            &body,
+            true,
+            self.replay.retention().as_millis(),
+        );
         match tx.commit_with(&statement).await {
             Ok(1) => Ok(()),
             Ok(_) => Err(Completion::NotOurs),

@@ -94,6 +94,7 @@ impl Tables {
             format!("CREATE SCHEMA IF NOT EXISTS {schema}"),
             // `completed_at` is NULL while the claim is uncommitted; only completed records
             // are ever committed (the claim commits with the response or a tombstone).
+            // `expires_at` is set again by the completion: retention counts from it.
             format!(
                 "CREATE TABLE IF NOT EXISTS {records} (
                     key text PRIMARY KEY,
@@ -210,7 +211,10 @@ impl Tables {
         )
     }
 
-    /// Completes the claimed `key` with `meta`, `body` and `kept` and commits, in one
+    /// Completes the claimed `key` with `meta`, `body` and `kept`, kept `retention_ms`
+    /// from now (retention counts from the completion, by the database's clock, as the
+    /// claim's expiry does: a handler slower than the retention must not leave a record
+    /// already expired), and commits, in one
     /// simple query (one round trip); then `BEGIN`s an empty transaction for sqlx's
     /// bookkeeping to end (see `OpenTransaction::commit_with`). The update matches only a record this transaction
     /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
@@ -221,10 +225,12 @@ impl Tables {
         meta: &[u8],
         body: &[u8],
         kept: bool,
+        retention_ms: u128,
     ) -> String {
         format!(
             "UPDATE {} SET meta = {}, body = {}, kept = {kept},
-                completed_at = clock_timestamp()
+                completed_at = clock_timestamp(),
+                expires_at = clock_timestamp() + {retention_ms} * interval '1 millisecond'
              WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
              COMMIT;
              BEGIN",
