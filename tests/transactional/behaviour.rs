@@ -21,15 +21,16 @@ pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
     )
 }
 
-/// How many backends wait for a lock in a statement on `db`'s schema (duplicates queued
-/// on its records table's unique index), whatever other tests do meanwhile.
+/// How many backends wait for a lock in a statement of the layer on `db`'s schema (which
+/// the layer quotes: duplicates queued on its records table's unique index), whatever
+/// other tests do meanwhile.
 async fn waiting_on_locks(db: &Db) -> i64 {
     sqlx::query(
         "SELECT count(*) FROM pg_stat_activity
          WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
     )
     .persistent(false)
-    .bind(format!("{}.", db.schema))
+    .bind(format!("\"{}\".", db.schema))
     .fetch_one(&db.pool)
     .await
     .unwrap()

@@ -4,7 +4,8 @@
 //! a dropped request); requests dropped mid-commit and mid-rollback; tombstones; twenty
 //! concurrent duplicates from two server processes; server processes killed before and
 //! after the commit; Postgres restarted mid-request; duplicates waiting under a database
-//! default isolation of `serializable` and of `repeatable read`;
+//! default isolation of `serializable` and of `repeatable read`; a schema and a prefix that
+//! are reserved words;
 //! the fence check against a holder whose process was stopped past its lease. The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
 //! transaction mode; the kills on axum and on actix-web. Every count is the business
@@ -23,4 +24,5 @@ mod crash;
 mod duplicates;
 mod fence;
 mod isolation;
+mod names;
 mod setup;
