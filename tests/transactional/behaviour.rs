@@ -21,15 +21,16 @@ pub(crate) fn raw_post(key: &str, outcome: &str) -> String {
     )
 }
 
-/// How many backends wait for a lock in a statement on `db`'s schema (duplicates queued
-/// on its records table's unique index), whatever other tests do meanwhile.
+/// How many backends wait for a lock in a statement of the layer on `db`'s schema (which
+/// the layer quotes: duplicates queued on its records table's unique index), whatever
+/// other tests do meanwhile.
 async fn waiting_on_locks(db: &Db) -> i64 {
     sqlx::query(
         "SELECT count(*) FROM pg_stat_activity
          WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
     )
     .persistent(false)
-    .bind(format!("{}.", db.schema))
+    .bind(format!("\"{}\".", db.schema))
     .fetch_one(&db.pool)
     .await
     .unwrap()
@@ -262,6 +263,36 @@ async fn expired_records_are_swept_and_their_keys_run_again() {
     let again = post(&server, "a", "ok", "card").await;
     assert_eq!(again.header("idempotent-replayed"), None);
     assert_eq!(db.payments().await, 3);
+}
+
+/// Retention counts from the commit, not from the claim: a handler that runs longer than
+/// the retention (1 s; the handler waits 1.5 s for the gate) leaves a record that a retry
+/// right after the answer (and the background sweep the commit starts) still finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_slower_than_the_retention_is_replayed_right_after_its_answer() {
+    let db = Db::new(&shared_url().await, "slow_retention").await;
+    let (gate, mut entered) = Gate::new();
+    let layer = db.layer(|b| b.retention(Duration::from_secs(1))).await;
+    let server = std::sync::Arc::new(serve(router(&db, layer, gate.clone())).await);
+    let first = tokio::spawn({
+        let server = server.clone();
+        async move { post(&server, "k", "hang", "card").await }
+    });
+    entered.recv().await.unwrap();
+    // Not a synchronisation: the handler must outlast the retention.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gate.release.notify_one();
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    let retry = post(&server, "k", "ok", "card").await;
+    assert_eq!(
+        (retry.status, retry.header("idempotent-replayed")),
+        (StatusCode::CREATED, Some("true")),
+        "{}",
+        retry.text()
+    );
+    assert_eq!(retry.body, first.body);
+    assert_eq!((db.payments().await, db.records().await), (1, 1));
 }
 
 /// Begins and commits "a transaction" of its own on the lent connection, and one it rolls

@@ -28,8 +28,8 @@ use crate::app::{Db, Gate, post, router, shared_url};
 /// table's test trigger waits for.
 const GATE: &str = "7, 70707";
 
-/// Waits until a backend waits for the advisory lock [`GATE`] in a statement on `db`'s
-/// schema.
+/// Waits until a backend waits for the advisory lock [`GATE`] in a statement of the layer
+/// on `db`'s schema (which the layer quotes).
 async fn until_blocked_on_the_gate(db: &Db) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
@@ -39,7 +39,7 @@ async fn until_blocked_on_the_gate(db: &Db) {
                AND strpos(query, $1) > 0",
         )
         .persistent(false)
-        .bind(format!("{}.", db.schema))
+        .bind(format!("\"{}\".", db.schema))
         .fetch_one(&db.pool)
         .await
         .unwrap()

@@ -3,7 +3,9 @@
 //! replays, `422` and `409`; rollbacks (an answer that did not happen, an error, a panic,
 //! a dropped request); requests dropped mid-commit and mid-rollback; tombstones; twenty
 //! concurrent duplicates from two server processes; server processes killed before and
-//! after the commit; Postgres restarted mid-request;
+//! after the commit; Postgres restarted mid-request; duplicates waiting under a database
+//! default isolation of `serializable` and of `repeatable read`; a schema and a prefix that
+//! are reserved words;
 //! the fence check against a holder whose process was stopped past its lease. The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
 //! transaction mode; the kills on axum and on actix-web. Every count is the business
@@ -21,4 +23,6 @@ mod child;
 mod crash;
 mod duplicates;
 mod fence;
+mod isolation;
+mod names;
 mod setup;

@@ -1,5 +1,6 @@
 //! The record capability's cases: a record written with [`Lease::complete`] appears in the
-//! same atomic step as the release, only for the holder, and expires after its retention.
+//! same atomic step as the release, only for the holder, and expires after its retention
+//! (counted from the completion).
 
 use std::time::Duration;
 
@@ -124,8 +125,14 @@ pub async fn records_expire_after_their_retention(h: &impl Harness) {
     let engine = h.engine();
     let u = h.unit();
     let lease = engine.lock("rec-d").ttl(u * 100).acquire().await.unwrap();
+    // Held longer than the retention: retention counts from the completion, not from
+    // the acquire (a slow operation's record must not be born expired).
+    sleep(u * 15).await;
     lease.complete(record("d"), u * 10).await.unwrap();
-    assert!(stored(&engine, "rec-d").await.is_some());
+    assert!(
+        stored(&engine, "rec-d").await.is_some(),
+        "retention counts from the completion"
+    );
     sleep(u * 12).await;
     assert_eq!(stored(&engine, "rec-d").await, None, "expired");
     assert_no_residue(h).await;

@@ -41,14 +41,18 @@ impl TransactionalLayerBuilder {
         }
     }
 
-    /// The schema of the layer's tables (default `public`): a plain lower-case name.
+    /// The schema of the layer's tables (default `public`): lower-case ASCII letters,
+    /// digits and `_`, not starting with a digit (the characters the Postgres lock engine
+    /// takes), at most 40 bytes; capitals are refused by `migrate` and `build` with
+    /// [`SetupError::Name`]. Every name is quoted in the layer's SQL, so a reserved word
+    /// (`order`, `user`) is fine.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
         self
     }
 
-    /// The prefix of the layer's table names (default `tower_lock_`): a plain lower-case
-    /// name or empty.
+    /// The prefix of the layer's table names (default `tower_lock_`): empty, or as
+    /// [`schema`](Self::schema) says.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self

@@ -27,11 +27,20 @@
 //!    [`NotStored`](crate::NotStored) mark), an error, a panic or a dropped future **rolls
 //!    everything back**: the retry runs cleanly.
 //!
+//! **Isolation.** The transaction runs at the database's (or the role's) default
+//! isolation; the layer sets none: a team that set `serializable` chose it for its
+//! handlers. Under `repeatable read` or `serializable`, a duplicate whose claim waited for
+//! the first request's commit fails with a serialization failure (`40001`; a deadlock,
+//! `40P01`, the same): that wait ended, and the claim is made again in a fresh transaction,
+//! whose snapshot sees the record (a replay, `422`, or the key claimed), within what is left
+//! of `wait` (and once more when nothing is left), never a `503`.
+//!
 //! A process that dies before the commit leaves nothing; one that dies after it leaves a
 //! record the retry replays. With a `LockLayer` in front,
 //! [`BorrowedTransaction::check_fence`] checks the lease's fence against a per-key
-//! high-water mark in the same transaction and refuses a stale holder's writes. Expired
-//! records are deleted in batches by the layer itself.
+//! high-water mark in the same transaction and refuses a stale holder's writes. Retention
+//! counts from the commit (the record write sets the expiry, by the database's clock);
+//! expired records are deleted in batches by the layer itself.
 //!
 //! **Limits.** Effects outside the database (a card network, an email) are not in the
 //! transaction: write a job row (an outbox) in it and send after the commit. A handler

@@ -12,8 +12,10 @@ pub enum SetupError {
     /// A setting of the idempotency builder was refused (as `IdempotencyLayerBuilder::build`
     /// would refuse it).
     Config(ConfigError),
-    /// The schema or the prefix is not a plain lower-case SQL name (letters, digits, `_`,
-    /// at most 40 bytes).
+    /// The schema or the prefix breaks the names' rule (in the characters the Postgres
+    /// lock engine takes): lower-case ASCII letters, digits and `_`, not starting with a
+    /// digit, at most 40 bytes (the prefix may be empty). Capitals are refused; reserved
+    /// words are fine (every name is quoted).
     Name(String),
     /// The records or fences table does not exist: run
     /// [`migrate`](super::TransactionalLayerBuilder::migrate) once (at start-up, or from
@@ -32,7 +34,9 @@ impl fmt::Display for SetupError {
             Self::Config(e) => write!(f, "{e}"),
             Self::Name(name) => write!(
                 f,
-                "not a plain lower-case SQL name (letters, digits, `_`, at most 40 bytes): {name}"
+                "the schema and the table prefix take a-z, 0-9 and _ only, not starting with \
+                 a digit, at most 40 bytes (the prefix may be empty; capitals are refused, \
+                 as the Postgres lock engine refuses them; reserved words are fine): {name}"
             ),
             Self::MissingTable { table } => write!(
                 f,

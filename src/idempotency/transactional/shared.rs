@@ -60,13 +60,28 @@ pub(super) struct Shared {
     next_sweep: AtomicU64,
 }
 
-/// Whether `error` is Postgres's `lock_not_available`: the claim waited `lock_timeout`
-/// on a duplicate's uncommitted claim.
-fn waited_out(error: &sqlx::Error) -> bool {
+/// Whether `error` has SQLSTATE `code`.
+fn has_code(error: &sqlx::Error, code: &str) -> bool {
     error
         .as_database_error()
         .and_then(|e| e.code())
-        .is_some_and(|code| code == "55P03")
+        .is_some_and(|c| c == code)
+}
+
+/// Whether `error` is Postgres's `lock_not_available`: the claim waited `lock_timeout`
+/// on a duplicate's uncommitted claim.
+fn waited_out(error: &sqlx::Error) -> bool {
+    has_code(error, "55P03")
+}
+
+/// Whether the claim failed because its wait ended under a snapshot that cannot see why:
+/// a serialization failure (`40001`: under `repeatable read` or `serializable`, the
+/// insert that waited on a duplicate's claim meets the record it committed after the
+/// transaction's snapshot; or the delete of an expired record meets a concurrent
+/// change), or a deadlock (`40P01`) the server broke by aborting the claim. Nothing was
+/// written: a fresh transaction, with a fresh snapshot, sees the committed record.
+fn wait_ended(error: &sqlx::Error) -> bool {
+    has_code(error, "40001") || has_code(error, "40P01")
 }
 
 impl Shared {
@@ -81,31 +96,57 @@ impl Shared {
     }
 
     /// Begin the request's transaction and claim `key`, or answer from its record.
+    ///
+    /// The transaction runs at the database's (or the role's) default isolation: a team
+    /// that set `serializable` chose it for its handlers. Under `repeatable read` or
+    /// `serializable`, a claim that waited for a duplicate which then committed fails
+    /// with a serialization failure ([`wait_ended`]): that wait ended, so the claim is
+    /// made again in a fresh transaction (whose snapshot sees the record: a replay,
+    /// `422`, or the key claimed), within what is left of the layer's `wait`, and once
+    /// more when nothing is left (it does not wait on a committed record), never a `503`.
     pub(super) async fn claim(
         &self,
         key: &LockKey,
         fingerprint: &Bytes,
         accepted: AcceptedCodings,
     ) -> Claim {
-        match self.try_claim(key, fingerprint, accepted).await {
-            Ok(claim) => claim,
-            Err(error) if waited_out(&error) => Claim::Answer(Err(self.replay.in_flight())),
-            Err(error) => {
-                tracing::warn!(%error, "claiming the idempotency key failed; rejecting");
-                Claim::Answer(Err(self.replay.unavailable_rejection()))
+        let deadline = Instant::now() + self.replay.wait();
+        let mut claimed_at_the_deadline = false;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.try_claim(key, fingerprint, &accepted, left).await {
+                Ok(claim) => return claim,
+                Err(error) if waited_out(&error) => {
+                    return Claim::Answer(Err(self.replay.in_flight()));
+                }
+                Err(error) if wait_ended(&error) => {
+                    if left.is_zero() && std::mem::replace(&mut claimed_at_the_deadline, true) {
+                        // Every claim ended so, to the end of the wait: keys claimed and
+                        // committed again and again, a duplicate's in flight.
+                        return Claim::Answer(Err(self.replay.in_flight()));
+                    }
+                    tracing::debug!(%error, "the claim's wait ended in a serialization failure; claiming again");
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "claiming the idempotency key failed; rejecting");
+                    return Claim::Answer(Err(self.replay.unavailable_rejection()));
+                }
             }
         }
     }
 
+    /// One claim in a transaction of its own, waiting at most `left` (at least
+    /// [`MIN_LOCK_WAIT`]) for a duplicate in flight.
     async fn try_claim(
         &self,
         key: &LockKey,
         fingerprint: &Bytes,
-        accepted: AcceptedCodings,
+        accepted: &AcceptedCodings,
+        left: Duration,
     ) -> Result<Claim, sqlx::Error> {
         let mut tx = OpenTransaction::begin(&self.pool).await?;
         let now = self.replay.wait().is_zero();
-        let wait = self.replay.wait().max(MIN_LOCK_WAIT).as_millis();
+        let wait = left.max(MIN_LOCK_WAIT).as_millis();
         let retention = self.replay.retention().as_millis();
         let claim = self
             .tables
@@ -141,7 +182,7 @@ impl Shared {
         Ok(Claim::Answer(self.replay.answer_record(
             record,
             fingerprint,
-            accepted,
+            accepted.clone(),
         )))
     }
 
@@ -154,9 +195,13 @@ impl Shared {
         meta: Bytes,
         body: Bytes,
     ) -> Result<(), Completion> {
-        let statement = self
-            .tables
-            .complete_and_commit(key.as_str(), &meta, &body, true);
+        let statement = self.tables.complete_and_commit(
+            key.as_str(),
+            &meta,
+            &body,
+            true,
+            self.replay.retention().as_millis(),
+        );
         match tx.commit_with(&statement).await {
             Ok(1) => Ok(()),
             Ok(_) => Err(Completion::NotOurs),

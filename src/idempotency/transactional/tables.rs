@@ -7,14 +7,25 @@ use super::SetupError;
 
 /// The records table and the fences table, quoted and qualified, and the statements on
 /// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`) or as
-/// a simple query, so it runs behind PgBouncer in transaction pooling mode.
+/// a simple query, so it runs behind PgBouncer in transaction pooling mode. Every name is
+/// a quoted identifier (`"order"."tower_lock_fences"`), as the lock engine's are: a
+/// schema or prefix that is a reserved word (`order`, `user`, `select`) is a name like
+/// any other.
 #[derive(Clone)]
 pub(super) struct Tables {
+    /// The schema, quoted.
     schema: String,
     records: String,
     fences: String,
     /// The claim function (see [`Tables::claim`]).
     claim: String,
+    /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
+    /// its table's schema).
+    expiry_index: String,
+    /// The records table as `schema.table`, unquoted: the text the advisory locks' keys
+    /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
+    /// the layer's first versions so that nodes of both agree during a rolling upgrade.
+    lock_name: String,
 }
 
 impl fmt::Debug for Tables {
@@ -26,9 +37,11 @@ impl fmt::Debug for Tables {
     }
 }
 
-/// A name Postgres takes unquoted and that needs no escaping: letters, digits and `_`,
-/// not starting with a digit, at most 40 bytes (room for the table names' suffixes
-/// within Postgres's 63).
+/// The names the layer takes, in the characters the Postgres lock engine takes: lower-case
+/// ASCII letters, digits and `_`, not starting with a digit (so a name needs no escaping inside its
+/// quotes, and one spelling is one name: no `"Order"` beside `order`), at most 40 bytes
+/// (room for the table names' suffixes within Postgres's 63). Quoted wherever they are
+/// used, so reserved words are fine.
 fn plain(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 40
@@ -67,15 +80,18 @@ impl Tables {
         if !plain(schema) || !(prefix.is_empty() || plain(prefix)) {
             return Err(SetupError::Name(format!("{schema:?}, prefix {prefix:?}")));
         }
+        let qualified = |name: &str| format!("\"{schema}\".\"{prefix}{name}\"");
         Ok(Self {
-            schema: schema.to_owned(),
-            records: format!("{schema}.{prefix}idempotency_records"),
-            fences: format!("{schema}.{prefix}fences"),
-            claim: format!("{schema}.{prefix}idempotency_claim"),
+            schema: format!("\"{schema}\""),
+            records: qualified("idempotency_records"),
+            fences: qualified("fences"),
+            claim: qualified("idempotency_claim"),
+            expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
+            lock_name: format!("{schema}.{prefix}idempotency_records"),
         })
     }
 
-    /// The records table, qualified (for error messages).
+    /// The records table, quoted and qualified (for error messages).
     pub(super) fn records(&self) -> &str {
         &self.records
     }
@@ -88,12 +104,15 @@ impl Tables {
             records,
             fences,
             claim,
+            expiry_index,
+            lock_name,
         } = self;
         [
-            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {records}'))"),
+            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))"),
             format!("CREATE SCHEMA IF NOT EXISTS {schema}"),
             // `completed_at` is NULL while the claim is uncommitted; only completed records
             // are ever committed (the claim commits with the response or a tombstone).
+            // `expires_at` is set again by the completion: retention counts from it.
             format!(
                 "CREATE TABLE IF NOT EXISTS {records} (
                     key text PRIMARY KEY,
@@ -104,10 +123,7 @@ impl Tables {
                     completed_at timestamptz,
                     expires_at timestamptz NOT NULL)"
             ),
-            format!(
-                "CREATE INDEX IF NOT EXISTS {}_expiry ON {records} (expires_at)",
-                records.rsplit('.').next().unwrap_or("records")
-            ),
+            format!("CREATE INDEX IF NOT EXISTS {expiry_index} ON {records} (expires_at)"),
             format!(
                 "CREATE TABLE IF NOT EXISTS {fences} (key text PRIMARY KEY, fence bigint NOT NULL)"
             ),
@@ -134,7 +150,7 @@ impl Tables {
                     previous text := current_setting('lock_timeout');
                 BEGIN
                     IF p_now AND NOT pg_try_advisory_xact_lock(
-                            hashtextextended('{records} ' || p_key, 0)) THEN
+                            hashtextextended('{lock_name} ' || p_key, 0)) THEN
                         RETURN QUERY SELECT false, r.fingerprint, r.meta, r.body, r.kept,
                             (extract(epoch FROM r.completed_at) * 1000)::bigint
                         FROM {records} r
@@ -210,7 +226,10 @@ impl Tables {
         )
     }
 
-    /// Completes the claimed `key` with `meta`, `body` and `kept` and commits, in one
+    /// Completes the claimed `key` with `meta`, `body` and `kept`, kept `retention_ms`
+    /// from now (retention counts from the completion, by the database's clock, as the
+    /// claim's expiry does: a handler slower than the retention must not leave a record
+    /// already expired), and commits, in one
     /// simple query (one round trip); then `BEGIN`s an empty transaction for sqlx's
     /// bookkeeping to end (see `OpenTransaction::commit_with`). The update matches only a record this transaction
     /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
@@ -221,10 +240,12 @@ impl Tables {
         meta: &[u8],
         body: &[u8],
         kept: bool,
+        retention_ms: u128,
     ) -> String {
         format!(
             "UPDATE {} SET meta = {}, body = {}, kept = {kept},
-                completed_at = clock_timestamp()
+                completed_at = clock_timestamp(),
+                expires_at = clock_timestamp() + {retention_ms} * interval '1 millisecond'
              WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
              COMMIT;
              BEGIN",
