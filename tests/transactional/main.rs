@@ -21,4 +21,6 @@ mod child;
 mod crash;
 mod duplicates;
 mod fence;
+mod logs;
+mod misuse;
 mod setup;

@@ -68,6 +68,7 @@
 //! ```
 
 mod body;
+mod borrow_error;
 mod borrowed;
 mod builder;
 mod fence_error;
@@ -75,6 +76,7 @@ mod flow;
 mod in_flight;
 mod layer;
 mod lent;
+mod misuse;
 mod open;
 mod protocol;
 mod service;
@@ -83,6 +85,7 @@ mod shared;
 mod tables;
 
 pub use body::TransactionalBody;
+pub use borrow_error::BorrowError;
 pub use borrowed::BorrowedTransaction;
 pub use builder::TransactionalLayerBuilder;
 pub use fence_error::FenceError;

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use sqlx::{Executor, PgPool, Row};
 use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
-use super::{open::OpenTransaction, tables::Tables};
+use super::{misuse::MisuseLog, open::OpenTransaction, tables::Tables};
 use crate::{
     Rejection,
     engine::{LockKey, Record},
@@ -55,6 +55,8 @@ pub(super) struct Shared {
     pub(super) replay: ReplayLocker,
     pub(super) pool: PgPool,
     pub(super) tables: Arc<Tables>,
+    /// The throttled logs of handlers' mistakes with the lent transaction.
+    pub(super) misuse: Arc<MisuseLog>,
     started: Instant,
     /// Milliseconds after `started` when the next sweep is due.
     next_sweep: AtomicU64,
@@ -75,6 +77,7 @@ impl Shared {
             replay,
             pool,
             tables: Arc::new(tables),
+            misuse: Arc::default(),
             started: Instant::now(),
             next_sweep: AtomicU64::new(0),
         }
