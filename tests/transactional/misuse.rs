@@ -215,6 +215,35 @@ async fn rows(db: &Db) -> (i64, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handled_failed_statement_is_a_500_naming_the_savepoint_stored_never_and_logged_once() {
+    logs::capture();
+    for framework in BOTH {
+        let db = db("failed_statement").await;
+        let server = server(framework, &db).await;
+        for _ in 0..3 {
+            let answered = send(&server, "/payments", "k", "exists").await;
+            assert_misuse(&answered, "savepoint", framework);
+            assert_eq!(rows(&db).await, (0, 0), "{framework:?}");
+        }
+        let logged = logs::events_with("records", &format!("{}.", db.schema));
+        assert_eq!(logged.len(), 1, "{framework:?}: {logged:?}");
+        assert!(logged[0]["cause"].contains("savepoint"), "{logged:?}");
+        // The same in a savepoint: the answer is stored and replayed.
+        let first = send(&server, "/payments", "s", "savepoint").await;
+        assert_eq!(
+            first.status,
+            StatusCode::OK,
+            "{framework:?}: {}",
+            first.text()
+        );
+        assert_eq!(first.text(), "already exists");
+        let replay = send(&server, "/payments", "s", "savepoint").await;
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        assert_eq!(rows(&db).await, (1, 1), "{framework:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_borrow_of_the_transaction_is_refused_at_once_and_logged() {
     logs::capture();
     for framework in BOTH {

@@ -10,6 +10,9 @@ use tower_lock_core::LogThrottle;
 pub(super) enum Misuse {
     /// It kept a borrow past its return (an extractor moved into a spawned task).
     Kept,
+    /// A statement failed inside it and the handler answered anyway: Postgres aborted the
+    /// transaction, and nothing of it can commit.
+    FailedStatement,
     /// A second borrow while the first is held (`Tx` taken twice, or a middleware holding
     /// one around the handler): refused at once, where waiting would never end.
     SecondBorrow,
@@ -25,6 +28,12 @@ impl Misuse {
             Self::Kept => {
                 "the handler kept the request's transaction after it returned; it was rolled \
                  back and no response was stored"
+            }
+            Self::FailedStatement => {
+                "a statement failed inside the request's transaction and the handler \
+                 answered anyway: Postgres aborted the transaction, nothing was committed, \
+                 and no response was stored. Run a statement that may fail in a savepoint \
+                 (begin() on the transaction), and roll the savepoint back when it fails"
             }
             Self::SecondBorrow => {
                 "the request's transaction is already borrowed: a handler takes it once (a \

@@ -229,7 +229,9 @@ impl Storing {
 
     /// Commit the record with the handler's rows: the response with `body`, or for `None`
     /// (a body over [`max_body`](Self::max_body)) a tombstone, answered `409
-    /// response-not-stored` to retries. On an error, the `503` to send instead.
+    /// response-not-stored` to retries. On an error, the answer to send instead: `503`
+    /// when the database failed, `500` naming the handler's mistake when the handler ended
+    /// the transaction or let a failed statement abort it (nothing stored either way).
     pub async fn commit(self, body: Option<Bytes>) -> Result<(), Answer> {
         let replay = &self.shared.replay;
         let (meta, body) = match (self.meta, body) {
@@ -254,6 +256,9 @@ impl Storing {
                 let detail = "the handler ended the request's transaction";
                 let rejection = replay.misconfigured(detail.to_owned());
                 Err(self.instance.respond(&self.shared, rejection))
+            }
+            Err(Completion::Aborted) => {
+                Err(self.instance.misused(&self.shared, Misuse::FailedStatement))
             }
         }
     }

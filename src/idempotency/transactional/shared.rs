@@ -41,6 +41,9 @@ pub(super) enum Completion {
     /// The claimed record was not this transaction's any more: the handler ended the
     /// transaction it borrowed (a `begin()` on the lent connection, committed or dropped).
     NotOurs,
+    /// A statement of the handler's failed inside the transaction (which Postgres then
+    /// aborted) and the handler answered anyway: nothing committed.
+    Aborted,
 }
 
 /// The outcome of claiming a key.
@@ -60,6 +63,15 @@ pub(super) struct Shared {
     started: Instant,
     /// Milliseconds after `started` when the next sweep is due.
     next_sweep: AtomicU64,
+}
+
+/// Whether `error` is Postgres's `in_failed_sql_transaction`: a statement met a
+/// transaction that an earlier failed statement aborted.
+fn in_aborted_transaction(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| code == "25P02")
 }
 
 /// Whether `error` is Postgres's `lock_not_available`: the claim waited `lock_timeout`
@@ -163,6 +175,9 @@ impl Shared {
         match tx.commit_with(&statement).await {
             Ok(1) => Ok(()),
             Ok(_) => Err(Completion::NotOurs),
+            // `in_failed_sql_transaction`: the record write met a transaction a failed
+            // statement had aborted, a handler's mistake that no retry outlives.
+            Err(error) if in_aborted_transaction(&error) => Err(Completion::Aborted),
             Err(error) => Err(Completion::Failed(error)),
         }
     }
