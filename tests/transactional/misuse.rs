@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 use tower_lock::{
+    IdempotencyLayer, LockEngine,
     idempotency::transactional::LentTransaction,
     sqlx::{self, Connection, Executor, PgConnection},
 };
@@ -215,6 +216,40 @@ async fn rows(db: &Db) -> (i64, i64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_commits_or_rolls_back_the_lent_transaction_leaves_nothing_and_its_retry_runs()
+ {
+    for framework in BOTH {
+        let db = db("ended").await;
+        let server = server(framework, &db).await;
+        for (key, misuse) in [("c", "commit"), ("r", "rollback")] {
+            let ended = send(&server, "/payments", key, misuse).await;
+            assert_misuse(&ended, "ended the request's transaction", framework);
+            // The database refused the handler's `COMMIT` (a claim cannot commit without
+            // its response): nothing of the request, no half-written record.
+            assert_eq!(rows(&db).await, (0, 0), "{framework:?} after a {misuse}");
+            let retry = send(&server, "/payments", key, "").await;
+            assert_eq!(
+                retry.status,
+                StatusCode::CREATED,
+                "{framework:?}: {}",
+                retry.text()
+            );
+            assert_eq!(retry.header("idempotent-replayed"), None);
+            let replay = send(&server, "/payments", key, "").await;
+            assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+            assert_eq!(db.payments().await, 1);
+            let schema = &db.schema;
+            sqlx::raw_sql(&format!(
+                "TRUNCATE {schema}.payments, {schema}.tower_lock_idempotency_records"
+            ))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handled_failed_statement_is_a_500_naming_the_savepoint_stored_never_and_logged_once() {
     logs::capture();
     for framework in BOTH {
@@ -270,4 +305,32 @@ async fn a_second_borrow_of_the_transaction_is_refused_at_once_and_logged() {
         );
         assert_eq!(rows(&db).await, (1, 1), "{framework:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_tables_without_the_commit_check_and_migrate_adds_it() {
+    let db = db("outdated").await;
+    let _ = db.layer(|b| b).await;
+    // The tables as an earlier version made them: no commit check.
+    sqlx::raw_sql(&format!(
+        "DROP TRIGGER tower_lock_claim_check ON {}.tower_lock_idempotency_records",
+        db.schema
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let builder = || {
+        IdempotencyLayer::builder(LockEngine::in_memory())
+            .unscoped()
+            .transactional(db.pool.clone())
+            .schema(&db.schema)
+    };
+    let refused = builder()
+        .build()
+        .await
+        .expect_err("tables without the commit check were accepted");
+    assert!(refused.to_string().contains("migrate()"), "{refused}");
+    builder().migrate().await.unwrap();
+    builder().migrate().await.unwrap();
+    builder().build().await.unwrap();
 }

@@ -10,6 +10,10 @@ use tower_lock_core::LogThrottle;
 pub(super) enum Misuse {
     /// It kept a borrow past its return (an extractor moved into a spawned task).
     Kept,
+    /// It ended the transaction itself: a `COMMIT` or `ROLLBACK` statement on the lent
+    /// connection. A `COMMIT` fails (the records table's commit check: a claim cannot
+    /// commit without its response) and rolls it all back.
+    Ended,
     /// A statement failed inside it and the handler answered anyway: Postgres aborted the
     /// transaction, and nothing of it can commit.
     FailedStatement,
@@ -28,6 +32,12 @@ impl Misuse {
             Self::Kept => {
                 "the handler kept the request's transaction after it returned; it was rolled \
                  back and no response was stored"
+            }
+            Self::Ended => {
+                "the handler ended the request's transaction (a COMMIT or ROLLBACK statement \
+                 on its connection): nothing the handler wrote in it was committed, and no \
+                 response was stored; a statement it ran after that was outside the \
+                 request's transaction. Use begin() on the transaction for a savepoint"
             }
             Self::FailedStatement => {
                 "a statement failed inside the request's transaction and the handler \

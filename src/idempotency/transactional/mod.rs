@@ -27,6 +27,13 @@
 //!    [`NotStored`](crate::NotStored) mark), an error, a panic or a dropped future **rolls
 //!    everything back**: the retry runs cleanly.
 //!
+//! A handler's mistakes with the transaction are answered `500` naming them, with nothing
+//! committed or stored, and logged (throttled): a `COMMIT` or `ROLLBACK` statement on it
+//! (a `COMMIT` fails: `migrate()` puts a check deferred to the commit on the records
+//! table that refuses a claim without its response), a failed statement it handled
+//! outside a savepoint, a second borrow (refused at once, [`BorrowError`]), a borrow kept
+//! past its return.
+//!
 //! A process that dies before the commit leaves nothing; one that dies after it leaves a
 //! record the retry replays. With a `LockLayer` in front,
 //! [`BorrowedTransaction::check_fence`] checks the lease's fence against a per-key

@@ -248,15 +248,7 @@ impl Storing {
                 let rejection = replay.unavailable_rejection();
                 Err(self.instance.respond(&self.shared, rejection))
             }
-            Err(Completion::NotOurs) => {
-                tracing::error!(
-                    "the handler ended its idempotency transaction (a begin() on the lent \
-                     connection?); the response was not stored"
-                );
-                let detail = "the handler ended the request's transaction";
-                let rejection = replay.misconfigured(detail.to_owned());
-                Err(self.instance.respond(&self.shared, rejection))
-            }
+            Err(Completion::NotOurs) => Err(self.instance.misused(&self.shared, Misuse::Ended)),
             Err(Completion::Aborted) => {
                 Err(self.instance.misused(&self.shared, Misuse::FailedStatement))
             }

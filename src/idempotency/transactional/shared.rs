@@ -39,7 +39,7 @@ pub(super) enum Completion {
     /// The statement failed (the connection, the server): the commit is ambiguous.
     Failed(sqlx::Error),
     /// The claimed record was not this transaction's any more: the handler ended the
-    /// transaction it borrowed (a `begin()` on the lent connection, committed or dropped).
+    /// transaction it borrowed (a `COMMIT` or `ROLLBACK` statement on the lent connection).
     NotOurs,
     /// A statement of the handler's failed inside the transaction (which Postgres then
     /// aborted) and the handler answered anyway: nothing committed.
