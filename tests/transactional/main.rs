@@ -24,5 +24,7 @@ mod crash;
 mod duplicates;
 mod fence;
 mod isolation;
+mod logs;
+mod misuse;
 mod names;
 mod setup;

@@ -5,34 +5,19 @@
 //! the logs exactly when someone needs to read them: the first is logged at once, with the
 //! route and the cause, then at most one a minute, saying how many were not logged.
 
-use std::sync::Mutex;
-
-use tokio::time::{Duration, Instant};
-
-/// How often a persisting misconfiguration is logged again.
-const EVERY: Duration = Duration::from_secs(60);
+use super::LogThrottle;
 
 #[derive(Debug, Default)]
 pub(super) struct MisconfigLog {
-    /// When the last one was logged, and how many have not been logged since.
-    last: Mutex<Option<(Instant, u64)>>,
+    throttle: LogThrottle,
 }
 
 impl MisconfigLog {
     /// A request of `route` whose key `layer` could not derive because of `cause`.
     pub(super) fn failed(&self, layer: &str, route: &str, cause: &str) {
-        let mut last = self.last.lock().unwrap();
-        let now = Instant::now();
-        let unlogged = match *last {
-            Some((at, unlogged)) if now.duration_since(at) < EVERY => {
-                *last = Some((at, unlogged + 1));
-                return;
-            }
-            Some((_, unlogged)) => unlogged,
-            None => 0,
+        let Some(unlogged) = self.throttle.due() else {
+            return;
         };
-        *last = Some((now, 0));
-        drop(last);
         tracing::error!(
             layer,
             route,

@@ -42,6 +42,7 @@ mod dry_run;
 mod guard;
 mod layer_names;
 mod locker;
+mod log_throttle;
 mod methods;
 mod misconfig_log;
 mod outage;
@@ -58,6 +59,8 @@ pub(crate) use config::{Config, RejectHook};
 pub(crate) use dry_run::DRY_RUN_MARK;
 pub use guard::LockGuard;
 pub use locker::RequestLocker;
+#[doc(hidden)]
+pub use log_throttle::LogThrottle;
 pub(crate) use methods::{LockedMethods, is_miscased};
 pub use outcome::Outcome;
 #[cfg(feature = "idempotency")]

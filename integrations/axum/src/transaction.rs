@@ -13,7 +13,7 @@ use axum::{
 };
 use tower_lock::{
     LeaseInfo,
-    idempotency::transactional::{BorrowedTransaction, FenceError, LentTransaction},
+    idempotency::transactional::{BorrowError, BorrowedTransaction, FenceError, LentTransaction},
     sqlx::PgConnection,
 };
 
@@ -82,24 +82,42 @@ impl<S: Send + Sync> FromRequestParts<S> for Tx {
             .extensions
             .get::<LentTransaction>()
             .cloned()
-            .ok_or(TxRejection)?;
-        lent.borrow().await.map(Self).ok_or(TxRejection)
+            .ok_or_else(TxRejection::default)?;
+        lent.borrow().await.map(Self).map_err(TxRejection::from)
     }
 }
 
 /// The request has no transaction to lend: the transactional layer is not installed on
-/// this route, or it passed the request through. A server bug, answered `500`.
+/// this route, or it passed the request through; or it is already borrowed (`Tx` taken
+/// twice, or by a middleware around the handler: refused at once, never a wait). A
+/// server bug, answered `500`.
 #[derive(Clone, Copy, Debug, Default)]
 #[non_exhaustive]
-pub struct TxRejection;
+pub struct TxRejection {
+    /// Why the layer lent nothing; `None`: the request has no transaction.
+    pub cause: Option<BorrowError>,
+}
 
-impl fmt::Display for TxRejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the handler needs the request's transaction, but it has none (is the transactional idempotency layer installed on this route?)")
+impl From<BorrowError> for TxRejection {
+    fn from(cause: BorrowError) -> Self {
+        Self { cause: Some(cause) }
     }
 }
 
-impl std::error::Error for TxRejection {}
+impl fmt::Display for TxRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.cause {
+            Some(cause) => write!(f, "the handler cannot have the request's transaction: {cause}"),
+            None => f.write_str("the handler needs the request's transaction, but it has none (is the transactional idempotency layer installed on this route?)"),
+        }
+    }
+}
+
+impl std::error::Error for TxRejection {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_ref().map(|c| c as _)
+    }
+}
 
 impl IntoResponse for TxRejection {
     fn into_response(self) -> Response {

@@ -27,8 +27,12 @@ type Slot = Option<OpenTransaction>;
 ///
 /// sqlx knows the connection is in the request's transaction: a `begin()` on it makes a
 /// savepoint, whose `commit()` releases it (a part of the handler's work that may fail
-/// alone), never the request's transaction. A transaction ended anyway (a raw `COMMIT`
-/// statement) is found when the layer writes the record: `500`, nothing stored.
+/// alone), never the request's transaction. Run a statement that may fail (an insert
+/// that may meet a unique violation) in one: a failed statement outside a savepoint
+/// aborts the request's transaction, and the request is answered `500`, nothing stored. A
+/// `COMMIT` statement sent anyway fails (the records table's commit check refuses a claim
+/// without its response) and rolls everything back; it, or a `ROLLBACK`, is answered
+/// `500`, nothing stored.
 pub struct BorrowedTransaction {
     tx: OwnedMappedMutexGuard<Slot, OpenTransaction>,
     doomed: Arc<AtomicBool>,

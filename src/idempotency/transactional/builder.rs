@@ -58,12 +58,13 @@ impl TransactionalLayerBuilder {
         self
     }
 
-    /// Create the schema and the layer's tables if they are missing (idempotent, safe from
-    /// several nodes at once). Run it once, at start-up or from a migration step.
+    /// Create the schema and the layer's tables if they are missing, or bring tables an
+    /// earlier version made up to this one (idempotent, safe from several nodes at once).
+    /// Run it once, at start-up or from a migration step.
     pub async fn migrate(&self) -> Result<(), SetupError> {
         let tables = Tables::new(&self.schema, &self.prefix)?;
         let mut tx = self.pool.begin().await?;
-        for statement in tables.migration() {
+        for statement in tables.migration().into_iter().chain(tables.claim_check()) {
             sqlx::raw_sql(&statement).execute(&mut *tx).await?;
         }
         tx.commit().await?;
@@ -71,8 +72,9 @@ impl TransactionalLayerBuilder {
     }
 
     /// Check the settings (as [`IdempotencyLayerBuilder::build`] does) and that the tables
-    /// exist ([`SetupError::MissingTable`] names the fix: [`migrate`](Self::migrate)),
-    /// then build the layer.
+    /// exist and are this version's ([`SetupError::MissingTable`] and
+    /// [`SetupError::Outdated`] name the fix: [`migrate`](Self::migrate)), then build the
+    /// layer.
     pub async fn build(self) -> Result<TransactionalLayer, SetupError> {
         let tables = Tables::new(&self.schema, &self.prefix)?;
         let replay = self.idempotency.build_core()?;
@@ -82,6 +84,15 @@ impl TransactionalLayerBuilder {
             .try_get(0)?;
         if !exists {
             return Err(SetupError::MissingTable {
+                table: tables.records().to_owned(),
+            });
+        }
+        let checked: bool = sqlx::raw_sql(&tables.claim_check_exists())
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        if !checked {
+            return Err(SetupError::Outdated {
                 table: tables.records().to_owned(),
             });
         }

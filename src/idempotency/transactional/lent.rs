@@ -11,7 +11,12 @@ use std::{
 
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
-use super::{BorrowedTransaction, open::OpenTransaction, tables::Tables};
+use super::{
+    BorrowError, BorrowedTransaction,
+    misuse::{Misuse, MisuseLog},
+    open::OpenTransaction,
+    tables::Tables,
+};
 
 /// The transaction of a request the transactional layer runs, in the request's
 /// extensions. Framework extractors (`tower_lock_axum::Tx`) [`borrow`](Self::borrow) it;
@@ -22,6 +27,7 @@ pub struct LentTransaction {
     /// Set by a refused fence check: the transaction is rolled back whatever the answer.
     doomed: Arc<AtomicBool>,
     tables: Arc<Tables>,
+    misuse: Arc<MisuseLog>,
 }
 
 impl fmt::Debug for LentTransaction {
@@ -44,23 +50,31 @@ pub(super) enum Returned {
 }
 
 impl LentTransaction {
-    pub(super) fn new(tx: OpenTransaction, tables: Arc<Tables>) -> Self {
+    pub(super) fn new(tx: OpenTransaction, tables: Arc<Tables>, misuse: Arc<MisuseLog>) -> Self {
         Self {
             slot: Arc::new(Mutex::new(Some(tx))),
             doomed: Arc::new(AtomicBool::new(false)),
             tables,
+            misuse,
         }
     }
 
-    /// The transaction for the handler's queries, waiting while another borrower of the
-    /// same request holds it; `None` once the layer took it back.
-    pub async fn borrow(&self) -> Option<BorrowedTransaction> {
-        let guard = Arc::clone(&self.slot).lock_owned().await;
+    /// The transaction for the handler's queries, at once: [`BorrowError::Borrowed`]
+    /// while another borrower of the same request holds it (logged at `error`, throttled),
+    /// [`BorrowError::Returned`] once the layer took it back. Never waits: the other
+    /// borrower is most often the same handler (`Tx` taken twice) or a middleware around
+    /// it, which lets go only when the handler returns, so a wait would never end.
+    pub async fn borrow(&self) -> Result<BorrowedTransaction, BorrowError> {
+        let Ok(guard) = Arc::clone(&self.slot).try_lock_owned() else {
+            self.misuse
+                .report(Misuse::SecondBorrow, self.tables.records());
+            return Err(BorrowError::Borrowed);
+        };
         OwnedMutexGuard::try_map(guard, Option::as_mut)
-            .ok()
             .map(|tx| {
                 BorrowedTransaction::new(tx, Arc::clone(&self.doomed), Arc::clone(&self.tables))
             })
+            .map_err(|_| BorrowError::Returned)
     }
 
     /// Take the transaction back once the handler returned, without waiting: a handler

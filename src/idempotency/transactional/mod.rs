@@ -35,6 +35,13 @@
 //! whose snapshot sees the record (a replay, `422`, or the key claimed), within what is left
 //! of `wait` (and once more when nothing is left), never a `503`.
 //!
+//! A handler's mistakes with the transaction are answered `500` naming them, with nothing
+//! committed or stored, and logged (throttled): a `COMMIT` or `ROLLBACK` statement on it
+//! (a `COMMIT` fails: `migrate()` puts a check deferred to the commit on the records
+//! table that refuses a claim without its response), a failed statement it handled
+//! outside a savepoint, a second borrow (refused at once, [`BorrowError`]), a borrow kept
+//! past its return.
+//!
 //! A process that dies before the commit leaves nothing; one that dies after it leaves a
 //! record the retry replays. With a `LockLayer` in front,
 //! [`BorrowedTransaction::check_fence`] checks the lease's fence against a per-key
@@ -77,6 +84,7 @@
 //! ```
 
 mod body;
+mod borrow_error;
 mod borrowed;
 mod builder;
 mod fence_error;
@@ -84,6 +92,7 @@ mod flow;
 mod in_flight;
 mod layer;
 mod lent;
+mod misuse;
 mod open;
 mod protocol;
 mod service;
@@ -92,6 +101,7 @@ mod shared;
 mod tables;
 
 pub use body::TransactionalBody;
+pub use borrow_error::BorrowError;
 pub use borrowed::BorrowedTransaction;
 pub use builder::TransactionalLayerBuilder;
 pub use fence_error::FenceError;

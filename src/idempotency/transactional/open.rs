@@ -55,16 +55,29 @@ impl OpenTransaction {
     /// the rows the statement affected. sqlx still counts the transaction it began; the
     /// `BEGIN` after the `COMMIT` opens an empty one for sqlx's own rollback to end (queued,
     /// sent with the connection's next message, so no round trip of its own and no
-    /// "no transaction in progress" warning). On an error, or dropped before the reply,
-    /// the connection is closed rather than reused: the transaction's fate is the
-    /// server's.
+    /// "no transaction in progress" warning). Dropped before the reply, or on an error
+    /// that is not the server's answer (the connection failed), the connection is closed
+    /// rather than reused: the transaction's fate is the server's. An error the server
+    /// answered (the transaction aborted by a statement of the handler's that failed, a
+    /// commit refused) skipped the rest of the statement: nothing committed, and the
+    /// connection is rolled back and pooled.
     pub(super) async fn commit_with(mut self, statement: &str) -> Result<u64, sqlx::Error> {
         let mut conn = InFlight::new(
             self.conn
                 .take()
                 .expect("an open transaction has its connection"),
         );
-        let done = (&mut *conn).execute(sqlx::raw_sql(statement)).await?;
+        let done = match (&mut *conn).execute(sqlx::raw_sql(statement)).await {
+            Ok(done) => done,
+            Err(error @ sqlx::Error::Database(_)) => {
+                // The server answered, so the connection's state is known: in the
+                // failed transaction (an error before the `COMMIT`) or in none (the
+                // `COMMIT` failed). sqlx still counts one, whose rollback ends either.
+                tokio::spawn(rollback(conn.landed()));
+                return Err(error);
+            }
+            Err(error) => return Err(error),
+        };
         // The server is now in one transaction, the trailing `BEGIN`'s; sqlx's rollback
         // ends it only if sqlx counts exactly one. Any other count (a savepoint the handler
         // leaked, a nested `begin()` or `commit()` of its own that it cancelled): closed.

@@ -13,6 +13,7 @@ use tower_lock_core::AcceptedCodings;
 use super::{
     LentTransaction,
     lent::Returned,
+    misuse::Misuse,
     open::OpenTransaction,
     shared::{Claim, Completion, Shared},
 };
@@ -43,6 +44,13 @@ impl Instance {
         let mut head = http::Request::new(());
         *head.uri_mut() = http::Uri::try_from(self.0.as_str()).unwrap_or_default();
         shared.replay.respond(rejection, &head)
+    }
+
+    /// The `500` for a handler's `misuse` of its transaction, logged (throttled).
+    fn misused(&self, shared: &Shared, misuse: Misuse) -> Answer {
+        shared.misuse.report(misuse, shared.tables.records());
+        let rejection = shared.replay.misconfigured(misuse.detail().to_owned());
+        self.respond(shared, rejection)
     }
 }
 
@@ -95,7 +103,11 @@ impl PendingClaim {
         } = self;
         match shared.claim(&key, &fingerprint, accepted).await {
             Claim::Ours(tx) => Ok(Claimed {
-                lent: LentTransaction::new(tx, Arc::clone(&shared.tables)),
+                lent: LentTransaction::new(
+                    tx,
+                    Arc::clone(&shared.tables),
+                    Arc::clone(&shared.misuse),
+                ),
                 shared,
                 key,
                 instance,
@@ -168,12 +180,7 @@ impl Claimed {
                 return Settled::RolledBack;
             }
             Returned::Held => {
-                tracing::error!(
-                    "the handler kept its idempotency transaction past its end; rolled back"
-                );
-                let detail = "the handler kept the request's transaction after it returned";
-                let rejection = shared.replay.misconfigured(detail.to_owned());
-                return Settled::Refused(instance.respond(&shared, rejection));
+                return Settled::Refused(instance.misused(&shared, Misuse::Kept));
             }
         };
         if marked || !shared.replay.stores(status, headers) {
@@ -222,7 +229,9 @@ impl Storing {
 
     /// Commit the record with the handler's rows: the response with `body`, or for `None`
     /// (a body over [`max_body`](Self::max_body)) a tombstone, answered `409
-    /// response-not-stored` to retries. On an error, the `503` to send instead.
+    /// response-not-stored` to retries. On an error, the answer to send instead: `503`
+    /// when the database failed, `500` naming the handler's mistake when the handler ended
+    /// the transaction or let a failed statement abort it (nothing stored either way).
     pub async fn commit(self, body: Option<Bytes>) -> Result<(), Answer> {
         let replay = &self.shared.replay;
         let (meta, body) = match (self.meta, body) {
@@ -239,14 +248,9 @@ impl Storing {
                 let rejection = replay.unavailable_rejection();
                 Err(self.instance.respond(&self.shared, rejection))
             }
-            Err(Completion::NotOurs) => {
-                tracing::error!(
-                    "the handler ended its idempotency transaction (a begin() on the lent \
-                     connection?); the response was not stored"
-                );
-                let detail = "the handler ended the request's transaction";
-                let rejection = replay.misconfigured(detail.to_owned());
-                Err(self.instance.respond(&self.shared, rejection))
+            Err(Completion::NotOurs) => Err(self.instance.misused(&self.shared, Misuse::Ended)),
+            Err(Completion::Aborted) => {
+                Err(self.instance.misused(&self.shared, Misuse::FailedStatement))
             }
         }
     }

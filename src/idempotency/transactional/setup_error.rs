@@ -24,6 +24,13 @@ pub enum SetupError {
         /// The records table, qualified.
         table: String,
     },
+    /// The tables were made by an earlier version: the records table lacks the commit
+    /// check that refuses a claim committed without its response (a handler's `COMMIT`).
+    /// Run [`migrate`](super::TransactionalLayerBuilder::migrate) once to add it.
+    Outdated {
+        /// The records table, qualified.
+        table: String,
+    },
     /// The database refused or could not be reached.
     Database(sqlx::Error),
 }
@@ -43,6 +50,12 @@ impl fmt::Display for SetupError {
                 "the idempotency table {table} (or its fences table) does not exist: call \
                  `TransactionalLayerBuilder::migrate()` once before `build()`"
             ),
+            Self::Outdated { table } => write!(
+                f,
+                "the idempotency table {table} was made by an earlier version (it lacks the \
+                 commit check of unfinished claims): call \
+                 `TransactionalLayerBuilder::migrate()` once before `build()`"
+            ),
             Self::Database(e) => write!(f, "the database failed: {e}"),
         }
     }
@@ -53,7 +66,7 @@ impl std::error::Error for SetupError {
         match self {
             Self::Config(e) => Some(e),
             Self::Database(e) => Some(e),
-            Self::Name(_) | Self::MissingTable { .. } => None,
+            Self::Name(_) | Self::MissingTable { .. } | Self::Outdated { .. } => None,
         }
     }
 }

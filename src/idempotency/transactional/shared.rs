@@ -14,7 +14,7 @@ use bytes::Bytes;
 use sqlx::{Executor, PgPool, Row};
 use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
-use super::{open::OpenTransaction, tables::Tables};
+use super::{misuse::MisuseLog, open::OpenTransaction, tables::Tables};
 use crate::{
     Rejection,
     engine::{LockKey, Record},
@@ -39,8 +39,11 @@ pub(super) enum Completion {
     /// The statement failed (the connection, the server): the commit is ambiguous.
     Failed(sqlx::Error),
     /// The claimed record was not this transaction's any more: the handler ended the
-    /// transaction it borrowed (a `begin()` on the lent connection, committed or dropped).
+    /// transaction it borrowed (a `COMMIT` or `ROLLBACK` statement on the lent connection).
     NotOurs,
+    /// A statement of the handler's failed inside the transaction (which Postgres then
+    /// aborted) and the handler answered anyway: nothing committed.
+    Aborted,
 }
 
 /// The outcome of claiming a key.
@@ -55,9 +58,17 @@ pub(super) struct Shared {
     pub(super) replay: ReplayLocker,
     pub(super) pool: PgPool,
     pub(super) tables: Arc<Tables>,
+    /// The throttled logs of handlers' mistakes with the lent transaction.
+    pub(super) misuse: Arc<MisuseLog>,
     started: Instant,
     /// Milliseconds after `started` when the next sweep is due.
     next_sweep: AtomicU64,
+}
+
+/// Whether `error` is Postgres's `in_failed_sql_transaction`: a statement met a
+/// transaction that an earlier failed statement aborted.
+fn in_aborted_transaction(error: &sqlx::Error) -> bool {
+    has_code(error, "25P02")
 }
 
 /// Whether `error` has SQLSTATE `code`.
@@ -90,6 +101,7 @@ impl Shared {
             replay,
             pool,
             tables: Arc::new(tables),
+            misuse: Arc::default(),
             started: Instant::now(),
             next_sweep: AtomicU64::new(0),
         }
@@ -205,6 +217,9 @@ impl Shared {
         match tx.commit_with(&statement).await {
             Ok(1) => Ok(()),
             Ok(_) => Err(Completion::NotOurs),
+            // `in_failed_sql_transaction`: the record write met a transaction a failed
+            // statement had aborted, a handler's mistake that no retry outlives.
+            Err(error) if in_aborted_transaction(&error) => Err(Completion::Aborted),
             Err(error) => Err(Completion::Failed(error)),
         }
     }

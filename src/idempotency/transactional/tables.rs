@@ -26,6 +26,9 @@ pub(super) struct Tables {
     /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
     /// the layer's first versions so that nodes of both agree during a rolling upgrade.
     lock_name: String,
+    /// The trigger function that refuses to commit a claim without its response (see
+    /// [`Tables::claim_check`]).
+    check: String,
 }
 
 impl fmt::Debug for Tables {
@@ -36,6 +39,13 @@ impl fmt::Debug for Tables {
             .finish()
     }
 }
+
+/// The SQLSTATE of the commit check's refusal (see [`Tables::claim_check`]): a class of
+/// tower-lock's own.
+pub(super) const UNFINISHED_CLAIM: &str = "TLK01";
+
+/// The name of the commit check's trigger on the records table.
+const CHECK_TRIGGER: &str = "tower_lock_claim_check";
 
 /// The names the layer takes, in the characters the Postgres lock engine takes: lower-case
 /// ASCII letters, digits and `_`, not starting with a digit (so a name needs no escaping inside its
@@ -88,6 +98,7 @@ impl Tables {
             claim: qualified("idempotency_claim"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
+            check: qualified("idempotency_claim_check"),
         })
     }
 
@@ -106,6 +117,7 @@ impl Tables {
             claim,
             expiry_index,
             lock_name,
+            ..
         } = self;
         [
             format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))"),
@@ -193,6 +205,55 @@ impl Tables {
                 $fn$"
             ),
         ]
+    }
+
+    /// The commit check, after [`migration`](Self::migration) (and the upgrade of tables
+    /// made before it): a constraint trigger deferred to the commit, on every claim
+    /// inserted, that re-reads the claimed row and refuses the commit (SQLSTATE
+    /// [`UNFINISHED_CLAIM`]) while it is still a claim without its response. The layer's
+    /// own commit always writes the response first; any other commit of the request's
+    /// transaction (a handler's `COMMIT` statement on the lent connection) would leave a
+    /// half-written record that blocks the key for its retention and commit the handler's
+    /// rows with no response stored: the database refuses it, and rolls it all back.
+    /// One index read per claim, at its commit.
+    pub(super) fn claim_check(&self) -> [String; 2] {
+        let Self { records, check, .. } = self;
+        [
+            format!(
+                "CREATE OR REPLACE FUNCTION {check}() RETURNS trigger
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    PERFORM FROM {records} r WHERE r.key = NEW.key AND r.completed_at IS NULL;
+                    IF FOUND THEN
+                        RAISE EXCEPTION 'tower-lock: the request''s transaction was committed before its idempotency record was written; nothing was committed'
+                            USING ERRCODE = '{UNFINISHED_CLAIM}',
+                                  HINT = 'the transactional idempotency layer ends the transaction it lends to the handler: the handler must not commit it (begin() on the lent transaction makes a savepoint)';
+                    END IF;
+                    RETURN NULL;
+                END
+                $fn$"
+            ),
+            format!(
+                "DO $do$ BEGIN
+                    IF NOT EXISTS (SELECT FROM pg_trigger
+                            WHERE tgrelid = '{records}'::regclass AND tgname = '{CHECK_TRIGGER}') THEN
+                        CREATE CONSTRAINT TRIGGER {CHECK_TRIGGER} AFTER INSERT ON {records}
+                            DEFERRABLE INITIALLY DEFERRED
+                            FOR EACH ROW EXECUTE FUNCTION {check}();
+                    END IF;
+                END $do$"
+            ),
+        ]
+    }
+
+    /// Whether the records table has the commit check of [`claim_check`](Self::claim_check):
+    /// one row, one boolean (false for tables made before it, or none).
+    pub(super) fn claim_check_exists(&self) -> String {
+        format!(
+            "SELECT EXISTS (SELECT FROM pg_trigger
+                WHERE tgrelid = to_regclass('{}') AND tgname = '{CHECK_TRIGGER}')",
+            self.records
+        )
     }
 
     /// Whether both tables and the claim function exist: one row, one boolean.

@@ -12,7 +12,7 @@ use actix_web::{
 };
 use tower_lock::{
     LeaseInfo,
-    idempotency::transactional::{BorrowedTransaction, FenceError, LentTransaction},
+    idempotency::transactional::{BorrowError, BorrowedTransaction, FenceError, LentTransaction},
     sqlx::PgConnection,
 };
 
@@ -60,22 +60,36 @@ impl FromRequest for Tx {
         let lent = req.extensions().get::<LentTransaction>().cloned();
         Box::pin(async move {
             match lent {
-                Some(lent) => lent.borrow().await.map(Self).ok_or(TxRejection),
-                None => Err(TxRejection),
+                Some(lent) => lent.borrow().await.map(Self).map_err(TxRejection::from),
+                None => Err(TxRejection::default()),
             }
         })
     }
 }
 
 /// The request has no transaction to lend: the middleware does not wrap this resource,
-/// or passed the request through. A server bug, answered `500`.
+/// or passed the request through; or it is already borrowed (`Tx` taken twice, or by a
+/// middleware around the handler: refused at once, never a wait). A server bug, answered
+/// `500`.
 #[derive(Clone, Copy, Debug, Default)]
 #[non_exhaustive]
-pub struct TxRejection;
+pub struct TxRejection {
+    /// Why the middleware lent nothing; `None`: the request has no transaction.
+    pub cause: Option<BorrowError>,
+}
+
+impl From<BorrowError> for TxRejection {
+    fn from(cause: BorrowError) -> Self {
+        Self { cause: Some(cause) }
+    }
+}
 
 impl fmt::Display for TxRejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("the handler needs the request's transaction, but it has none (does the transactional middleware wrap this resource?)")
+        match self.cause {
+            Some(cause) => write!(f, "the handler cannot have the request's transaction: {cause}"),
+            None => f.write_str("the handler needs the request's transaction, but it has none (does the transactional middleware wrap this resource?)"),
+        }
     }
 }
 
