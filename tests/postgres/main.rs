@@ -9,6 +9,7 @@
 //! `pgbouncer` packages (`scripts/test.sh` installs them).
 #![cfg(feature = "postgres")]
 
+mod busy_pooler;
 mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;

@@ -141,7 +141,7 @@ pub use builder::{MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
 pub use sqlx;
 
 use self::{listener::Listener, names::Names};
-use crate::{BackendError, BackendErrorKind, LockError};
+use crate::{BackendError, BackendErrorKind, LockError, runtime};
 
 /// The default schema.
 pub const DEFAULT_SCHEMA: &str = "tower_lock";
@@ -173,6 +173,8 @@ struct Inner {
     /// hand-off to this node's waiters, which their tickets carry.
     ticket_ttl_ms: u64,
     listener: Listener,
+    /// The sweep the sweeper runs, and its failures' count.
+    sweep: sweeper::Sweep,
     /// Ends the sweeper with the backend.
     _sweeper: sweeper::Sweeper,
 }
@@ -223,6 +225,31 @@ impl PostgresBackend {
     /// The backend's pool (the application's own, or the one it opened).
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.inner.pool
+    }
+
+    /// Delete now the rows nothing holds any more (what the background sweeper does every
+    /// 5 s: fence tombstones and lapsed leases past [`TOMBSTONE_MARGIN`], dead tickets,
+    /// expired numbers and records): for a maintenance task or a test. A failure is
+    /// logged at `warn` and counted in [`failed_sweeps`](Self::failed_sweeps), as the
+    /// background sweeper's are.
+    pub async fn sweep(&self) -> Result<(), LockError> {
+        let sweep = self.inner.sweep.clone();
+        runtime::handle()
+            .spawn(async move { sweep.run().await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::Unavailable,
+                    format!("postgres sweep did not finish: {e}"),
+                )))
+            })
+    }
+
+    /// How many sweeps failed since the backend was built, the background sweeper's and
+    /// [`sweep`](Self::sweep)'s: each is also a `warn!` naming its cause. Export it to
+    /// your metrics (a counter): while it rises, expired rows are not deleted.
+    pub fn failed_sweeps(&self) -> u64 {
+        self.inner.sweep.failed()
     }
 }
 

@@ -26,8 +26,18 @@ pub struct PgBouncer {
 }
 
 impl PgBouncer {
-    /// Start a PgBouncer in transaction pooling mode in front of `server`, on a free port.
+    /// Start a PgBouncer in transaction pooling mode in front of `server`, on a free port,
+    /// with 20 server connections per database and user.
     pub fn start(server: &PostgresServer) -> Self {
+        Self::with_pool_size(server, 20)
+    }
+
+    /// [`start`](Self::start) with `pool_size` server connections per database and user
+    /// (`default_pool_size`): with 2, and other clients keeping them busy
+    /// ([`BusyClients`](super::BusyClients)), consecutive transactions (and the two `Sync`s of
+    /// one extended-protocol statement outside a transaction) of one client land on
+    /// different server connections.
+    pub fn with_pool_size(server: &PostgresServer, pool_size: u32) -> Self {
         let dir = postgres_dir("pgbouncer");
         let mut last = String::new();
         for _ in 0..5 {
@@ -43,7 +53,7 @@ impl PgBouncer {
                  auth_file = {dir}/users.txt\n\
                  pool_mode = transaction\n\
                  max_client_conn = 1000\n\
-                 default_pool_size = 20\n\
+                 default_pool_size = {pool_size}\n\
                  server_login_retry = 1\n\
                  ignore_startup_parameters = extra_float_digits,options\n\
                  pidfile = {dir}/pgbouncer.pid\n\
