@@ -13,6 +13,7 @@ mod busy_pooler;
 mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;
+mod dead_idle;
 mod fast_path;
 mod faults;
 mod harness;

@@ -88,8 +88,12 @@
 //!
 //! An uncontended acquire and release are one statement each (two round trips). sqlx's pool
 //! also pings each connection as it takes it back (a protocol `Sync`, no statement), off the
-//! caller's path, and pings none before a call: a connection that died while idle fails
-//! the call it serves, which is sent once more when repeating it changes nothing.
+//! caller's path, and pings none before a call: a connection that died while idle
+//! (`idle_session_timeout`, `pg_terminate_backend`, a restart) fails the call it serves.
+//! Which calls are then sent again, once, on a fresh connection, is decided in one place
+//! (`resend`) by what the server could have done: a statement that never ran (the
+//! session's end was the first thing the server answered) is sent again whatever it is, a
+//! release included; one that may have run, only if repeating it changes nothing.
 //!
 //! # Fences
 //!
@@ -129,6 +133,7 @@ mod names;
 mod numeric;
 mod pools;
 mod records;
+mod resend;
 mod schema;
 mod sql;
 mod sweeper;
