@@ -7,7 +7,7 @@
 //! server connection for its second half; every one here is a single simple-protocol
 //! message.
 
-use std::sync::OnceLock;
+use std::{sync::OnceLock, time::Duration};
 
 use tower_lock::engine::postgres::sqlx::{self, Executor};
 use tower_lock_test_support::{
@@ -24,7 +24,8 @@ async fn urls() -> (String, String) {
     tokio::task::spawn_blocking(|| {
         let (bouncer, _) = BUSY.get_or_init(|| {
             let bouncer = PgBouncer::with_pool_size(PostgresServer::shared(), 2);
-            let busy = BusyClients::start(&bouncer.url(), 4);
+            // Kept for the whole binary: 10 ms statements, light on the machine.
+            let busy = BusyClients::start(&bouncer.url(), 4, Duration::from_millis(10));
             (bouncer, busy)
         });
         (bouncer.url(), PostgresServer::shared().url())

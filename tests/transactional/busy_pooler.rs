@@ -18,7 +18,7 @@ use crate::app::{Db, Gate, post, router};
 async fn through_a_busy_pgbouncer_of_two_connections_every_statement_and_the_sweep_work() {
     let (bouncer, _busy) = tokio::task::spawn_blocking(|| {
         let bouncer = PgBouncer::with_pool_size(PostgresServer::shared(), 2);
-        let busy = BusyClients::start(&bouncer.url(), 4);
+        let busy = BusyClients::start(&bouncer.url(), 4, Duration::from_millis(2));
         (bouncer, busy)
     })
     .await

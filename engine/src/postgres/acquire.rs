@@ -14,10 +14,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::{
-    Row,
-    postgres::{PgPoolOptions, PgRow},
-};
+use sqlx::{Row, postgres::PgRow};
 use tokio::{task::JoinHandle, time::Instant};
 
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, resend, sql::Call, timed_out};
@@ -76,15 +73,7 @@ impl Inner {
                 match resend::send(&inner.pool, &sql).await {
                     Err(failed) if resend::send_again(what, &failed) => {
                         tracing::debug!(error = %failed.error, what, "postgres connection was dead; once more");
-                        // On a connection of its own: the pool's other idle ones may have
-                        // died with it (a restart kills them all).
-                        let fresh = PgPoolOptions::new()
-                            .max_connections(1)
-                            .connect_with((*inner.pool.connect_options()).clone())
-                            .await?;
-                        let again = resend::send(&fresh, &sql).await;
-                        fresh.close().await;
-                        again.map_err(|failed| failed.error)
+                        resend::send_fresh(&inner.pool, &sql).await
                     }
                     other => other.map_err(|failed| failed.error),
                 }
@@ -120,6 +109,22 @@ impl Inner {
         sql: String,
     ) -> Result<Vec<PgRow>, LockError> {
         self.bounded(what, &mut self.spawn_call(what, sql)).await
+    }
+
+    /// One call on a connection of its own (not the pool's), awaited within the call
+    /// timeout: after a connection was lost, the pool's other idle ones may be dead too.
+    pub(super) async fn call_fresh(
+        self: &Arc<Self>,
+        what: &'static str,
+        sql: String,
+    ) -> Result<Vec<PgRow>, LockError> {
+        let inner = self.clone();
+        let mut call: InFlight = runtime::handle().spawn(async move {
+            resend::send_fresh(&inner.pool, &sql)
+                .await
+                .map_err(|e| backend_error(what, e))
+        });
+        self.bounded(what, &mut call).await
     }
 
     /// A waiter leaves, in the space `mode` names: its ticket deleted, a grant it received

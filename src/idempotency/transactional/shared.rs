@@ -210,14 +210,9 @@ impl Shared {
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            loop {
-                match this.sweep().await {
-                    Ok(n) if n == SWEEP_BATCH as u64 => {}
-                    Ok(_) => break,
-                    // Logged and counted by `sweep`.
-                    Err(_) => break,
-                }
-            }
+            // Batch after batch while they come back full; a failure is logged and counted
+            // by `sweep`.
+            while matches!(this.sweep().await, Ok(n) if n == SWEEP_BATCH as u64) {}
         });
     }
 }

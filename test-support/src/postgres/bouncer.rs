@@ -97,6 +97,43 @@ impl PgBouncer {
         panic!("could not start pgbouncer (package `pgbouncer`): {last}");
     }
 
+    /// Stop the bouncer with `signal` (`-INT`: a safe shutdown, as a service manager's
+    /// restart; `-TERM`: an immediate one; `-KILL`: a crash), wait until its port refuses
+    /// connections, and start it again on the same port and configuration: every client
+    /// connection is cut, and its next statement meets a new bouncer.
+    pub fn restart(&self, signal: &'static str) {
+        let mut running = self.running.lock().unwrap();
+        if let Some(mut g) = running.take() {
+            g.stop = signal;
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "pgbouncer did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let program = PathBuf::from("/usr/sbin/pgbouncer");
+        let args = [self
+            .dir
+            .join("pgbouncer.ini")
+            .to_string_lossy()
+            .into_owned()];
+        loop {
+            // The port may take a moment to be free again.
+            let mut g = Guardian::spawn(&program, &args, "-KILL").expect("restart pgbouncer");
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(2) {
+                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    *running = Some(g);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            g.kill();
+            assert!(Instant::now() < deadline, "pgbouncer did not start again");
+        }
+    }
+
     /// `postgres://tower_lock@127.0.0.1:<port>/tower_lock`, through the bouncer.
     pub fn url(&self) -> String {
         format!("postgres://{TEST_USER}@127.0.0.1:{}/{TEST_USER}", self.port)

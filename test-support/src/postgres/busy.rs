@@ -22,13 +22,16 @@ pub struct BusyClients {
 }
 
 impl BusyClients {
-    /// `clients` connections on `url`, each sending `SELECT pg_sleep(0.002)` (a simple
-    /// query: a transaction of its own) in a loop. Blocks until every client has run one:
-    /// call it from a blocking context (`spawn_blocking`).
-    pub fn start(url: &str, clients: usize) -> Self {
+    /// `clients` connections on `url`, each sending `SELECT pg_sleep(<each>)` (a simple
+    /// query: a transaction of its own) in a loop. More clients than the pooler has server
+    /// connections keep them all busy; a longer `each` costs the machine less (a load kept
+    /// for a whole test binary). Blocks until every client has run one: call it from a
+    /// blocking context (`spawn_blocking`).
+    pub fn start(url: &str, clients: usize, each: Duration) -> Self {
+        let sql = format!("SELECT pg_sleep({})", each.as_secs_f64());
         let stop = Arc::new(AtomicBool::new(false));
         let (ran, started) = std::sync::mpsc::channel::<()>();
-        let (url, stopped) = (url.to_owned(), stop.clone());
+        let (url, stopped, sql) = (url.to_owned(), stop.clone(), Arc::new(sql));
         std::thread::Builder::new()
             .name("busy-clients".into())
             .spawn(move || {
@@ -43,12 +46,11 @@ impl BusyClients {
                             .max_connections(1)
                             .connect_lazy(&url)
                             .expect("a valid URL");
-                        let (ran, stopped) = (ran.clone(), stopped.clone());
+                        let (ran, stopped, sql) = (ran.clone(), stopped.clone(), sql.clone());
                         tasks.push(tokio::spawn(async move {
                             let mut first = Some(ran);
                             while !stopped.load(Ordering::Relaxed) {
-                                let done =
-                                    pool.execute(sqlx::raw_sql("SELECT pg_sleep(0.002)")).await;
+                                let done = pool.execute(sqlx::raw_sql(&sql)).await;
                                 match done {
                                     Ok(_) => {
                                         if let Some(ran) = first.take() {

@@ -47,7 +47,7 @@ pub(super) struct Guardian {
     lifeline: Option<ChildStdin>,
     pid: u32,
     /// The signal that stops it on a kill or a drop.
-    stop: &'static str,
+    pub(super) stop: &'static str,
 }
 
 /// Where Debian keeps the newest installed Postgres's programs.
