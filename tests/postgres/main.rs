@@ -2,21 +2,27 @@
 //! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
 //! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
 //! connections, the set-up (schema check, names, the application's own pool, tombstone
-//! sweeping, upgrades), the one-statement fast paths against the waiters they race with, and
-//! the uncontended cycle's cost.
+//! sweeping, upgrades), the one-statement fast paths against the waiters they race with,
+//! the uncontended cycle's cost; every statement type through a PgBouncer whose two server
+//! connections other clients keep busy, calls on pooled connections the server ended while
+//! idle, and the configuration matrix (`matrix/`: isolation defaults, idle and statement
+//! timeouts, reserved-word names, a least-privilege role, a pooler restart under load).
 //!
 //! `cargo test --features postgres --test postgres`; needs Debian's `postgresql` and
 //! `pgbouncer` packages (`scripts/test.sh` installs them).
 #![cfg(feature = "postgres")]
 
+mod busy_pooler;
 mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;
+mod dead_idle;
 mod fast_path;
 mod faults;
 mod harness;
 mod isolation;
 mod late_refresh;
+mod matrix;
 mod order;
 mod restart;
 mod setup;

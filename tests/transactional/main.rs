@@ -18,6 +18,7 @@
 mod actix;
 mod app;
 mod behaviour;
+mod busy_pooler;
 mod cancelled;
 mod child;
 mod crash;

@@ -14,13 +14,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use sqlx::{
-    Executor, Row,
-    postgres::{PgPoolOptions, PgRow},
-};
+use sqlx::{Row, postgres::PgRow};
 use tokio::{task::JoinHandle, time::Instant};
 
-use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, sql::Call, timed_out};
+use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, resend, sql::Call, timed_out};
 use crate::{
     AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode, Token,
     releasing::Line, runtime,
@@ -50,11 +47,11 @@ impl Inner {
     /// give-back arrived on another connection would otherwise land after it).
     ///
     /// The pool does not ping a connection before a call (that would double the round
-    /// trips), so one that died while idle (a database restart) fails the call it serves:
-    /// a call whose repetition changes nothing (an acquire attempt, whose repeat is a
-    /// re-entry; a leave, a renewal, a read) is then sent once more, on a fresh connection of
-    /// its own, within the same bound. A release or an extension is not: its repeat would report
-    /// what the first did as a failure, or extend twice.
+    /// trips), so one that died while idle (a database restart, `idle_session_timeout`,
+    /// `pg_terminate_backend`) fails the call it serves: the call is then sent once more,
+    /// on a fresh connection of its own, within the same bound, when the rule of
+    /// [`resend`](super::resend) allows (any call whose statement never ran; one that may
+    /// have run only if its repetition changes nothing).
     pub(super) fn spawn_call(self: &Arc<Self>, what: &'static str, sql: String) -> InFlight {
         self.spawn_call_in_line(what, sql, Line::default())
     }
@@ -70,37 +67,15 @@ impl Inner {
         line: Line,
     ) -> InFlight {
         let inner = self.clone();
-        let repeatable = matches!(
-            what,
-            "acquire"
-                | "leave"
-                | "renew"
-                | "shared renew"
-                | "holder"
-                | "waiters"
-                | "numeric_get"
-                | "pool_members"
-                | "pool_holders"
-                | "record"
-        );
         runtime::handle().spawn(async move {
             let bound = LANDING_BOUND.max(inner.timeout);
             let call = async {
-                let first = inner.pool.fetch_all(sqlx::raw_sql(&sql)).await;
-                match first {
-                    Err(e) if repeatable && died_idle(&e) => {
-                        tracing::debug!(error = %e, what, "postgres connection was dead; once more");
-                        // On a connection of its own: the pool's other idle ones may have
-                        // died with it (a restart kills them all).
-                        let fresh = PgPoolOptions::new()
-                            .max_connections(1)
-                            .connect_with((*inner.pool.connect_options()).clone())
-                            .await?;
-                        let again = fresh.fetch_all(sqlx::raw_sql(&sql)).await;
-                        fresh.close().await;
-                        again
+                match resend::send(&inner.pool, &sql).await {
+                    Err(failed) if resend::send_again(what, &failed) => {
+                        tracing::debug!(error = %failed.error, what, "postgres connection was dead; once more");
+                        resend::send_fresh(&inner.pool, &sql).await
                     }
-                    other => other,
+                    other => other.map_err(|failed| failed.error),
                 }
             };
             crate::armed::call_with_timeout(bound);
@@ -134,6 +109,22 @@ impl Inner {
         sql: String,
     ) -> Result<Vec<PgRow>, LockError> {
         self.bounded(what, &mut self.spawn_call(what, sql)).await
+    }
+
+    /// One call on a connection of its own (not the pool's), awaited within the call
+    /// timeout: after a connection was lost, the pool's other idle ones may be dead too.
+    pub(super) async fn call_fresh(
+        self: &Arc<Self>,
+        what: &'static str,
+        sql: String,
+    ) -> Result<Vec<PgRow>, LockError> {
+        let inner = self.clone();
+        let mut call: InFlight = runtime::handle().spawn(async move {
+            resend::send_fresh(&inner.pool, &sql)
+                .await
+                .map_err(|e| backend_error(what, e))
+        });
+        self.bounded(what, &mut call).await
     }
 
     /// A waiter leaves, in the space `mode` names: its ticket deleted, a grant it received
@@ -360,16 +351,6 @@ impl Inner {
                 () = tokio::time::sleep_until(wake_at) => {}
             }
         }
-    }
-}
-
-/// Whether `e` is what a connection that died while idle answers: an I/O failure, or the
-/// server's farewell (`57P01`-`57P03`: shut down, crashed, starting) read before the call.
-fn died_idle(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| c.starts_with("57P")),
-        _ => false,
     }
 }
 

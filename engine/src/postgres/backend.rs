@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::{
     PostgresBackend,
     acquire::{int, protocol},
-    backend_error, millis, remaining,
+    backend_error, millis, remaining, resend,
     sql::Call,
 };
 use crate::{
@@ -80,7 +80,20 @@ impl Backend for PostgresBackend {
                 .text(key.as_str())
                 .text(token.as_str())
                 .finish();
-            let row = self.inner.call(what, sql).await?;
+            let row = match self.inner.call(what, sql.clone()).await {
+                // It may have run before its connection was lost: the server says whether
+                // the lease is still ours (see `resend`).
+                Err(error) if resend::may_have_run(&error) => {
+                    let ours = self.holders(key).await?.iter().any(|holder| {
+                        &holder.token == token && holder.mode.is_shared() == mode.is_shared()
+                    });
+                    if !ours {
+                        return Err(error);
+                    }
+                    self.inner.call_fresh(what, sql).await?
+                }
+                other => other?,
+            };
             refused(int(row.first(), 0)?)
         })
     }

@@ -13,7 +13,7 @@ use super::{
     listener::{ListenTarget, Listener},
     names::Names,
     schema::SCHEMA_VERSION,
-    sweeper::Sweeper,
+    sweeper::{Sweep, Sweeper},
 };
 use crate::{BackendError, BackendErrorKind, runtime};
 
@@ -186,7 +186,8 @@ impl PostgresBackendBuilder {
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
         let listener = Listener::start(target, names.channel(), timeout).await?;
-        let sweeper = Sweeper::start(pool.clone(), names.sweep(), timeout);
+        let sweep = Sweep::new(pool.clone(), names.sweep(), timeout);
+        let sweeper = Sweeper::start(sweep.clone());
         let ticket_ttl_ms =
             u64::try_from((timeout * 3).max(FALLBACK_CAP * 4).as_millis()).unwrap_or(u64::MAX);
         Ok(PostgresBackend {
@@ -196,6 +197,7 @@ impl PostgresBackendBuilder {
                 timeout,
                 ticket_ttl_ms,
                 listener,
+                sweep,
                 _sweeper: sweeper,
             }),
         })

@@ -15,7 +15,10 @@ use std::{
     time::Duration,
 };
 
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::{
+    Executor,
+    postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
+};
 use tokio::sync::oneshot;
 
 use super::FALLBACK_CAP;
@@ -126,6 +129,10 @@ impl Listener {
     }
 }
 
+/// Turns `idle_session_timeout` off for the session, where the server has it (14+).
+const NO_IDLE_TIMEOUT: &str = "SELECT set_config('idle_session_timeout', '0', false) \
+     WHERE current_setting('server_version_num')::int >= 140000";
+
 async fn connect(
     target: &ListenTarget,
     channel: &str,
@@ -142,6 +149,10 @@ async fn connect(
         }
         ListenTarget::Pool(pool) => PgListener::connect_with(pool).await?,
     };
+    // A `LISTEN` session is idle between notifications: a database or role
+    // `idle_session_timeout` (Postgres 14+) would end it every few seconds, and each
+    // reconnect loses what was notified meanwhile. Off for this session only.
+    listener.execute(sqlx::raw_sql(NO_IDLE_TIMEOUT)).await?;
     listener.listen(channel).await?;
     Ok(listener)
 }

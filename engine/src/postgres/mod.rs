@@ -88,8 +88,12 @@
 //!
 //! An uncontended acquire and release are one statement each (two round trips). sqlx's pool
 //! also pings each connection as it takes it back (a protocol `Sync`, no statement), off the
-//! caller's path, and pings none before a call: a connection that died while idle fails
-//! the call it serves, which is sent once more when repeating it changes nothing.
+//! caller's path, and pings none before a call: a connection that died while idle
+//! (`idle_session_timeout`, `pg_terminate_backend`, a restart) fails the call it serves.
+//! Which calls are then sent again, once, on a fresh connection, is decided in one place
+//! (`resend`) by what the server could have done: a statement that never ran (the
+//! session's end was the first thing the server answered) is sent again whatever it is, a
+//! release included; one that may have run, only if repeating it changes nothing.
 //!
 //! # Fences
 //!
@@ -129,6 +133,7 @@ mod names;
 mod numeric;
 mod pools;
 mod records;
+mod resend;
 mod schema;
 mod sql;
 mod sweeper;
@@ -141,7 +146,7 @@ pub use builder::{MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
 pub use sqlx;
 
 use self::{listener::Listener, names::Names};
-use crate::{BackendError, BackendErrorKind, LockError};
+use crate::{BackendError, BackendErrorKind, LockError, runtime};
 
 /// The default schema.
 pub const DEFAULT_SCHEMA: &str = "tower_lock";
@@ -173,6 +178,8 @@ struct Inner {
     /// hand-off to this node's waiters, which their tickets carry.
     ticket_ttl_ms: u64,
     listener: Listener,
+    /// The sweep the sweeper runs, and its failures' count.
+    sweep: sweeper::Sweep,
     /// Ends the sweeper with the backend.
     _sweeper: sweeper::Sweeper,
 }
@@ -223,6 +230,31 @@ impl PostgresBackend {
     /// The backend's pool (the application's own, or the one it opened).
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.inner.pool
+    }
+
+    /// Delete now the rows nothing holds any more (what the background sweeper does every
+    /// 5 s: fence tombstones and lapsed leases past [`TOMBSTONE_MARGIN`], dead tickets,
+    /// expired numbers and records): for a maintenance task or a test. A failure is
+    /// logged at `warn` and counted in [`failed_sweeps`](Self::failed_sweeps), as the
+    /// background sweeper's are.
+    pub async fn sweep(&self) -> Result<(), LockError> {
+        let sweep = self.inner.sweep.clone();
+        runtime::handle()
+            .spawn(async move { sweep.run().await })
+            .await
+            .unwrap_or_else(|e| {
+                Err(LockError::Backend(BackendError::new(
+                    BackendErrorKind::Unavailable,
+                    format!("postgres sweep did not finish: {e}"),
+                )))
+            })
+    }
+
+    /// How many sweeps failed since the backend was built, the background sweeper's and
+    /// [`sweep`](Self::sweep)'s: each is also a `warn!` naming its cause. Export it to
+    /// your metrics (a counter): while it rises, expired rows are not deleted.
+    pub fn failed_sweeps(&self) -> u64 {
+        self.inner.sweep.failed()
     }
 }
 

@@ -52,6 +52,10 @@ pub(super) fn migration() -> String {
 
 /// The tables (see the module docs of `postgres` for what each holds).
 const TABLES: &str = r#"
+-- Bounded by migrate()'s own timeout (at least 30 s), not by a database's or role's
+-- statement_timeout or lock_timeout: a concurrent migration holds the lock below meanwhile.
+SET LOCAL statement_timeout = 0;
+SET LOCAL lock_timeout = 0;
 SELECT pg_advisory_xact_lock(@class@, 0);
 CREATE SCHEMA IF NOT EXISTS @schema@;
 CREATE TABLE IF NOT EXISTS @version@ (version integer NOT NULL);

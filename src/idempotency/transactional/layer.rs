@@ -50,6 +50,14 @@ impl TransactionalLayer {
         self.shared.sweep().await
     }
 
+    /// How many sweeps of expired records failed since the layer was built, the
+    /// background's and [`sweep`](Self::sweep)'s: each is also a `warn!` naming its cause.
+    /// Export it to your metrics (a counter): while it rises, expired records are not
+    /// deleted.
+    pub fn failed_sweeps(&self) -> u64 {
+        self.shared.failed_sweeps()
+    }
+
     /// For framework integrations (the tower service uses the same steps): whether the
     /// layer covers `req`, and its key.
     pub fn covers(&self, req: &dyn RequestView) -> Coverage {

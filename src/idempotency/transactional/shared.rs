@@ -63,6 +63,8 @@ pub(super) struct Shared {
     started: Instant,
     /// Milliseconds after `started` when the next sweep is due.
     next_sweep: AtomicU64,
+    /// Sweeps that failed (see [`Shared::sweep`]).
+    failed_sweeps: AtomicU64,
 }
 
 /// Whether `error` is Postgres's `in_failed_sql_transaction`: a statement met a
@@ -104,6 +106,7 @@ impl Shared {
             misuse: Arc::default(),
             started: Instant::now(),
             next_sweep: AtomicU64::new(0),
+            failed_sweeps: AtomicU64::new(0),
         }
     }
 
@@ -224,14 +227,31 @@ impl Shared {
         }
     }
 
-    /// Delete one batch of expired records; the number deleted.
+    /// Delete one batch of expired records; the number deleted. One simple-protocol
+    /// message (its own transaction), so that it works behind PgBouncer in transaction
+    /// mode. A failure is logged at `warn` with its cause and counted
+    /// ([`failed_sweeps`](Self::failed_sweeps)).
     pub(super) async fn sweep(&self) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(&self.tables.sweep())
-            .persistent(false)
-            .bind(SWEEP_BATCH)
+        match sqlx::raw_sql(&self.tables.sweep(SWEEP_BATCH))
             .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
+            .await
+        {
+            Ok(done) => Ok(done.rows_affected()),
+            Err(error) => {
+                self.failed_sweeps.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    %error,
+                    "sweeping expired idempotency records failed: they stay until a sweep \
+                     succeeds"
+                );
+                Err(error)
+            }
+        }
+    }
+
+    /// How many sweeps failed so far.
+    pub(super) fn failed_sweeps(&self) -> u64 {
+        self.failed_sweeps.load(Ordering::Relaxed)
     }
 
     /// Start a sweep in the background if one is due (at most once a minute, and at least
@@ -250,16 +270,9 @@ impl Shared {
         }
         let this = Arc::clone(self);
         tokio::spawn(async move {
-            loop {
-                match this.sweep().await {
-                    Ok(n) if n == SWEEP_BATCH as u64 => {}
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::debug!(%error, "sweeping expired idempotency records failed");
-                        break;
-                    }
-                }
-            }
+            // Batch after batch while they come back full; a failure is logged and counted
+            // by `sweep`.
+            while matches!(this.sweep().await, Ok(n) if n == SWEEP_BATCH as u64) {}
         });
     }
 }

@@ -329,13 +329,16 @@ impl Tables {
         )
     }
 
-    /// Deletes at most `$1` expired records, skipping rows a transaction holds.
-    pub(super) fn sweep(&self) -> String {
+    /// Deletes at most `batch` expired records, skipping rows a transaction holds. The
+    /// batch is written in (digits only), not bound: a statement with parameters goes out in
+    /// the extended protocol, whose two halves PgBouncer in transaction mode may send to two
+    /// server connections when it is not inside a transaction.
+    pub(super) fn sweep(&self, batch: i64) -> String {
         let records = &self.records;
         format!(
             "DELETE FROM {records} WHERE key IN (
                 SELECT key FROM {records} WHERE expires_at <= clock_timestamp()
-                LIMIT $1 FOR UPDATE SKIP LOCKED)"
+                LIMIT {batch} FOR UPDATE SKIP LOCKED)"
         )
     }
 }

@@ -26,8 +26,18 @@ pub struct PgBouncer {
 }
 
 impl PgBouncer {
-    /// Start a PgBouncer in transaction pooling mode in front of `server`, on a free port.
+    /// Start a PgBouncer in transaction pooling mode in front of `server`, on a free port,
+    /// with 20 server connections per database and user.
     pub fn start(server: &PostgresServer) -> Self {
+        Self::with_pool_size(server, 20)
+    }
+
+    /// [`start`](Self::start) with `pool_size` server connections per database and user
+    /// (`default_pool_size`): with 2, and other clients keeping them busy
+    /// ([`BusyClients`](super::BusyClients)), consecutive transactions (and the two `Sync`s of
+    /// one extended-protocol statement outside a transaction) of one client land on
+    /// different server connections.
+    pub fn with_pool_size(server: &PostgresServer, pool_size: u32) -> Self {
         let dir = postgres_dir("pgbouncer");
         let mut last = String::new();
         for _ in 0..5 {
@@ -43,7 +53,7 @@ impl PgBouncer {
                  auth_file = {dir}/users.txt\n\
                  pool_mode = transaction\n\
                  max_client_conn = 1000\n\
-                 default_pool_size = 20\n\
+                 default_pool_size = {pool_size}\n\
                  server_login_retry = 1\n\
                  ignore_startup_parameters = extra_float_digits,options\n\
                  pidfile = {dir}/pgbouncer.pid\n\
@@ -85,6 +95,43 @@ impl PgBouncer {
             }
         }
         panic!("could not start pgbouncer (package `pgbouncer`): {last}");
+    }
+
+    /// Stop the bouncer with `signal` (`-INT`: a safe shutdown, as a service manager's
+    /// restart; `-TERM`: an immediate one; `-KILL`: a crash), wait until its port refuses
+    /// connections, and start it again on the same port and configuration: every client
+    /// connection is cut, and its next statement meets a new bouncer.
+    pub fn restart(&self, signal: &'static str) {
+        let mut running = self.running.lock().unwrap();
+        if let Some(mut g) = running.take() {
+            g.stop = signal;
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "pgbouncer did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let program = PathBuf::from("/usr/sbin/pgbouncer");
+        let args = [self
+            .dir
+            .join("pgbouncer.ini")
+            .to_string_lossy()
+            .into_owned()];
+        loop {
+            // The port may take a moment to be free again.
+            let mut g = Guardian::spawn(&program, &args, "-KILL").expect("restart pgbouncer");
+            let started = Instant::now();
+            while started.elapsed() < Duration::from_secs(2) {
+                if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                    *running = Some(g);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            g.kill();
+            assert!(Instant::now() < deadline, "pgbouncer did not start again");
+        }
     }
 
     /// `postgres://tower_lock@127.0.0.1:<port>/tower_lock`, through the bouncer.

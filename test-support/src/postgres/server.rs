@@ -47,7 +47,7 @@ pub(super) struct Guardian {
     lifeline: Option<ChildStdin>,
     pid: u32,
     /// The signal that stops it on a kill or a drop.
-    stop: &'static str,
+    pub(super) stop: &'static str,
 }
 
 /// Where Debian keeps the newest installed Postgres's programs.
@@ -249,7 +249,27 @@ impl PostgresServer {
         self.psql_in(TEST_USER, sql)
     }
 
-    fn psql_in(&self, database: &str, sql: &str) -> String {
+    /// A database `name` of its own on this cluster, owned by [`TEST_USER`], with
+    /// `settings` (`("idle_session_timeout", "1s")`) as its defaults (`ALTER DATABASE … SET`:
+    /// every session opened there afterwards starts with them): one cluster serves several
+    /// server configurations. Its URL (as [`TEST_USER`]).
+    pub fn database(&self, name: &str, settings: &[(&str, &str)]) -> String {
+        self.psql_in(
+            "postgres",
+            &format!("CREATE DATABASE \"{name}\" OWNER {TEST_USER}"),
+        );
+        for (setting, value) in settings {
+            self.psql_in(
+                "postgres",
+                &format!("ALTER DATABASE \"{name}\" SET {setting} = '{value}'"),
+            );
+        }
+        format!("postgres://{TEST_USER}@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Run SQL in database `database` as the superuser with `psql` and return its unaligned
+    /// output (trimmed).
+    pub fn psql_in(&self, database: &str, sql: &str) -> String {
         let out = Command::new("psql")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
             .args(["-U", "postgres", "-d", database, "-X", "-q", "-A", "-t"])
