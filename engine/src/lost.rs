@@ -45,6 +45,13 @@ impl LostSignal {
         &self.0.key
     }
 
+    /// A signal about no lease at all, on `key`: it never fires. For a holder that runs
+    /// without a lease but is handed the same interface as one that has one (a layer's dry
+    /// run, whose requests run whether or not they got the key).
+    pub fn never(key: LockKey) -> Self {
+        Self(Arc::new(LeaseState::unheld(key)))
+    }
+
     /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read: one
     /// clock read then serves this and the caller's own timing.
     pub fn is_lost_at(&self, now: Instant) -> bool {

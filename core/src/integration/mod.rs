@@ -30,6 +30,7 @@
 //! match locker.acquire(&req).await {
 //!     Outcome::Locked(guard) => println!("run the handler holding {}", guard.info().key()),
 //!     Outcome::Unlocked => println!("run the handler without a lock"),
+//!     Outcome::Observed(info) => println!("a dry run: run it unlocked, with {info:?}"),
 //!     Outcome::Rejected(rejection) => println!("answer {}", locker.respond(rejection, &req).status()),
 //! }
 //! # }
