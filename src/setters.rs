@@ -30,6 +30,9 @@ macro_rules! lock_setters {
         /// not run beside a write. Under idempotency the default is `POST` and `PATCH`
         /// (the methods that are not idempotent by definition).
         ///
+        /// Naming `GET` names `HEAD` too: a `HEAD` is a `GET` without its body, and axum and
+        /// actix-web answer it with the `GET` handler, so it must not run beside a writer.
+        ///
         /// Methods are named as text (`"POST"`) or by any type that is one (`http`'s
         /// `Method` of either version, so actix-web's `Method::POST` too). Methods are
         /// case-sensitive. `build` refuses an empty list

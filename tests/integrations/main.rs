@@ -17,3 +17,4 @@ mod axum;
 mod axum_redis;
 mod dry_run;
 mod permits;
+mod routing;
