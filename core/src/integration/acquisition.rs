@@ -301,11 +301,21 @@ impl RequestLocker {
         if contended {
             self.shared.metrics.contended_key(lease.key().as_str());
         }
+        // Where this node's holder of the key began, for a contender's `Retry-After`: the
+        // lock's holder, a permit taken alone (`permits(1)`, a writer beside `shared_for`
+        // readers), or the first of the shared holders here, whose hold, begun first,
+        // usually ends first and frees a permit.
+        let metrics = &self.shared.metrics;
         let held_as = match take {
-            // Where this node's holder of the key began, for a contender's `Retry-After`
-            // (for a lock only: among shared holders none is "the" holder).
-            Mode::Exclusive => HeldAs::Alone(self.shared.metrics.began(lease.key(), now)),
-            shared => HeldAs::Permit(self.shared.metrics.permit(shared.is_alone())),
+            Mode::Exclusive => HeldAs::Alone(metrics.began(lease.key(), now)),
+            shared if shared.is_alone() => HeldAs::Permit {
+                _in_use: metrics.permit(true),
+                holder: Some(metrics.began(lease.key(), now)),
+            },
+            _ => HeldAs::Permit {
+                _in_use: metrics.permit(false),
+                holder: metrics.began_first(lease.key(), now),
+            },
         };
         if contended {
             tracing::debug!(
