@@ -26,7 +26,12 @@
 //! `429`, `5xx`; a `Retry-After` counts only on those, so a `202` with one is stored), nor
 //! is anything marked [`NotStored`] (and by default not `400`, `401`, `403`, `407`,
 //! `413`, `415`, `422`), nor are handler errors, panics and
-//! bodies that fail: the retry runs again. A response over the limits is recorded as completed but not stored: a retry
+//! bodies that fail: the retry runs again. A gRPC response (HTTP `200` whatever happened)
+//! is judged by its `grpc-status` the same way: `CANCELLED`, `DEADLINE_EXCEEDED`,
+//! `RESOURCE_EXHAUSTED`, `ABORTED` and `UNAVAILABLE` are never stored, `UNKNOWN`,
+//! `UNIMPLEMENTED`, `INTERNAL` and `DATA_LOSS` are server errors, and by default not
+//! `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `PERMISSION_DENIED`,
+//! `UNAUTHENTICATED`. A response over the limits is recorded as completed but not stored: a retry
 //! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and
 //! a retry runs again: at-least-once, not exactly-once.

@@ -7,7 +7,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::{fingerprint::FingerprintKind, scope::Scope};
-use crate::{ConfigError, engine::MAX_TTL};
+use crate::{
+    ConfigError,
+    engine::MAX_TTL,
+    grpc::{self, Meaning},
+};
 
 /// The user's say over which responses are stored (see
 /// `IdempotencyLayerBuilder::store_if`).
@@ -67,7 +71,17 @@ impl ReplayOptions {
     /// asynchronous job's "poll again later", and that job exists: its retry must be
     /// answered with the stored `202`, not queue a second job. The user's predicate is
     /// asked about everything else.
+    ///
+    /// A gRPC response (`content-type: application/grpc…`) answers HTTP `200` whatever
+    /// happened: its `grpc-status` (in its head for a trailers-only answer) decides as an
+    /// HTTP status would (see [`grpc::meaning`]).
     pub(super) fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        if let Some(code) = grpc::is_grpc_response(headers)
+            .then(|| grpc::status(headers))
+            .flatten()
+        {
+            return self.stores_grpc(code, status, headers);
+        }
         let transient = matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429 | 503)
             || (status.is_server_error()
                 && (!self.store_server_errors || headers.contains_key(http::header::RETRY_AFTER)));
@@ -80,6 +94,21 @@ impl ReplayOptions {
             // `415` or `422`: nothing happened, as Stripe keeps nothing when validation
             // fails), or an answer about credentials (the retry after logging in must run).
             None => !matches!(status.as_u16(), 400 | 401 | 403 | 407 | 413 | 415 | 422),
+        }
+    }
+
+    /// [`stores`](Self::stores) for a gRPC status `code`, read from `headers` (a
+    /// trailers-only head, or the trailers) of a response with HTTP `status`.
+    pub(super) fn stores_grpc(&self, code: u32, status: StatusCode, headers: &HeaderMap) -> bool {
+        let retry_hint = headers.contains_key(http::header::RETRY_AFTER)
+            || headers.contains_key("grpc-retry-pushback-ms");
+        match grpc::meaning(code) {
+            Meaning::TryAgain => false,
+            Meaning::ServerError if !self.store_server_errors || retry_hint => false,
+            meaning => match &self.store_if {
+                Some(store_if) => store_if(status, headers),
+                None => meaning != Meaning::NotProcessed,
+            },
         }
     }
 }
