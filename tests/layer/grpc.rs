@@ -246,8 +246,24 @@ impl Service<http::Request<Body>> for Orders {
 }
 
 /// A tonic server for `test.Orders` (failing its first `fails` calls with `fail`) behind an
-/// idempotency layer, a client connected to it, and the count of runs.
+/// unscoped idempotency layer, a client connected to it, and the count of runs.
 async fn serve_orders(
+    fail: Code,
+    fails: usize,
+) -> (
+    tonic::client::Grpc<Channel>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .build()
+        .unwrap();
+    serve_orders_behind(layer, fail, fails).await
+}
+
+/// [`serve_orders`] behind `layer`.
+async fn serve_orders_behind(
+    layer: tower_lock::IdempotencyLayer,
     fail: Code,
     fails: usize,
 ) -> (
@@ -260,10 +276,6 @@ async fn serve_orders(
         fail,
         fails,
     };
-    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
-        .unscoped()
-        .build()
-        .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -321,4 +333,19 @@ async fn a_grpc_try_again_is_not_stored_and_the_retry_runs() {
             "{code:?}"
         );
     }
+}
+
+/// A layer scoped per host, as `fingerprint_authority`'s docs recommend, over HTTP/2 (every
+/// gRPC call: `:authority`, no `Host` header): the call runs, scoped by its authority,
+/// rather than being refused for a missing key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_host_scope_reads_the_authority_of_an_http2_call() {
+    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+        .scope_by(tower_lock::key::AuthorityKey::new())
+        .build()
+        .unwrap();
+    let (client, runs) = serve_orders_behind(layer, Code::Ok, 0).await;
+    let first = create(&client, "o-3").await;
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
