@@ -8,8 +8,9 @@
 //! (by default) with an `Idempotency-Key` header, the layer:
 //!
 //! 1. reads the request body (at most 1 MiB by default, else `413`) and fingerprints the
-//!    request (SHA-256 over the method, the full original target, the authority, every
-//!    value of the content type and the chosen headers, and the body);
+//!    request (SHA-256 over the method, the full original target, every value of the
+//!    content type and the chosen headers, and the body; **not the host** by default, so
+//!    that a retry on another node or address of the service is replayed);
 //! 2. looks for the key's record within the scope: a completed request with the same
 //!    fingerprint is **replayed** (its status, headers and body, plus
 //!    `Idempotent-Replayed: true`), one with a different fingerprint is answered **`422`**;
@@ -18,6 +19,15 @@
 //! 4. runs the handler and captures its response as it streams to the client; when the
 //!    body is complete, the record is stored **in the same atomic step that releases the
 //!    lock**, so no retry ever sees the key free without the record.
+//!
+//! **Virtual-host tenants need a host scope.** Records are shared by every host the layer
+//! is in front of: an unscoped layer serving `a.example` and `b.example` replays
+//! `a.example`'s stored response to `b.example`'s request with the same key. Where host
+//! names select tenants or resources, scope the keys by the host
+//! ([`scope_by(AuthorityKey::new())`](crate::key::AuthorityKey), which reads HTTP/2's
+//! `:authority` too), or at least count it in the fingerprint
+//! ([`fingerprint_authority`](IdempotencyLayerBuilder::fingerprint_authority): the other
+//! host's request is then a `422`, not a replay).
 //!
 //! A client that disconnects does not cancel the request: the handler runs to completion,
 //! the response is stored (its body read for at most
