@@ -41,7 +41,9 @@
 //! `RESOURCE_EXHAUSTED`, `ABORTED` and `UNAVAILABLE` are never stored, `UNKNOWN`,
 //! `UNIMPLEMENTED`, `INTERNAL` and `DATA_LOSS` are server errors, and by default not
 //! `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `PERMISSION_DENIED`,
-//! `UNAUTHENTICATED`. A response over the limits is recorded as completed but not stored: a retry
+//! `UNAUTHENTICATED`. A gRPC status sent in the trailers (every call that answers a
+//! message) decides there, and the trailers are stored with the response and replayed after
+//! its body (as any response's trailers). A response over the limits is recorded as completed but not stored: a retry
 //! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and
 //! a retry runs again: at-least-once, not exactly-once.

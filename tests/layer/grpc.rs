@@ -335,6 +335,37 @@ async fn a_grpc_try_again_is_not_stored_and_the_retry_runs() {
     }
 }
 
+/// A successful gRPC call is stored, its trailers with it, and its retry is answered by
+/// the replay: the same message and status, without running the call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_grpc_call_is_replayed_with_its_trailers() {
+    let (client, runs) = serve_orders(Code::Ok, 0).await;
+    let first = create(&client, "o-2").await.unwrap();
+    assert_eq!(first.into_inner(), "created");
+    let retry = create(&client, "o-2").await.unwrap();
+    assert_eq!(retry.metadata().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(retry.into_inner(), "created");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A lasting gRPC answer in a trailers-only response (`NOT_FOUND`) is stored and replayed
+/// as one; a request the service could not process (`INVALID_ARGUMENT`, as a `400`) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lasting_grpc_failure_is_replayed_and_an_invalid_argument_runs_again() {
+    let (client, runs) = serve_orders(Code::NotFound, usize::MAX).await;
+    for _ in 0..2 {
+        let status = create(&client, "o-4").await.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (client, runs) = serve_orders(Code::InvalidArgument, usize::MAX).await;
+    for _ in 0..2 {
+        let status = create(&client, "o-5").await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
 /// A layer scoped per host, as `fingerprint_authority`'s docs recommend, over HTTP/2 (every
 /// gRPC call: `:authority`, no `Host` header): the call runs, scoped by its authority,
 /// rather than being refused for a missing key.

@@ -68,6 +68,6 @@ pub use replay::AcceptedCodings;
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
     BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,
-    ReplayLocker, fingerprint::FingerprintFn,
+    ReplayLocker, ReplayedTrailers, fingerprint::FingerprintFn,
 };
 pub(crate) use sharing::Sharing;

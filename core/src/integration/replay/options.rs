@@ -73,14 +73,17 @@ impl ReplayOptions {
     /// asked about everything else.
     ///
     /// A gRPC response (`content-type: application/grpc…`) answers HTTP `200` whatever
-    /// happened: its `grpc-status` (in its head for a trailers-only answer) decides as an
-    /// HTTP status would (see [`grpc::meaning`]).
+    /// happened: its `grpc-status` decides as an HTTP status would (see
+    /// [`grpc::meaning`]): in its head for a trailers-only answer; else in its trailers,
+    /// after the messages, so such a head is captured and the trailers decide
+    /// ([`Capture::trailers`](super::Capture::trailers) asks
+    /// [`stores_grpc`](Self::stores_grpc) with them).
     pub(super) fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        if let Some(code) = grpc::is_grpc_response(headers)
-            .then(|| grpc::status(headers))
-            .flatten()
-        {
-            return self.stores_grpc(code, status, headers);
+        if grpc::is_grpc_response(headers) {
+            return match grpc::status(headers) {
+                Some(code) => self.stores_grpc(code, status, headers),
+                None => true,
+            };
         }
         let transient = matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429 | 503)
             || (status.is_server_error()
@@ -95,6 +98,12 @@ impl ReplayOptions {
             // fails), or an answer about credentials (the retry after logging in must run).
             None => !matches!(status.as_u16(), 400 | 401 | 403 | 407 | 413 | 415 | 422),
         }
+    }
+
+    /// Whether a response head leaves the storing decision to its trailers: a gRPC
+    /// response whose `grpc-status` is not in its head.
+    pub(super) fn decided_by_trailers(headers: &HeaderMap) -> bool {
+        grpc::is_grpc_response(headers) && grpc::status(headers).is_none()
     }
 
     /// [`stores`](Self::stores) for a gRPC status `code`, read from `headers` (a

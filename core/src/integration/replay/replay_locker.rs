@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use super::{
-    Completion, ReplayAdapter, ReplayDecision, ReplayFuture,
+    Completion, ReplayAdapter, ReplayDecision, ReplayFuture, ReplayedTrailers,
     content_coding::AcceptedCodings,
     fingerprint::Fingerprinter,
     options::ReplayOptions,
@@ -424,7 +424,11 @@ impl ReplayLocker {
             ));
         }
         match record_codec::decode(&record.meta) {
-            Some(Stored::Response { status, headers }) => {
+            Some(Stored::Response {
+                status,
+                headers,
+                trailers,
+            }) => {
                 if let Some(coding) = request.accepted.refused(&headers) {
                     return ReplayDecision::Rejected(self.unaccepted_coding(coding, status));
                 }
@@ -432,6 +436,9 @@ impl ReplayLocker {
                 let mut res = http::Response::new(record.body);
                 *res.status_mut() = status;
                 *res.headers_mut() = headers;
+                if let Some(trailers) = trailers {
+                    res.extensions_mut().insert(ReplayedTrailers(trailers));
+                }
                 res.headers_mut().insert(
                     self.options.replayed_header.clone(),
                     HeaderValue::from_static("true"),
