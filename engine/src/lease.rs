@@ -96,31 +96,6 @@ impl LeaseState {
             || (!self.is_released() && (self.lost.is_set_at(now) || self.unvouched()))
     }
 
-    /// The state of no lease, on `key` ([`LostSignal::never`]): no deadline, no resets
-    /// to listen for, no watchdog that knows it, so it is never lost.
-    pub(super) fn unheld(key: LockKey) -> Self {
-        let now = Instant::now();
-        Self {
-            mode: Mode::Exclusive,
-            key,
-            token: Token::random_local(),
-            ttl_nanos: AtomicU64::new(0),
-            configured_ttl: Duration::ZERO,
-            auto_renew: false,
-            lost: Lost::default(),
-            released: AtomicBool::new(false),
-            filed: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
-            granted_at: now,
-            resets: None,
-            slot: None,
-            times: Mutex::new(LeaseTimes {
-                deadline: now,
-                renew_at: None,
-            }),
-        }
-    }
-
     fn unvouched(&self) -> bool {
         self.resets
             .as_ref()
