@@ -30,6 +30,9 @@ macro_rules! lock_setters {
         /// not run beside a write. Under idempotency the default is `POST` and `PATCH`
         /// (the methods that are not idempotent by definition).
         ///
+        /// Naming `GET` names `HEAD` too: a `HEAD` is a `GET` without its body, and axum and
+        /// actix-web answer it with the `GET` handler, so it must not run beside a writer.
+        ///
         /// Methods are named as text (`"POST"`) or by any type that is one (`http`'s
         /// `Method` of either version, so actix-web's `Method::POST` too). Methods are
         /// case-sensitive. `build` refuses an empty list
@@ -161,8 +164,13 @@ macro_rules! lock_setters {
         /// [`lock_key`](tower_lock_core::RequestLocker::lock_key)) and never waited for, so
         /// that its requests see each other across the fleet; under idempotency its
         /// records are stored there too, so that retries show what would have been
-        /// replayed. A handler finds that lease in its extensions, as under the lock: do
-        /// not trust its fence in a dry run. The one answer a dry run still gives is an
+        /// replayed. A handler finds that lease in its extensions, as under the lock; a
+        /// request it would have rejected or made wait finds one too, holding nothing
+        /// (fence `0`, a lost signal that never fires), so that extractors such as
+        /// tower-lock-axum's `Locked` answer as under the enforcing layer rather than
+        /// `500`: [`LeaseInfo::is_dry_run`](crate::LeaseInfo::is_dry_run) tells them apart
+        /// from a real lease. Do not trust a fence in a dry run. The one answer a dry run
+        /// still gives is an
         /// idempotent request body found over `max_request_body` while it is read (one
         /// whose declared length is over it runs). Default: off.
         ///

@@ -28,12 +28,67 @@ use crate::{
 /// Whether `req` is a gRPC call: its content type is `application/grpc`, alone or with a
 /// `+format` suffix (`application/grpc+proto`).
 pub(crate) fn is_grpc(req: &dyn RequestView) -> bool {
-    req.header_str("content-type").is_some_and(|ct| {
-        let ct = ct.trim_start();
-        ct.len() >= 16
-            && ct[..16].eq_ignore_ascii_case("application/grpc")
-            && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
-    })
+    req.header_str("content-type")
+        .is_some_and(is_grpc_content_type)
+}
+
+/// The gRPC status of a response head or trailers (`grpc-status`), when the response is a
+/// gRPC one (`content_type` given and `application/grpc…`, or `None` for trailers, which
+/// only a gRPC response's head lets through here). An unreadable status is `UNKNOWN` (2),
+/// as gRPC clients read it.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+pub(crate) fn status(headers: &http::HeaderMap) -> Option<u32> {
+    let value = headers.get("grpc-status")?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(2),
+    )
+}
+
+/// Whether a response head is a gRPC response's (`content-type: application/grpc…`).
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+pub(crate) fn is_grpc_response(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|ct| ct.to_str().ok())
+        .is_some_and(is_grpc_content_type)
+}
+
+fn is_grpc_content_type(ct: &str) -> bool {
+    let ct = ct.trim_start();
+    ct.len() >= 16
+        && ct[..16].eq_ignore_ascii_case("application/grpc")
+        && matches!(ct.as_bytes().get(16), None | Some(b'+' | b';'))
+}
+
+/// What a gRPC status says for idempotency replay, as an HTTP status does: "try again"
+/// (`CANCELLED`, `DEADLINE_EXCEEDED`, `RESOURCE_EXHAUSTED`, `ABORTED`, `UNAVAILABLE`: never
+/// stored, like `408`, `429`, `409`, `503`), a server error (`UNKNOWN`, `UNIMPLEMENTED`,
+/// `INTERNAL`, `DATA_LOSS`, any code not defined: like a `5xx`), a request that could not
+/// be processed as sent or lacked credentials (`INVALID_ARGUMENT`, `FAILED_PRECONDITION`,
+/// `OUT_OF_RANGE`, `PERMISSION_DENIED`, `UNAUTHENTICATED`: like `400`, `403`, `401`, not
+/// stored by default), or an answer (`OK`, `NOT_FOUND`, `ALREADY_EXISTS`).
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+pub(crate) fn meaning(code: u32) -> Meaning {
+    match code {
+        1 | 4 | 8 | 10 | 14 => Meaning::TryAgain,
+        0 | 5 | 6 => Meaning::Answer,
+        3 | 7 | 9 | 11 | 16 => Meaning::NotProcessed,
+        _ => Meaning::ServerError,
+    }
+}
+
+/// What a gRPC status says for idempotency replay (see [`meaning`]).
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Meaning {
+    TryAgain,
+    ServerError,
+    NotProcessed,
+    Answer,
 }
 
 /// The gRPC status code of a rejection.

@@ -138,6 +138,16 @@ impl CurrentHolders {
         HolderSlot(hash)
     }
 
+    /// [`began`](Self::began), unless a holder of `key` is already recorded (`None`): the
+    /// first of shared holders stays the one recorded.
+    pub(crate) fn began_first(&self, key: &LockKey, at: Instant) -> Option<HolderSlot> {
+        let hash = Self::hash(key);
+        if self.keys[Self::slot(hash)].load(Relaxed) == hash {
+            return None;
+        }
+        Some(self.began(key, at))
+    }
+
     /// The holder of `slot` released its key (unless another took the slot since).
     pub(crate) fn ended(&self, holder: HolderSlot) {
         let slot = Self::slot(holder.0);

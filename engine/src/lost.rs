@@ -3,14 +3,18 @@
 use std::{
     fmt,
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
+    time::Duration,
 };
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::{LockKey, Resets, lease::LeaseState};
+use super::{
+    LockKey, Mode, Resets, Token,
+    lease::{LeaseState, LeaseTimes},
+};
 
 /// Resolves when a lease is lost: renewal failed or found the key gone, or the local
 /// validity deadline passed without a confirmed renewal. Cheap to clone; a handler can
@@ -43,6 +47,34 @@ impl LostSignal {
     /// a holder of the signal needs no copy of its own).
     pub fn key(&self) -> &LockKey {
         &self.0.key
+    }
+
+    /// A signal about no lease at all, on `key`: it never fires. For a holder that runs
+    /// without a lease but is handed the same interface as one that has one (a layer's dry
+    /// run, whose requests run whether or not they got the key).
+    pub fn never(key: LockKey) -> Self {
+        // The state of no lease: no deadline, no resets to listen for, no watchdog that
+        // knows it, so it is never lost.
+        let now = Instant::now();
+        Self(Arc::new(LeaseState {
+            mode: Mode::Exclusive,
+            key,
+            token: Token::random_local(),
+            ttl_nanos: AtomicU64::new(0),
+            configured_ttl: Duration::ZERO,
+            auto_renew: false,
+            lost: Lost::default(),
+            released: AtomicBool::new(false),
+            filed: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            granted_at: now,
+            resets: None,
+            slot: None,
+            times: Mutex::new(LeaseTimes {
+                deadline: now,
+                renew_at: None,
+            }),
+        }))
     }
 
     /// [`is_lost`](Self::is_lost) as of `now`, an instant the caller has just read: one

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, request::Parts};
 use http_body::Body;
 use tower_lock_core::{
-    BodyRead, CapturingBody, LeaseInfo, Leftover, ReplayAdapter, key::RequestView,
+    BodyRead, CapturingBody, LeaseInfo, Leftover, ReplayAdapter, ReplayedTrailers, key::RequestView,
 };
 use tower_service::Service;
 
@@ -114,8 +114,13 @@ where
         self.service.call(req)
     }
 
-    fn respond(self, response: Response<Bytes>) -> Self::Respond {
-        ready(response.map(ReplayBody::full))
+    fn respond(self, mut response: Response<Bytes>) -> Self::Respond {
+        // A stored response's trailers (a gRPC status) follow its body.
+        let trailers = response
+            .extensions_mut()
+            .remove::<ReplayedTrailers>()
+            .map(|t| t.0);
+        ready(response.map(|data| ReplayBody::replayed(data, trailers)))
     }
 
     fn is_marked_not_stored(response: &Response<ResB>) -> bool {

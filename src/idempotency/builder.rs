@@ -397,8 +397,8 @@ impl IdempotencyLayerBuilder {
     /// addresses (each node's own, an internal and an external name, another region's after
     /// a failover), and a client's retry of the same request on any of them is replayed.
     /// Turn it on for a layer in front of several hosts whose names select different
-    /// resources (virtual hosts, a tenant per host name), or scope the keys by the host
-    /// (`scope_by(HeaderKey::new("host"))`), so that each host has records of its own.
+    /// resources, or scope the keys by the host with [`scope_by(AuthorityKey::new())`](crate::key::AuthorityKey)
+    /// (HTTP/2 requests have no `Host` header to key on), so each host has its own records.
     pub fn fingerprint_authority(mut self) -> Self {
         self.options.fingerprint.authority = true;
         self

@@ -58,8 +58,8 @@ impl<B: Body<Data = Bytes>> ChunkSource for HttpChunks<B> {
     fn chunk(frame: &Frame<Bytes>) -> Chunk<'_> {
         if let Some(data) = frame.data_ref() {
             Chunk::Data(data)
-        } else if frame.is_trailers() {
-            Chunk::Trailers
+        } else if let Some(trailers) = frame.trailers_ref() {
+            Chunk::Trailers(trailers)
         } else {
             Chunk::Other
         }

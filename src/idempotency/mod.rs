@@ -8,8 +8,9 @@
 //! (by default) with an `Idempotency-Key` header, the layer:
 //!
 //! 1. reads the request body (at most 1 MiB by default, else `413`) and fingerprints the
-//!    request (SHA-256 over the method, the full original target, the authority, every
-//!    value of the content type and the chosen headers, and the body);
+//!    request (SHA-256 over the method, the full original target, every value of the
+//!    content type and the chosen headers, and the body; **not the host** by default, so
+//!    that a retry on another node or address of the service is replayed);
 //! 2. looks for the key's record within the scope: a completed request with the same
 //!    fingerprint is **replayed** (its status, headers and body, plus
 //!    `Idempotent-Replayed: true`), one with a different fingerprint is answered **`422`**;
@@ -19,6 +20,15 @@
 //!    body is complete, the record is stored **in the same atomic step that releases the
 //!    lock**, so no retry ever sees the key free without the record.
 //!
+//! **Virtual-host tenants need a host scope.** Records are shared by every host the layer
+//! is in front of: an unscoped layer serving `a.example` and `b.example` replays
+//! `a.example`'s stored response to `b.example`'s request with the same key. Where host
+//! names select tenants or resources, scope the keys by the host
+//! ([`scope_by(AuthorityKey::new())`](crate::key::AuthorityKey), which reads HTTP/2's
+//! `:authority` too), or at least count it in the fingerprint
+//! ([`fingerprint_authority`](IdempotencyLayerBuilder::fingerprint_authority): the other
+//! host's request is then a `422`, not a replay).
+//!
 //! A client that disconnects does not cancel the request: the handler runs to completion,
 //! the response is stored (its body read for at most
 //! [`max_drain_time`](IdempotencyLayerBuilder::max_drain_time)), then the key is released.
@@ -26,7 +36,14 @@
 //! `429`, `5xx`; a `Retry-After` counts only on those, so a `202` with one is stored), nor
 //! is anything marked [`NotStored`] (and by default not `400`, `401`, `403`, `407`,
 //! `413`, `415`, `422`), nor are handler errors, panics and
-//! bodies that fail: the retry runs again. A response over the limits is recorded as completed but not stored: a retry
+//! bodies that fail: the retry runs again. A gRPC response (HTTP `200` whatever happened)
+//! is judged by its `grpc-status` the same way: `CANCELLED`, `DEADLINE_EXCEEDED`,
+//! `RESOURCE_EXHAUSTED`, `ABORTED` and `UNAVAILABLE` are never stored, `UNKNOWN`,
+//! `UNIMPLEMENTED`, `INTERNAL` and `DATA_LOSS` are server errors, and by default not
+//! `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `PERMISSION_DENIED`,
+//! `UNAUTHENTICATED`. A gRPC status sent in the trailers (every call that answers a
+//! message) decides there, and the trailers are stored with the response and replayed after
+//! its body (as any response's trailers). A response over the limits is recorded as completed but not stored: a retry
 //! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and
 //! a retry runs again: at-least-once, not exactly-once.

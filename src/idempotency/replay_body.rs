@@ -8,6 +8,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -28,17 +29,20 @@ pin_project! {
 pin_project! {
     #[project = ReplayKindProj]
     enum ReplayKind<B> {
-        Full { data: Option<Bytes> },
+        // A replay (or a rejection): its body, then its trailers if it had some.
+        Full { data: Option<Bytes>, trailers: Option<HeaderMap> },
         Plain { #[pin] body: B },
         Capturing { capturing: CapturingBody<HttpChunks<B>> },
     }
 }
 
 impl<B> ReplayBody<B> {
-    pub(crate) fn full(data: Bytes) -> Self {
+    /// A replayed body, `data` then `trailers` (a stored gRPC response's status).
+    pub(crate) fn replayed(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         Self {
             kind: ReplayKind::Full {
                 data: (!data.is_empty()).then_some(data),
+                trailers,
             },
         }
     }
@@ -82,7 +86,12 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         match self.project().kind.project() {
-            ReplayKindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            ReplayKindProj::Full { data, trailers } => Poll::Ready(
+                data.take()
+                    .map(Frame::data)
+                    .or_else(|| trailers.take().map(Frame::trailers))
+                    .map(Ok),
+            ),
             ReplayKindProj::Plain { body } => body.poll_frame(cx),
             ReplayKindProj::Capturing { capturing } => capturing.poll_next(cx),
         }
@@ -90,7 +99,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            ReplayKind::Full { data } => data.is_none(),
+            ReplayKind::Full { data, trailers } => data.is_none() && trailers.is_none(),
             ReplayKind::Plain { body } => body.is_end_stream(),
             // Until the capture is finished, the server must poll once more.
             ReplayKind::Capturing { capturing } => capturing.source().is_none(),
@@ -99,7 +108,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            ReplayKind::Full { data } => {
+            ReplayKind::Full { data, .. } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
             ReplayKind::Plain { body } => body.size_hint(),

@@ -116,7 +116,9 @@ impl LockLayerBuilder {
     /// These methods are locked (shared) whatever [`methods`](Self::methods) says: with the
     /// default methods, `shared_for(["GET", "HEAD"])` locks `GET` and `HEAD` as shared and
     /// `POST`, `PUT`, `PATCH`, `DELETE` (and extension methods) as exclusive, while
-    /// `OPTIONS` and `TRACE` still pass unlocked.
+    /// `OPTIONS` and `TRACE` still pass unlocked. Naming `GET` names `HEAD` too (as for
+    /// `methods`): `shared_for(["GET"])` locks a `HEAD`, which runs the `GET` handler, as
+    /// a shared read.
     ///
     /// Grants keep arrival order: a request is granted on arrival only when nobody waits,
     /// so once a writer waits, readers arriving after it queue behind it and a steady

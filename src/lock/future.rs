@@ -134,6 +134,10 @@ where
                             Some(held)
                         }
                         Outcome::Unlocked => None,
+                        Outcome::Observed(info) => {
+                            request.extensions_mut().insert(info);
+                            None
+                        }
                         Outcome::Rejected(rejection) => {
                             let response = locker.respond(rejection, &request);
                             return Poll::Ready(Ok(response.map(LockedBody::rejection)));

@@ -68,6 +68,12 @@ where
             Acquisition::Decided(Outcome::Unlocked) => {
                 ResponseFuture::calling(self.inner.call(req), head, None)
             }
+            // A dry run's request it would have rejected: unlocked, with its lease info.
+            Acquisition::Decided(Outcome::Observed(info)) => {
+                let mut req = req;
+                req.extensions_mut().insert(info);
+                ResponseFuture::calling(self.inner.call(req), head, None)
+            }
             Acquisition::Decided(Outcome::Locked(held)) => {
                 let mut req = req;
                 req.extensions_mut().insert(held.info().clone());

@@ -15,4 +15,6 @@ mod actix_replay;
 mod axum;
 #[cfg(feature = "redis")]
 mod axum_redis;
+mod dry_run;
 mod permits;
+mod routing;

@@ -173,7 +173,15 @@ async fn a_dry_run_logs_what_it_would_have_done() {
     let held = locker.acquire(&req).await;
     assert!(matches!(held, Outcome::Locked(_)), "{held:?}");
     let second = locker.acquire(&req).await;
-    assert!(matches!(second, Outcome::Unlocked), "{second:?}");
+    // It runs unlocked, with a lease info that holds nothing, for the handler's extractors.
+    match &second {
+        Outcome::Observed(info) => {
+            assert!(info.is_dry_run() && !info.is_lost());
+            assert_eq!(info.fence().get(), 0);
+            assert!(info.key().as_str().starts_with("%!dry-run/"), "{info:?}");
+        }
+        other => panic!("{other:?}"),
+    }
     let events = capture.take();
     let logged: Vec<_> = events
         .iter()

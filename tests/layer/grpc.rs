@@ -200,3 +200,183 @@ async fn a_missing_key_is_an_invalid_argument_and_a_backend_failure_unavailable(
     assert_eq!(status.code(), Code::Unavailable, "{status:?}");
     assert_eq!(status.metadata().get("retry-after").unwrap(), "1");
 }
+
+/// The service `test.Orders`: each call counts a run, and fails with `fail` while runs are
+/// at most `fails`; then it answers `created`.
+#[derive(Clone)]
+struct Orders {
+    runs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    fail: Code,
+    fails: usize,
+}
+
+impl NamedService for Orders {
+    const NAME: &'static str = "test.Orders";
+}
+
+impl UnaryService<Bytes> for Orders {
+    type Response = Bytes;
+    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<Bytes>, Status>> + Send>>;
+
+    fn call(&mut self, _request: tonic::Request<Bytes>) -> Self::Future {
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let (fail, fails) = (self.fail, self.fails);
+        Box::pin(async move {
+            if run <= fails {
+                return Err(Status::new(fail, "try again"));
+            }
+            Ok(tonic::Response::new(Bytes::from_static(b"created")))
+        })
+    }
+}
+
+impl Service<http::Request<Body>> for Orders {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let orders = self.clone();
+        Box::pin(async move { Ok(tonic::server::Grpc::new(Raw).unary(orders, req).await) })
+    }
+}
+
+/// A tonic server for `test.Orders` (failing its first `fails` calls with `fail`) behind an
+/// unscoped idempotency layer, a client connected to it, and the count of runs.
+async fn serve_orders(
+    fail: Code,
+    fails: usize,
+) -> (
+    tonic::client::Grpc<Channel>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .build()
+        .unwrap();
+    serve_orders_behind(layer, fail, fails).await
+}
+
+/// [`serve_orders`] behind `layer`.
+async fn serve_orders_behind(
+    layer: tower_lock::IdempotencyLayer,
+    fail: Code,
+    fails: usize,
+) -> (
+    tonic::client::Grpc<Channel>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let runs = std::sync::Arc::default();
+    let orders = Orders {
+        runs: std::sync::Arc::clone(&runs),
+        fail,
+        fails,
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(orders)
+            .serve_with_incoming(incoming),
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    (tonic::client::Grpc::new(channel), runs)
+}
+
+/// Call `test.Orders/Create` with idempotency key `key`.
+async fn create(
+    client: &tonic::client::Grpc<Channel>,
+    key: &str,
+) -> Result<tonic::Response<Bytes>, Status> {
+    let mut client = client.clone();
+    client.ready().await.unwrap();
+    let mut req = tonic::Request::new(Bytes::from_static(b"order"));
+    req.metadata_mut()
+        .insert("idempotency-key", format!("\"{key}\"").parse().unwrap());
+    client
+        .unary(req, PathAndQuery::from_static("/test.Orders/Create"), Raw)
+        .await
+}
+
+/// A gRPC "try again" (HTTP `200`, `grpc-status` `UNAVAILABLE`, `ABORTED`,
+/// `RESOURCE_EXHAUSTED`, `DEADLINE_EXCEEDED`) is not stored: the retry runs the call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_try_again_is_not_stored_and_the_retry_runs() {
+    for code in [
+        Code::Unavailable,
+        Code::Aborted,
+        Code::ResourceExhausted,
+        Code::DeadlineExceeded,
+    ] {
+        let (client, runs) = serve_orders(code, 1).await;
+        let first = create(&client, "o-1").await.unwrap_err();
+        assert_eq!(first.code(), code, "{first:?}");
+        let retry = create(&client, "o-1").await;
+        assert_eq!(
+            retry.map(tonic::Response::into_inner).map_err(|s| s.code()),
+            Ok(Bytes::from_static(b"created")),
+            "{code:?} was replayed"
+        );
+        assert_eq!(
+            runs.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "{code:?}"
+        );
+    }
+}
+
+/// A successful gRPC call is stored, its trailers with it, and its retry is answered by
+/// the replay: the same message and status, without running the call again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_grpc_call_is_replayed_with_its_trailers() {
+    let (client, runs) = serve_orders(Code::Ok, 0).await;
+    let first = create(&client, "o-2").await.unwrap();
+    assert_eq!(first.into_inner(), "created");
+    let retry = create(&client, "o-2").await.unwrap();
+    assert_eq!(retry.metadata().get("idempotent-replayed").unwrap(), "true");
+    assert_eq!(retry.into_inner(), "created");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A lasting gRPC answer in a trailers-only response (`NOT_FOUND`) is stored and replayed
+/// as one; a request the service could not process (`INVALID_ARGUMENT`, as a `400`) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lasting_grpc_failure_is_replayed_and_an_invalid_argument_runs_again() {
+    let (client, runs) = serve_orders(Code::NotFound, usize::MAX).await;
+    for _ in 0..2 {
+        let status = create(&client, "o-4").await.unwrap_err();
+        assert_eq!(status.code(), Code::NotFound, "{status:?}");
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (client, runs) = serve_orders(Code::InvalidArgument, usize::MAX).await;
+    for _ in 0..2 {
+        let status = create(&client, "o-5").await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    }
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A layer scoped per host, as `fingerprint_authority`'s docs recommend, over HTTP/2 (every
+/// gRPC call: `:authority`, no `Host` header): the call runs, scoped by its authority,
+/// rather than being refused for a missing key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_host_scope_reads_the_authority_of_an_http2_call() {
+    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+        .scope_by(tower_lock::key::AuthorityKey::new())
+        .build()
+        .unwrap();
+    let (client, runs) = serve_orders_behind(layer, Code::Ok, 0).await;
+    let first = create(&client, "o-3").await;
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -140,3 +140,48 @@ async fn instant_holds_still_answer_at_least_one_second() {
     let _held = holder(&engine, &locker, "a", Duration::from_secs(30)).await;
     assert_eq!(retry_after(&locker, "a").await, 1);
 }
+
+/// Under permits, as under the lock: after one 2.5 s hold, a contender arriving 2 s into
+/// the next is told what is left of it (1 s), not a whole usual hold (3 s), whether the
+/// holder is the one permit of `permits(1)`, a writer behind `shared_for`, or the first of
+/// two shared holders that fill `permits(2)`.
+#[tokio::test(start_paused = true)]
+async fn under_permits_what_the_holder_already_had_is_taken_off_too() {
+    let engine = LockEngine::in_memory();
+    let builder = || LockLayer::builder(engine.clone()).key(HeaderKey::new("x-k"));
+    let layers = [
+        ("lock", builder().build_locker().unwrap(), 1),
+        (
+            "permits(1)",
+            builder().permits(1).build_locker().unwrap(),
+            1,
+        ),
+        (
+            "shared_for writer",
+            builder().shared_for(["GET"]).build_locker().unwrap(),
+            1,
+        ),
+        (
+            "permits(2)",
+            builder().permits(2).build_locker().unwrap(),
+            2,
+        ),
+    ];
+    for (name, locker, holders) in layers {
+        holds(&locker, name, Duration::from_millis(2_500), 1).await;
+        let mut guards = Vec::new();
+        for _ in 0..holders {
+            let Outcome::Locked(guard) = locker.acquire(&req(name)).await else {
+                panic!("{name}: the key has a permit left");
+            };
+            guards.push(guard);
+            // The first holder is the one whose hold ends first, as a usual hold goes.
+            tokio::time::advance(Duration::from_millis(500)).await;
+        }
+        tokio::time::advance(Duration::from_millis(2_000 - 500 * holders as u64)).await;
+        assert_eq!(retry_after(&locker, name).await, 1, "{name}");
+        for guard in guards {
+            guard.release().await;
+        }
+    }
+}

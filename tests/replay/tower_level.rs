@@ -195,7 +195,7 @@ async fn a_body_failing_mid_stream_is_recorded_as_completed_if_its_status_is_sto
 }
 
 #[tokio::test]
-async fn a_response_with_trailers_completes_but_is_not_replayed() {
+async fn a_response_with_trailers_is_replayed_with_its_trailers() {
     let engine = LockEngine::in_memory();
     let runs = Arc::new(AtomicUsize::new(0));
     let svc = {
@@ -224,7 +224,10 @@ async fn a_response_with_trailers_completes_but_is_not_replayed() {
         "the client got the trailers"
     );
     let retry = svc.oneshot(request("t")).await.unwrap();
-    assert_not_stored(retry, StatusCode::ACCEPTED).await;
+    assert_eq!(retry.status(), StatusCode::ACCEPTED);
+    let replayed = retry.into_body().collect().await.unwrap();
+    assert_eq!(replayed.trailers().unwrap()["x-checksum"], "1");
+    assert_eq!(replayed.to_bytes(), "data");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "never run twice");
 }
 

@@ -59,7 +59,9 @@ impl RequestLocker {
             return Acquisition::Decided(Outcome::Unlocked);
         }
         match self.key(req) {
-            Err(rejection) => Acquisition::Decided(self.observed(Outcome::Rejected(rejection))),
+            Err(rejection) => {
+                Acquisition::Decided(self.observed(Outcome::Rejected(rejection), None))
+            }
             Ok(None) => {
                 tracing::debug!("no lock key; running unlocked");
                 self.shared.metrics.unlocked();
@@ -85,7 +87,7 @@ impl RequestLocker {
                             .then(|| tracing::debug_span!("tower_lock.acquire", %key).entered());
                         // Decided at once: no wait to time, so no clock read of its own.
                         let outcome = self.settle(result, &key, take, None);
-                        return Acquisition::Decided(self.observed(outcome));
+                        return Acquisition::Decided(self.observed(outcome, Some(&key)));
                     }
                 }
                 // It must wait (or the backend answers over the network): one boxed future,
@@ -131,7 +133,10 @@ impl RequestLocker {
     async fn lock_as(self, key: LockKey, take: Mode) -> Outcome {
         let started = Instant::now();
         let outcome = match &self.shared.local {
-            Some(local) => self.lock_degradable(local, key, take, started).await,
+            Some(local) => {
+                self.lock_degradable(local, key.clone(), take, started)
+                    .await
+            }
             None => {
                 let result = self
                     .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
@@ -139,7 +144,7 @@ impl RequestLocker {
                 self.settle(result, &key, take, Some(started))
             }
         };
-        self.observed(outcome)
+        self.observed(outcome, Some(&key))
     }
 
     /// The outcome of an acquisition on the engine (not under the degrade policy), begun at
@@ -158,7 +163,7 @@ impl RequestLocker {
             // A dry run never waits: a held key where the layer would have waited.
             Err(e) if c.dry_run && e.is_contention() && !c.wait.is_zero() => {
                 self.would_wait(key);
-                Outcome::Unlocked
+                Outcome::Observed(LeaseInfo::unheld_dry_run(key.clone()))
             }
             Err(LockError::Backend(error)) => match c.backend_failure {
                 // (A degrading locker locks in `lock_degradable`.)
@@ -296,11 +301,21 @@ impl RequestLocker {
         if contended {
             self.shared.metrics.contended_key(lease.key().as_str());
         }
+        // Where this node's holder of the key began, for a contender's `Retry-After`: the
+        // lock's holder, a permit taken alone (`permits(1)`, a writer beside `shared_for`
+        // readers), or the first of the shared holders here, whose hold, begun first,
+        // usually ends first and frees a permit.
+        let metrics = &self.shared.metrics;
         let held_as = match take {
-            // Where this node's holder of the key began, for a contender's `Retry-After`
-            // (for a lock only: among shared holders none is "the" holder).
-            Mode::Exclusive => HeldAs::Alone(self.shared.metrics.began(lease.key(), now)),
-            shared => HeldAs::Permit(self.shared.metrics.permit(shared.is_alone())),
+            Mode::Exclusive => HeldAs::Alone(metrics.began(lease.key(), now)),
+            shared if shared.is_alone() => HeldAs::Permit {
+                _in_use: metrics.permit(true),
+                holder: Some(metrics.began(lease.key(), now)),
+            },
+            _ => HeldAs::Permit {
+                _in_use: metrics.permit(false),
+                holder: metrics.began_first(lease.key(), now),
+            },
         };
         if contended {
             tracing::debug!(
@@ -312,7 +327,13 @@ impl RequestLocker {
         } else {
             tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
         }
-        let info = LeaseInfo::new(lease.fence(), waited, lease.lost_signal(), degraded);
+        let info = LeaseInfo::new(
+            lease.fence(),
+            waited,
+            lease.lost_signal(),
+            degraded,
+            c.dry_run,
+        );
         Outcome::Locked(LockGuard::new(
             lease,
             node,

@@ -9,10 +9,12 @@
 //! that takes them, never meets them. An answer the layer would have given instead of
 //! running the request (`400`, `409`, `423`, `429`, `500`, `503`, an idempotency replay or
 //! its `422`) is counted as usual, logged at `info` ("dry run: would have…"), and the
-//! request runs, unlocked.
+//! request runs, unlocked, as [`Outcome::Observed`]: with a [`LeaseInfo`] in its extensions
+//! all the same (fence `0`, a lost signal that never fires), so that a handler's extractor
+//! answers as under the enforcing layer (a `500` there would change the answer).
 
 use super::{Outcome, RequestLocker};
-use crate::{engine::LockKey, reject::Rejection};
+use crate::{engine::LockKey, lease_info::LeaseInfo, reject::Rejection};
 
 /// What begins every key of a dry-run layer, in place of nothing: a namespace is escaped
 /// (`%` is written `%25`), so no real key starts with `%!`.
@@ -25,12 +27,13 @@ impl RequestLocker {
     }
 
     /// In a dry run, `outcome` with a rejection turned into running the request unlocked
-    /// (the rejection counted and logged); otherwise `outcome`.
-    pub(crate) fn observed(&self, outcome: Outcome) -> Outcome {
+    /// (the rejection counted and logged) with the lease info of `key` (the dry run's key
+    /// it would have locked, `None` when it has none); otherwise `outcome`.
+    pub(crate) fn observed(&self, outcome: Outcome, key: Option<&LockKey>) -> Outcome {
         match outcome {
             Outcome::Rejected(rejection) if self.is_dry_run() => {
                 self.would_have(&rejection);
-                Outcome::Unlocked
+                Outcome::Observed(unheld(key))
             }
             outcome => outcome,
         }
@@ -60,4 +63,13 @@ impl RequestLocker {
             "dry run: would have waited for this key; it runs"
         );
     }
+}
+
+/// The lease info of a dry run's request that got no lease on `key` (`None`: it had no
+/// key; the dry run's mark alone then names it).
+pub(crate) fn unheld(key: Option<&LockKey>) -> LeaseInfo {
+    let key = key
+        .cloned()
+        .unwrap_or_else(|| LockKey::new(DRY_RUN_MARK).expect("the dry run's mark is a valid key"));
+    LeaseInfo::unheld_dry_run(key)
 }

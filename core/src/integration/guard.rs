@@ -51,8 +51,13 @@ impl fmt::Debug for LockGuard {
 pub(crate) enum HeldAs {
     /// Alone: where this node's record of the holder is.
     Alone(HolderSlot),
-    /// As one of a key's permits; the permits gauge counts it until dropped.
-    Permit(#[allow(dead_code, reason = "held for its Drop")] PermitInUse),
+    /// As one of a key's permits; the permits gauge counts it until dropped. `holder`: the
+    /// record of the key's holder on this node, when this permit made it (taken alone, or
+    /// the first of its shared holders here), cleared at release as the lock's.
+    Permit {
+        _in_use: PermitInUse,
+        holder: Option<HolderSlot>,
+    },
 }
 
 impl LockGuard {
@@ -170,7 +175,12 @@ impl Drop for LockGuard {
         let now = Instant::now();
         let held = now.saturating_duration_since(self.granted);
         self.metrics.held(held);
-        if let HeldAs::Alone(holder) = &self.held_as {
+        if let HeldAs::Alone(holder)
+        | HeldAs::Permit {
+            holder: Some(holder),
+            ..
+        } = &self.held_as
+        {
             self.metrics.ended(*holder);
         }
         if self.info.is_lost_at(now) {

@@ -95,16 +95,22 @@ pub(crate) fn names(methods: &[Method], method: &str) -> bool {
 }
 
 /// Method names as given to a builder, checked: each a method token, none a standard
-/// method in the wrong case.
+/// method in the wrong case. `HEAD` goes with `GET`: a list that names `GET` names `HEAD`
+/// too, because a `HEAD` is a `GET` without its body (RFC 9110 §9.3.2) and routers run
+/// the `GET` handler for it (axum, actix-web): a read left out would run beside a writer.
 pub(crate) fn parse(names: Vec<String>) -> Result<Box<[Method]>, ConfigError> {
-    names
+    let mut methods = names
         .into_iter()
         .map(|name| match Method::from_bytes(name.as_bytes()) {
             // `post` parses as an extension method that no client sends for `POST`.
             Ok(method) if !is_miscased(&name) => Ok(method),
             _ => Err(ConfigError::InvalidMethod(name)),
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+        methods.push(Method::HEAD);
+    }
+    Ok(methods.into_boxed_slice())
 }
 
 /// Whether `name` is a standard method spelled in another case (`post`, `Get`).
@@ -150,6 +156,14 @@ mod tests {
             .unwrap()
             .and(&more);
         assert!(list.locks("GET") && list.locks("PUT") && !list.locks("POST"));
+    }
+
+    #[test]
+    fn a_list_that_names_get_names_head_too() {
+        let methods = LockedMethods::from_names(names(&["GET", "PUT"])).unwrap();
+        assert!(methods.locks("HEAD"));
+        let methods = LockedMethods::from_names(names(&["PUT"])).unwrap();
+        assert!(!methods.locks("HEAD"));
     }
 
     #[test]

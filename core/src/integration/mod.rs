@@ -30,6 +30,7 @@
 //! match locker.acquire(&req).await {
 //!     Outcome::Locked(guard) => println!("run the handler holding {}", guard.info().key()),
 //!     Outcome::Unlocked => println!("run the handler without a lock"),
+//!     Outcome::Observed(info) => println!("a dry run: run it unlocked, with {info:?}"),
 //!     Outcome::Rejected(rejection) => println!("answer {}", locker.respond(rejection, &req).status()),
 //! }
 //! # }
@@ -70,6 +71,6 @@ pub use replay::AcceptedCodings;
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
     BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,
-    ReplayLocker, fingerprint::FingerprintFn,
+    ReplayLocker, ReplayedTrailers, fingerprint::FingerprintFn,
 };
 pub(crate) use sharing::Sharing;

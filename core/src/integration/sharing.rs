@@ -129,6 +129,13 @@ mod tests {
     }
 
     #[test]
+    fn head_shares_wherever_get_does() {
+        let (locked, s) = sharing(None, names(&["GET"]));
+        assert!(locked.locks("HEAD"));
+        assert_eq!(s.take("HEAD"), Mode::Shared { limit: u32::MAX });
+    }
+
+    #[test]
     fn both_limit_the_readers() {
         let (_, s) = sharing(Some(4), names(&["GET"]));
         assert_eq!(s.take("GET"), Mode::Shared { limit: 4 });

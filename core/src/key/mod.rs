@@ -36,6 +36,7 @@
 //!
 #![doc = include_str!("../docs/lock_key.md")]
 
+mod authority;
 pub(crate) mod encoding;
 mod extract_error;
 mod extractor;
@@ -52,6 +53,7 @@ mod route_key;
 mod route_matcher;
 mod scoped;
 
+pub use authority::AuthorityKey;
 pub use encoding::encode;
 pub(crate) use encoding::key_head;
 pub use extract_error::{ExtractError, ExtractErrorKind};

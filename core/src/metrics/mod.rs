@@ -274,6 +274,17 @@ impl LockMetrics {
         self.inner.current_holders.began(key, at)
     }
 
+    /// A request of this layer on this node holds `key` as one of its shared holders from
+    /// `at`: recorded only when no holder of `key` is recorded here (the first one's start
+    /// is what a contender waits on), until [`ended`](Self::ended).
+    pub(crate) fn began_first(
+        &self,
+        key: &LockKey,
+        at: tokio::time::Instant,
+    ) -> Option<HolderSlot> {
+        self.inner.current_holders.began_first(key, at)
+    }
+
     /// The holder of `slot` let its key go.
     pub(crate) fn ended(&self, slot: HolderSlot) {
         self.inner.current_holders.ended(slot);

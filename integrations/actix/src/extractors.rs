@@ -17,7 +17,10 @@ use tower_lock::{Fence, LeaseInfo};
 /// Fails with [`LockNotInstalled`] (`500`) when the request holds no lock: the middleware
 /// does not wrap this route, or it let the request pass unlocked (no key under
 /// [`MissingKeyPolicy::PassThrough`](tower_lock::MissingKeyPolicy::PassThrough), or the
-/// fail-open policy). Extract `Option<Locked>` where that is expected.
+/// fail-open policy). Extract `Option<Locked>` where that is expected. Under a dry run
+/// (`dry_run(true)`) it never fails for a request the layer would have locked, rejected or
+/// made wait: that request carries a lease info holding nothing
+/// ([`LeaseInfo::is_dry_run`]), so the handler answers as under the enforcing layer.
 #[derive(Clone, Debug)]
 pub struct Locked(pub LeaseInfo);
 

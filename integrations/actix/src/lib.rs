@@ -56,9 +56,8 @@
 //!         .try_into()?;
 //!     HttpServer::new(move || {
 //!         App::new().service(
-//!             web::resource("/rebuild")
-//!                 .wrap(per_tenant.clone())
-//!                 .route(web::post().to(rebuild)),
+//!             // On the route, not the resource: a wrong method stays a 405.
+//!             web::resource("/rebuild").route(web::post().to(rebuild).wrap(per_tenant.clone())),
 //!         )
 //!     })
 //!     .workers(4)

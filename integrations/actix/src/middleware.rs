@@ -138,6 +138,12 @@ where
                     Some(held)
                 }
                 Outcome::Unlocked => None,
+                // A dry run's request it would have rejected: unlocked, with its lease
+                // info, so the handler's extractors answer as under the enforcing layer.
+                Outcome::Observed(info) => {
+                    req.extensions_mut().insert(info);
+                    None
+                }
                 Outcome::Rejected(rejection) => {
                     let response =
                         to_actix_response(locker.respond(rejection, &ActixRequest::from(&req)));

@@ -52,9 +52,37 @@
 //!
 //! Install the lock with [`Router::route_layer`](axum::Router::route_layer). It then runs
 //! only for requests that matched a route, after routing, so a request for an unknown path
-//! stays a `404` (and a wrong method a `405`). ([`MatchedPath`], which [`RouteKey`] reads,
-//! is there under [`Router::layer`](axum::Router::layer) too: axum 0.8 sets it before the
-//! route's layers run.)
+//! stays a `404`. ([`MatchedPath`], which [`RouteKey`] reads, is there under
+//! [`Router::layer`](axum::Router::layer) too: axum 0.8 sets it before the route's layers
+//! run.)
+//!
+//! A wrong method on a matched path is axum's `405`, answered by the route's method router,
+//! and `route_layer` wraps that answer too: a `PUT` to a `POST`-only route would meet the
+//! lock (`400` without a key, `423` while a `POST` holds it), and the layer cannot tell it
+//! from a routed `PUT`. So end the router with
+//! [`method_not_allowed_fallback`](axum::Router::method_not_allowed_fallback), which puts
+//! the `405` back outside the lock, or install the lock on each method router
+//! ([`MethodRouter::route_layer`](axum::routing::MethodRouter::route_layer), which wraps
+//! its methods only):
+//!
+//! ```
+//! use axum::{Router, http::StatusCode, routing::post};
+//! use tower_lock::{LockEngine, LockLayer};
+//! use tower_lock_axum::RouteKey;
+//!
+//! # fn main() -> Result<(), tower_lock::ConfigError> {
+//! let lock = || LockLayer::builder(LockEngine::in_memory()).key(RouteKey::params()).build();
+//! let app: Router = Router::new()
+//!     .route("/tenants/{id}/rebuild", post(|| async { "rebuilt" }))
+//!     .route_layer(lock()?)
+//!     .method_not_allowed_fallback(|| async { StatusCode::METHOD_NOT_ALLOWED });
+//! // Or per method router.
+//! let same: Router = Router::new()
+//!     .route("/tenants/{id}/rebuild", post(|| async { "rebuilt" }).route_layer(lock()?));
+//! # let _ = (app, same);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! [`Router::layer`](axum::Router::layer) also wraps the router's fallback. A request that
 //! matched no route (axum put no [`MatchedPath`] in it) is not the layer's, whatever its
@@ -118,7 +146,10 @@ use tower_lock::{
 /// Rejects with [`LockNotInstalled`] (`500`) when the request holds no lock: the layer is
 /// not installed on this route, or it let the request pass unlocked (no key under
 /// [`MissingKeyPolicy::PassThrough`](tower_lock::MissingKeyPolicy::PassThrough), or the
-/// fail-open policy). Extract `Option<Locked>` where that is expected.
+/// fail-open policy). Extract `Option<Locked>` where that is expected. Under a dry run
+/// (`dry_run(true)`) it never fails for a request the layer would have locked, rejected or
+/// made wait: that request carries a lease info holding nothing
+/// ([`LeaseInfo::is_dry_run`]), so the handler answers as under the enforcing layer.
 #[derive(Clone, Debug)]
 pub struct Locked(pub LeaseInfo);
 

@@ -26,6 +26,9 @@ pub(super) enum State {
         status: StatusCode,
         meta: Bytes,
         body: BytesMut,
+        /// A gRPC response whose status comes in its trailers: they decide whether it is
+        /// stored, and without them (a body that ended without a status) it is not.
+        by_trailers: bool,
     },
     /// Completed, but over a limit: keep only that it completed, and its status.
     NotKept { status: StatusCode },
@@ -53,7 +56,7 @@ impl Capture {
     pub(super) fn feed(&mut self, chunk: Chunk<'_>) {
         match chunk {
             Chunk::Data(data) => self.data(data),
-            Chunk::Trailers => self.trailers(),
+            Chunk::Trailers(trailers) => self.trailers(trailers),
             Chunk::Other => {}
         }
     }
@@ -75,10 +78,32 @@ impl Capture {
         }
     }
 
-    /// The response has trailers: it is not kept (a replay could not reproduce them).
-    pub(crate) fn trailers(&mut self) {
-        if let State::Keep { status, .. } = self.state {
-            self.state = State::NotKept { status };
+    /// The response's trailers, which end its body: kept with it, so that its replay ends
+    /// with them too. A gRPC response's trailers carry its status, which decides whether
+    /// it is stored at all (a "try again" is not: the key is released, the retry runs).
+    pub(crate) fn trailers(&mut self, trailers: &http::HeaderMap) {
+        let State::Keep {
+            status,
+            meta,
+            by_trailers,
+            ..
+        } = &mut self.state
+        else {
+            return;
+        };
+        let status = *status;
+        let options = &self.completion.replay.options;
+        if *by_trailers {
+            let code = crate::grpc::status(trailers).unwrap_or(2);
+            if !options.stores_grpc(code, status, trailers) {
+                self.state = State::Release;
+                return;
+            }
+            *by_trailers = false;
+        }
+        match record_codec::with_trailers(meta, trailers, options.max_response_headers) {
+            Some(with) => *meta = with,
+            None => self.state = State::NotKept { status },
         }
     }
 
@@ -87,7 +112,9 @@ impl Capture {
     /// be kept is recorded as completed but not stored, so a retry is answered `409`
     /// `response-not-stored` rather than run a second time.
     pub(crate) fn cut_off(&mut self) {
-        self.trailers();
+        if let State::Keep { status, .. } = self.state {
+            self.state = State::NotKept { status };
+        }
     }
 
     /// How long the rest of the body is read once its client left.
@@ -110,7 +137,12 @@ impl Capture {
             ..
         } = completion;
         let record = match state {
-            State::Release => None,
+            // Nothing to keep, or a gRPC response that ended without its status: nothing
+            // to replay.
+            State::Release
+            | State::Keep {
+                by_trailers: true, ..
+            } => None,
             State::Keep { meta, body, .. } => Some(Record::new(fingerprint, meta, body.freeze())),
             State::NotKept { status } => Some(Record::new(
                 fingerprint,

@@ -11,9 +11,9 @@ use std::{
 pub enum Chunk<'a> {
     /// Body bytes.
     Data(&'a [u8]),
-    /// The trailers: a response that has them is not kept (a replay could not reproduce
-    /// them).
-    Trailers,
+    /// The trailers: kept with the response, and replayed after its body (see
+    /// [`ReplayedTrailers`](super::ReplayedTrailers)).
+    Trailers(&'a http::HeaderMap),
     /// Anything else a body may yield: not part of the record.
     Other,
 }

@@ -6,7 +6,9 @@ use std::fmt;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{Capture, ReplayAdapter, ReplayLocker, capture::State, record_codec};
+use super::{
+    Capture, ReplayAdapter, ReplayLocker, capture::State, options::ReplayOptions, record_codec,
+};
 use crate::{integration::LockGuard, lease_info::LeaseInfo};
 
 /// A request running under its key: turn its response into a [`Capture`] with
@@ -57,6 +59,7 @@ impl Completion {
                     status,
                     meta,
                     body: BytesMut::new(),
+                    by_trailers: ReplayOptions::decided_by_trailers(headers),
                 },
                 None => State::NotKept { status },
             }

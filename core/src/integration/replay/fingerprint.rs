@@ -50,7 +50,9 @@ pub struct FingerprintKind {
 /// key reused on another route is another request (`422`), never a replay of that route's
 /// response. The authority is not, by default: the nodes of one service answer one
 /// resource under several addresses, and a client may retry on any of them. (A layer whose
-/// hosts name different resources counts it, or scopes its keys by the host.)
+/// hosts name different resources, virtual-host tenants, must scope its keys by the host,
+/// `scope_by(AuthorityKey::new())`, or at least count it: unscoped and uncounted, one
+/// host's stored response is replayed to another's request with the same key.)
 pub(crate) struct Hasher {
     sha: Sha256,
     body_len: u64,

@@ -255,8 +255,8 @@ fn decided<A: ReplayAdapter>(
             respond: adapter.respond(response),
         },
         ReplayDecision::Rejected(rejection) => respond(replay, adapter, rejection),
-        ReplayDecision::Unlocked => State::Unlocked {
-            call: adapter.call(body, None),
+        ReplayDecision::Unlocked(lease) => State::Unlocked {
+            call: adapter.call(body, lease),
         },
         ReplayDecision::Run(completion) => {
             let lease = completion.info().clone();

@@ -26,6 +26,7 @@ mod leftover;
 pub(crate) mod options;
 mod record_codec;
 mod replay_locker;
+mod replayed_trailers;
 pub(crate) mod scope;
 
 pub use adapter::{BodyRead, ReplayAdapter};
@@ -41,3 +42,4 @@ pub use future::ReplayFuture;
 use keep_running::KeepRunning;
 pub use leftover::Leftover;
 pub use replay_locker::ReplayLocker;
+pub use replayed_trailers::ReplayedTrailers;

@@ -7,7 +7,11 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use super::{fingerprint::FingerprintKind, scope::Scope};
-use crate::{ConfigError, engine::MAX_TTL};
+use crate::{
+    ConfigError,
+    engine::MAX_TTL,
+    grpc::{self, Meaning},
+};
 
 /// The user's say over which responses are stored (see
 /// `IdempotencyLayerBuilder::store_if`).
@@ -67,7 +71,20 @@ impl ReplayOptions {
     /// asynchronous job's "poll again later", and that job exists: its retry must be
     /// answered with the stored `202`, not queue a second job. The user's predicate is
     /// asked about everything else.
+    ///
+    /// A gRPC response (`content-type: application/grpc…`) answers HTTP `200` whatever
+    /// happened: its `grpc-status` decides as an HTTP status would (see
+    /// [`grpc::meaning`]): in its head for a trailers-only answer; else in its trailers,
+    /// after the messages, so such a head is captured and the trailers decide
+    /// ([`Capture::trailers`](super::Capture::trailers) asks
+    /// [`stores_grpc`](Self::stores_grpc) with them).
     pub(super) fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        if grpc::is_grpc_response(headers) {
+            return match grpc::status(headers) {
+                Some(code) => self.stores_grpc(code, status, headers),
+                None => true,
+            };
+        }
         let transient = matches!(status.as_u16(), 408 | 409 | 423 | 425 | 429 | 503)
             || (status.is_server_error()
                 && (!self.store_server_errors || headers.contains_key(http::header::RETRY_AFTER)));
@@ -80,6 +97,27 @@ impl ReplayOptions {
             // `415` or `422`: nothing happened, as Stripe keeps nothing when validation
             // fails), or an answer about credentials (the retry after logging in must run).
             None => !matches!(status.as_u16(), 400 | 401 | 403 | 407 | 413 | 415 | 422),
+        }
+    }
+
+    /// Whether a response head leaves the storing decision to its trailers: a gRPC
+    /// response whose `grpc-status` is not in its head.
+    pub(super) fn decided_by_trailers(headers: &HeaderMap) -> bool {
+        grpc::is_grpc_response(headers) && grpc::status(headers).is_none()
+    }
+
+    /// [`stores`](Self::stores) for a gRPC status `code`, read from `headers` (a
+    /// trailers-only head, or the trailers) of a response with HTTP `status`.
+    pub(super) fn stores_grpc(&self, code: u32, status: StatusCode, headers: &HeaderMap) -> bool {
+        let retry_hint = headers.contains_key(http::header::RETRY_AFTER)
+            || headers.contains_key("grpc-retry-pushback-ms");
+        match grpc::meaning(code) {
+            Meaning::TryAgain => false,
+            Meaning::ServerError if !self.store_server_errors || retry_hint => false,
+            meaning => match &self.store_if {
+                Some(store_if) => store_if(status, headers),
+                None => meaning != Meaning::NotProcessed,
+            },
         }
     }
 }

@@ -1,5 +1,6 @@
 //! What a completed request leaves behind: the response head kept for replay (status and
-//! the headers worth replaying), or the note that it completed without being kept.
+//! the headers worth replaying, and its trailers when it had some: every gRPC response
+//! ends in trailers), or the note that it completed without being kept.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -7,6 +8,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 const VERSION: u8 = 1;
 const KEPT: u8 = 0;
 const NOT_KEPT: u8 = 1;
+/// Kept, with trailers: the header section's length, the headers, then the trailers.
+const KEPT_WITH_TRAILERS: u8 = 2;
 
 /// A record's metadata, decoded.
 #[derive(Debug, PartialEq)]
@@ -16,8 +19,10 @@ pub(crate) enum Stored {
     Response {
         status: StatusCode,
         headers: HeaderMap,
+        /// Its trailers, if it had any.
+        trailers: Option<HeaderMap>,
     },
-    /// The request completed, but its response was too large (or had trailers) to keep.
+    /// The request completed, but its response was too large to keep.
     NotKept { status: u16 },
 }
 
@@ -76,6 +81,46 @@ pub(crate) fn encode(status: StatusCode, headers: &HeaderMap, max: usize) -> Opt
     Some(out.freeze())
 }
 
+/// `meta` (written by [`encode`]) with the response's `trailers` after its headers, or
+/// `None` when headers and trailers together take more than `max` bytes (names and values).
+/// Every trailer is kept but the framing ones ([`replayable`]'s list), whatever `meta`'s
+/// headers declared in `Connection`.
+pub(crate) fn with_trailers(meta: &[u8], trailers: &HeaderMap, max: usize) -> Option<Bytes> {
+    let section = meta.get(4..)?;
+    let mut size: usize = header_bytes(section)?;
+    let mut out = BytesMut::with_capacity(meta.len() + 64);
+    out.put_u8(VERSION);
+    out.put_u8(KEPT_WITH_TRAILERS);
+    out.put_slice(&meta[2..4]);
+    out.put_u32(u32::try_from(section.len()).ok()?);
+    out.put_slice(section);
+    let none = HeaderMap::new();
+    for (name, value) in trailers {
+        if !replayable(name, &none) {
+            continue;
+        }
+        size += name.as_str().len() + value.len();
+        if size > max {
+            return None;
+        }
+        out.put_u16(u16::try_from(name.as_str().len()).ok()?);
+        out.put_slice(name.as_str().as_bytes());
+        out.put_u32(u32::try_from(value.len()).ok()?);
+        out.put_slice(value.as_bytes());
+    }
+    Some(out.freeze())
+}
+
+/// The bytes (names and values) of an encoded header section, `None` if it is damaged.
+fn header_bytes(section: &[u8]) -> Option<usize> {
+    Some(
+        decode_headers(section)?
+            .iter()
+            .map(|(n, v)| n.as_str().len() + v.len())
+            .sum(),
+    )
+}
+
 /// The metadata of a request that completed with `status` but whose response was not kept.
 pub(crate) fn encode_not_kept(status: StatusCode) -> Bytes {
     let mut out = BytesMut::with_capacity(4);
@@ -96,10 +141,34 @@ pub(crate) fn decode(mut meta: &[u8]) -> Option<Stored> {
     if kind == NOT_KEPT {
         return meta.is_empty().then_some(Stored::NotKept { status });
     }
-    if kind != KEPT {
-        return None;
-    }
     let status = StatusCode::from_u16(status).ok()?;
+    match kind {
+        KEPT => Some(Stored::Response {
+            status,
+            headers: decode_headers(meta)?,
+            trailers: None,
+        }),
+        KEPT_WITH_TRAILERS => {
+            if meta.remaining() < 4 {
+                return None;
+            }
+            let n = meta.get_u32() as usize;
+            if meta.remaining() < n {
+                return None;
+            }
+            let (headers, trailers) = meta.split_at(n);
+            Some(Stored::Response {
+                status,
+                headers: decode_headers(headers)?,
+                trailers: Some(decode_headers(trailers)?),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// A header section written by [`encode`] (after its first 4 bytes) or [`with_trailers`].
+fn decode_headers(mut meta: &[u8]) -> Option<HeaderMap> {
     let mut headers = HeaderMap::new();
     while meta.has_remaining() {
         if meta.remaining() < 2 {
@@ -119,7 +188,7 @@ pub(crate) fn decode(mut meta: &[u8]) -> Option<Stored> {
         meta.advance(v);
         headers.append(name, value);
     }
-    Some(Stored::Response { status, headers })
+    Some(headers)
 }
 
 #[cfg(test)]
@@ -149,7 +218,10 @@ mod tests {
             h.append(n, HeaderValue::from_static(v));
         }
         let meta = encode(StatusCode::CREATED, &h, 16 * 1024).unwrap();
-        let Some(Stored::Response { status, headers }) = decode(&meta) else {
+        let Some(Stored::Response {
+            status, headers, ..
+        }) = decode(&meta)
+        else {
             panic!("decodes");
         };
         assert_eq!(status, StatusCode::CREATED);
@@ -167,6 +239,29 @@ mod tests {
             ]
         );
         assert_eq!(headers.get_all("link").iter().count(), 2);
+    }
+
+    #[test]
+    fn trailers_round_trip_after_the_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("application/grpc"));
+        let mut t = HeaderMap::new();
+        t.insert("grpc-status", HeaderValue::from_static("0"));
+        t.insert("x-cost", HeaderValue::from_static("3"));
+        let meta = encode(StatusCode::OK, &h, 100).unwrap();
+        let meta = with_trailers(&meta, &t, 100).unwrap();
+        assert_eq!(
+            decode(&meta),
+            Some(Stored::Response {
+                status: StatusCode::OK,
+                headers: h,
+                trailers: Some(t.clone()),
+            })
+        );
+        // Headers and trailers together within the limit, or nothing.
+        let meta = encode(StatusCode::OK, &HeaderMap::new(), 20).unwrap();
+        assert!(with_trailers(&meta, &t, 18).is_none());
+        assert!(decode(&[1, 2, 0, 200, 0, 0, 0, 9]).is_none());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 
 use super::{
-    Completion, ReplayAdapter, ReplayDecision, ReplayFuture,
+    Completion, ReplayAdapter, ReplayDecision, ReplayFuture, ReplayedTrailers,
     content_coding::AcceptedCodings,
     fingerprint::Fingerprinter,
     options::ReplayOptions,
@@ -23,7 +23,7 @@ use super::{
 };
 use crate::{
     engine::{LockError, LockKey, Record},
-    integration::{Outcome, RequestLocker},
+    integration::{Outcome, RequestLocker, dry_run::unheld},
     key::RequestView,
     reject::{Rejection, RejectionKind},
 };
@@ -243,7 +243,7 @@ impl ReplayLocker {
         match self.answer(record, &request) {
             ReplayDecision::Replay(res) => Ok(res),
             ReplayDecision::Rejected(rejection) => Err(rejection),
-            ReplayDecision::Run(_) | ReplayDecision::Unlocked => {
+            ReplayDecision::Run(_) | ReplayDecision::Unlocked(_) => {
                 unreachable!("a record is replayed or refused")
             }
         }
@@ -303,14 +303,14 @@ impl ReplayLocker {
             if !this.locker.is_dry_run() {
                 return this.decide(key, request).await;
             }
-            let decision = this.clone().decide(key, request).await;
-            this.observed(decision)
+            let decision = this.clone().decide(key.clone(), request).await;
+            this.observed(decision, &key)
         }
     }
 
     /// In a dry run, a replay or a rejection turned into running the request unlocked
-    /// (counted and logged); otherwise `decision`.
-    fn observed(&self, decision: ReplayDecision) -> ReplayDecision {
+    /// (counted and logged) with the lease info of `key`; otherwise `decision`.
+    fn observed(&self, decision: ReplayDecision, key: &LockKey) -> ReplayDecision {
         let locker = &self.locker;
         if !locker.is_dry_run() {
             return decision;
@@ -318,7 +318,7 @@ impl ReplayLocker {
         match decision {
             ReplayDecision::Rejected(rejection) => {
                 locker.would_have(&rejection);
-                ReplayDecision::Unlocked
+                ReplayDecision::Unlocked(Some(unheld(Some(key))))
             }
             ReplayDecision::Replay(response) => {
                 tracing::info!(
@@ -326,7 +326,7 @@ impl ReplayLocker {
                     status = response.status().as_u16(),
                     "dry run: would have replayed the stored response; the request runs"
                 );
-                ReplayDecision::Unlocked
+                ReplayDecision::Unlocked(Some(unheld(Some(key))))
             }
             decision => decision,
         }
@@ -342,7 +342,8 @@ impl ReplayLocker {
             Ok(Outcome::Locked(guard)) => {
                 ReplayDecision::Run(Completion::new(guard, request.fingerprint, self.clone()))
             }
-            Ok(Outcome::Unlocked) => ReplayDecision::Unlocked,
+            Ok(Outcome::Unlocked) => ReplayDecision::Unlocked(None),
+            Ok(Outcome::Observed(info)) => ReplayDecision::Unlocked(Some(info)),
             Ok(Outcome::Rejected(rejection)) => ReplayDecision::Rejected(rejection),
             Err(record) => {
                 locker.backend_ok();
@@ -366,7 +367,8 @@ impl ReplayLocker {
         }
         let guard = match locker.clone().lock(key.clone()).await {
             Outcome::Locked(guard) => guard,
-            Outcome::Unlocked => return ReplayDecision::Unlocked,
+            Outcome::Unlocked => return ReplayDecision::Unlocked(None),
+            Outcome::Observed(info) => return ReplayDecision::Unlocked(Some(info)),
             Outcome::Rejected(rejection) => return ReplayDecision::Rejected(rejection),
         };
         match engine.record(&key).await {
@@ -422,7 +424,11 @@ impl ReplayLocker {
             ));
         }
         match record_codec::decode(&record.meta) {
-            Some(Stored::Response { status, headers }) => {
+            Some(Stored::Response {
+                status,
+                headers,
+                trailers,
+            }) => {
                 if let Some(coding) = request.accepted.refused(&headers) {
                     return ReplayDecision::Rejected(self.unaccepted_coding(coding, status));
                 }
@@ -430,6 +436,9 @@ impl ReplayLocker {
                 let mut res = http::Response::new(record.body);
                 *res.status_mut() = status;
                 *res.headers_mut() = headers;
+                if let Some(trailers) = trailers {
+                    res.extensions_mut().insert(ReplayedTrailers(trailers));
+                }
                 res.headers_mut().insert(
                     self.options.replayed_header.clone(),
                     HeaderValue::from_static("true"),
