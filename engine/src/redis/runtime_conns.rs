@@ -4,8 +4,9 @@
 //! on that runtime, so a round trip costs no hop to the engine's thread and back (two
 //! cross-thread wake-ups, most of an uncontended cycle's time beside a lock that does its
 //! I/O where it is called). Work that must outlive a user runtime (renewals, wake-ups,
-//! detached releases and completions) runs on the engine's runtime, and its calls use the
-//! engine's pool.
+//! detached releases and completions, a release on drop) runs on the engine's runtime, and
+//! its calls use the engine's pool: a request handed to a user runtime's connection is
+//! written by that runtime's driver, and lost if the runtime shuts down first.
 //!
 //! Each runtime's connection is its own: a runtime that blocks delays its own calls only,
 //! and one that shuts down takes its connection's driver with it. A guard task spawned on
@@ -75,9 +76,10 @@ impl RuntimeConns {
         (id != runtime::handle().id()).then_some(id)
     }
 
-    /// The user runtime a detached operation polled in place came from
-    /// ([`runtime::Origin`]): its calls take that runtime's connection if it has a current
-    /// one (never a new one: that would be made on the engine's runtime), else the pool.
+    /// The user runtime a [`Detachable`](runtime::Detachable) awaited in place came from
+    /// ([`runtime::Origin`]; none for [`runtime::detach`]): its calls take that runtime's
+    /// connection if it has a current one (never a new one: that would be made on the
+    /// engine's runtime), else the pool.
     pub(super) fn origin() -> Option<Id> {
         runtime::Origin::get()
     }
