@@ -12,6 +12,7 @@
 
 mod arrival_order;
 mod child;
+mod closed_or_paused;
 mod dead_tickets;
 mod deadlines;
 mod faults;

@@ -19,6 +19,7 @@ impl RedisBackend {
     /// One [`RENEW`] call for `chunk` of locks: whether each lease was renewed.
     async fn renew_lock_chunk(&self, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
         let mut inv = ScriptCall::new(&RENEW, chunk.len());
+        inv.repeatable();
         for lease in chunk {
             inv.key(self.inner.names(&lease.key).lock());
         }
@@ -137,6 +138,7 @@ impl Backend for RedisBackend {
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async move {
             let mut inv = ScriptCall::new(&HOLDER, 1);
+            inv.repeatable();
             inv.key(self.inner.names(key).lock());
             let lock = self.inner.call::<(String, i64)>("holder", &inv);
             let (lock, shared) =

@@ -17,6 +17,8 @@ pub(super) fn release_call(
     extra_keys: usize,
 ) -> ScriptCall {
     let mut inv = ScriptCall::new(script, 3 + extra_keys);
+    // By token: a release (or completion) that ran already finds the key no longer its.
+    inv.repeatable();
     inv.key(names.lock()).key(names.fence()).key(names.queue());
     inv
 }
