@@ -1,6 +1,8 @@
-//! Connections the server closed while idle: a call handed to a connection the server
+//! Connections the server closed while idle, and calls the server holds back
+//! (`CLIENT PAUSE WRITE`, what `FAILOVER` does): a call handed to a connection the server
 //! had closed goes again on a fresh one, even when its runtime was too busy to read the
-//! close first.
+//! close first; and a release the server queued is not discarded by the engine closing
+//! its socket.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -95,4 +97,62 @@ fn a_call_on_a_connection_closed_while_its_runtime_was_busy_goes_again() {
 async fn cycle(engine: &LockEngine) {
     let lease = engine.lock("warm").try_acquire().await.unwrap();
     lease.release().await.unwrap();
+}
+
+/// A release the server holds back behind `CLIENT PAUSE WRITE` outlasts its command
+/// timeout; the engine's next calls must not close the socket it waits on, so the server
+/// runs it when the pause ends, and the key is free long before its TTL.
+#[test]
+fn a_release_held_behind_a_write_pause_lands_when_the_pause_ends() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let b = runtime(2);
+    let engine = b.block_on(redis_engine(&server, "paused", Some(COMMAND_TIMEOUT)));
+    let other = b.block_on(redis_engine(&server, "paused", Some(COMMAND_TIMEOUT)));
+    for round in 0..2 {
+        let lease = b.block_on(async {
+            engine
+                .lock("k")
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap()
+        });
+        server.cli(["CLIENT", "PAUSE", "2000", "WRITE"]);
+        let paused = std::time::Instant::now();
+        // Released on the engine's own runtime (where drops and detached releases run).
+        let engine2 = engine.clone();
+        let released = b.block_on(async move {
+            tower_lock::engine::runtime::handle()
+                .spawn(async move {
+                    let released = lease.release().await;
+                    // The engine's next call on its own runtime checks a connection out.
+                    let _ = engine2.lock("read").waiters().await;
+                    released
+                })
+                .await
+                .unwrap()
+        });
+        assert!(
+            released.is_err(),
+            "round {round}: the release answered during the pause"
+        );
+        assert!(
+            paused.elapsed() < Duration::from_millis(2000),
+            "round {round}: the calls outlasted the pause, which the test needs them not to"
+        );
+        // A write from `redis-cli` waits out the pause.
+        server.cli(["SET", "paused:probe", "1"]);
+        b.block_on(async {
+            let lease = other
+                .lock("k")
+                .wait(Duration::from_secs(1))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("round {round}: the key is still held 1 s after the pause ended (TTL 30 s): {e}")
+                });
+            lease.release().await.unwrap();
+        });
+    }
 }
