@@ -33,6 +33,8 @@ use std::{
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+mod drivers;
+
 /// The process-wide runtime of the engine: one worker thread, named `tower-lock`. Started
 /// on first use; never shut down (a `static` is never dropped), so work spawned on it
 /// always finishes.
@@ -146,6 +148,22 @@ pub(crate) async fn on_engine<F: Future>(op: F) -> F::Output {
         op.as_mut().poll(cx)
     })
     .await
+}
+
+/// `op`, polled with the engine's runtime as the current one if the caller's runtime lacks
+/// a driver the engine needs (built without `enable_io` or `enable_time`): its sockets and
+/// timers then belong to the engine's runtime, where tokio would otherwise panic ("IO is
+/// disabled", "timers are disabled") inside the engine. A complete runtime polls `op` as it
+/// is (its calls use connections of its own; see the Redis backend).
+pub(crate) fn with_drivers<'a, T: 'a>(op: crate::BoxFuture<'a, T>) -> crate::BoxFuture<'a, T> {
+    if drivers::current_has_all() {
+        return op;
+    }
+    let mut op = op;
+    Box::pin(std::future::poll_fn(move |cx| {
+        let _in = handle().enter();
+        op.as_mut().poll(cx)
+    }))
 }
 
 /// A future that, once begun, finishes: polled in place while its caller waits, and handed

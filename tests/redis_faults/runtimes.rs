@@ -409,3 +409,57 @@ fn a_release_on_drop_does_not_wait_for_a_blocked_runtime() {
         a.shutdown_background();
     }
 }
+
+/// A call from a tokio runtime built without the I/O driver, or without any driver, works
+/// (or fails with an error): the engine never panics for its caller's runtime.
+#[test]
+fn a_call_from_a_runtime_without_io_or_timers_works() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let b = runtime(2);
+    let engine = b.block_on(redis_engine(&server, "no-drivers", Some(COMMAND_TIMEOUT)));
+    let timers_only = Builder::new_current_thread().enable_time().build().unwrap();
+    let none = Builder::new_current_thread().build().unwrap();
+    let multi_none = Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    for (name, rt) in [
+        ("timers only", &timers_only),
+        ("no drivers", &none),
+        ("multi-thread, no drivers", &multi_none),
+    ] {
+        let engine = engine.clone();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                for i in 0..3 {
+                    let lease = engine
+                        .lock(format!("k{i}"))
+                        .try_acquire()
+                        .await
+                        .unwrap_or_else(|e| panic!("an acquire failed: {e}"));
+                    lease.release().await.unwrap();
+                }
+                // A wait for a held key, handed over by a release.
+                let holder = engine.lock("k0").acquire().await.unwrap();
+                let lock = engine.lock("k0");
+                let lock = lock.wait(Duration::from_secs(2));
+                let waiter = lock.acquire();
+                let release = async {
+                    holder.release().await.unwrap();
+                };
+                let (lease, ()) = tokio::join!(waiter, release);
+                let lease = lease.unwrap_or_else(|e| panic!("a wait failed: {e}"));
+                drop(lease);
+            })
+        }));
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!("a call from a runtime with {name} panicked: {message}");
+        }
+    }
+}
