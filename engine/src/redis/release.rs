@@ -17,8 +17,6 @@ pub(super) fn release_call(
     extra_keys: usize,
 ) -> ScriptCall {
     let mut inv = ScriptCall::new(script, 3 + extra_keys);
-    // By token: a release (or completion) that ran already finds the key no longer its.
-    inv.repeatable();
     inv.key(names.lock()).key(names.fence()).key(names.queue());
     inv
 }
@@ -49,6 +47,9 @@ impl Inner {
     ) -> Result<(), LockError> {
         let mut inv = release_call(&super::scripts::RELEASE, names, 0);
         release_args(&mut inv, names, token);
+        // By token: a release that ran already finds the key no longer its. (Not so a
+        // completion, which sends itself again and then reads the record to tell.)
+        inv.repeatable();
         let released = self.call("release", &inv).await?;
         self.released(names, released);
         outcome(released)
