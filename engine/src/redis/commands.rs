@@ -392,6 +392,11 @@ impl Commands {
                     tracing::debug!(what, error = %e, "redis connection ended under a call; a call that may run twice goes again on a fresh one");
                     self.connections.retire();
                     fresh = true;
+                    // The end may be the server's (killed, restarted): nothing goes out
+                    // unwatched, the second time either.
+                    if let Some(watch) = &self.watch {
+                        watch.up(what, deadline).await?;
+                    }
                     continue;
                 }
                 Ok(Err(e)) => {
