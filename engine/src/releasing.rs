@@ -175,7 +175,12 @@ async fn all_landed(pending: Vec<Arc<Ending>>) {
             ending.wait().await;
         }
     };
-    let _ = tokio::time::timeout(RELEASE_WAIT, all).await;
+    // On the engine's timers if the caller's runtime has none (the timer is made at the
+    // first poll, inside that runtime's context).
+    let waited = async move {
+        let _ = tokio::time::timeout(RELEASE_WAIT, all).await;
+    };
+    crate::runtime::with_drivers(Box::pin(waited)).await;
 }
 
 impl Ending {

@@ -33,6 +33,8 @@ use std::{
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
+mod drivers;
+
 /// The process-wide runtime of the engine: one worker thread, named `tower-lock`. Started
 /// on first use; never shut down (a `static` is never dropped), so work spawned on it
 /// always finishes.
@@ -52,27 +54,31 @@ pub fn handle() -> &'static Handle {
 
 /// Start `op` now, on the caller's thread: if it completes on its first poll (an in-process
 /// backend), that is the whole cost; otherwise it finishes on the engine's runtime. The
-/// caller is not waited for and cannot cancel it.
+/// caller is not waited for and cannot cancel it, and its runtime may shut down or block
+/// right after: nothing `op` does depends on it (its I/O goes out on the engine's own
+/// connections, whose drivers run on the engine's runtime).
 pub fn detach<F>(op: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
     let mut op = Box::pin(op);
     let mut cx = Context::from_waker(Waker::noop());
-    let _from = Origin::caller();
+    // Not the caller's runtime: a request handed to its connection would be written by a
+    // driver that runtime owns, and lost if it shuts down (or delayed while it blocks)
+    // before writing it.
+    let _from = Origin::engine();
     let _in = handle().enter();
     if op.as_mut().poll(&mut cx).is_pending() {
         handle().spawn(op);
     }
 }
 
-/// The user runtime a detached operation was started from, while it is polled in place on
-/// its caller's thread (the engine's runtime being the current one then): a Redis call it
-/// makes goes out on that runtime's connection when it has one, on the socket that
-/// runtime's next calls take, so a release sent as a response ends reaches Redis before
-/// the client's next request for the key. Its reply comes back through that runtime's
-/// connection while the runtime lives; a connection lost with its runtime fails the call
-/// (a release then lets the lease's TTL free the key).
+/// The user runtime a [`Detachable`] was awaited from, while it is polled in place on its
+/// caller's thread (the engine's runtime being the current one then): a Redis call it
+/// makes goes out on that runtime's connection when it has one, with no hop to the
+/// engine's thread, as the caller waits for it there. Work begun by [`detach`] (a release
+/// on drop) records none: nobody waits for it, and it must not ride a connection whose
+/// driver the caller's runtime owns (that runtime may shut down or block right after).
 #[cfg(feature = "redis")]
 pub(crate) struct Origin(Option<tokio::runtime::Id>);
 
@@ -91,6 +97,12 @@ impl Origin {
             .map(|h| h.id())
             .filter(|id| *id != handle().id());
         Self(ORIGIN.with(|o| o.replace(caller.or(o.get()))))
+    }
+
+    /// No user runtime for the polls in this scope: detached work uses the engine's own
+    /// connections.
+    pub(crate) fn engine() -> Self {
+        Self(ORIGIN.with(|o| o.replace(None)))
     }
 
     /// The user runtime the operation being polled was started from, if any.
@@ -114,6 +126,10 @@ impl Origin {
     fn caller() -> Self {
         Self
     }
+
+    fn engine() -> Self {
+        Self
+    }
 }
 
 /// Run `op` with the engine's runtime as the current one at each of its polls: whatever it
@@ -132,6 +148,22 @@ pub(crate) async fn on_engine<F: Future>(op: F) -> F::Output {
         op.as_mut().poll(cx)
     })
     .await
+}
+
+/// `op`, polled with the engine's runtime as the current one if the caller's runtime lacks
+/// a driver the engine needs (built without `enable_io` or `enable_time`): its sockets and
+/// timers then belong to the engine's runtime, where tokio would otherwise panic ("IO is
+/// disabled", "timers are disabled") inside the engine. A complete runtime polls `op` as it
+/// is (its calls use connections of its own; see the Redis backend).
+pub(crate) fn with_drivers<'a, T: 'a>(op: crate::BoxFuture<'a, T>) -> crate::BoxFuture<'a, T> {
+    if drivers::current_has_all() {
+        return op;
+    }
+    let mut op = op;
+    Box::pin(std::future::poll_fn(move |cx| {
+        let _in = handle().enter();
+        op.as_mut().poll(cx)
+    }))
 }
 
 /// A future that, once begun, finishes: polled in place while its caller waits, and handed

@@ -12,6 +12,9 @@
 
 mod arrival_order;
 mod child;
+mod closed_or_paused;
+#[cfg(feature = "redis-cluster")]
+mod cluster_idle;
 mod dead_tickets;
 mod deadlines;
 mod faults;

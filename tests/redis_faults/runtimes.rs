@@ -304,3 +304,162 @@ fn a_runtimes_calls_use_its_own_connection_which_goes_with_it() {
     b.block_on(cycle(&engine));
     assert_eq!(clients(), with_b);
 }
+
+/// The key is free again for another node within `within` (a waiting acquire from it is
+/// granted), though the lease that held it had a 30 s TTL.
+fn freed_within(b: &Runtime, other: &LockEngine, key: &str, within: Duration, what: &str) {
+    b.block_on(async {
+        let lease = other
+            .lock(key)
+            .wait(within)
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: the key is still held {within:?} later ({e})"));
+        lease.release().await.unwrap();
+    });
+}
+
+/// A lease dropped (or released through `runtime::detach`) in a runtime that shuts down
+/// right after is released all the same: the release must not ride a connection whose
+/// driver that runtime owned.
+#[test]
+fn a_release_on_drop_lands_when_its_runtime_shuts_down_right_after() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let b = runtime(2);
+    let other = b.block_on(redis_engine(
+        &server,
+        "drop-shutdown",
+        Some(COMMAND_TIMEOUT),
+    ));
+    let engine = b.block_on(redis_engine(
+        &server,
+        "drop-shutdown",
+        Some(COMMAND_TIMEOUT),
+    ));
+    for round in 0..6 {
+        let detach = round % 2 == 1;
+        let a = Builder::new_current_thread().enable_all().build().unwrap();
+        a.block_on(async {
+            let lease = engine
+                .lock("k")
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            if detach {
+                tower_lock::engine::runtime::detach(async move {
+                    let _ = lease.release().await;
+                });
+            } else {
+                drop(lease);
+            }
+        });
+        // The runtime shuts down with the release just begun.
+        drop(a);
+        let how = if detach { "detach(release())" } else { "drop" };
+        freed_within(
+            &b,
+            &other,
+            "k",
+            Duration::from_secs(2),
+            &format!("round {round}, released by {how} before its runtime shut down"),
+        );
+    }
+}
+
+/// A lease dropped on a runtime whose worker then blocks is released all the same: its
+/// release must not wait for that runtime.
+#[test]
+fn a_release_on_drop_does_not_wait_for_a_blocked_runtime() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let b = runtime(2);
+    let other = b.block_on(redis_engine(&server, "drop-blocked", Some(COMMAND_TIMEOUT)));
+    let engine = b.block_on(redis_engine(&server, "drop-blocked", Some(COMMAND_TIMEOUT)));
+    for round in 0..3 {
+        let a = runtime(1);
+        // Taken on A (its calls, and the connection they use, are A's).
+        let lease = a.block_on(async {
+            engine
+                .lock("k")
+                .ttl(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap()
+        });
+        // A's only worker blocks (a handler's synchronous stretch); the lease is dropped
+        // from A's context meanwhile.
+        let (unblock, blocked_until) = mpsc::channel::<()>();
+        let (entered, inside) = mpsc::channel::<()>();
+        a.spawn(async move {
+            entered.send(()).unwrap();
+            let _ = blocked_until.recv();
+        });
+        inside.recv().unwrap();
+        a.block_on(async move { drop(lease) });
+        freed_within(
+            &b,
+            &other,
+            "k",
+            Duration::from_secs(1),
+            &format!("round {round}, dropped while its runtime's worker blocked"),
+        );
+        drop(unblock);
+        a.shutdown_background();
+    }
+}
+
+/// A call from a tokio runtime built without the I/O driver, or without any driver, works
+/// (or fails with an error): the engine never panics for its caller's runtime.
+#[test]
+fn a_call_from_a_runtime_without_io_or_timers_works() {
+    let _group = serial::group_blocking(module_path!());
+    let server = RedisServer::start();
+    let b = runtime(2);
+    let engine = b.block_on(redis_engine(&server, "no-drivers", Some(COMMAND_TIMEOUT)));
+    let timers_only = Builder::new_current_thread().enable_time().build().unwrap();
+    let none = Builder::new_current_thread().build().unwrap();
+    let multi_none = Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    for (name, rt) in [
+        ("timers only", &timers_only),
+        ("no drivers", &none),
+        ("multi-thread, no drivers", &multi_none),
+    ] {
+        let engine = engine.clone();
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(async {
+                for i in 0..3 {
+                    let lease = engine
+                        .lock(format!("k{i}"))
+                        .try_acquire()
+                        .await
+                        .unwrap_or_else(|e| panic!("an acquire failed: {e}"));
+                    lease.release().await.unwrap();
+                }
+                // A wait for a held key, handed over by a release.
+                let holder = engine.lock("k0").acquire().await.unwrap();
+                let lock = engine.lock("k0");
+                let lock = lock.wait(Duration::from_secs(2));
+                let waiter = lock.acquire();
+                let release = async {
+                    holder.release().await.unwrap();
+                };
+                let (lease, ()) = tokio::join!(waiter, release);
+                let lease = lease.unwrap_or_else(|e| panic!("a wait failed: {e}"));
+                drop(lease);
+            })
+        }));
+        if let Err(panic) = outcome {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            panic!("a call from a runtime with {name} panicked: {message}");
+        }
+    }
+}

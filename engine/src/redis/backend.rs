@@ -1,6 +1,7 @@
 //! The core [`Backend`] methods on Redis, in both modes: one script call each, on the
 //! lock's keys and scripts or on the shared leases' (see [`shared`](super::shared)).
 
+use crate::runtime::with_drivers;
 use std::time::Duration;
 
 use super::{
@@ -19,6 +20,7 @@ impl RedisBackend {
     /// One [`RENEW`] call for `chunk` of locks: whether each lease was renewed.
     async fn renew_lock_chunk(&self, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
         let mut inv = ScriptCall::new(&RENEW, chunk.len());
+        inv.repeatable();
         for lease in chunk {
             inv.key(self.inner.names(&lease.key).lock());
         }
@@ -68,7 +70,7 @@ impl RedisBackend {
 
 impl Backend for RedisBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        Box::pin(self.inner.clone().acquire(req))
+        with_drivers(Box::pin(self.inner.clone().acquire(req)))
     }
 
     fn release<'a>(
@@ -77,12 +79,12 @@ impl Backend for RedisBackend {
         token: &'a Token,
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             if mode.is_shared() {
                 return self.inner.release_shared(key, token).await;
             }
             self.inner.release_lock(self.inner.names(key), token).await
-        })
+        }))
     }
 
     fn extend<'a>(
@@ -93,7 +95,7 @@ impl Backend for RedisBackend {
         ttl: Duration,
         how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             if mode.is_shared() {
                 return self.inner.extend_shared(key, token, ttl, how).await;
             }
@@ -108,11 +110,11 @@ impl Backend for RedisBackend {
             let left: i64 = self.inner.call("extend", &inv).await?;
             outcome(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
-        })
+        }))
     }
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             // The two spaces have scripts of their own: one batch each, the answers put
             // back in the order asked.
             let (shared, locks): (Vec<_>, Vec<_>) = leases
@@ -131,12 +133,13 @@ impl Backend for RedisBackend {
                 }
             }
             Ok(renewed)
-        })
+        }))
     }
 
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let mut inv = ScriptCall::new(&HOLDER, 1);
+            inv.repeatable();
             inv.key(self.inner.names(key).lock());
             let lock = self.inner.call::<(String, i64)>("holder", &inv);
             let (lock, shared) =
@@ -149,16 +152,16 @@ impl Backend for RedisBackend {
             }
             holders.extend(shared?);
             Ok(holders)
-        })
+        }))
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let lock = self.inner.waiting(self.inner.names(key));
             let shared = self.inner.waiting(self.inner.shared_names(key));
             let (lock, shared) = futures_util::future::join(lock, shared).await;
             Ok(lock? + shared?)
-        })
+        }))
     }
 
     fn has_shared_mode(&self) -> bool {

@@ -1,6 +1,7 @@
 //! The Redis backend's optional capabilities: admin operations, numeric compare-and-set
 //! and lock pools.
 
+use crate::runtime::with_drivers;
 use std::time::Duration;
 
 use super::{
@@ -27,7 +28,7 @@ impl AdminBackend for RedisBackend {
         value: &'a Token,
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = ScriptCall::new(&ADMIN_SET, 2);
             inv.key(names.lock())
@@ -36,11 +37,11 @@ impl AdminBackend for RedisBackend {
                 .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)));
             let _fence: String = self.inner.call("admin set", &inv).await?;
             Ok(())
-        })
+        }))
     }
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = ScriptCall::new(&FORCE_RELEASE, 3);
             inv.key(names.lock())
@@ -50,7 +51,7 @@ impl AdminBackend for RedisBackend {
                 .arg(millis(FENCE_MARGIN));
             let was_held: i64 = self.inner.call("force release", &inv).await?;
             Ok(was_held == 1)
-        })
+        }))
     }
 }
 
@@ -60,7 +61,7 @@ impl NumericBackend for RedisBackend {
         key: &'a LockKey,
         op: &'a NumericOp,
     ) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let name = object_name(&self.inner.prefix, "num", key);
             let (action, ttl) = match op.action {
                 NumericAction::Set { ttl } => (
@@ -79,14 +80,14 @@ impl NumericBackend for RedisBackend {
                 .arg(ttl);
             let applied: i64 = self.inner.call("compare and set", &inv).await?;
             Ok(applied == 1)
-        })
+        }))
     }
 
     fn numeric_get<'a>(
         &'a self,
         key: &'a LockKey,
     ) -> BoxFuture<'a, Result<Option<f64>, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let name = object_name(&self.inner.prefix, "num", key);
             let mut inv = ScriptCall::new(&NUMERIC_GET, 1);
             inv.key(&name);
@@ -103,7 +104,7 @@ impl NumericBackend for RedisBackend {
                 })
             })
             .transpose()
-        })
+        }))
     }
 }
 
@@ -113,7 +114,7 @@ impl PoolBackend for RedisBackend {
         pool: &'a LockKey,
         op: &'a PoolOp,
     ) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
             let mut inv = ScriptCall::new(&POOL_MODIFY, 1);
             inv.key(&name);
@@ -144,14 +145,14 @@ impl PoolBackend for RedisBackend {
             }
             let len: i64 = self.inner.call("pool modify", &inv).await?;
             Ok(usize::try_from(len).unwrap_or(0))
-        })
+        }))
     }
 
     fn pool_members<'a>(
         &'a self,
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<Vec<LockKey>, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
             let mut inv = ScriptCall::new(&POOL_MEMBERS, 1);
             inv.key(&name);
@@ -162,14 +163,14 @@ impl PoolBackend for RedisBackend {
                 .collect::<Result<Vec<_>, _>>()?;
             members.sort();
             Ok(members)
-        })
+        }))
     }
 
     fn pool_holders<'a>(
         &'a self,
         pool: &'a LockKey,
     ) -> BoxFuture<'a, Result<PoolHolders, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let name = object_name(&self.inner.prefix, "pool", pool);
             let mut inv = ScriptCall::new(&POOL_HOLDERS, 1);
             inv.key(&name);
@@ -189,6 +190,6 @@ impl PoolBackend for RedisBackend {
             }
             out.sort_by(|a, b| a.0.cmp(&b.0));
             Ok(out)
-        })
+        }))
     }
 }

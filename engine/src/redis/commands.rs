@@ -140,10 +140,22 @@ pub(crate) struct Commands {
 enum Call<'a> {
     Script(&'a ScriptCall),
     /// A plain command: for reads that need no script (a script call costs the server
-    /// several times a plain command's time).
+    /// several times a plain command's time). It may be sent twice (see [`Call::repeatable`]).
     Command(&'a redis::Cmd),
     /// The script with `WAIT` pipelined right behind it (see [`Commands::invoke_acked`]).
     ScriptThenWait(&'a ScriptCall, ReplicaAck),
+}
+
+impl Call<'_> {
+    /// Whether running the call twice is harmless (see [`ScriptCall::repeatable`]); plain
+    /// commands are reads, the server checks' probes and a record's `DEL` (which, run
+    /// twice, deletes once and answers as if the record was gone already).
+    fn repeatable(&self) -> bool {
+        match self {
+            Self::Script(inv) | Self::ScriptThenWait(inv, _) => inv.repeatable,
+            Self::Command(_) => true,
+        }
+    }
 }
 
 /// `WAIT replicas timeout`: how many replicas must acknowledge a write, and how long the
@@ -371,6 +383,22 @@ impl Commands {
             };
             return match outcome {
                 Ok(Ok(v)) => Ok(v),
+                // The connection ended after the call was handed to it. Most often the
+                // server had closed it while idle and its driver, on a runtime too busy to
+                // read the close first, wrote the call to a closed socket (`broken pipe`):
+                // the server never read it. That cannot be told from a server that died
+                // after reading it, so only a call that may run twice goes again, once.
+                Ok(Err(e)) if !fresh && e.is_connection_dropped() && call.repeatable() => {
+                    tracing::debug!(what, error = %e, "redis connection ended under a call; a call that may run twice goes again on a fresh one");
+                    self.connections.retire();
+                    fresh = true;
+                    // The end may be the server's (killed, restarted): nothing goes out
+                    // unwatched, the second time either.
+                    if let Some(watch) = &self.watch {
+                        watch.up(what, deadline).await?;
+                    }
+                    continue;
+                }
                 Ok(Err(e)) => {
                     // READONLY: the server was demoted to a replica (a Sentinel failover);
                     // reconnecting finds the new primary.

@@ -235,6 +235,16 @@ impl Connector {
     pub(super) fn current(&self, conn: &PooledConn) -> bool {
         !conn.broken && conn.generation == self.generation.load(Ordering::Relaxed)
     }
+
+    /// [`current`](Self::current), and if not, `conn` is about to be dropped: it stays
+    /// open for a grace first ([`linger`]).
+    pub(super) fn current_or_linger(&self, conn: &PooledConn) -> bool {
+        let current = self.current(conn);
+        if !current {
+            linger(conn.inner.clone());
+        }
+        current
+    }
 }
 
 impl Connector {
@@ -294,6 +304,23 @@ impl Connector {
             }
         }
     }
+}
+
+/// How long a retired connection stays open: a call that timed out on it (a server paused
+/// by `CLIENT PAUSE WRITE`, as `FAILOVER` does, or stalled) may still sit in the server's
+/// queue, and closing the socket would make the server drop it. A release so queued
+/// lands when the server resumes, within this.
+pub(super) const RETIRED_GRACE: Duration = Duration::from_secs(10);
+
+/// Keep `conn` (a retired connection, whose other handles are being dropped) open for
+/// [`RETIRED_GRACE`], then let it close: dropping the last handle of a multiplexed
+/// connection ends its driver and closes the socket at once, requests in flight or not.
+/// The handle waits on the engine's runtime.
+pub(super) fn linger(conn: MultiplexedConnection) {
+    runtime::handle().spawn(async move {
+        tokio::time::sleep(RETIRED_GRACE).await;
+        drop(conn);
+    });
 }
 
 /// The call trying to connect during an outage (see [`Connector::admit`]); dropping it

@@ -184,8 +184,10 @@ impl bb8::ManageConnection for PoolConnector {
         self.0.connect().await
     }
 
+    // A retired connection is dropped by bb8 right after either check: it lingers first
+    // (a timed-out call on it may still be queued on the server; see `RETIRED_GRACE`).
     async fn is_valid(&self, conn: &mut PooledConn) -> Result<(), RedisError> {
-        if self.0.current(conn) {
+        if self.0.current_or_linger(conn) {
             Ok(())
         } else {
             Err(RedisError::from(std::io::Error::new(
@@ -196,6 +198,6 @@ impl bb8::ManageConnection for PoolConnector {
     }
 
     fn has_broken(&self, conn: &mut PooledConn) -> bool {
-        !self.0.current(conn)
+        !self.0.current_or_linger(conn)
     }
 }

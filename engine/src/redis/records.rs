@@ -1,6 +1,7 @@
 //! The Redis backend's records ([`RecordBackend`]): one hash per record, under the lock's
 //! hash tag (so a lock and its record share a Cluster slot), expiring after its retention.
 
+use crate::runtime::with_drivers;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,7 @@ use crate::{BackendError, BackendErrorKind};
 
 impl RecordBackend for RedisBackend {
     fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             // A plain HMGET: one round trip, and a fraction of a script's server time.
             let mut cmd = redis::cmd("HMGET");
             cmd.arg(self.inner.names(key).record())
@@ -33,18 +34,18 @@ impl RecordBackend for RedisBackend {
                 .await
                 .map_err(LockError::Backend)?;
             stored(fp, meta, body, at)
-        })
+        }))
     }
 
     fn acquire_or_record(
         &self,
         req: AcquireRequest,
     ) -> BoxFuture<'_, Result<GrantOrRecord, LockError>> {
-        Box::pin(self.inner.clone().acquire_or_record(req))
+        with_drivers(Box::pin(self.inner.clone().acquire_or_record(req)))
     }
 
     fn forget<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             // A plain DEL of the record's hash: the lock, its queue and its fence live
             // under other names, so a holder keeps the key. An expired hash is already
             // gone, so the count is "one within its retention".
@@ -57,7 +58,7 @@ impl RecordBackend for RedisBackend {
                 .await
                 .map_err(LockError::Backend)?;
             Ok(deleted > 0)
-        })
+        }))
     }
 
     fn complete<'a>(
@@ -67,7 +68,7 @@ impl RecordBackend for RedisBackend {
         record: &'a Record,
         retention: Duration,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        Box::pin(async move {
+        with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
             let mut inv = release_call(&COMPLETE, names, 1);
             inv.key(names.record());
@@ -113,7 +114,7 @@ impl RecordBackend for RedisBackend {
                     Err(again)
                 }
             }
-        })
+        }))
     }
 }
 

@@ -47,6 +47,9 @@ impl Inner {
     ) -> Result<(), LockError> {
         let mut inv = release_call(&super::scripts::RELEASE, names, 0);
         release_args(&mut inv, names, token);
+        // By token: a release that ran already finds the key no longer its. (Not so a
+        // completion, which sends itself again and then reads the record to tell.)
+        inv.repeatable();
         let released = self.call("release", &inv).await?;
         self.released(names, released);
         outcome(released)

@@ -4,8 +4,9 @@
 //! on that runtime, so a round trip costs no hop to the engine's thread and back (two
 //! cross-thread wake-ups, most of an uncontended cycle's time beside a lock that does its
 //! I/O where it is called). Work that must outlive a user runtime (renewals, wake-ups,
-//! detached releases and completions) runs on the engine's runtime, and its calls use the
-//! engine's pool.
+//! detached releases and completions, a release on drop) runs on the engine's runtime, and
+//! its calls use the engine's pool: a request handed to a user runtime's connection is
+//! written by that runtime's driver, and lost if the runtime shuts down first.
 //!
 //! Each runtime's connection is its own: a runtime that blocks delays its own calls only,
 //! and one that shuts down takes its connection's driver with it. A guard task spawned on
@@ -16,29 +17,18 @@
 //! connection-level failure, retires it as it retires the pool's); a call that finds none
 //! connects on its runtime, through the connector's outage admission.
 
-use std::{
-    sync::{Arc, Mutex, Weak},
-    time::{Duration, Instant},
-};
+use std::sync::{Arc, Mutex, Weak};
 
 use redis::aio::MultiplexedConnection;
 use tokio::runtime::{Handle, Id};
 
-use super::connector::{Connector, PooledConn};
+use super::connector::{self, Connector, PooledConn};
 use crate::runtime;
-
-/// How long a replaced connection stays open: a call that timed out on it (a paused or
-/// stalled server) may still sit in the server's queue, and closing the socket would
-/// make the server drop it. A release queued so lands when the server resumes, as it
-/// would on the pool, whose retired connections close as lazily.
-const RETIRED_GRACE: Duration = Duration::from_secs(10);
 
 /// The current connection of each user runtime that has made calls, by runtime.
 #[derive(Default)]
 pub(super) struct RuntimeConns {
     entries: Mutex<Vec<Entry>>,
-    /// Connections replaced by a newer one, open until their grace ends.
-    retired: Mutex<Vec<(Instant, PooledConn)>>,
 }
 
 struct Entry {
@@ -75,9 +65,10 @@ impl RuntimeConns {
         (id != runtime::handle().id()).then_some(id)
     }
 
-    /// The user runtime a detached operation polled in place came from
-    /// ([`runtime::Origin`]): its calls take that runtime's connection if it has a current
-    /// one (never a new one: that would be made on the engine's runtime), else the pool.
+    /// The user runtime a [`Detachable`](runtime::Detachable) awaited in place came from
+    /// ([`runtime::Origin`]; none for [`runtime::detach`]): its calls take that runtime's
+    /// connection if it has a current one (never a new one: that would be made on the
+    /// engine's runtime), else the pool.
     pub(super) fn origin() -> Option<Id> {
         runtime::Origin::get()
     }
@@ -99,10 +90,10 @@ impl RuntimeConns {
         if let Some(entry) = entries.iter_mut().find(|e| e.runtime == runtime) {
             let replaced = entry.conn.replace(conn);
             drop(entries);
-            let now = Instant::now();
-            let mut retired = self.retired.lock().unwrap();
-            retired.retain(|(since, _)| now.duration_since(*since) < RETIRED_GRACE);
-            retired.extend(replaced.map(|conn| (now, conn)));
+            // A call that timed out on it may still sit in the server's queue.
+            if let Some(replaced) = replaced {
+                connector::linger(replaced.inner);
+            }
             return;
         }
         entries.push(Entry {

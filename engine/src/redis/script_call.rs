@@ -10,6 +10,8 @@ pub(crate) struct ScriptCall {
     pub(super) cmd: redis::Cmd,
     /// Keys still to add before the first argument.
     keys_left: usize,
+    /// Whether running it twice is harmless (see [`repeatable`](Self::repeatable)).
+    pub(super) repeatable: bool,
 }
 
 impl ScriptCall {
@@ -20,7 +22,18 @@ impl ScriptCall {
         Self {
             cmd,
             keys_left: keys,
+            repeatable: false,
         }
+    }
+
+    /// Mark the call as one that may run twice with the outcome of once: it acts by its
+    /// token (a release, a grant that is a re-entry the second time, a renewal, a leave)
+    /// or only reads. A connection that drops after such a call was handed to it is then
+    /// given the call again on a fresh connection (the server had most likely closed it
+    /// while idle, before reading the call), within the same deadline.
+    pub(crate) fn repeatable(&mut self) -> &mut Self {
+        self.repeatable = true;
+        self
     }
 
     /// Add a key (`KEYS[i]`).

@@ -64,6 +64,7 @@ impl Inner {
         chunk: &[&Renewal],
     ) -> Result<Vec<bool>, LockError> {
         let mut inv = ScriptCall::new(&scripts::RENEW, 2 * chunk.len());
+        inv.repeatable();
         for lease in chunk {
             let names = self.shared_names(&lease.key);
             inv.key(names.lock()).key(names.fence());
@@ -90,6 +91,7 @@ impl Inner {
     ) -> Result<(), LockError> {
         let names = self.shared_names(key);
         let mut inv = ScriptCall::new(&scripts::RELEASE, 3);
+        inv.repeatable();
         inv.key(names.lock())
             .key(names.fence())
             .key(names.queue())
@@ -127,6 +129,7 @@ impl Inner {
     pub(super) async fn shared_holders(&self, key: &LockKey) -> Result<Vec<Holder>, LockError> {
         let names = self.shared_names(key);
         let mut inv = ScriptCall::new(&scripts::HOLDERS, 2);
+        inv.repeatable();
         inv.key(names.lock()).key(names.fence());
         let flat: Vec<(String, i64, String)> = self.call("shared holders", &inv).await?;
         flat.into_iter()
@@ -142,6 +145,7 @@ impl Inner {
     /// deadline in the same place; the lock's queue is a list, the shared one a zset).
     pub(super) async fn waiting(&self, names: Names<'_>) -> Result<usize, LockError> {
         let mut inv = ScriptCall::new(&WAITERS, 1);
+        inv.repeatable();
         inv.key(names.queue())
             .arg(if names.is_shared() { "zset" } else { "list" });
         let n: i64 = self.call("waiters", &inv).await?;

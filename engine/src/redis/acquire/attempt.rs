@@ -107,6 +107,9 @@ impl Inner {
             Mode::Exclusive => ScriptCall::new(&ACQUIRE, 3),
             _ => ScriptCall::new(&shared::ACQUIRE, 3),
         };
+        // By token: a grant that ran already is a re-entry the second time. (A first
+        // registration run twice queues a second copy of the ticket, which lapses.)
+        inv.repeatable();
         // Flags in one argument (an argument costs an allocation on every attempt).
         // No FIFO flag: every ticket, FIFO or not, is queued in arrival order.
         let mut flags = [0u8; 3];

@@ -144,6 +144,7 @@ impl Inner {
             Mode::Exclusive => ScriptCall::new(&LEAVE, 3),
             _ => ScriptCall::new(&shared::LEAVE, 3),
         };
+        inv.repeatable();
         keys_and_args(inv.keys_and_args());
         let pttl: i64 = self.call("leave", &inv).await?;
         Ok(remaining(pttl))

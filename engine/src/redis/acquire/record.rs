@@ -70,6 +70,7 @@ impl Inner {
     async fn give_back(&self, names: Names<'_>, token: &Token) {
         let mut inv = release_call(&RELEASE, names, 0);
         release_args(&mut inv, names, token);
+        inv.repeatable();
         match self.call::<i64>("release", &inv).await {
             Ok(code) => self.released(names, code),
             Err(error) => tracing::debug!(%error, "giving back a grant failed; its TTL frees it"),

@@ -62,8 +62,45 @@ impl Target for Nodes {
     ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
         Box::pin(async move {
             let conn = watch(&self.0, timeout, resets).await?;
-            Ok(Some(Box::new(conn) as Box<dyn std::any::Any + Send + Sync>))
+            let watch = Watch {
+                keepalive: runtime::handle().spawn(keepalive(conn.clone())),
+                _conn: conn,
+            };
+            Ok(Some(Box::new(watch) as Box<dyn std::any::Any + Send + Sync>))
         })
+    }
+}
+
+/// How often the watch connection pings every primary: well inside the shortest idle
+/// `timeout` a server can have (1 s; it counts in whole seconds).
+const KEEPALIVE: Duration = Duration::from_millis(400);
+
+/// The Cluster's watch connection and its keep-alive task (ended with the backend).
+struct Watch {
+    _conn: ClusterConnection,
+    keepalive: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+    }
+}
+
+/// Keep the watch's node connections busy: a node closes a connection idle longer than
+/// its `timeout` (300 s is common), and every close is taken for a reset. (The standalone
+/// watch is subscribed, which spares it; a cluster connection's one `SUBSCRIBE` would
+/// reach one node only.) A `PING` to every primary does; one that fails is the node's own
+/// trouble, which its connection's end reports.
+async fn keepalive(mut conn: ClusterConnection) {
+    use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+    loop {
+        tokio::time::sleep(KEEPALIVE).await;
+        let all = RoutingInfo::MultiNode((
+            MultipleNodeRoutingInfo::AllMasters,
+            Some(ResponsePolicy::AllSucceeded),
+        ));
+        let _ = tokio::time::timeout(KEEPALIVE, conn.route_command(redis::cmd("PING"), all)).await;
     }
 }
 
@@ -71,8 +108,9 @@ impl Target for Nodes {
 /// report their end as a push. The moment one drops (a node killed or restarted, a
 /// failover's promoted replica taking a slot), every grant made before may be gone: a
 /// reset, reported right where redis-rs reads the end of the stream, before a promoted
-/// replica can answer anyone. redis-rs reconnects the node by itself. A node connection
-/// dropped for a lesser reason (a node's idle `timeout`) is a reset too: early, and safe.
+/// replica can answer anyone. redis-rs reconnects the node by itself. The node's idle
+/// `timeout` never closes it: [`keepalive`] pings every primary. Another close for a
+/// lesser reason (`CLIENT KILL`) is a reset too: early, and safe.
 async fn watch(
     nodes: &[String],
     timeout: Duration,
