@@ -24,6 +24,7 @@ mod crash;
 mod duplicates;
 mod fence;
 mod isolation;
+mod left;
 mod logs;
 mod misuse;
 mod names;
