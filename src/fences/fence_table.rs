@@ -68,9 +68,14 @@ impl FenceTable {
     }
 
     /// The statements that create the schema and the table if missing, for a migration
-    /// that runs them in its own transaction.
-    pub(crate) fn migration(&self) -> [String; 2] {
+    /// that runs them in its own transaction; the first quiets the server's notices for
+    /// the rest of that transaction.
+    pub(crate) fn migration(&self) -> [String; 3] {
         [
+            // Every `IF NOT EXISTS` on what exists is a notice ("already exists,
+            // skipping"), which sqlx logs at `INFO`: about 25 lines at every start. A
+            // warning or an error still comes through.
+            "SET LOCAL client_min_messages = warning".to_owned(),
             format!("CREATE SCHEMA IF NOT EXISTS {}", self.schema),
             format!(
                 "CREATE TABLE IF NOT EXISTS {} (key text PRIMARY KEY, fence bigint NOT NULL)",

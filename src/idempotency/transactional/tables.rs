@@ -99,7 +99,8 @@ impl Tables {
     }
 
     /// Creates the schema and both tables if missing, serialized by a transaction-level
-    /// advisory lock so that nodes migrating at once do not race on the catalog.
+    /// advisory lock so that nodes migrating at once do not race on the catalog, without
+    /// the server's "already exists, skipping" notices.
     pub(super) fn migration(&self) -> Vec<String> {
         let Self {
             records,
@@ -111,7 +112,8 @@ impl Tables {
         } = self;
         let lock =
             format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))");
-        // The schema and the fences table: the `FenceTable`'s own migration.
+        // The schema and the fences table: the `FenceTable`'s own migration, which also
+        // quiets the notices of the whole migration's transaction (`SET LOCAL`).
         let mut statements = vec![lock];
         statements.extend(fences.migration());
         statements.extend([
