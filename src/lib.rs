@@ -146,10 +146,17 @@
 pub mod idempotency;
 pub mod lock;
 
+// Fenced writes on Postgres, for either middleware.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod fences;
+
 // What they share, from the framework-neutral core (the `tower-lock-core` crate), at the
 // paths an application names them by.
 mod setters;
 
+#[cfg(feature = "postgres")]
+pub use fences::{FenceError, FenceTable};
 #[cfg(feature = "idempotency")]
 pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use lock::{LockLayer, LockLayerBuilder, LockService, LockedBody, ResponseFuture};

@@ -57,6 +57,24 @@ pub(crate) async fn actix_server(db: &Db) -> TestServer {
     })
 }
 
+/// [`actix_server`] whose handlers report to `gate` and, for `x-outcome: hang`, wait for
+/// it.
+pub(crate) async fn gated_actix_server(db: &Db, gate: Gate) -> TestServer {
+    let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
+    let middleware = TransactionalMiddleware::try_from(layer).unwrap();
+    let schema = db.schema.clone();
+    serve_actix(2, move || {
+        App::new()
+            .app_data(web::Data::new(schema.clone()))
+            .app_data(web::Data::new(gate.clone()))
+            .service(
+                web::resource("/payments")
+                    .wrap(middleware.clone())
+                    .route(web::post().to(pay)),
+            )
+    })
+}
+
 /// The child process's actix server on `port` (see `crate::child`): [`pay`] under the
 /// transactional middleware, `POST /release` opening `gate`, and outside the middleware, for
 /// a request marked `x-die-after-commit`, the mark `committed` written once the middleware

@@ -137,8 +137,9 @@ impl Gate {
     }
 }
 
+/// The schema of the app's payments table, in the request extensions.
 #[derive(Clone, Debug)]
-struct Schema(String);
+pub(crate) struct Schema(pub(crate) String);
 
 /// `POST /payments` on `db`'s payments table, under `layer`.
 pub(crate) fn router(db: &Db, layer: TransactionalLayer, gate: Gate) -> Router {
@@ -151,8 +152,9 @@ pub(crate) fn router(db: &Db, layer: TransactionalLayer, gate: Gate) -> Router {
 
 /// Inserts a payment with the body as its note, then answers as `x-outcome` says: `ok`
 /// (default, `201` with the row's id), `invalid` (`422`), `fail` (`500`), `panic`,
-/// `big` (`201` with a body over [`MAX_STORED`]), `hang` (waits for the gate, then `ok`).
-async fn pay(
+/// `big` (`201` with a body over [`MAX_STORED`]), `hang` (waits for the gate, then `ok`),
+/// `hang-panic` (waits for the gate, then panics).
+pub(crate) async fn pay(
     Extension(Schema(schema)): Extension<Schema>,
     Extension(gate): Extension<Gate>,
     headers: HeaderMap,
@@ -184,6 +186,10 @@ async fn pay(
         "hang" => {
             gate.release.notified().await;
             (StatusCode::CREATED, format!("payment {id}")).into_response()
+        }
+        "hang-panic" => {
+            gate.release.notified().await;
+            panic!("the handler panicked after its client left")
         }
         _ => (StatusCode::CREATED, format!("payment {id}")).into_response(),
     }

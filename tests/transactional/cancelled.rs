@@ -1,5 +1,6 @@
-//! A request dropped while the layer's commit or rollback is in flight (a client that left,
-//! a `tower::timeout` around the layer), on a pool of one connection: that connection never
+//! A request whose future is dropped while the layer's commit or rollback is in flight (a
+//! client that left, a `tower::timeout` around the layer), on a pool of one connection: the
+//! request runs on to the end of that statement on a task of its own, its connection never
 //! goes back to the pool in a transaction state nobody knows (the application's next
 //! transaction commits, the layer's next request is stored), and the dropped key's retry
 //! agrees with what the server did with its rows. So does a savepoint the handler leaked.

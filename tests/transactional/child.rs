@@ -29,6 +29,9 @@ pub(crate) enum ChildApp {
     Fenced,
     /// The actix app (`crate::actix::child_server`) under its transactional middleware.
     Actix,
+    /// The plain fenced app ([`crate::fence::plain_fenced_app`]): a `LockLayer` alone, the
+    /// handler's own transaction checked with a `FenceTable`.
+    PlainFenced,
 }
 
 /// The server the child process runs when `TXN_CHILD` is set
@@ -74,6 +77,10 @@ fn child_server() {
             "payments" => {
                 let layer = db.layer(|b| b.wait(Duration::from_secs(20))).await;
                 router(&db, layer, gate.clone())
+            }
+            "plain-fenced" => {
+                let engine = crate::fence::lock_engine(&url, &listen, &db).await;
+                crate::fence::plain_fenced_app(&db, engine, gate.clone()).await
             }
             _ => {
                 let engine = crate::fence::lock_engine(&url, &listen, &db).await;
@@ -136,6 +143,7 @@ impl ChildServer {
             ChildApp::Payments => "payments",
             ChildApp::Fenced => "fenced",
             ChildApp::Actix => "actix",
+            ChildApp::PlainFenced => "plain-fenced",
         };
         let spec = format!(
             "{app}|{url}|{}|{port}|{}|{listen}",

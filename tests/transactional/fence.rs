@@ -1,6 +1,8 @@
 //! The fence check in the request's transaction: a holder paused past its lease (a server
 //! process SIGSTOPped in its handler, so nothing renews the lease) has its writes refused
-//! once a newer holder took the lock and wrote.
+//! once a newer holder took the lock and wrote; under the transactional layer (`Tx`), and
+//! under a plain `LockLayer` whose handler checks in a transaction of its own
+//! (`FenceTable`).
 
 use std::time::Duration;
 
@@ -11,10 +13,10 @@ use axum::{
     routing::post,
 };
 use tower_lock::{
-    LockEngine, LockLayer,
+    FenceError, FenceTable, LockEngine, LockLayer,
     engine::postgres::PostgresBackend,
     key::HeaderKey,
-    sqlx::{self, Row},
+    sqlx::{self, PgPool, Row},
 };
 use tower_lock_axum::{Locked, Tx};
 use tower_lock_test_support::{
@@ -57,6 +59,58 @@ pub(crate) async fn fenced_app(db: &Db, engine: LockEngine, gate: Gate) -> Route
         .layer(Extension(gate))
 }
 
+/// `POST /payments` under the same per-tenant lock, without the transactional layer:
+/// [`plain_fenced_pay`], its fences in `db`'s schema (migrated).
+pub(crate) async fn plain_fenced_app(db: &Db, engine: LockEngine, gate: Gate) -> Router {
+    let lock = LockLayer::builder(engine)
+        .key(HeaderKey::new("x-tenant"))
+        .ttl(TTL)
+        .wait(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let fences = FenceTable::new(&db.schema, "tower_lock_").unwrap();
+    fences.migrate(&db.pool).await.unwrap();
+    Router::new()
+        .route("/payments", post(plain_fenced_pay))
+        .layer(lock)
+        .layer(Extension(db.schema.clone()))
+        .layer(Extension(db.pool.clone()))
+        .layer(Extension(fences))
+        .layer(Extension(gate))
+}
+
+/// As [`fenced_pay`], in a transaction of the handler's own, checked by a [`FenceTable`]: a
+/// stale holder is answered `409 stale-fence` and its transaction rolls back (dropped).
+async fn plain_fenced_pay(
+    Extension(gate): Extension<Gate>,
+    Extension(schema): Extension<String>,
+    Extension(pool): Extension<PgPool>,
+    Extension(fences): Extension<FenceTable>,
+    Locked(lease): Locked,
+    headers: HeaderMap,
+) -> Response {
+    if headers.contains_key("x-pause") {
+        gate.entered.send(lease.key().as_str().to_owned()).unwrap();
+        gate.release.notified().await;
+    }
+    let note = headers["idempotency-key"].to_str().unwrap().to_owned();
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(&format!("INSERT INTO {schema}.payments (note) VALUES ($1)"))
+        .persistent(false)
+        .bind(note)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    match fences.check(&mut tx, &lease).await {
+        Ok(()) => {
+            tx.commit().await.unwrap();
+            StatusCode::CREATED.into_response()
+        }
+        Err(FenceError::Stale { .. }) => (StatusCode::CONFLICT, "stale-fence").into_response(),
+        Err(error) => (StatusCode::SERVICE_UNAVAILABLE, error.to_string()).into_response(),
+    }
+}
+
 /// A request marked `x-pause` reports its lease's key and waits for the gate; then every
 /// request inserts a payment noted with its idempotency key and checks its lease's fence in
 /// the same transaction.
@@ -87,14 +141,26 @@ async fn fenced_pay(
 /// Every connection of the test, its servers and the lock engines through `url` (but the
 /// engines' listeners).
 async fn a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(url: &str, name: &str) {
+    paused_holder(url, name, ChildApp::Fenced).await;
+}
+
+/// The paused holder's writes refused, under `app` ([`ChildApp::Fenced`] or
+/// [`ChildApp::PlainFenced`]).
+async fn paused_holder(url: &str, name: &str, app: ChildApp) {
+    let plain = matches!(app, ChildApp::PlainFenced);
     let db = Db::new(url, name).await;
     let engine = lock_engine(url, &shared_url().await, &db).await;
     // The newer holder's server, made before the first transaction opens (its migration
     // would wait for that transaction's lock on the records table).
     let (gate, _entered) = Gate::new();
-    let newer = serve(fenced_app(&db, engine.clone(), gate).await).await;
+    let newer = if plain {
+        plain_fenced_app(&db, engine.clone(), gate).await
+    } else {
+        fenced_app(&db, engine.clone(), gate).await
+    };
+    let newer = serve(newer).await;
     let mark = mark(name);
-    let paused = ChildServer::start(ChildApp::Fenced, url, &db, &mark).await;
+    let paused = ChildServer::start(app, url, &db, &mark).await;
     let headers = [
         ("idempotency-key", "stale"),
         ("x-tenant", "t1"),
@@ -136,7 +202,14 @@ async fn a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(url: &st
         .map(|row| row.get(0))
         .collect();
     assert_eq!(notes, ["newer"]);
-    assert_eq!(db.records().await, 1);
+    if !plain {
+        assert_eq!(db.records().await, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_plain_lock_layer_a_paused_holders_writes_are_refused_by_the_fence_table() {
+    paused_holder(&shared_url().await, "pfence", ChildApp::PlainFenced).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

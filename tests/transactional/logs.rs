@@ -1,5 +1,5 @@
-//! The log events of tower-lock's own modules, captured by a process-wide tracing
-//! subscriber (the servers answer on threads of their own, which a thread's default
+//! The log events of tower-lock's own modules, and the server notices sqlx logs (target
+//! `sqlx::postgres::notice`), captured by a process-wide tracing subscriber (the servers answer on threads of their own, which a thread's default
 //! subscriber would not see). Tests running at once tell their events apart by a field
 //! of their own (the layer's records table, in a schema of the test's own).
 
@@ -11,6 +11,9 @@ use std::{
 
 use tracing::{Event, Subscriber, field::Field};
 use tracing_subscriber::{Layer, layer::Context, prelude::*};
+
+/// The target of the server's notices as sqlx logs them.
+pub(crate) const NOTICES: &str = "sqlx::postgres::notice";
 
 /// Every captured event's fields (`message` included), in order.
 static EVENTS: Mutex<Vec<BTreeMap<String, String>>> = Mutex::new(Vec::new());
@@ -31,10 +34,12 @@ impl tracing::field::Visit for Fields<'_> {
 
 impl<S: Subscriber> Layer<S> for Capture {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if !event.metadata().target().starts_with("tower_lock") {
+        let target = event.metadata().target();
+        if !target.starts_with("tower_lock") && target != NOTICES {
             return;
         }
         let mut fields = BTreeMap::new();
+        fields.insert("target".to_owned(), target.to_owned());
         event.record(&mut Fields(&mut fields));
         EVENTS.lock().unwrap().push(fields);
     }

@@ -1,14 +1,51 @@
-//! Setting the layer up (a missing table is refused, naming the fix) and the protocol
-//! through PgBouncer in transaction pooling mode.
+//! Setting the layer up (a missing table is refused, naming the fix; a migration on tables
+//! that exist logs no notice) and the protocol through PgBouncer in transaction pooling
+//! mode.
 
 use http::StatusCode;
-use tower_lock::{IdempotencyLayer, LockEngine, idempotency::transactional::SetupError};
+use tower_lock::{
+    FenceTable, IdempotencyLayer, LockEngine, idempotency::transactional::SetupError,
+};
 use tower_lock_test_support::{
     http::serve,
     postgres::{PgBouncer, PostgresServer},
 };
 
-use crate::app::{Db, Gate, pool, router, shared_url};
+use crate::{
+    app::{Db, Gate, pool, router, shared_url},
+    logs,
+};
+
+/// The server notices sqlx logged that name `db`'s schema.
+fn notices_naming(db: &Db) -> Vec<String> {
+    logs::events_with("target", logs::NOTICES)
+        .into_iter()
+        .filter_map(|event| event.get("message").cloned())
+        .filter(|message| message.contains(&db.schema))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_tables_that_exist_logs_no_notice() {
+    logs::capture();
+    let db = Db::new(&shared_url().await, "quiet").await;
+    // The schema exists (the payments table's): `CREATE SCHEMA IF NOT EXISTS` would say so.
+    let _layer = db.layer(|b| b).await;
+    IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .transactional(db.pool.clone())
+        .schema(&db.schema)
+        .migrate()
+        .await
+        .unwrap();
+    FenceTable::new(&db.schema, "tower_lock_")
+        .unwrap()
+        .migrate(&db.pool)
+        .await
+        .unwrap();
+    let notices = notices_naming(&db);
+    assert!(notices.is_empty(), "{notices:#?}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_refuses_a_missing_table_and_names_migrate() {

@@ -10,7 +10,7 @@ use std::{
     },
 };
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use tokio::sync::OwnedMappedMutexGuard;
 
 use super::{FenceError, open::OpenTransaction, tables::Tables};
@@ -63,30 +63,12 @@ impl BorrowedTransaction {
     /// mark's row stays locked until this transaction ends, so a stale holder's check also
     /// waits for a newer holder in flight, and then refuses.
     pub async fn check_fence(&mut self, lease: &LeaseInfo) -> Result<(), FenceError> {
-        let key = lease.key().as_str();
-        let fence = lease.fence().get();
-        // Fences are microseconds since 1970 or a counter: far below `i64::MAX`.
-        let value = i64::try_from(fence).unwrap_or(i64::MAX);
-        let raised = sqlx::query(&self.tables.fence())
-            .persistent(false)
-            .bind(key)
-            .bind(value)
-            .fetch_optional(&mut **self.tx)
-            .await;
-        match raised {
-            Ok(Some(row)) if row.try_get::<i64, _>(0).is_ok() => Ok(()),
-            Ok(_) => {
-                self.doomed.store(true, Ordering::Release);
-                Err(FenceError::Stale {
-                    key: key.to_owned(),
-                    fence,
-                })
-            }
-            Err(e) => {
-                self.doomed.store(true, Ordering::Release);
-                Err(FenceError::Database(e))
-            }
+        // The plain `LockLayer`'s check, on the same table, in the request's transaction.
+        let checked = self.tables.fences().check(&mut self.tx, lease).await;
+        if checked.is_err() {
+            self.doomed.store(true, Ordering::Release);
         }
+        checked
     }
 }
 

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tower_service::Service;
 
 use super::{
-    TransactionalBody,
+    RunsOn, TransactionalBody,
     protocol::{PendingClaim, Settled},
     shared::Shared,
 };
@@ -64,11 +64,13 @@ async fn read_response<B: Body<Data = Bytes>>(body: B, max: usize) -> Read<B> {
     Read::Whole(bytes.freeze())
 }
 
-/// Serve `req` with `inner` (already ready) under the transactional protocol.
+/// Serve `req` with `inner` (already ready) under the transactional protocol; `runs_on`
+/// is told when the handler begins, and says when the client left.
 pub(super) async fn serve<S, ReqB, ResB>(
     shared: Arc<Shared>,
     mut inner: S,
     req: Request<ReqB>,
+    runs_on: RunsOn,
 ) -> Answer<ResB, S::Error>
 where
     S: Service<Request<RequestBody<ReqB>>, Response = Response<ResB>>,
@@ -110,7 +112,9 @@ where
         Err(answer) => return Ok(answer.map(TransactionalBody::full)),
     };
     req.extensions_mut().insert(claimed.lent());
-    // A panic or a dropped future drops the transaction: it is rolled back.
+    // From here a client that leaves does not cancel the request (see `RunsOn`); a panic
+    // drops the transaction: it is rolled back.
+    runs_on.begin();
     let res = match inner.call(req).await {
         Ok(res) => res,
         Err(error) => {
@@ -125,10 +129,17 @@ where
         Settled::Store(storing) => storing,
     };
     let (parts, body) = res.into_parts();
-    let (stored, answer) = match read_response(body, storing.max_body()).await {
-        Read::Whole(bytes) => (Some(bytes.clone()), TransactionalBody::full(bytes)),
-        Read::Over(prefix, rest) => (None, TransactionalBody::prefixed(prefix, rest)),
-        Read::Failed => return Ok(storing.abandon().await.map(TransactionalBody::full)),
+    let read = read_response(body, storing.max_body());
+    let (stored, answer) = match runs_on
+        .unless_gone_for(storing.max_drain_time(), read)
+        .await
+    {
+        Some(Read::Whole(bytes)) => (Some(bytes.clone()), TransactionalBody::full(bytes)),
+        Some(Read::Over(prefix, rest)) => (None, TransactionalBody::prefixed(prefix, rest)),
+        Some(Read::Failed) => return Ok(storing.abandon().await.map(TransactionalBody::full)),
+        // Its client left and the body did not end within the drain time: completed, not
+        // stored (a retry gets `409 response-not-stored`), as the engine-backed layer's.
+        None => (None, TransactionalBody::full(Bytes::new())),
     };
     if let Err(answer) = storing.commit(stored).await {
         return Ok(answer.map(TransactionalBody::full));

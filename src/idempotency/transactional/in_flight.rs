@@ -1,7 +1,8 @@
 //! [`InFlight`]: a pooled connection while one of the layer's transaction statements
 //! (`BEGIN`, the record write with `COMMIT`, `ROLLBACK`) is on its way; if the future
-//! awaiting it is dropped (a client that left, a `tower::timeout` around the layer), the
-//! connection is closed, never pooled.
+//! awaiting it is dropped (a request dropped before its handler began, a runtime shutting
+//! down with a request running on after its client left), the connection is closed, never
+//! pooled.
 
 use std::ops::{Deref, DerefMut};
 

@@ -24,8 +24,20 @@
 //!    trip); a response over the limits commits a
 //!    tombstone (a retry is answered `409` `response-not-stored`, never run again);
 //! 4. an answer that means "it did not happen" (`4xx` validation, `409`, `5xx`, a
-//!    [`NotStored`](crate::NotStored) mark), an error, a panic or a dropped future **rolls
-//!    everything back**: the retry runs cleanly.
+//!    [`NotStored`](crate::NotStored) mark), an error or a panic **rolls everything
+//!    back**: the retry runs cleanly.
+//!
+//! **A client that leaves does not cancel the request**, as with the engine-backed layer:
+//! once the handler began, a dropped response future (the client left, or a
+//! `tower::timeout` outside the layer fired: the two cannot be told apart) hands the rest
+//! to a task of its own ([`RunsOn`]), which commits the record with the handler's rows, or
+//! rolls back; the retry waits for it (under `wait`) and gets the replay. The bound is the
+//! engine-backed layer's: the handler runs to its end, and the response body is read for at
+//! most `max_drain_time` after the client left (then a tombstone: `409
+//! response-not-stored`). A deadline that must cancel belongs inside the layer (a
+//! `tower::timeout::TimeoutLayer` between it and the handler): the handler's error, or the
+//! `408` made of it, rolls back. A duplicate waiting for its claim, or a request body still
+//! being read, is cancelled by a drop: nothing happened yet.
 //!
 //! **Isolation.** The transaction runs at the database's (or the role's) default
 //! isolation; the layer sets none: a team that set `serializable` chose it for its
@@ -51,7 +63,7 @@
 //!
 //! **Limits.** Effects outside the database (a card network, an email) are not in the
 //! transaction: write a job row (an outbox) in it and send after the commit. A handler
-//! holds a pooled connection and an open transaction while it runs: give it a deadline,
+//! holds a pooled connection and an open transaction while it runs: give it a deadline (inside the layer),
 //! and set `idle_in_transaction_session_timeout` on the role. Behind PgBouncer in
 //! transaction mode it works unchanged (one transaction per request; the layer's
 //! statements are unnamed); the handler's own queries should be too
@@ -87,7 +99,6 @@ mod body;
 mod borrow_error;
 mod borrowed;
 mod builder;
-mod fence_error;
 mod flow;
 mod in_flight;
 mod layer;
@@ -95,18 +106,20 @@ mod lent;
 mod misuse;
 mod open;
 mod protocol;
+mod runs_on;
 mod service;
 mod setup_error;
 mod shared;
 mod tables;
 
+pub use crate::fences::FenceError;
 pub use body::TransactionalBody;
 pub use borrow_error::BorrowError;
 pub use borrowed::BorrowedTransaction;
 pub use builder::TransactionalLayerBuilder;
-pub use fence_error::FenceError;
 pub use layer::TransactionalLayer;
 pub use lent::LentTransaction;
 pub use protocol::{Answer, Claimed, Coverage, PendingClaim, Settled, Storing};
+pub use runs_on::RunsOn;
 pub use service::{TransactionalFuture, TransactionalService};
 pub use setup_error::SetupError;

@@ -119,8 +119,9 @@ impl PendingClaim {
 }
 
 /// A request whose key its transaction holds: lend [`lent`](Self::lent) to the handler,
-/// then [`settle`](Self::settle) with its answer. Dropped (an error, a panic, a client
-/// that left), the transaction rolls back.
+/// then [`settle`](Self::settle) with its answer. Dropped (an error, a panic), the
+/// transaction rolls back; a framework keeps it running after its client left
+/// ([`RunsOn`](super::RunsOn)).
 pub struct Claimed {
     shared: Arc<Shared>,
     key: LockKey,
@@ -225,6 +226,13 @@ impl Storing {
     /// [`commit`](Self::commit) `None`.
     pub fn max_body(&self) -> usize {
         self.shared.replay.max_response_body()
+    }
+
+    /// How long the rest of the response body is read after its client left (the
+    /// layer's `max_drain_time`, as the engine-backed layer's drain): past it, commit
+    /// `None` (a tombstone: the request completed, its response is not stored).
+    pub fn max_drain_time(&self) -> std::time::Duration {
+        self.shared.replay.max_drain_time()
     }
 
     /// Commit the record with the handler's rows: the response with `body`, or for `None`

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::SetupError;
+use crate::fences::{FenceTable, plain};
 
 /// The records table and the fences table, quoted and qualified, and the statements on
 /// them. Each statement is one round trip, sent unnamed (sqlx's `persistent(false)`) or as
@@ -13,10 +14,9 @@ use super::SetupError;
 /// any other.
 #[derive(Clone)]
 pub(super) struct Tables {
-    /// The schema, quoted.
-    schema: String,
     records: String,
-    fences: String,
+    /// The fences table, shared with a plain `LockLayer`'s [`FenceTable`].
+    fences: FenceTable,
     /// The claim function (see [`Tables::claim`]).
     claim: String,
     /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
@@ -35,7 +35,7 @@ impl fmt::Debug for Tables {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tables")
             .field("records", &self.records)
-            .field("fences", &self.fences)
+            .field("fences", &self.fences.name())
             .finish()
     }
 }
@@ -46,20 +46,6 @@ pub(super) const UNFINISHED_CLAIM: &str = "TLK01";
 
 /// The name of the commit check's trigger on the records table.
 const CHECK_TRIGGER: &str = "tower_lock_claim_check";
-
-/// The names the layer takes, in the characters the Postgres lock engine takes: lower-case
-/// ASCII letters, digits and `_`, not starting with a digit (so a name needs no escaping inside its
-/// quotes, and one spelling is one name: no `"Order"` beside `order`), at most 40 bytes
-/// (room for the table names' suffixes within Postgres's 63). Quoted wherever they are
-/// used, so reserved words are fine.
-fn plain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 40
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
 
 /// `bytes` as a `bytea` expression of hexadecimal digits only: nothing in them can end the
 /// literal, whatever `standard_conforming_strings` says.
@@ -92,14 +78,19 @@ impl Tables {
         }
         let qualified = |name: &str| format!("\"{schema}\".\"{prefix}{name}\"");
         Ok(Self {
-            schema: format!("\"{schema}\""),
             records: qualified("idempotency_records"),
-            fences: qualified("fences"),
+            fences: FenceTable::new(schema, prefix)
+                .map_err(|_| SetupError::Name(format!("{schema:?}, prefix {prefix:?}")))?,
             claim: qualified("idempotency_claim"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
             check: qualified("idempotency_claim_check"),
         })
+    }
+
+    /// The fences table.
+    pub(super) fn fences(&self) -> &FenceTable {
+        &self.fences
     }
 
     /// The records table, quoted and qualified (for error messages).
@@ -108,10 +99,10 @@ impl Tables {
     }
 
     /// Creates the schema and both tables if missing, serialized by a transaction-level
-    /// advisory lock so that nodes migrating at once do not race on the catalog.
-    pub(super) fn migration(&self) -> [String; 6] {
+    /// advisory lock so that nodes migrating at once do not race on the catalog, without
+    /// the server's "already exists, skipping" notices.
+    pub(super) fn migration(&self) -> Vec<String> {
         let Self {
-            schema,
             records,
             fences,
             claim,
@@ -119,9 +110,13 @@ impl Tables {
             lock_name,
             ..
         } = self;
-        [
-            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))"),
-            format!("CREATE SCHEMA IF NOT EXISTS {schema}"),
+        let lock =
+            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))");
+        // The schema and the fences table: the `FenceTable`'s own migration, which also
+        // quiets the notices of the whole migration's transaction (`SET LOCAL`).
+        let mut statements = vec![lock];
+        statements.extend(fences.migration());
+        statements.extend([
             // `completed_at` is NULL while the claim is uncommitted; only completed records
             // are ever committed (the claim commits with the response or a tombstone).
             // `expires_at` is set again by the completion: retention counts from it.
@@ -136,9 +131,6 @@ impl Tables {
                     expires_at timestamptz NOT NULL)"
             ),
             format!("CREATE INDEX IF NOT EXISTS {expiry_index} ON {records} (expires_at)"),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {fences} (key text PRIMARY KEY, fence bigint NOT NULL)"
-            ),
             // The claim, one round trip: under the layer's `lock_timeout` (a duplicate
             // waits on the unique index for the transaction that claimed the key), insert
             // the claim, or read the committed record (an expired one is deleted and the
@@ -204,7 +196,8 @@ impl Tables {
                 END
                 $fn$"
             ),
-        ]
+        ]);
+        statements
     }
 
     /// The commit check, after [`migration`](Self::migration) (and the upgrade of tables
@@ -261,7 +254,9 @@ impl Tables {
         format!(
             "SELECT to_regclass('{}') IS NOT NULL AND to_regclass('{}') IS NOT NULL
                 AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL",
-            self.records, self.fences, self.claim
+            self.records,
+            self.fences.name(),
+            self.claim
         )
     }
 
@@ -314,18 +309,6 @@ impl Tables {
             bytea_literal(meta),
             bytea_literal(body),
             text_literal(key),
-        )
-    }
-
-    /// Raises the high-water mark of `$1` to `$2`: a row back when `$2` is at least the
-    /// mark (the holder is current), none when a newer holder already wrote.
-    pub(super) fn fence(&self) -> String {
-        format!(
-            "INSERT INTO {fences} AS f (key, fence) VALUES ($1, $2)
-             ON CONFLICT (key) DO UPDATE SET fence = excluded.fence
-               WHERE f.fence <= excluded.fence
-             RETURNING fence",
-            fences = self.fences
         )
     }
 

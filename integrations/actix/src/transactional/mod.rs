@@ -2,6 +2,7 @@
 //! the same protocol steps as the tower layer (feature `postgres`), and the [`Tx`]
 //! extractor of the request's transaction.
 
+mod keep_running;
 mod prefixed_body;
 mod tx;
 
@@ -21,7 +22,7 @@ use bytes::{Bytes, BytesMut};
 use futures_core::Stream;
 use tower_lock::{
     ConfigError, LockMetrics, NotStored,
-    idempotency::transactional::{Coverage, Settled, TransactionalLayer},
+    idempotency::transactional::{Coverage, RunsOn, Settled, TransactionalLayer},
 };
 
 use crate::{
@@ -30,6 +31,7 @@ use crate::{
     middleware::LocalBoxFuture,
     unread_body::discard_small_body,
 };
+use keep_running::KeepRunning;
 use prefixed_body::PrefixedBody;
 pub use tx::{FenceRejection, Tx, TxRejection};
 
@@ -160,79 +162,97 @@ where
     fn call(&self, mut req: ServiceRequest) -> Self::Future {
         let service = Rc::clone(&self.service);
         let layer = self.layer.clone();
-        Box::pin(async move {
-            let key = match layer.covers(&ActixRequest::from(&req)) {
-                Coverage::Covered(key) => key,
-                Coverage::Passed => return Ok(service.call(req).await?.map_into_left_body()),
-                Coverage::Refused(refused) => {
-                    // actix closes a connection whose request body was left unread.
-                    discard_small_body(&mut req).await;
-                    return Ok(answer(req, refused));
-                }
-            };
-            let mut payload = req.take_payload();
-            let body = match read_payload(&mut payload, layer.max_request_body()).await {
-                Ok(body) => body,
-                Err(too_large) => {
-                    let refused = layer.refuse_body(too_large, &ActixRequest::from(&req));
-                    return Ok(answer(req, refused));
-                }
-            };
-            let pending = layer.pending(&ActixRequest::from(&req), key, &body);
-            let claimed = match pending.claim().await {
-                Ok(claimed) => claimed,
-                Err(refused) => return Ok(answer(req, refused)),
-            };
-            req.set_payload(Payload::from(body));
-            req.extensions_mut().insert(claimed.lent());
-            // An error, a panic or a dropped future drops the transaction: rolled back.
-            let res = service.call(req).await?;
-            let status = http::StatusCode::from_u16(res.status().as_u16())
-                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-            let marked = res.response().extensions().get::<NotStored>().is_some();
-            let headers = http_headers(res.headers());
-            let storing = match claimed.settle(status, &headers, marked).await {
-                Settled::RolledBack => return Ok(res.map_into_left_body()),
-                Settled::Refused(refused) => {
-                    let (req, _) = res.into_parts();
-                    return Ok(
-                        ServiceResponse::new(req, to_actix_response(refused)).map_into_right_body()
-                    );
-                }
-                Settled::Store(storing) => storing,
-            };
-            let (req, response) = res.into_parts();
-            let (head, body) = response.into_parts();
-            let mut body = Box::pin(body);
-            let mut bytes = BytesMut::new();
-            let over = loop {
-                match poll_fn(|cx| body.as_mut().poll_next(cx)).await {
-                    Some(Ok(chunk)) => {
-                        bytes.extend_from_slice(&chunk);
-                        if bytes.len() > storing.max_body() {
-                            break true;
+        let runs_on = RunsOn::new();
+        let running = runs_on.clone();
+        Box::pin(KeepRunning::new(
+            async move {
+                let key = match layer.covers(&ActixRequest::from(&req)) {
+                    Coverage::Covered(key) => key,
+                    Coverage::Passed => return Ok(service.call(req).await?.map_into_left_body()),
+                    Coverage::Refused(refused) => {
+                        // actix closes a connection whose request body was left unread.
+                        discard_small_body(&mut req).await;
+                        return Ok(answer(req, refused));
+                    }
+                };
+                let mut payload = req.take_payload();
+                let body = match read_payload(&mut payload, layer.max_request_body()).await {
+                    Ok(body) => body,
+                    Err(too_large) => {
+                        let refused = layer.refuse_body(too_large, &ActixRequest::from(&req));
+                        return Ok(answer(req, refused));
+                    }
+                };
+                let pending = layer.pending(&ActixRequest::from(&req), key, &body);
+                let claimed = match pending.claim().await {
+                    Ok(claimed) => claimed,
+                    Err(refused) => return Ok(answer(req, refused)),
+                };
+                req.set_payload(Payload::from(body));
+                req.extensions_mut().insert(claimed.lent());
+                // From here a client that leaves does not cancel the request (`KeepRunning`);
+                // an error or a panic drops the transaction: rolled back.
+                running.begin();
+                let res = service.call(req).await?;
+                let status = http::StatusCode::from_u16(res.status().as_u16())
+                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                let marked = res.response().extensions().get::<NotStored>().is_some();
+                let headers = http_headers(res.headers());
+                let storing = match claimed.settle(status, &headers, marked).await {
+                    Settled::RolledBack => return Ok(res.map_into_left_body()),
+                    Settled::Refused(refused) => {
+                        let (req, _) = res.into_parts();
+                        return Ok(ServiceResponse::new(req, to_actix_response(refused))
+                            .map_into_right_body());
+                    }
+                    Settled::Store(storing) => storing,
+                };
+                let (req, response) = res.into_parts();
+                let (head, body) = response.into_parts();
+                let mut body = Box::pin(body);
+                let mut bytes = BytesMut::new();
+                let read = async {
+                    loop {
+                        match poll_fn(|cx| body.as_mut().poll_next(cx)).await {
+                            Some(Ok(chunk)) => {
+                                bytes.extend_from_slice(&chunk);
+                                if bytes.len() > storing.max_body() {
+                                    break Some(true);
+                                }
+                            }
+                            Some(Err(_)) => break None,
+                            None => break Some(false),
                         }
                     }
-                    Some(Err(_)) => {
+                };
+                let over = match running
+                    .unless_gone_for(storing.max_drain_time(), read)
+                    .await
+                {
+                    Some(Some(over)) => over,
+                    Some(None) => {
                         let refused = storing.abandon().await;
                         return Ok(ServiceResponse::new(req, to_actix_response(refused))
                             .map_into_right_body());
                     }
-                    None => break false,
+                    // Its client left and the body did not end within the drain time:
+                    // completed, not stored (a retry gets `409 response-not-stored`).
+                    None => true,
+                };
+                let bytes = bytes.freeze();
+                let (stored, sent) = if over {
+                    (None, PrefixedBody::new(bytes, body).boxed())
+                } else {
+                    (Some(bytes.clone()), BoxBody::new(bytes))
+                };
+                if let Err(refused) = storing.commit(stored).await {
+                    return Ok(
+                        ServiceResponse::new(req, to_actix_response(refused)).map_into_right_body()
+                    );
                 }
-            };
-            let bytes = bytes.freeze();
-            let (stored, sent) = if over {
-                (None, PrefixedBody::new(bytes, body).boxed())
-            } else {
-                (Some(bytes.clone()), BoxBody::new(bytes))
-            };
-            if let Err(refused) = storing.commit(stored).await {
-                return Ok(
-                    ServiceResponse::new(req, to_actix_response(refused)).map_into_right_body()
-                );
-            }
-            Ok(ServiceResponse::new(req, head.set_body(sent)).map_into_right_body())
-        })
+                Ok(ServiceResponse::new(req, head.set_body(sent)).map_into_right_body())
+            },
+            runs_on,
+        ))
     }
 }
