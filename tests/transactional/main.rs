@@ -26,6 +26,7 @@ mod duplicates;
 mod fence;
 mod isolation;
 mod logs;
+mod matrix;
 mod misuse;
 mod names;
 mod setup;
