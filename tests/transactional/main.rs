@@ -6,7 +6,9 @@
 //! after the commit; Postgres restarted mid-request; duplicates waiting under a database
 //! default isolation of `serializable` and of `repeatable read`; a schema and a prefix that
 //! are reserved words;
-//! the fence check against a holder whose process was stopped past its lease. The
+//! the fence check against a holder whose process was stopped past its lease; the
+//! configuration matrix (`matrix`: server settings, least privilege, restarts under load,
+//! what PgBouncer needs). The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
 //! transaction mode; the kills on axum and on actix-web. Every count is the business
 //! table's, not the layer's word.
