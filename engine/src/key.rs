@@ -259,7 +259,7 @@ impl TryFrom<Fence> for i64 {
     type Error = std::num::TryFromIntError;
 
     fn try_from(fence: Fence) -> Result<Self, Self::Error> {
-        i64::try_from(fence.0)
+        Self::try_from(fence.0)
     }
 }
 
