@@ -9,7 +9,9 @@
 //! default isolation of `serializable` and of `repeatable read`; a schema and a prefix that
 //! are reserved words;
 //! the fence check against a holder whose process was stopped past its lease, in the
-//! request's transaction and under a plain `LockLayer` (`FenceTable`). The
+//! request's transaction and under a plain `LockLayer` (`FenceTable`); the
+//! configuration matrix (`matrix`: server settings, least privilege, restarts under load,
+//! what PgBouncer needs). The
 //! duplicates, the kills and the fence check run directly and through PgBouncer in
 //! transaction mode; the kills on axum and on actix-web. Every count is the business
 //! table's, not the layer's word.
@@ -30,6 +32,7 @@ mod fence;
 mod isolation;
 mod left;
 mod logs;
+mod matrix;
 mod misuse;
 mod names;
 mod setup;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use sqlx::{PgPool, Row};
+use sqlx::{Executor, PgPool, Row};
 
 use super::{SetupError, TransactionalLayer, shared::Shared, tables::Tables};
 use crate::IdempotencyLayerBuilder;
@@ -65,7 +65,7 @@ impl TransactionalLayerBuilder {
         let tables = Tables::new(&self.schema, &self.prefix)?;
         let mut tx = self.pool.begin().await?;
         for statement in tables.migration().into_iter().chain(tables.claim_check()) {
-            sqlx::raw_sql(&statement).execute(&mut *tx).await?;
+            (&mut *tx).execute(sqlx::raw_sql(&statement)).await?;
         }
         tx.commit().await?;
         Ok(())

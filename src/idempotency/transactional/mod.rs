@@ -66,8 +66,10 @@
 //! holds a pooled connection and an open transaction while it runs: give it a deadline (inside the layer),
 //! and set `idle_in_transaction_session_timeout` on the role. Behind PgBouncer in
 //! transaction mode it works unchanged (one transaction per request; the layer's
-//! statements are unnamed); the handler's own queries should be too
-//! (`sqlx::query(..).persistent(false)`, or `statement_cache_capacity(0)`).
+//! statements are unnamed); the handler's own bound queries must be too
+//! (`sqlx::query(..).persistent(false)` on each: `statement_cache_capacity(0)` still names
+//! them), and its queries outside the transaction simple (`sqlx::raw_sql`) or in an
+//! explicit transaction: `docs/transactional.md`, "Behind PgBouncer".
 //!
 //! ```no_run
 //! use std::fmt;

@@ -14,7 +14,11 @@ use bytes::Bytes;
 use sqlx::{Executor, PgPool, Row};
 use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
-use super::{misuse::MisuseLog, open::OpenTransaction, tables::Tables};
+use super::{
+    misuse::MisuseLog,
+    open::OpenTransaction,
+    tables::{CLAIM_COLUMNS, Tables},
+};
 use crate::{
     Rejection,
     engine::{LockKey, Record},
@@ -169,7 +173,8 @@ impl Shared {
         // The connection is in the transaction (or, after an error, in a failed one): it
         // ends by a commit or a rollback, never back to the pool as it is.
         let claimed = (&mut *tx).fetch_all(sqlx::raw_sql(&claim)).await;
-        let row = match claimed.map(|mut rows| rows.pop()) {
+        // The rows of the statements around the claim's have other columns.
+        let row = match claimed.map(|rows| rows.into_iter().find(|r| r.len() == CLAIM_COLUMNS)) {
             Ok(Some(row)) => row,
             Ok(None) => return Err(sqlx::Error::RowNotFound),
             Err(error) => {

@@ -44,6 +44,9 @@ impl fmt::Debug for Tables {
 /// tower-lock's own.
 pub(super) const UNFINISHED_CLAIM: &str = "TLK01";
 
+/// The columns of the claim's row (see [`Tables::claim`]).
+pub(super) const CLAIM_COLUMNS: usize = 6;
+
 /// The name of the commit check's trigger on the records table.
 const CHECK_TRIGGER: &str = "tower_lock_claim_check";
 
@@ -99,8 +102,12 @@ impl Tables {
     }
 
     /// Creates the schema and both tables if missing, serialized by a transaction-level
-    /// advisory lock so that nodes migrating at once do not race on the catalog, without
-    /// the server's "already exists, skipping" notices.
+    /// advisory lock so that nodes migrating at once do not race on the catalog,
+    /// without the server's "already exists, skipping" notices.
+    /// `statement_timeout` and `lock_timeout` are off for the migration's transaction: it
+    /// waits for a concurrent migration's advisory lock (and, adding the commit check to
+    /// older tables, for the requests in flight on them), which a database's or role's
+    /// short timeout would cut (`57014`); bound `migrate()` with a timeout of your own.
     pub(super) fn migration(&self) -> Vec<String> {
         let Self {
             records,
@@ -114,7 +121,11 @@ impl Tables {
             format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))");
         // The schema and the fences table: the `FenceTable`'s own migration, which also
         // quiets the notices of the whole migration's transaction (`SET LOCAL`).
-        let mut statements = vec![lock];
+        let mut statements = vec![
+            "SET LOCAL statement_timeout = 0".to_owned(),
+            "SET LOCAL lock_timeout = 0".to_owned(),
+            lock,
+        ];
         statements.extend(fences.migration());
         statements.extend([
             // `completed_at` is NULL while the claim is uncommitted; only completed records
@@ -262,10 +273,18 @@ impl Tables {
 
     /// Claims `key` with `fingerprint` for `retention_ms` of retention (in the transaction
     /// the layer began), waiting at most `wait_ms` for a duplicate in flight, or (`now`)
-    /// not at all for one of this layer: one simple query (one round trip), one row, `claimed` or
-    /// the committed record (see the function in [`migration`](Self::migration)). Every
-    /// value is inlined as hexadecimal digits, a number or a keyword, so nothing a client
-    /// sends is SQL.
+    /// not at all for one of this layer: one simple query (one round trip), whose second
+    /// statement's row ([`CLAIM_COLUMNS`] columns) is `claimed` or the committed record (see
+    /// the function in [`migration`](Self::migration)). Every value is inlined as
+    /// hexadecimal digits, a number or a keyword, so nothing a client sends is SQL.
+    ///
+    /// The claim waits on a duplicate's claim for up to `wait_ms`, each of its (at most
+    /// three) inserts, which a database's or role's shorter `statement_timeout` would cut
+    /// (`57014`, a `503`). Postgres (13+) times each statement of a simple query apart, so
+    /// the first statement sets a transaction-local `statement_timeout` for the claim (three
+    /// waits and a second, or the application's when that is longer or off), keeping the
+    /// application's value in `tower_lock.statement_timeout`; the last puts it back before
+    /// the handler runs.
     pub(super) fn claim(
         &self,
         key: &str,
@@ -274,8 +293,17 @@ impl Tables {
         wait_ms: u128,
         now: bool,
     ) -> String {
+        let bound = wait_ms * 3 + 1000;
         format!(
-            "SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
+            "SELECT set_config('tower_lock.statement_timeout', s.t, true),
+                set_config('statement_timeout', CASE
+                    WHEN s.t::interval = interval '0'
+                        OR s.t::interval >= interval '{bound} milliseconds' THEN s.t
+                    ELSE '{bound}ms' END, true)
+             FROM (SELECT current_setting('statement_timeout') AS t OFFSET 0) s;
+             SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now});
+             SELECT set_config('statement_timeout',
+                current_setting('tower_lock.statement_timeout'), true)",
             self.claim,
             text_literal(key),
             bytea_literal(fingerprint),

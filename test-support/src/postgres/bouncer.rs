@@ -38,29 +38,47 @@ impl PgBouncer {
     /// one extended-protocol statement outside a transaction) of one client land on
     /// different server connections.
     pub fn with_pool_size(server: &PostgresServer, pool_size: u32) -> Self {
+        Self::configured(server, &[("default_pool_size", &pool_size.to_string())])
+    }
+
+    /// [`start`](Self::start) with `settings` of its `[pgbouncer]` section in place of the
+    /// fixture's (`("ignore_startup_parameters", "")`: none ignored; `("server_login_retry",
+    /// "15")`: PgBouncer's default).
+    pub fn configured(server: &PostgresServer, settings: &[(&str, &str)]) -> Self {
         let dir = postgres_dir("pgbouncer");
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
-            let config = format!(
-                "[databases]\n\
-                 * = host=127.0.0.1 port={server_port}\n\
-                 [pgbouncer]\n\
-                 listen_addr = 127.0.0.1\n\
-                 listen_port = {port}\n\
-                 unix_socket_dir =\n\
-                 auth_type = trust\n\
-                 auth_file = {dir}/users.txt\n\
-                 pool_mode = transaction\n\
-                 max_client_conn = 1000\n\
-                 default_pool_size = {pool_size}\n\
-                 server_login_retry = 1\n\
-                 ignore_startup_parameters = extra_float_digits,options\n\
-                 pidfile = {dir}/pgbouncer.pid\n\
-                 logfile = {dir}/pgbouncer.log\n",
-                server_port = server.port(),
-                dir = dir.display(),
+            let mut lines = vec![
+                ("listen_addr", "127.0.0.1".to_owned()),
+                ("listen_port", port.to_string()),
+                ("unix_socket_dir", String::new()),
+                ("auth_type", "trust".to_owned()),
+                ("auth_file", format!("{}/users.txt", dir.display())),
+                ("pool_mode", "transaction".to_owned()),
+                ("max_client_conn", "1000".to_owned()),
+                ("default_pool_size", "20".to_owned()),
+                ("server_login_retry", "1".to_owned()),
+                (
+                    "ignore_startup_parameters",
+                    "extra_float_digits,options".to_owned(),
+                ),
+                ("pidfile", format!("{}/pgbouncer.pid", dir.display())),
+                ("logfile", format!("{}/pgbouncer.log", dir.display())),
+            ];
+            for (name, value) in settings {
+                match lines.iter_mut().find(|(n, _)| n == name) {
+                    Some(line) => line.1 = (*value).to_owned(),
+                    None => panic!("no PgBouncer setting {name} in the fixture"),
+                }
+            }
+            let mut config = format!(
+                "[databases]\n* = host=127.0.0.1 port={}\n[pgbouncer]\n",
+                server.port()
             );
+            for (name, value) in &lines {
+                config.push_str(&format!("{name} = {value}\n"));
+            }
             std::fs::write(dir.join("pgbouncer.ini"), config).expect("write pgbouncer.ini");
             std::fs::write(dir.join("users.txt"), format!("\"{TEST_USER}\" \"\"\n"))
                 .expect("write the auth file");
