@@ -142,7 +142,9 @@ async fn under_load_a_database_and_a_pooler_restart_leave_every_key_answered_onc
         })
         .collect();
     let done = progress(&seen, 0).await;
-    tokio::task::spawn_blocking(move || server.restart())
+    // A clone: the last `Arc` of the server, dropped, would stop it for good.
+    let restarting = Arc::clone(&server);
+    tokio::task::spawn_blocking(move || restarting.restart())
         .await
         .unwrap();
     let done = progress(&seen, done).await;
