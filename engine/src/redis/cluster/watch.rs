@@ -168,9 +168,9 @@ async fn first_topology(seeds: &[String], timeout: Duration) -> Result<Vec<Addr>
         };
         match tokio::time::timeout(timeout, asked).await {
             Ok(Ok(topology)) if !topology.is_empty() => return Ok(topology),
-            Ok(Ok(_)) => {}
             Ok(Err(e)) => last = Some(e),
-            Err(_) => {}
+            // No slots yet, or no answer in time: the next seed.
+            Ok(Ok(_)) | Err(_) => {}
         }
     }
     let error = BackendError::new(
