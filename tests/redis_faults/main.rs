@@ -22,6 +22,8 @@ mod fence_bound;
 mod handoff;
 #[cfg(feature = "redis-cluster")]
 mod lost_on_cluster_failover;
+#[cfg(feature = "redis-cluster")]
+mod lost_on_cluster_join;
 #[cfg(feature = "redis-sentinel")]
 mod lost_on_failover;
 mod lost_on_reset;

@@ -1,8 +1,11 @@
 //! Redis Cluster (feature `redis-cluster`, gated once, where this module is declared):
-//! [`RedisBackend::cluster`], the cluster connection every command goes through, and the
-//! sharded pub/sub subscriber (`subscriber`).
+//! [`RedisBackend::cluster`], the cluster connection every command goes through, the
+//! sharded pub/sub subscriber (`subscriber`) and the watch that follows the cluster's
+//! topology (`watch`, one `node_watch` per node).
 
+mod node_watch;
 mod subscriber;
+mod watch;
 
 use std::{sync::Arc, time::Duration};
 
@@ -61,81 +64,9 @@ impl Target for Nodes {
         resets: Resets,
     ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
         Box::pin(async move {
-            let conn = watch(&self.0, timeout, resets).await?;
-            let watch = Watch {
-                keepalive: runtime::handle().spawn(keepalive(conn.clone())),
-                _conn: conn,
-            };
+            let watch = watch::Watch::start(&self.0, timeout, resets).await?;
             Ok(Some(Box::new(watch) as Box<dyn std::any::Any + Send + Sync>))
         })
-    }
-}
-
-/// How often the watch connection pings every primary: well inside the shortest idle
-/// `timeout` a server can have (1 s; it counts in whole seconds).
-const KEEPALIVE: Duration = Duration::from_millis(400);
-
-/// The Cluster's watch connection and its keep-alive task (ended with the backend).
-struct Watch {
-    _conn: ClusterConnection,
-    keepalive: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self.keepalive.abort();
-    }
-}
-
-/// Keep the watch's node connections busy: a node closes a connection idle longer than
-/// its `timeout` (300 s is common), and every close is taken for a reset. (The standalone
-/// watch is subscribed, which spares it; a cluster connection's one `SUBSCRIBE` would
-/// reach one node only.) A `PING` to every primary does; one that fails is the node's own
-/// trouble, which its connection's end reports.
-async fn keepalive(mut conn: ClusterConnection) {
-    use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
-    loop {
-        tokio::time::sleep(KEEPALIVE).await;
-        let all = RoutingInfo::MultiNode((
-            MultipleNodeRoutingInfo::AllMasters,
-            Some(ResponsePolicy::AllSucceeded),
-        ));
-        let _ = tokio::time::timeout(KEEPALIVE, conn.route_command(redis::cmd("PING"), all)).await;
-    }
-}
-
-/// The Cluster's watch: a RESP3 cluster connection of its own, whose node connections
-/// report their end as a push. The moment one drops (a node killed or restarted, a
-/// failover's promoted replica taking a slot), every grant made before may be gone: a
-/// reset, reported right where redis-rs reads the end of the stream, before a promoted
-/// replica can answer anyone. redis-rs reconnects the node by itself. The node's idle
-/// `timeout` never closes it: [`keepalive`] pings every primary. Another close for a
-/// lesser reason (`CLIENT KILL`) is a reset too: early, and safe.
-async fn watch(
-    nodes: &[String],
-    timeout: Duration,
-    resets: Resets,
-) -> Result<ClusterConnection, BackendError> {
-    let on_push = move |push: redis::PushInfo| {
-        if push.kind == redis::PushKind::Disconnection {
-            resets.reset("a connection to a redis cluster node was reset");
-        }
-        Ok::<(), std::convert::Infallible>(())
-    };
-    let client = ClusterClientBuilder::new(nodes.to_vec())
-        .connection_timeout(timeout)
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .push_sender(on_push)
-        .build()
-        .map_err(|e| BackendError::from(ConfigError::ClusterUrls).with_source(e))?;
-    let connect = runtime::on_engine(client.get_async_connection());
-    match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(conn)) => Ok(conn),
-        Ok(Err(e)) => Err(map_error("cluster watch connect", e)),
-        Err(_) => Err(BackendError::new(
-            BackendErrorKind::Timeout,
-            format!("no redis cluster watch connection within {timeout:?}"),
-        )),
     }
 }
 

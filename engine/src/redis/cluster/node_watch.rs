@@ -1,0 +1,188 @@
+//! The watch on one Redis Cluster node: a RESP3 connection of its own whose end is a reset.
+//!
+//! The moment it drops (the node killed or restarted, a failover's promoted replica taking
+//! a slot, a reset network path), every grant made before may be gone: a reset, reported
+//! from the connection's own driver task where it reads the end of the stream, so before a
+//! restarted node can answer anyone (a killed process's sockets are closed by its kernel).
+//! Another close for a lesser reason (`CLIENT KILL`) is a reset too: early, and safe. The
+//! connection is then made again, with a backoff while the node is down. A `PING` every
+//! [`KEEPALIVE`] keeps it from looking idle: a node closes a connection idle longer than
+//! its `timeout` (300 s is common), and every close is taken for a reset.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use redis::{ConnectionInfo, PushInfo, PushKind, RedisError, aio::MultiplexedConnection};
+use tokio::{sync::Notify, task::JoinHandle};
+
+use crate::{Resets, runtime};
+
+/// How often the watch pings its node: well inside the shortest idle `timeout` a server
+/// can have (1 s; it counts in whole seconds).
+pub(super) const KEEPALIVE: Duration = Duration::from_millis(400);
+
+/// The name the watch's connections carry (`CLIENT LIST`), so an operator can tell them.
+const NAME: &str = "tower-lock-watch";
+
+/// One node's watch task; dropping it ends the task and says nothing (the node left the
+/// topology, or the backend was dropped).
+pub(super) struct NodeWatch {
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+/// What the watch's task shares with the topology task.
+struct Shared {
+    /// Its connection while it is up: the topology is read on it too.
+    conn: Mutex<Option<MultiplexedConnection>>,
+    /// Set when the watch is ended on purpose: its connection's end is no reset.
+    retired: AtomicBool,
+    /// Set, and signalled, after the first connect attempt.
+    tried: Notify,
+    has_tried: AtomicBool,
+}
+
+impl NodeWatch {
+    /// Watch the node `info` names, reporting on `resets`; each connect is bounded by
+    /// `timeout`.
+    pub(super) fn start(info: ConnectionInfo, timeout: Duration, resets: Resets) -> Self {
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(None),
+            retired: AtomicBool::new(false),
+            tried: Notify::new(),
+            has_tried: AtomicBool::new(false),
+        });
+        let task = runtime::handle().spawn(run(shared.clone(), info, timeout, resets));
+        Self { shared, task }
+    }
+
+    /// Wait for the first connect attempt (made or failed), at most `limit`.
+    pub(super) async fn tried(&self, limit: Duration) {
+        let tried = self.shared.tried.notified();
+        tokio::pin!(tried);
+        tried.as_mut().enable();
+        if self.shared.has_tried.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = tokio::time::timeout(limit, tried).await;
+    }
+
+    /// Its connection, while it is up.
+    pub(super) fn connection(&self) -> Option<MultiplexedConnection> {
+        self.shared.conn.lock().unwrap().clone()
+    }
+}
+
+impl Drop for NodeWatch {
+    fn drop(&mut self) {
+        self.shared.retired.store(true, Ordering::Release);
+        self.task.abort();
+    }
+}
+
+async fn run(shared: Arc<Shared>, info: ConnectionInfo, timeout: Duration, resets: Resets) {
+    let node = format!("{:?}", info.addr());
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        // Set once this connection's end is reported.
+        let reported = Arc::new(AtomicBool::new(false));
+        let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let on_push = {
+            let (shared, resets, reported, node) = (
+                shared.clone(),
+                resets.clone(),
+                reported.clone(),
+                node.clone(),
+            );
+            move |push: PushInfo| {
+                if push.kind == PushKind::Disconnection
+                    && !shared.retired.load(Ordering::Acquire)
+                    && !reported.swap(true, Ordering::AcqRel)
+                {
+                    // Here, in the connection's driver: no task hop before the engine knows.
+                    resets.reset(&format!(
+                        "the connection to redis cluster node {node} was reset"
+                    ));
+                    let _ = dropped_tx.send(());
+                }
+                Ok::<(), std::convert::Infallible>(())
+            }
+        };
+        let connected = tokio::time::timeout(timeout, connect(&info, on_push))
+            .await
+            .unwrap_or_else(|_| {
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "cluster watch connect timed out",
+                )))
+            });
+        let mut conn = match connected {
+            Ok(conn) => conn,
+            Err(error) => {
+                tracing::debug!(%error, node, "redis cluster watch could not connect");
+                shared.has_tried.store(true, Ordering::Release);
+                shared.tried.notify_waiters();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        *shared.conn.lock().unwrap() = Some(conn.clone());
+        shared.has_tried.store(true, Ordering::Release);
+        shared.tried.notify_waiters();
+        loop {
+            tokio::select! {
+                _ = dropped.recv() => break,
+                () = tokio::time::sleep(KEEPALIVE) => {
+                    // One that fails is the node's own trouble, which the connection's end
+                    // reports.
+                    let ping = redis::cmd("PING");
+                    let _ = tokio::time::timeout(KEEPALIVE, ping.query_async::<()>(&mut conn)).await;
+                }
+            }
+        }
+        *shared.conn.lock().unwrap() = None;
+        drop(conn);
+        // Ended without its push (the driver gone some other way): the same.
+        if !shared.retired.load(Ordering::Acquire) && !reported.swap(true, Ordering::AcqRel) {
+            resets.reset(&format!(
+                "the connection to redis cluster node {node} ended"
+            ));
+        }
+    }
+}
+
+/// A RESP3 connection to the node, its pushes to `on_push`, named [`NAME`].
+async fn connect(
+    info: &ConnectionInfo,
+    on_push: impl redis::aio::AsyncPushSender,
+) -> Result<MultiplexedConnection, RedisError> {
+    let client = redis::Client::open(info.clone())?;
+    // No response timeout: the connection mostly waits for its end; each command it sends
+    // is bounded by its caller.
+    let config = redis::AsyncConnectionConfig::new()
+        .set_response_timeout(None)
+        .set_push_sender(on_push);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    // A user without the right to name its connection watches unnamed.
+    let named = redis::cmd("CLIENT")
+        .arg("SETNAME")
+        .arg(NAME)
+        .query_async::<()>(&mut conn)
+        .await;
+    if let Err(error) = named {
+        if error.is_unrecoverable_error() {
+            return Err(error);
+        }
+        tracing::debug!(%error, "redis cluster watch could not name its connection");
+    }
+    Ok(conn)
+}
