@@ -184,3 +184,51 @@ fn an_invalid_method_name_is_refused_at_build_time() {
     let err = ConfigError::InvalidMethod("post".to_owned());
     assert!(err.to_string().contains("\"POST\""), "{err}");
 }
+
+/// A lock installed around axum's wrong-method answer (`Router::route_layer` over a
+/// `post`-only route: the install the docs advised before) takes the key for a `PUT` that
+/// the route then answers `405`: the layer cannot tell it beforehand, so it says so once,
+/// naming the install that keeps a `405` outside the lock.
+#[tokio::test]
+async fn a_lock_around_a_routes_own_405_says_so_once() {
+    use axum::{Router, body::Body, routing::post};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::log_capture::Capture;
+
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(tower_lock::key::HeaderKey::new("x-tenant-id"))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/jobs", post(|| async { "ok" }))
+        .route_layer(layer);
+    for _ in 0..3 {
+        let put = Request::put("/jobs")
+            .header("x-tenant-id", "acme")
+            .body(Body::empty())
+            .unwrap();
+        let answered = app.clone().oneshot(put).await.unwrap();
+        assert_eq!(answered.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+    let post = Request::post("/jobs")
+        .header("x-tenant-id", "acme")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.oneshot(post).await.unwrap().status(), StatusCode::OK);
+    let warned: Vec<_> = capture
+        .take()
+        .into_iter()
+        .filter(|e| e.level == tracing::Level::WARN && e.message().contains("405"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].message().contains("method_not_allowed_fallback"),
+        "{warned:#?}"
+    );
+    assert!(warned[0].fields["key"].contains("acme"), "{warned:#?}");
+}

@@ -133,6 +133,16 @@ impl LockGuard {
     /// [`releases_before_response`](crate::ReleasePoint::releases_before_response).
     #[inline]
     pub fn after_head(self, status: u16, no_body: bool) -> AfterHead {
+        if status == 405 && self.metrics.wrapped_405() {
+            // axum's `Router::route_layer` and actix's `Resource::wrap` also wrap the
+            // route's own answer to a method it lacks, which nothing at request time tells
+            // apart from a routed request: the wrong method took the key (or was refused
+            // `400`/`423` for it) before that `405`.
+            tracing::warn!(
+                key = %self.info.key(),
+                "a tower-lock layer took the lock for a request its service answered 405 Method Not Allowed: the lock wraps the route's wrong-method answer, so a wrong method can be answered 400 or 423 instead; install it per method (axum: post(handler).route_layer(lock), or Router::route_layer followed by .method_not_allowed_fallback(..); actix-web: web::post().to(handler).wrap(lock))"
+            );
+        }
         let release = self.release_point();
         if release.releases_with_response(status) {
             self.release_now();

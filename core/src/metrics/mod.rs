@@ -61,7 +61,7 @@ use std::{
     fmt,
     sync::{
         Arc,
-        atomic::{AtomicI64, AtomicU64, Ordering::Relaxed},
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed},
     },
     time::Duration,
 };
@@ -113,6 +113,8 @@ struct Inner {
     /// Contention by key, capped.
     hot: HotKeys,
     facade: Facade,
+    /// Whether a locked request answered `405` was logged (see [`LockMetrics::wrapped_405`]).
+    wrapped_405: AtomicBool,
 }
 
 /// A handle on one layer's counters, histograms and gauges. Cheap to clone; every clone
@@ -294,6 +296,15 @@ impl LockMetrics {
     /// holds it here, for `Retry-After`.
     pub(crate) fn holder_elapsed(&self, key: &LockKey) -> Option<Duration> {
         self.inner.current_holders.elapsed(key)
+    }
+}
+
+impl LockMetrics {
+    /// A locked request was answered `405 Method Not Allowed` by the service inside:
+    /// `true` the first time for this layer (the caller logs why, once: the fix is in the
+    /// install, and every wrong method would repeat it).
+    pub(crate) fn wrapped_405(&self) -> bool {
+        !self.inner.wrapped_405.swap(true, Relaxed)
     }
 }
 
