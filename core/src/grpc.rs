@@ -16,6 +16,10 @@
 //! | `MissingKey`, `MalformedKey`, `UnreadableBody` | `INVALID_ARGUMENT` (3) |
 //! | `FingerprintMismatch`, `NotReplayable` | `FAILED_PRECONDITION` (9) |
 //! | `Misconfigured` | `INTERNAL` (13) |
+//!
+//! gRPC-Web (`application/grpc-web…`) is not gRPC here: its rejections are HTTP answers,
+//! and idempotency stores its response only when the status is in its head
+//! ([`is_grpc_web_response`]): its status otherwise is in a frame inside its body.
 
 use bytes::Bytes;
 use http::{HeaderValue, header};
@@ -55,6 +59,21 @@ pub(crate) fn is_grpc_response(headers: &http::HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|ct| ct.to_str().ok())
         .is_some_and(is_grpc_content_type)
+}
+
+/// Whether a response head is a gRPC-Web response's (`content-type:
+/// application/grpc-web…`, `application/grpc-web-text…`): gRPC for browsers, whose status
+/// comes in its head (a trailers-only answer) or else in a trailer frame at the end of its
+/// body, not in HTTP trailers.
+#[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
+pub(crate) fn is_grpc_web_response(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|ct| ct.to_str().ok())
+        .is_some_and(|ct| {
+            let ct = ct.trim_start();
+            ct.len() >= 20 && ct[..20].eq_ignore_ascii_case("application/grpc-web")
+        })
 }
 
 fn is_grpc_content_type(ct: &str) -> bool {
@@ -158,6 +177,27 @@ mod tests {
             "application/grp",
         ] {
             assert!(!is_grpc(&req(ct)), "{ct}");
+        }
+    }
+
+    #[test]
+    fn grpc_web_responses_are_told_by_their_content_type() {
+        let head = |ct: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, ct.parse().unwrap());
+            headers
+        };
+        for ct in [
+            "application/grpc-web",
+            "application/grpc-web+proto",
+            "application/grpc-web-text",
+            "Application/gRPC-Web-Text+proto",
+        ] {
+            assert!(is_grpc_web_response(&head(ct)), "{ct}");
+            assert!(!is_grpc_response(&head(ct)), "{ct}");
+        }
+        for ct in ["application/grpc", "application/json", "application/grpc-w"] {
+            assert!(!is_grpc_web_response(&head(ct)), "{ct}");
         }
     }
 

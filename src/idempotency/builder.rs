@@ -305,7 +305,9 @@ impl IdempotencyLayerBuilder {
     /// How long the rest of a response body is read after its client left, to store it
     /// (default 60 s). A body still going when this runs out (a stream that never ends)
     /// is recorded as completed but not stored: a retry gets `409` `response-not-stored`,
-    /// never a second run, and the key is released.
+    /// never a second run, and the key is released. A gRPC response whose status was still
+    /// to come in its trailers is read up to them whatever its size; cut off before them,
+    /// it has no status and is not recorded: the key is released and a retry runs.
     pub fn max_drain_time(mut self, limit: Duration) -> Self {
         self.options.max_drain_time = limit;
         self
@@ -313,7 +315,9 @@ impl IdempotencyLayerBuilder {
 
     /// The largest response body stored (default 1 MiB). A larger response completes
     /// normally, and a retry is answered `409` `response-not-stored` with the original
-    /// status, never run again.
+    /// status, never run again. A larger gRPC response whose status comes in its trailers
+    /// is still judged by that status: a "try again" (`UNAVAILABLE`, …) is not recorded,
+    /// and its retry runs.
     pub fn max_response_body(mut self, bytes: usize) -> Self {
         self.options.max_response_body = bytes;
         self

@@ -43,8 +43,15 @@
 //! `INVALID_ARGUMENT`, `FAILED_PRECONDITION`, `OUT_OF_RANGE`, `PERMISSION_DENIED`,
 //! `UNAUTHENTICATED`. A gRPC status sent in the trailers (every call that answers a
 //! message) decides there, and the trailers are stored with the response and replayed after
-//! its body (as any response's trailers). A response over the limits is recorded as completed but not stored: a retry
-//! gets `409` `response-not-stored`, never a second run. Records are kept for 24 hours by
+//! its body (as any response's trailers), whatever the body's size: a "try again" in the
+//! trailers of a stream over the limit is not recorded either. A gRPC response cut off
+//! before its trailers (its body failed, or its client left and the drain ran out) has no
+//! status and is not recorded: its retry runs. A gRPC-Web response
+//! (`application/grpc-web…`) is judged by a `grpc-status` in its head (a trailers-only
+//! answer); one whose status is in a trailer frame at the end of its body, which the layer
+//! does not read, is never stored: its retry runs again. Any other response over the limits is
+//! recorded as completed but not stored: a retry gets `409` `response-not-stored`, never a
+//! second run. Records are kept for 24 hours by
 //! default. If the process running a request dies, its lease expires after its TTL and
 //! a retry runs again: at-least-once, not exactly-once.
 //!

@@ -380,3 +380,211 @@ async fn a_per_host_scope_reads_the_authority_of_an_http2_call() {
     assert!(first.is_ok(), "{first:?}");
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// How the first call of `test.Feed/List` ends after its messages.
+#[derive(Clone, Copy)]
+enum FeedEnd {
+    /// With this status, in the trailers.
+    Status(Code),
+    /// Never: the stream stays open (only a client that leaves ends the call).
+    Never,
+}
+
+/// The service `test.Feed`: each call counts a run. The first streams `messages` messages
+/// of 1 KiB, then ends as `end` says; later calls stream one message, `created`, and end
+/// with `OK`.
+#[derive(Clone)]
+struct Feed {
+    runs: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    messages: usize,
+    end: FeedEnd,
+}
+
+type FeedStream = Pin<Box<dyn futures_util::Stream<Item = Result<Bytes, Status>> + Send>>;
+
+impl NamedService for Feed {
+    const NAME: &'static str = "test.Feed";
+}
+
+impl tonic::server::ServerStreamingService<Bytes> for Feed {
+    type Response = Bytes;
+    type ResponseStream = FeedStream;
+    type Future = Pin<Box<dyn Future<Output = Result<tonic::Response<FeedStream>, Status>> + Send>>;
+
+    fn call(&mut self, _request: tonic::Request<Bytes>) -> Self::Future {
+        use futures_util::StreamExt as _;
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let stream: FeedStream =
+            if run > 1 {
+                Box::pin(futures_util::stream::iter([Ok(Bytes::from_static(
+                    b"created",
+                ))]))
+            } else {
+                let messages = futures_util::stream::iter(
+                    (0..self.messages).map(|_| Ok(Bytes::from(vec![b'm'; 1024]))),
+                );
+                match self.end {
+                    FeedEnd::Status(code) => Box::pin(messages.chain(futures_util::stream::iter(
+                        [Err(Status::new(code, "try again"))],
+                    ))),
+                    FeedEnd::Never => Box::pin(messages.chain(futures_util::stream::pending())),
+                }
+            };
+        Box::pin(async move { Ok(tonic::Response::new(stream)) })
+    }
+}
+
+impl Service<http::Request<Body>> for Feed {
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<http::Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+        let feed = self.clone();
+        Box::pin(async move {
+            Ok(tonic::server::Grpc::new(Raw)
+                .server_streaming(feed, req)
+                .await)
+        })
+    }
+}
+
+/// A tonic server for `feed` behind an unscoped idempotency layer that stores at most
+/// 2 KiB of a response body, drains a left response for at most 100 ms, and lets a
+/// duplicate wait for the key; and a client connected to it.
+async fn serve_feed(feed: Feed) -> tonic::client::Grpc<Channel> {
+    let layer = tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+        .unscoped()
+        .max_response_body(2048)
+        .max_drain_time(Duration::from_millis(100))
+        .wait(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    tokio::spawn(
+        Server::builder()
+            .layer(layer)
+            .add_service(feed)
+            .serve_with_incoming(incoming),
+    );
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    tonic::client::Grpc::new(channel)
+}
+
+/// Call `test.Feed/List` with idempotency key `key`: its stream of messages.
+async fn list(
+    client: &tonic::client::Grpc<Channel>,
+    key: &str,
+) -> Result<tonic::Response<tonic::codec::Streaming<Bytes>>, Status> {
+    let mut client = client.clone();
+    client.ready().await.unwrap();
+    let mut req = tonic::Request::new(Bytes::from_static(b"list"));
+    req.metadata_mut()
+        .insert("idempotency-key", format!("\"{key}\"").parse().unwrap());
+    client
+        .server_streaming(req, PathAndQuery::from_static("/test.Feed/List"), Raw)
+        .await
+}
+
+/// Every message of a stream, and the status it ended with.
+async fn read_all(
+    stream: Result<tonic::Response<tonic::codec::Streaming<Bytes>>, Status>,
+) -> (usize, Result<(), Code>) {
+    let mut stream = match stream {
+        Ok(stream) => stream.into_inner(),
+        Err(status) => return (0, Err(status.code())),
+    };
+    let mut bytes = 0;
+    loop {
+        match stream.message().await {
+            Ok(Some(message)) => bytes += message.len(),
+            Ok(None) => return (bytes, Ok(())),
+            Err(status) => return (bytes, Err(status.code())),
+        }
+    }
+}
+
+/// A server-streaming call whose messages pass the layer's `max_response_body` and that
+/// then ends with a "try again" status in its trailers is not recorded at all (as a `503`
+/// is not): its retry runs the handler again, rather than being answered "completed, not
+/// stored" for the whole retention. A lasting status over the limit still is recorded as
+/// completed, not stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_try_again_past_the_body_limit_is_not_recorded_and_the_retry_runs() {
+    for code in [
+        Code::Unavailable,
+        Code::Aborted,
+        Code::ResourceExhausted,
+        Code::DeadlineExceeded,
+        Code::Cancelled,
+    ] {
+        let runs = std::sync::Arc::default();
+        let client = serve_feed(Feed {
+            runs: std::sync::Arc::clone(&runs),
+            messages: 4,
+            end: FeedEnd::Status(code),
+        })
+        .await;
+        let first = read_all(list(&client, "l-1").await).await;
+        assert_eq!(first, (4096, Err(code)), "{code:?}");
+        let retry = read_all(list(&client, "l-1").await).await;
+        assert_eq!(retry, (7, Ok(())), "{code:?}: the retry did not run");
+        assert_eq!(
+            runs.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "{code:?}"
+        );
+    }
+    // A lasting answer over the limit: completed, not stored; the retry does not run.
+    let runs = std::sync::Arc::default();
+    let client = serve_feed(Feed {
+        runs: std::sync::Arc::clone(&runs),
+        messages: 4,
+        end: FeedEnd::Status(Code::NotFound),
+    })
+    .await;
+    let first = read_all(list(&client, "l-2").await).await;
+    assert_eq!(first, (4096, Err(Code::NotFound)));
+    let retry = read_all(list(&client, "l-2").await).await;
+    assert_eq!(retry.0, 0, "{retry:?}");
+    assert!(retry.1.is_err(), "{retry:?}");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A server-streaming call whose client leaves and whose stream then does not end within
+/// the drain time has no status (a gRPC status comes in the trailers, and HTTP `200` says
+/// nothing): it is not recorded, and the retry runs the handler again, whether the
+/// messages sent so far fit the body limit or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_stream_cut_off_before_its_status_is_not_recorded_and_the_retry_runs() {
+    for messages in [1, 4] {
+        let runs = std::sync::Arc::default();
+        let client = serve_feed(Feed {
+            runs: std::sync::Arc::clone(&runs),
+            messages,
+            end: FeedEnd::Never,
+        })
+        .await;
+        let mut first = list(&client, "l-3").await.unwrap().into_inner();
+        assert!(first.message().await.unwrap().is_some());
+        // The client leaves; the drain is cut off after 100 ms, and the duplicate waits.
+        drop(first);
+        let retry = read_all(list(&client, "l-3").await).await;
+        assert_eq!(
+            retry,
+            (7, Ok(())),
+            "{messages} messages: the retry did not run"
+        );
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+}

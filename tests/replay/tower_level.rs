@@ -587,3 +587,81 @@ async fn header_names_given_as_text_name_the_replayed_fingerprinted_and_key_head
         );
     }
 }
+
+/// A gRPC-Web frame: its flag (`0x80` for the trailers), its length, its bytes.
+fn grpc_web_frame(flag: u8, payload: &[u8]) -> Bytes {
+    let mut frame = vec![flag];
+    frame.extend_from_slice(&u32::try_from(payload.len()).unwrap().to_be_bytes());
+    frame.extend_from_slice(payload);
+    Bytes::from(frame)
+}
+
+/// A gRPC-Web response (HTTP `200`, `application/grpc-web+proto`) carries its status in a
+/// trailer frame inside its body, which the layer does not read: it is not stored (the
+/// retry runs, as for a "try again", whatever the frame said), rather than judged by its
+/// HTTP `200` and its `UNAVAILABLE` replayed for the whole retention. A trailers-only
+/// gRPC-Web answer, whose status is in its head, is judged by it as a gRPC one is.
+#[tokio::test]
+async fn a_grpc_web_response_is_judged_by_a_status_the_layer_can_read() {
+    for (in_head, status, stored) in [
+        (None, "14", false),
+        (None, "0", false),
+        (Some("14"), "14", false),
+        (Some("0"), "0", true),
+    ] {
+        let engine = LockEngine::in_memory();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let svc = {
+            let runs = runs.clone();
+            service_fn(move |_req: Req| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    let mut res = match in_head {
+                        // Messages, then the status in a trailer frame.
+                        None => Response::new(
+                            Full::new(
+                                [
+                                    grpc_web_frame(0, b"created"),
+                                    grpc_web_frame(
+                                        0x80,
+                                        format!("grpc-status:{status}\r\n").as_bytes(),
+                                    ),
+                                ]
+                                .concat()
+                                .into(),
+                            )
+                            .map_err(|never| match never {})
+                            .boxed(),
+                        ),
+                        Some(code) => {
+                            let mut res = full(StatusCode::OK, "");
+                            res.headers_mut()
+                                .insert("grpc-status", code.parse().unwrap());
+                            res
+                        }
+                    };
+                    res.headers_mut().insert(
+                        "content-type",
+                        "application/grpc-web+proto".parse().unwrap(),
+                    );
+                    Ok::<_, Infallible>(res)
+                }
+            })
+        };
+        let svc = tower::ServiceBuilder::new()
+            .layer(layer(&engine))
+            .service(svc);
+        let first = svc.clone().oneshot(request("w")).await.unwrap();
+        first.into_body().collect().await.unwrap();
+        let retry = svc.oneshot(request("w")).await.unwrap();
+        let case = format!("status {status}, in the head: {}", in_head.is_some());
+        assert_eq!(retry.status(), StatusCode::OK, "{case}");
+        if stored {
+            assert_eq!(retry.headers()["idempotent-replayed"], "true", "{case}");
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "{case}: never run twice");
+        } else {
+            assert_eq!(runs.load(Ordering::SeqCst), 2, "{case}: the retry ran");
+            assert_eq!(engine.record(&lock_key("w")).await.unwrap(), None, "{case}");
+        }
+    }
+}

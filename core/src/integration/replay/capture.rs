@@ -32,6 +32,11 @@ pub(super) enum State {
     },
     /// Completed, but over a limit: keep only that it completed, and its status.
     NotKept { status: StatusCode },
+    /// A gRPC response whose status comes in its trailers, over the body limit: nothing of
+    /// it is kept, but its trailers still decide between "completed, not stored" (a lasting
+    /// status) and no record at all (a "try again", as for a `503`). Without them (the body
+    /// failed, or was cut off) it has no status, and nothing is recorded.
+    AwaitTrailers { status: StatusCode },
 }
 
 impl fmt::Debug for Capture {
@@ -40,6 +45,7 @@ impl fmt::Debug for Capture {
             State::Release => "release",
             State::Keep { .. } => "keep",
             State::NotKept { .. } => "not kept",
+            State::AwaitTrailers { .. } => "await trailers",
         };
         f.debug_struct("Capture")
             .field("state", &state)
@@ -62,16 +68,30 @@ impl Capture {
     }
 
     /// Whether more body is still worth reading for the record (`false` once nothing is
-    /// kept, or the body passed the limit).
+    /// kept, or the body passed the limit), or for the trailers that decide it (a gRPC
+    /// response's status: read up to them whatever the body's size).
     pub(crate) fn wants_data(&self) -> bool {
-        matches!(self.state, State::Keep { .. })
+        matches!(self.state, State::Keep { .. } | State::AwaitTrailers { .. })
     }
 
     /// A chunk of the response body.
     pub(crate) fn data(&mut self, chunk: &[u8]) {
-        if let State::Keep { status, body, .. } = &mut self.state {
+        if let State::Keep {
+            status,
+            body,
+            by_trailers,
+            ..
+        } = &mut self.state
+        {
             if body.len() + chunk.len() > self.completion.replay.options.max_response_body {
-                self.state = State::NotKept { status: *status };
+                // Over the limit, but a gRPC status still to come decides whether the
+                // request even completed: a "try again" in the trailers must release the
+                // key with no record, however long the stream was.
+                self.state = if *by_trailers {
+                    State::AwaitTrailers { status: *status }
+                } else {
+                    State::NotKept { status: *status }
+                };
             } else {
                 body.extend_from_slice(chunk);
             }
@@ -82,6 +102,20 @@ impl Capture {
     /// with them too. A gRPC response's trailers carry its status, which decides whether
     /// it is stored at all (a "try again" is not: the key is released, the retry runs).
     pub(crate) fn trailers(&mut self, trailers: &http::HeaderMap) {
+        if let State::AwaitTrailers { status } = self.state {
+            let code = crate::grpc::status(trailers).unwrap_or(2);
+            self.state = if self
+                .completion
+                .replay
+                .options
+                .stores_grpc(code, status, trailers)
+            {
+                State::NotKept { status }
+            } else {
+                State::Release
+            };
+            return;
+        }
         let State::Keep {
             status,
             meta,
@@ -111,9 +145,22 @@ impl Capture {
     /// [drain time](super::ReplayLocker::max_drain_time) ran out, or it failed): what was to
     /// be kept is recorded as completed but not stored, so a retry is answered `409`
     /// `response-not-stored` rather than run a second time.
+    ///
+    /// Except a gRPC response whose status was still to come in its trailers: it has no
+    /// status at all (its HTTP `200` is every gRPC response's, failures included), so the
+    /// layer cannot tell a success from a "try again", and its client did not see one
+    /// either (a gRPC client reports a stream without its status as a failure, not as a
+    /// success). Nothing is recorded and the key is released, so the retry runs: the
+    /// answer for an outcome nobody saw is another run, not `409` for the whole retention
+    /// (a stream cut off is typically `CANCELLED` or `UNAVAILABLE`, which are retried).
     pub(crate) fn cut_off(&mut self) {
-        if let State::Keep { status, .. } = self.state {
-            self.state = State::NotKept { status };
+        match self.state {
+            State::Keep {
+                by_trailers: true, ..
+            }
+            | State::AwaitTrailers { .. } => self.state = State::Release,
+            State::Keep { status, .. } => self.state = State::NotKept { status },
+            State::Release | State::NotKept { .. } => {}
         }
     }
 
@@ -140,6 +187,7 @@ impl Capture {
             // Nothing to keep, or a gRPC response that ended without its status: nothing
             // to replay.
             State::Release
+            | State::AwaitTrailers { .. }
             | State::Keep {
                 by_trailers: true, ..
             } => None,

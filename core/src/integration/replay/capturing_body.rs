@@ -19,8 +19,9 @@ use super::{Capture, ChunkSource, Drain};
 /// it reads what the body already has on the spot, so a whole body is stored before the
 /// drop returns, and hands the rest to the framework's spawner ([`Leftover`](super::Leftover)). A body that fails
 /// mid-stream completed a request whose response cannot be kept: under a status that is
-/// stored, a retry is answered `409` `response-not-stored`; under another, the key is
-/// released with nothing recorded and a retry runs. A body that panics stores nothing: the
+/// stored, a retry is answered `409` `response-not-stored`; under another, or with no
+/// status yet (a gRPC response before its trailers), the key is released with nothing
+/// recorded and a retry runs. A body that panics stores nothing: the
 /// key is released and a retry runs again.
 pub struct CapturingBody<S> {
     /// `None` once the body ended (or panicked).
@@ -82,7 +83,8 @@ impl<S: ChunkSource> CapturingBody<S> {
             Some(Err(_)) => {
                 // The request completed (its handler ran) and its response cannot be kept:
                 // recorded as not stored if its status is one that is stored, so a retry
-                // is answered `409` rather than run a second time; else released.
+                // is answered `409` rather than run a second time; else (or with no status
+                // yet: a gRPC response before its trailers) released.
                 if let Some(capture) = &mut self.capture {
                     capture.cut_off();
                 }

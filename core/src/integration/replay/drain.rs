@@ -99,7 +99,8 @@ impl<S: ChunkSource> Future for Drain<S> {
                     Instant::now() + capture.max_drain_time(),
                 ))
             });
-            // Read up to the limit: past it the response is known not to be kept.
+            // Read up to the limit: past it the response is known not to be kept (a gRPC
+            // response's, up to its trailers: its status decides whether it is recorded).
             while capture.wants_data() {
                 match this.source.as_mut().poll_next(cx) {
                     Poll::Ready(None) => break,

@@ -78,7 +78,18 @@ impl ReplayOptions {
     /// after the messages, so such a head is captured and the trailers decide
     /// ([`Capture::trailers`](super::Capture::trailers) asks
     /// [`stores_grpc`](Self::stores_grpc) with them).
+    ///
+    /// A gRPC-Web response (`application/grpc-web…`) is judged by the `grpc-status` of
+    /// its head, when it is a trailers-only answer. Otherwise its status is in a trailer
+    /// frame at the end of its body (base64 text for `grpc-web-text`), which the layer
+    /// does not parse: its HTTP `200` says nothing (a failure has it too), so it is not
+    /// stored, rather than a "try again" replayed for the whole retention. The key is
+    /// released, and a retry runs again.
     pub(super) fn stores(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        if grpc::is_grpc_web_response(headers) {
+            return grpc::status(headers)
+                .is_some_and(|code| self.stores_grpc(code, status, headers));
+        }
         if grpc::is_grpc_response(headers) {
             return match grpc::status(headers) {
                 Some(code) => self.stores_grpc(code, status, headers),
