@@ -11,7 +11,7 @@
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, Weak,
         atomic::{AtomicBool, Ordering},
     },
     time::Duration,
@@ -82,6 +82,9 @@ impl Drop for NodeWatch {
     fn drop(&mut self) {
         self.shared.retired.store(true, Ordering::Release);
         self.task.abort();
+        // The connection's driver ends once the last clone of it is dropped; this one
+        // goes now, whatever else still holds `shared` for a moment.
+        self.shared.conn.lock().unwrap().take();
     }
 }
 
@@ -92,16 +95,19 @@ async fn run(shared: Arc<Shared>, info: ConnectionInfo, timeout: Duration, reset
         // Set once this connection's end is reported.
         let reported = Arc::new(AtomicBool::new(false));
         let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel::<()>();
+        // The closure lives in the connection's driver, which lives as long as a clone of
+        // the connection does, and `shared` holds one: a strong reference here would keep
+        // both alive for good once the watch is dropped.
         let on_push = {
             let (shared, resets, reported, node) = (
-                shared.clone(),
+                Arc::downgrade(&shared),
                 resets.clone(),
                 reported.clone(),
                 node.clone(),
             );
             move |push: PushInfo| {
                 if push.kind == PushKind::Disconnection
-                    && !shared.retired.load(Ordering::Acquire)
+                    && !is_retired(&shared)
                     && !reported.swap(true, Ordering::AcqRel)
                 {
                     // Here, in the connection's driver: no task hop before the engine knows.
@@ -156,6 +162,13 @@ async fn run(shared: Arc<Shared>, info: ConnectionInfo, timeout: Duration, reset
             ));
         }
     }
+}
+
+/// Whether the watch was ended on purpose (or is gone altogether).
+fn is_retired(shared: &Weak<Shared>) -> bool {
+    shared
+        .upgrade()
+        .is_none_or(|shared| shared.retired.load(Ordering::Acquire))
 }
 
 /// A RESP3 connection to the node, its pushes to `on_push`, named [`NAME`].
