@@ -2,9 +2,10 @@
 //! [`RedisBackend::cluster`], the cluster connection every command goes through, the
 //! sharded pub/sub subscriber (`subscriber`) and the watch that follows the cluster's
 //! topology (`watch`, one `node_watch` per node, what it knows of the topology in
-//! `topology`).
+//! `topology`, the node watches asking each other in `peers`).
 
 mod node_watch;
+mod peers;
 mod subscriber;
 mod topology;
 mod watch;

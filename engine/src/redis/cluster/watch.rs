@@ -21,6 +21,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
 use super::{
     node_watch::NodeWatch,
+    peers::Peers,
     topology::{Addr, Answer, Topology, parse},
 };
 use crate::{BackendError, BackendErrorKind, ConfigError, Resets, runtime};
@@ -51,6 +52,8 @@ struct Nodes {
     seeds: Vec<String>,
     topology: Topology,
     watches: HashMap<Addr, NodeWatch>,
+    /// Every node watch's connection, for one to ask the others.
+    peers: Peers,
 }
 
 impl Watch {
@@ -80,6 +83,7 @@ impl Watch {
             seeds: seeds.to_vec(),
             topology: Topology::default(),
             watches: HashMap::new(),
+            peers: Peers::default(),
         };
         let (seed, answer) = runtime::on_engine(first_topology(seeds, timeout)).await?;
         nodes.follow(&seed, &answer);
@@ -117,8 +121,19 @@ impl Nodes {
                 .template
                 .clone()
                 .set_addr(address(&self.template, &addr));
-            let watch = NodeWatch::start(info, self.timeout, self.resets.clone());
+            let watch = NodeWatch::start(
+                addr.clone(),
+                info,
+                self.timeout,
+                self.resets.clone(),
+                self.peers.clone(),
+            );
             self.watches.insert(addr, watch);
+        }
+        // Every node's role as of this answer: a node's drop is a reset unless it is a
+        // replica (and still one, see `peers`).
+        for (addr, watch) in &self.watches {
+            watch.set_role(self.topology.role(addr));
         }
     }
 
