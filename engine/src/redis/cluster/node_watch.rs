@@ -1,10 +1,14 @@
-//! The watch on one Redis Cluster node: a RESP3 connection of its own whose end is a reset.
+//! The watch on one Redis Cluster node: a RESP3 connection of its own whose end is a reset,
+//! unless the node is a replica.
 //!
 //! The moment it drops (the node killed or restarted, a failover's promoted replica taking
 //! a slot, a reset network path), every grant made before may be gone: a reset, reported
 //! from the connection's own driver task where it reads the end of the stream, so before a
 //! restarted node can answer anyone (a killed process's sockets are closed by its kernel).
-//! Another close for a lesser reason (`CLIENT KILL`) is a reset too: early, and safe. The
+//! A node the latest topology names a replica grants nothing: its drop is weighed by the
+//! watch's task instead, which asks the other nodes whether it is a replica still (`peers`),
+//! and is no reset if so. Another close for a lesser reason (`CLIENT KILL`) of a primary's
+//! connection is a reset too: early, and safe. The
 //! connection is then made again, with a backoff while the node is down. A `PING` every
 //! [`KEEPALIVE`] keeps it from looking idle: a node closes a connection idle longer than
 //! its `timeout` (300 s is common), and every close is taken for a reset.
