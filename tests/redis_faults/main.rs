@@ -15,6 +15,10 @@ mod child;
 mod closed_or_paused;
 #[cfg(feature = "redis-cluster")]
 mod cluster_idle;
+#[cfg(feature = "redis-cluster")]
+mod cluster_replica_restart;
+#[cfg(feature = "redis-cluster")]
+mod cluster_watch_dropped;
 mod dead_tickets;
 mod deadlines;
 mod faults;

@@ -1,10 +1,13 @@
 //! Redis Cluster (feature `redis-cluster`, gated once, where this module is declared):
 //! [`RedisBackend::cluster`], the cluster connection every command goes through, the
 //! sharded pub/sub subscriber (`subscriber`) and the watch that follows the cluster's
-//! topology (`watch`, one `node_watch` per node).
+//! topology (`watch`, one `node_watch` per node, what it knows of the topology in
+//! `topology`, the node watches asking each other in `peers`).
 
 mod node_watch;
+mod peers;
 mod subscriber;
+mod topology;
 mod watch;
 
 use std::{sync::Arc, time::Duration};

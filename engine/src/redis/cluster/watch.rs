@@ -3,30 +3,32 @@
 //!
 //! The nodes watched are those `CLUSTER SLOTS` names (every slot's primary and replicas,
 //! as redis-rs's cluster client sees them), read first from the seed URLs and then every
-//! [`TOPOLOGY`] from a node already watched. A node that appears is watched from then on:
-//! a replica added to a shard is watched from the poll after it became a replica, long
-//! before a failover can make it a primary, so its crash and empty restart are reported
-//! the moment its connection drops, before it answers anyone. redis-rs refreshes its own
-//! slot map only when a command meets a redirect, so the watch cannot borrow it.
+//! [`TOPOLOGY`] from a node already watched, a different one first each poll. A node that
+//! appears is watched from then on: a replica added to a shard is watched from the poll
+//! after it became a replica, long before a failover can make it a primary, so its crash
+//! and empty restart are reported the moment its connection drops, before it answers
+//! anyone. redis-rs refreshes its own slot map only when a command meets a redirect, so
+//! the watch cannot borrow it.
 //!
-//! A node that no poll names for [`ABSENT_POLLS`] polls in a row (removed, or a failed
-//! node the cluster gave up on) is no longer watched; should it come back as a replica, it
-//! is watched again. A node missing from one answer only (the answering node had not yet
-//! heard of it) stays watched.
+//! Which answers are believed, and when a node is no longer watched, is `topology`'s: an
+//! empty answer tells nothing, a node is dropped only once answers from two different
+//! nodes have left it out, and never every node. When no watched node tells the topology,
+//! the seeds are asked again.
 
 use std::{collections::HashMap, time::Duration};
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use super::node_watch::NodeWatch;
+use super::{
+    node_watch::NodeWatch,
+    peers::Peers,
+    topology::{Addr, Answer, Topology, parse},
+};
 use crate::{BackendError, BackendErrorKind, ConfigError, Resets, runtime};
 
 /// How often the topology is read: a node added to the cluster is watched at most this
 /// long (plus a connect) after the node asked names it.
 pub(super) const TOPOLOGY: Duration = Duration::from_secs(1);
-
-/// How many polls in a row must leave a node out before it is no longer watched.
-const ABSENT_POLLS: u32 = 3;
 
 /// The watch on every node; dropping it ends every node's watch.
 pub(super) struct Watch {
@@ -39,9 +41,6 @@ impl Drop for Watch {
     }
 }
 
-/// A node's address, as `CLUSTER SLOTS` gives it.
-type Addr = (String, u16);
-
 /// The nodes watched.
 struct Nodes {
     /// The seeds' connection settings (credentials, TLS, RESP3), to which each node's
@@ -49,13 +48,12 @@ struct Nodes {
     template: ConnectionInfo,
     timeout: Duration,
     resets: Resets,
-    watches: HashMap<Addr, Watched>,
-}
-
-struct Watched {
-    watch: NodeWatch,
-    /// Polls in a row that left it out.
-    absent: u32,
+    /// Asked again when no watched node tells the topology.
+    seeds: Vec<String>,
+    topology: Topology,
+    watches: HashMap<Addr, NodeWatch>,
+    /// Every node watch's connection, for one to ask the others.
+    peers: Peers,
 }
 
 impl Watch {
@@ -82,19 +80,18 @@ impl Watch {
             template,
             timeout,
             resets,
+            seeds: seeds.to_vec(),
+            topology: Topology::default(),
             watches: HashMap::new(),
+            peers: Peers::default(),
         };
-        let topology = runtime::on_engine(first_topology(seeds, timeout)).await?;
-        nodes.follow(topology);
-        futures_util::future::join_all(nodes.watches.values().map(|w| w.watch.tried(timeout)))
-            .await;
+        let (seed, answer) = runtime::on_engine(first_topology(seeds, timeout)).await?;
+        nodes.follow(&seed, &answer);
+        futures_util::future::join_all(nodes.watches.values().map(|w| w.tried(timeout))).await;
         let task = runtime::handle().spawn(async move {
             loop {
                 tokio::time::sleep(TOPOLOGY).await;
-                match nodes.topology().await {
-                    Some(topology) => nodes.follow(topology),
-                    None => tracing::debug!("no watched redis cluster node told the topology"),
-                }
+                nodes.poll().await;
             }
         });
         Ok(Self { task })
@@ -102,17 +99,19 @@ impl Watch {
 }
 
 impl Nodes {
-    /// Watch the nodes of `topology` not yet watched; forget those it has left out for
-    /// [`ABSENT_POLLS`] polls.
-    fn follow(&mut self, topology: Vec<Addr>) {
-        for watched in self.watches.values_mut() {
-            watched.absent += 1;
+    /// Take in `answer` from `answered_by`: watch the nodes it adds, end the watch on those
+    /// the topology no longer has.
+    fn follow(&mut self, answered_by: &Addr, answer: &Answer) {
+        let change = self.topology.follow(answered_by, answer);
+        for addr in change.removed {
+            tracing::debug!(
+                host = addr.0,
+                port = addr.1,
+                "redis cluster watch: a node no longer watched"
+            );
+            self.watches.remove(&addr);
         }
-        for addr in topology {
-            if let Some(watched) = self.watches.get_mut(&addr) {
-                watched.absent = 0;
-                continue;
-            }
+        for addr in change.added {
             tracing::debug!(
                 host = addr.0,
                 port = addr.1,
@@ -122,40 +121,69 @@ impl Nodes {
                 .template
                 .clone()
                 .set_addr(address(&self.template, &addr));
-            let watch = NodeWatch::start(info, self.timeout, self.resets.clone());
-            self.watches.insert(addr, Watched { watch, absent: 0 });
+            let watch = NodeWatch::start(
+                addr.clone(),
+                info,
+                self.timeout,
+                self.resets.clone(),
+                self.peers.clone(),
+            );
+            self.watches.insert(addr, watch);
         }
-        self.watches
-            .retain(|_, watched| watched.absent < ABSENT_POLLS);
+        // Every node's role as of this answer: a node's drop is a reset unless it is a
+        // replica (and still one, see `peers`).
+        for (addr, watch) in &self.watches {
+            watch.set_role(self.topology.role(addr));
+        }
     }
 
-    /// The topology, as the first watched node to answer tells it.
-    async fn topology(&self) -> Option<Vec<Addr>> {
-        for ((host, _), watched) in &self.watches {
-            let Some(mut conn) = watched.watch.connection() else {
+    /// Read the topology from the first watched node that tells it, a different one first
+    /// each poll; from the seeds if none does.
+    async fn poll(&mut self) {
+        for addr in self.topology.ask_order() {
+            let Some(mut conn) = self.watches.get(&addr).and_then(NodeWatch::connection) else {
                 continue;
             };
             let mut slots = redis::cmd("CLUSTER");
             slots.arg("SLOTS");
             match tokio::time::timeout(self.timeout, slots.query_async(&mut conn)).await {
-                Ok(Ok(slots)) => return Some(parse(&slots, host)),
+                Ok(Ok(slots)) => {
+                    let answer = parse(&slots, &addr.0);
+                    if answer.is_informative() {
+                        self.follow(&addr, &answer);
+                        return;
+                    }
+                    tracing::debug!(
+                        host = addr.0,
+                        port = addr.1,
+                        "redis cluster watch: a node that knows no slot"
+                    );
+                }
                 Ok(Err(error)) => tracing::debug!(%error, "redis cluster watch: CLUSTER SLOTS"),
                 Err(_) => {}
             }
         }
-        None
+        match first_topology(&self.seeds, self.timeout).await {
+            Ok((seed, answer)) => self.follow(&seed, &answer),
+            Err(error) => tracing::debug!(%error, "no redis cluster node told the topology"),
+        }
     }
 }
 
 /// The topology, from the first seed that tells it.
-async fn first_topology(seeds: &[String], timeout: Duration) -> Result<Vec<Addr>, BackendError> {
+async fn first_topology(
+    seeds: &[String],
+    timeout: Duration,
+) -> Result<(Addr, Answer), BackendError> {
     let mut last = None;
     for seed in seeds {
         let asked = async {
             let info = seed.as_str().into_connection_info()?;
-            let host = match info.addr() {
-                ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-                _ => String::new(),
+            let seed: Addr = match info.addr() {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    (host.clone(), *port)
+                }
+                _ => (String::new(), 0),
             };
             let mut conn = redis::Client::open(info)?
                 .get_multiplexed_async_connection()
@@ -164,12 +192,13 @@ async fn first_topology(seeds: &[String], timeout: Duration) -> Result<Vec<Addr>
                 .arg("SLOTS")
                 .query_async(&mut conn)
                 .await?;
-            Ok::<_, redis::RedisError>(parse(&slots, &host))
+            let answer = parse(&slots, &seed.0);
+            Ok::<_, redis::RedisError>((seed, answer))
         };
         match tokio::time::timeout(timeout, asked).await {
-            Ok(Ok(topology)) if !topology.is_empty() => return Ok(topology),
+            Ok(Ok((seed, answer))) if answer.is_informative() => return Ok((seed, answer)),
             Ok(Err(e)) => last = Some(e),
-            // No slots yet, or no answer in time: the next seed.
+            // No slots (yet, or after a reset), or no answer in time: the next seed.
             Ok(Ok(_)) | Err(_) => {}
         }
     }
@@ -183,43 +212,6 @@ async fn first_topology(seeds: &[String], timeout: Duration) -> Result<Vec<Addr>
         Some(source) => error.with_source(source),
         None => error,
     })
-}
-
-/// Every node a `CLUSTER SLOTS` reply names (primaries and replicas), once each. A node
-/// with no host given is the answering node's host (`answered_by`); one with an unknown
-/// address (`?`) is left out.
-fn parse(slots: &Value, answered_by: &str) -> Vec<Addr> {
-    let mut nodes: Vec<Addr> = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return nodes;
-    };
-    for range in ranges {
-        let Value::Array(range) = range else { continue };
-        for node in range.iter().skip(2) {
-            let Value::Array(node) = node else { continue };
-            let host = match node.first() {
-                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-                Some(Value::SimpleString(host)) => host.clone(),
-                Some(Value::Nil) => String::new(),
-                _ => continue,
-            };
-            let host = match host.as_str() {
-                "?" => continue,
-                "" | "0.0.0.0" | "::" => answered_by.to_owned(),
-                _ => host,
-            };
-            let Some(Value::Int(port)) = node.get(1) else {
-                continue;
-            };
-            let Ok(port) = u16::try_from(*port) else {
-                continue;
-            };
-            if port != 0 && !nodes.iter().any(|(h, p)| *h == host && *p == port) {
-                nodes.push((host, port));
-            }
-        }
-    }
-    nodes
 }
 
 /// `addr`, connected to as the seeds are (TLS with their settings, or plain TCP).
@@ -236,40 +228,5 @@ fn address(template: &ConnectionInfo, (host, port): &Addr) -> ConnectionAddr {
             tls_params: tls_params.clone(),
         },
         _ => ConnectionAddr::Tcp(host.clone(), *port),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(host: &str, port: i64) -> Value {
-        Value::Array(vec![
-            Value::BulkString(host.as_bytes().to_vec()),
-            Value::Int(port),
-            Value::BulkString(b"id".to_vec()),
-        ])
-    }
-
-    #[test]
-    fn every_primary_and_replica_once_with_the_answering_host_for_a_missing_one() {
-        let slots = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(10),
-                node("10.0.0.1", 7000),
-                node("", 7001),
-            ]),
-            Value::Array(vec![
-                Value::Int(11),
-                Value::Int(20),
-                node("10.0.0.1", 7000),
-                node("?", 7002),
-            ]),
-        ]);
-        assert_eq!(
-            parse(&slots, "seed"),
-            vec![("10.0.0.1".to_owned(), 7000), ("seed".to_owned(), 7001)]
-        );
     }
 }
