@@ -22,6 +22,8 @@ pub(super) struct Tables {
     /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
     /// its table's schema).
     expiry_index: String,
+    /// The same index, quoted and qualified: the name the migration looks up.
+    expiry_index_qualified: String,
     /// The records table as `schema.table`, unquoted: the text the advisory locks' keys
     /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
     /// the layer's first versions so that nodes of both agree during a rolling upgrade.
@@ -86,6 +88,7 @@ impl Tables {
                 .map_err(|_| SetupError::Name(format!("{schema:?}, prefix {prefix:?}")))?,
             claim: qualified("idempotency_claim"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
+            expiry_index_qualified: qualified("idempotency_records_expiry"),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
             check: qualified("idempotency_claim_check"),
         })
@@ -104,16 +107,26 @@ impl Tables {
     /// Creates the schema and both tables if missing, serialized by a transaction-level
     /// advisory lock so that nodes migrating at once do not race on the catalog,
     /// without the server's "already exists, skipping" notices.
+    ///
+    /// A step that takes a lock on a table (an index, the commit check's trigger) first
+    /// looks its object up in the catalog and is skipped when it exists: `CREATE INDEX IF
+    /// NOT EXISTS` takes its `SHARE` lock on the table before it checks, which waits for
+    /// every request in flight (their claims hold `ROW EXCLUSIVE` until they commit), and
+    /// every new claim would queue behind it (under `wait(0)`, a fresh key's `409`). A
+    /// migration of tables that exist so takes no lock a request conflicts with.
+    ///
     /// `statement_timeout` and `lock_timeout` are off for the migration's transaction: it
-    /// waits for a concurrent migration's advisory lock (and, adding the commit check to
-    /// older tables, for the requests in flight on them), which a database's or role's
-    /// short timeout would cut (`57014`); bound `migrate()` with a timeout of your own.
+    /// waits for a concurrent migration's advisory lock (and, creating the index or adding
+    /// the commit check to older tables, for the requests in flight on them), which a
+    /// database's or role's short timeout would cut (`57014`); bound `migrate()` with a
+    /// timeout of your own.
     pub(super) fn migration(&self) -> Vec<String> {
         let Self {
             records,
             fences,
             claim,
             expiry_index,
+            expiry_index_qualified,
             lock_name,
             ..
         } = self;
@@ -141,7 +154,15 @@ impl Tables {
                     completed_at timestamptz,
                     expires_at timestamptz NOT NULL)"
             ),
-            format!("CREATE INDEX IF NOT EXISTS {expiry_index} ON {records} (expires_at)"),
+            // Looked up first: `CREATE INDEX IF NOT EXISTS` locks the table before it checks
+            // (see above).
+            format!(
+                "DO $do$ BEGIN
+                    IF to_regclass('{expiry_index_qualified}') IS NULL THEN
+                        CREATE INDEX {expiry_index} ON {records} (expires_at);
+                    END IF;
+                END $do$"
+            ),
             // The claim, one round trip: under the layer's `lock_timeout` (a duplicate
             // waits on the unique index for the transaction that claimed the key), insert
             // the claim, or read the committed record (an expired one is deleted and the
