@@ -241,6 +241,13 @@ impl Tables {
     /// half-written record that blocks the key for its retention and commit the handler's
     /// rows with no response stored: the database refuses it, and rolls it all back.
     /// One index read per claim, at its commit.
+    ///
+    /// A named limit: `SET CONSTRAINTS ALL IMMEDIATE` on the request's transaction
+    /// (Django's `check_constraints`) fires every pending deferred trigger at once, this
+    /// one too, while the claim still has no response; Postgres offers no way to exempt a
+    /// constraint trigger from `ALL`, and the trigger cannot tell that firing from a
+    /// commit (after it, nothing is left to fire at the commit). It refuses then too, its
+    /// message naming both causes: a handler sets its constraints by name.
     pub(super) fn claim_check(&self) -> [String; 2] {
         let Self { records, check, .. } = self;
         [
@@ -250,9 +257,9 @@ impl Tables {
                 BEGIN
                     PERFORM FROM {records} r WHERE r.key = NEW.key AND r.completed_at IS NULL;
                     IF FOUND THEN
-                        RAISE EXCEPTION 'tower-lock: the request''s transaction was committed before its idempotency record was written; nothing was committed'
+                        RAISE EXCEPTION 'tower-lock: the commit check fired before the request''s idempotency record was written: the transaction was committed early, or SET CONSTRAINTS ALL IMMEDIATE ran on it (set your constraints by name); nothing was committed'
                             USING ERRCODE = '{UNFINISHED_CLAIM}',
-                                  HINT = 'the transactional idempotency layer ends the transaction it lends to the handler: the handler must not commit it (begin() on the lent transaction makes a savepoint)';
+                                  HINT = 'the transactional idempotency layer ends the transaction it lends to the handler: the handler must not commit it (begin() on the lent transaction makes a savepoint), nor make every constraint immediate (SET CONSTRAINTS ALL IMMEDIATE fires this check at once; name your own constraints instead)';
                     END IF;
                     RETURN NULL;
                 END
