@@ -226,3 +226,40 @@ async fn through_pgbouncer_a_paused_holders_writes_are_refused_after_a_newer_hol
     a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(&bouncer.url(), "fence_pgb")
         .await;
 }
+
+/// Eight nodes migrating the fences table of a fresh schema at once, a few rounds (and the
+/// layer's migration among them): all succeed, none meets the catalog's race (`23505` on
+/// `pg_namespace` or `pg_type` between two `CREATE ... IF NOT EXISTS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_fence_table_migrations_of_a_fresh_schema_all_succeed() {
+    let pool = crate::app::pool(&shared_url().await).await;
+    for round in 0..4 {
+        let schema = format!("fence_race_{}_{round}", std::process::id());
+        let migrations: Vec<_> = (0..8)
+            .map(|node| {
+                let pool = pool.clone();
+                let schema = schema.clone();
+                async move {
+                    if node == 0 {
+                        tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+                            .unscoped()
+                            .transactional(pool)
+                            .schema(&schema)
+                            .migrate()
+                            .await
+                            .map_err(|e| e.to_string())
+                    } else {
+                        FenceTable::new(&schema, "tower_lock_")
+                            .unwrap()
+                            .migrate(&pool)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                }
+            })
+            .collect();
+        for migrated in futures_util::future::join_all(migrations).await {
+            migrated.unwrap();
+        }
+    }
+}

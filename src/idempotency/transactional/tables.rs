@@ -130,15 +130,11 @@ impl Tables {
             lock_name,
             ..
         } = self;
-        let lock =
-            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))");
-        // The schema and the fences table: the `FenceTable`'s own migration, which also
-        // quiets the notices of the whole migration's transaction (`SET LOCAL`).
-        let mut statements = vec![
-            "SET LOCAL statement_timeout = 0".to_owned(),
-            "SET LOCAL lock_timeout = 0".to_owned(),
-            lock,
-        ];
+        // Timeouts off and the migrations' advisory lock (the `FenceTable`'s, whose key
+        // is this table's `lock_name`); then the schema and the fences table: the
+        // `FenceTable`'s own migration, which also quiets the notices of the whole
+        // migration's transaction (`SET LOCAL`).
+        let mut statements = Vec::from(fences.serialized());
         statements.extend(fences.migration());
         statements.extend([
             // `completed_at` is NULL while the claim is uncommitted; only completed records
