@@ -113,11 +113,18 @@ impl FenceTable {
     /// writes it guards: the mark's row stays locked until the transaction ends, so a stale
     /// holder's check also waits for a newer holder in flight, and then refuses. Outside a
     /// transaction the mark is committed at once and guards nothing.
+    ///
+    /// A dry run's lease ([`LeaseInfo::is_dry_run`]) guards nothing: its fence may be `0`
+    /// (a request the layer would have refused runs anyway), so the check is `Ok` without
+    /// touching the table, and a dry run never changes an answer.
     pub async fn check(
         &self,
         conn: &mut PgConnection,
         lease: &LeaseInfo,
     ) -> Result<(), FenceError> {
+        if lease.is_dry_run() {
+            return Ok(());
+        }
         let key = lease.key().as_str();
         let fence = lease.fence().get();
         // Fences are microseconds since 1970 or a counter: far below `i64::MAX`.

@@ -263,3 +263,58 @@ async fn concurrent_fence_table_migrations_of_a_fresh_schema_all_succeed() {
         }
     }
 }
+
+/// Under `dry_run(true)` the lease guards nothing (its fence may be `0`, the lease of a
+/// request the layer would have refused): `FenceTable::check` is `Ok` without touching
+/// the table, so a dry run never changes an answer, even against a newer mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_dry_run_the_fence_check_passes_and_writes_nothing() {
+    let db = Db::new(&shared_url().await, "dry_fence").await;
+    let fences = FenceTable::new(&db.schema, "tower_lock_").unwrap();
+    fences.migrate(&db.pool).await.unwrap();
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(HeaderKey::new("x-tenant"))
+        .dry_run(true)
+        .build()
+        .unwrap();
+    async fn checked(
+        Extension(pool): Extension<PgPool>,
+        Extension(fences): Extension<FenceTable>,
+        Locked(lease): Locked,
+    ) -> Response {
+        let mut tx = pool.begin().await.unwrap();
+        // A newer holder's mark, far above any fence.
+        sqlx::query(&format!(
+            "INSERT INTO {} (key, fence) VALUES ($1, 9000000000000000000)",
+            fences.name()
+        ))
+        .persistent(false)
+        .bind(lease.key().as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let answer = match fences.check(&mut tx, &lease).await {
+            Ok(()) => StatusCode::OK,
+            Err(FenceError::Stale { .. }) => StatusCode::CONFLICT,
+            Err(other) => panic!("{other}"),
+        };
+        tx.rollback().await.unwrap();
+        answer.into_response()
+    }
+    let app = Router::new()
+        .route("/check", post(checked))
+        .layer(layer)
+        .layer(Extension(fences.clone()))
+        .layer(Extension(db.pool.clone()));
+    let server = serve(app).await;
+    let reply = server
+        .send_body("POST", "/check", &[("x-tenant", "t1")], "")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let marks: i64 = sqlx::raw_sql(&format!("SELECT count(*) FROM {}", fences.name()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(marks, 0);
+}
