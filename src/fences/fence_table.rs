@@ -21,6 +21,9 @@ pub struct FenceTable {
     table: Arc<str>,
     /// The schema, quoted.
     schema: Arc<str>,
+    /// The key of the migrations' advisory lock: the transactional layer's of the same
+    /// schema and prefix, so that its migration and this table's serialize.
+    migration_lock: Arc<str>,
 }
 
 impl fmt::Debug for FenceTable {
@@ -46,6 +49,10 @@ impl FenceTable {
         Ok(Self {
             table: format!("\"{schema}\".\"{prefix}fences\"").into(),
             schema: format!("\"{schema}\"").into(),
+            migration_lock: format!(
+                "SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {schema}.{prefix}idempotency_records'))"
+            )
+            .into(),
         })
     }
 
@@ -55,16 +62,30 @@ impl FenceTable {
     }
 
     /// Create the schema and the table if they are missing (idempotent; the transactional
-    /// layer's `migrate()` creates it too).
+    /// layer's `migrate()` creates it too). Safe from several nodes at once: serialized by
+    /// the transactional layer's transaction-level advisory lock (concurrent `CREATE ... IF
+    /// NOT EXISTS` race on the catalog, `23505`), with `statement_timeout` and
+    /// `lock_timeout` off for its transaction, as the layer's; bound it with a timeout of
+    /// your own.
     pub async fn migrate(&self, pool: &PgPool) -> Result<(), FenceError> {
         let mut tx = pool.begin().await.map_err(FenceError::Database)?;
-        for statement in self.migration() {
+        for statement in self.serialized().into_iter().chain(self.migration()) {
             sqlx::raw_sql(&statement)
                 .execute(&mut *tx)
                 .await
                 .map_err(FenceError::Database)?;
         }
         tx.commit().await.map_err(FenceError::Database)
+    }
+
+    /// The first statements of a migration's transaction: timeouts off (it waits for a
+    /// concurrent migration), then the migrations' advisory lock.
+    pub(crate) fn serialized(&self) -> [String; 3] {
+        [
+            "SET LOCAL statement_timeout = 0".to_owned(),
+            "SET LOCAL lock_timeout = 0".to_owned(),
+            self.migration_lock.to_string(),
+        ]
     }
 
     /// The statements that create the schema and the table if missing, for a migration
@@ -92,11 +113,18 @@ impl FenceTable {
     /// writes it guards: the mark's row stays locked until the transaction ends, so a stale
     /// holder's check also waits for a newer holder in flight, and then refuses. Outside a
     /// transaction the mark is committed at once and guards nothing.
+    ///
+    /// A dry run's lease ([`LeaseInfo::is_dry_run`]) guards nothing: its fence may be `0`
+    /// (a request the layer would have refused runs anyway), so the check is `Ok` without
+    /// touching the table, and a dry run never changes an answer.
     pub async fn check(
         &self,
         conn: &mut PgConnection,
         lease: &LeaseInfo,
     ) -> Result<(), FenceError> {
+        if lease.is_dry_run() {
+            return Ok(());
+        }
         let key = lease.key().as_str();
         let fence = lease.fence().get();
         // Fences are microseconds since 1970 or a counter: far below `i64::MAX`.

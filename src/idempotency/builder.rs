@@ -303,7 +303,8 @@ impl IdempotencyLayerBuilder {
     }
 
     /// How long the rest of a response body is read after its client left, to store it
-    /// (default 60 s). A body still going when this runs out (a stream that never ends)
+    /// (default 60 s), counted from the later of the client's departure and the start of
+    /// the body's read (a client that left during the handler: from its answer). A body still going when this runs out (a stream that never ends)
     /// is recorded as completed but not stored: a retry gets `409` `response-not-stored`,
     /// never a second run, and the key is released. A gRPC response whose status was still
     /// to come in its trailers is read up to them whatever its size; cut off before them,

@@ -24,6 +24,7 @@ mod isolation;
 mod late_refresh;
 mod matrix;
 mod order;
+mod query_timeout;
 mod restart;
 mod setup;
 mod shared;

@@ -266,3 +266,39 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
     assert!(again.fence() > shared_fence, "and past a swept fence row");
     again.release().await.unwrap();
 }
+
+/// A `migrate()` of a schema that is up to date takes no table lock that conflicts with a
+/// call in flight: with a transaction holding `ROW EXCLUSIVE` on each of the backend's
+/// tables (what every call's writes take), it ends at once (it waited for the transaction:
+/// `ADD COLUMN IF NOT EXISTS` and `CREATE INDEX IF NOT EXISTS` lock before they check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_an_up_to_date_schema_waits_for_no_call_in_flight() {
+    let schema = unique_schema("live_migrate");
+    let builder = PostgresBackend::builder(url().await).schema(&schema);
+    builder.migrate().await.unwrap();
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url().await)
+        .await
+        .unwrap();
+    let mut holder = pool.begin().await.unwrap();
+    for table in ["locks", "tickets", "shared_tickets"] {
+        (&mut *holder)
+            .execute(format!("LOCK TABLE \"{schema}\".\"{table}\" IN ROW EXCLUSIVE MODE").as_str())
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        tokio::time::timeout(Duration::from_secs(3), builder.migrate())
+            .await
+            .expect("migrate() waited for the transaction in flight")
+            .unwrap();
+    }
+    holder.rollback().await.unwrap();
+    drop(
+        builder
+            .build()
+            .await
+            .expect("a migrated schema is accepted"),
+    );
+}

@@ -226,3 +226,95 @@ async fn through_pgbouncer_a_paused_holders_writes_are_refused_after_a_newer_hol
     a_paused_holders_writes_are_refused_after_a_newer_holder_wrote(&bouncer.url(), "fence_pgb")
         .await;
 }
+
+/// Eight nodes migrating the fences table of a fresh schema at once, a few rounds (and the
+/// layer's migration among them): all succeed, none meets the catalog's race (`23505` on
+/// `pg_namespace` or `pg_type` between two `CREATE ... IF NOT EXISTS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_fence_table_migrations_of_a_fresh_schema_all_succeed() {
+    let pool = crate::app::pool(&shared_url().await).await;
+    for round in 0..4 {
+        let schema = format!("fence_race_{}_{round}", std::process::id());
+        let migrations: Vec<_> = (0..8)
+            .map(|node| {
+                let pool = pool.clone();
+                let schema = schema.clone();
+                async move {
+                    if node == 0 {
+                        tower_lock::IdempotencyLayer::builder(LockEngine::in_memory())
+                            .unscoped()
+                            .transactional(pool)
+                            .schema(&schema)
+                            .migrate()
+                            .await
+                            .map_err(|e| e.to_string())
+                    } else {
+                        FenceTable::new(&schema, "tower_lock_")
+                            .unwrap()
+                            .migrate(&pool)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                }
+            })
+            .collect();
+        for migrated in futures_util::future::join_all(migrations).await {
+            migrated.unwrap();
+        }
+    }
+}
+
+/// Under `dry_run(true)` the lease guards nothing (its fence may be `0`, the lease of a
+/// request the layer would have refused): `FenceTable::check` is `Ok` without touching
+/// the table, so a dry run never changes an answer, even against a newer mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_dry_run_the_fence_check_passes_and_writes_nothing() {
+    let db = Db::new(&shared_url().await, "dry_fence").await;
+    let fences = FenceTable::new(&db.schema, "tower_lock_").unwrap();
+    fences.migrate(&db.pool).await.unwrap();
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(HeaderKey::new("x-tenant"))
+        .dry_run(true)
+        .build()
+        .unwrap();
+    async fn checked(
+        Extension(pool): Extension<PgPool>,
+        Extension(fences): Extension<FenceTable>,
+        Locked(lease): Locked,
+    ) -> Response {
+        let mut tx = pool.begin().await.unwrap();
+        // A newer holder's mark, far above any fence.
+        sqlx::query(&format!(
+            "INSERT INTO {} (key, fence) VALUES ($1, 9000000000000000000)",
+            fences.name()
+        ))
+        .persistent(false)
+        .bind(lease.key().as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let answer = match fences.check(&mut tx, &lease).await {
+            Ok(()) => StatusCode::OK,
+            Err(FenceError::Stale { .. }) => StatusCode::CONFLICT,
+            Err(other) => panic!("{other}"),
+        };
+        tx.rollback().await.unwrap();
+        answer.into_response()
+    }
+    let app = Router::new()
+        .route("/check", post(checked))
+        .layer(layer)
+        .layer(Extension(fences.clone()))
+        .layer(Extension(db.pool.clone()));
+    let server = serve(app).await;
+    let reply = server
+        .send_body("POST", "/check", &[("x-tenant", "t1")], "")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let marks: i64 = sqlx::raw_sql(&format!("SELECT count(*) FROM {}", fences.name()))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(marks, 0);
+}

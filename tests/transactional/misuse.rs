@@ -34,7 +34,9 @@ const BOTH: [Framework; 2] = [Framework::Axum, Framework::Actix];
 /// `commit` / `rollback` send the statement on the lent connection and ignore its
 /// outcome; `exists` inserts an account that already exists and answers `200 already
 /// exists` when the insert fails (the create-if-absent pattern, without a savepoint);
-/// `savepoint` does the same in a savepoint it rolls back; anything else nothing more.
+/// `savepoint` does the same in a savepoint it rolls back; `constraints` runs `SET
+/// CONSTRAINTS ALL IMMEDIATE` and answers `500` with its error when it fails,
+/// `constraints-ignored` ignores that error; anything else nothing more.
 fn act<'a>(
     conn: &'a mut PgConnection,
     schema: &'a str,
@@ -50,6 +52,17 @@ fn act<'a>(
                     .execute(sqlx::raw_sql(&misuse.to_uppercase()))
                     .await;
                 true
+            }
+            "constraints" | "constraints-ignored" => {
+                let set = (&mut *conn)
+                    .execute(sqlx::raw_sql("SET CONSTRAINTS ALL IMMEDIATE"))
+                    .await;
+                match set {
+                    Err(error) if misuse == "constraints" => {
+                        return (StatusCode::INTERNAL_SERVER_ERROR, error.to_string());
+                    }
+                    _ => true,
+                }
             }
             "exists" => (&mut *conn).execute(sqlx::raw_sql(&account)).await.is_ok(),
             "savepoint" => {
@@ -333,4 +346,32 @@ async fn build_refuses_tables_without_the_commit_check_and_migrate_adds_it() {
     builder().migrate().await.unwrap();
     builder().migrate().await.unwrap();
     builder().build().await.unwrap();
+}
+
+/// `SET CONSTRAINTS ALL IMMEDIATE` (Django's `check_constraints`) fires the commit check at
+/// once, before the record is written: Postgres offers no way to exempt a constraint
+/// trigger from `ALL`. The refusal says so (not that the transaction was committed), and a
+/// handler that answers anyway gets the layer's `500` naming it; nothing is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_constraints_all_immediate_is_refused_with_a_message_that_names_it() {
+    for framework in BOTH {
+        let db = db("constraints").await;
+        let server = server(framework, &db).await;
+        let refused = send(&server, "/payments", "k", "constraints").await;
+        assert_eq!(refused.status, StatusCode::INTERNAL_SERVER_ERROR);
+        let text = refused.text();
+        assert!(
+            text.contains("SET CONSTRAINTS ALL IMMEDIATE") && text.contains("by name"),
+            "{framework:?}: {text}"
+        );
+        assert!(
+            !text.contains("was committed before"),
+            "{framework:?}: {text}"
+        );
+        let answered = send(&server, "/payments", "k", "constraints-ignored").await;
+        assert_misuse(&answered, "SET CONSTRAINTS ALL IMMEDIATE", framework);
+        assert_eq!(rows(&db).await, (0, 0), "{framework:?}");
+        let retry = send(&server, "/payments", "k", "").await;
+        assert_eq!(retry.status, StatusCode::CREATED, "{framework:?}");
+    }
 }

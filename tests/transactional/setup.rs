@@ -1,10 +1,14 @@
 //! Setting the layer up (a missing table is refused, naming the fix; a migration on tables
-//! that exist logs no notice) and the protocol through PgBouncer in transaction pooling
-//! mode.
+//! that exist logs no notice, and takes no lock a request in flight holds) and the
+//! protocol through PgBouncer in transaction pooling mode.
+
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use tower_lock::{
-    FenceTable, IdempotencyLayer, LockEngine, idempotency::transactional::SetupError,
+    FenceTable, IdempotencyLayer, LockEngine,
+    idempotency::transactional::SetupError,
+    sqlx::{self, Row},
 };
 use tower_lock_test_support::{
     http::serve,
@@ -12,7 +16,7 @@ use tower_lock_test_support::{
 };
 
 use crate::{
-    app::{Db, Gate, pool, router, shared_url},
+    app::{Db, Gate, pool, post, router, shared_url},
     logs,
 };
 
@@ -101,4 +105,60 @@ async fn through_pgbouncer_in_transaction_mode_rows_commit_once_and_replay() {
         assert_eq!(retry.header("idempotent-replayed"), Some("true"));
     }
     assert_eq!(db.payments().await, 3);
+}
+
+/// Whether a session waits for a lock on `db`'s records table.
+async fn waiting_on_the_records(db: &Db) -> bool {
+    sqlx::raw_sql(&format!(
+        "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted
+            AND relation = to_regclass('{}.tower_lock_idempotency_records'))",
+        db.schema
+    ))
+    .fetch_one(&db.pool)
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// A `migrate()` while a handler holds its claim (uncommitted) takes no lock that waits for
+/// it: it ends at once, and a new key's claim (which would queue behind a migration waiting
+/// for a table lock, and under `wait(0)` be taken for a duplicate) is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_during_a_request_in_flight_waits_for_nothing() {
+    let db = Db::new(&shared_url().await, "live_migrate").await;
+    let (gate, mut entered) = Gate::new();
+    let server = std::sync::Arc::new(serve(router(&db, db.layer(|b| b).await, gate.clone())).await);
+    let held = tokio::spawn({
+        let server = server.clone();
+        async move { post(&server, "held", "hang", "card").await }
+    });
+    entered.recv().await.unwrap();
+    for round in 0..3 {
+        let started = Instant::now();
+        let migrating = tokio::spawn({
+            let pool = db.pool.clone();
+            let schema = db.schema.clone();
+            async move {
+                IdempotencyLayer::builder(LockEngine::in_memory())
+                    .unscoped()
+                    .transactional(pool)
+                    .schema(&schema)
+                    .migrate()
+                    .await
+            }
+        });
+        // The migration is done, or waits on the records table (the defect): either way,
+        // a fresh key's request now meets whatever it holds.
+        while !migrating.is_finished() && !waiting_on_the_records(&db).await {}
+        let fresh = post(&server, &format!("fresh {round}"), "ok", "card").await;
+        assert_eq!(fresh.status, StatusCode::CREATED, "{:?}", fresh.body);
+        let migrated = tokio::time::timeout(Duration::from_secs(2), migrating)
+            .await
+            .expect("migrate() waited for the request in flight");
+        migrated.unwrap().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    gate.release.notify_one();
+    assert_eq!(held.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(db.payments().await, 4);
 }

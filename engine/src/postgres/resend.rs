@@ -6,9 +6,11 @@
 //! - **It never ran.** Nothing of the reply arrived and the first thing the server said was
 //!   that the session had ended (`FATAL` with SQLSTATE class `57P`, operator intervention:
 //!   `57P01` terminated by `pg_terminate_backend` or a shutdown, `57P02` crash, `57P03`
-//!   not accepting connections, `57P05` `idle_session_timeout`; or class `08`, a connection
-//!   exception, which PgBouncer sends when it drops a client), or the message could not be
-//!   written at all (`BrokenPipe`: the peer had closed). The server answers a message in
+//!   not accepting connections, `57P05` `idle_session_timeout`), or the message could not
+//!   be written at all (`BrokenPipe`: the peer had closed). Not class `08` (a connection
+//!   exception): PgBouncer sends `08P01` when it drops a client, also after it forwarded
+//!   the message to a server (`query_timeout`, "server conn crashed?"), where the server
+//!   may still run and commit it: that is "may have run" below. The server answers a message in
 //!   order, beginning with the leading `SET TRANSACTION` (see `sql`): a session ended
 //!   before that reply is one that ran nothing of the message. This is what a pooled
 //!   connection that died while idle answers, and sqlx's pool does hand those out (it pings
@@ -16,8 +18,8 @@
 //!   again, once, on a fresh connection, within its deadline: a release frees the key at
 //!   once instead of leaving it held for its lease's TTL.
 //! - **It may have run.** The connection broke after the message went out (an I/O error
-//!   while reading, or a session ended after part of the reply): the server may have
-//!   committed it. Only a call whose repetition changes nothing is sent again: an acquire
+//!   while reading, a session ended after part of the reply, or a pooler's `FATAL` of
+//!   class `08` at any point): the server may have committed it. Only a call whose repetition changes nothing is sent again: an acquire
 //!   attempt (its repeat is a re-entry), a waiter's leave, a renewal and the reads. A release, an extension, a completion, a compare-and-set, an admin or pool
 //!   change is not: its repeat would report what the first did as a failure (`Expired`),
 //!   or do it twice. A release is not sent blindly either: the server is asked first
@@ -120,7 +122,7 @@ fn never_ran(failed: &Failed) -> bool {
                         sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
                     )
                 });
-            fatal && db.code().is_some_and(|c| session_ended(&c))
+            fatal && db.code().is_some_and(|c| ended_by_the_server(&c))
         }
         _ => false,
     }
@@ -133,6 +135,14 @@ fn connection_lost(error: &sqlx::Error) -> bool {
         sqlx::Error::Database(db) => db.code().is_some_and(|c| session_ended(&c)),
         _ => false,
     }
+}
+
+/// SQLSTATEs of a session the server itself ended before it ran anything of the message:
+/// class `57P` (operator intervention). Not class `08`: PgBouncer sends `08P01` also after
+/// it forwarded the message (`query_timeout`, "server conn crashed?"), when the server may
+/// still run and commit it.
+fn ended_by_the_server(code: &str) -> bool {
+    code.starts_with("57P")
 }
 
 /// SQLSTATEs of a session the server (or the pooler) ended: class `57P` (operator

@@ -32,7 +32,9 @@ mod shared;
 /// three tables and functions, `holder`'s `kind`); version 3 the `queued` flag of a lock's
 /// row and the fast paths that read it (the row's lock in place of the key's advisory lock).
 /// `migrate()` brings a version 1 or 2 schema up in place (every table `IF NOT EXISTS`, the
-/// column added and set for the keys with tickets, every function replaced).
+/// column added and set for the keys with tickets, every function replaced). On a schema
+/// that is up to date it takes no table lock that conflicts with the calls in flight: every
+/// step that would (an index, the column) is skipped after a look at the catalog.
 pub(super) const SCHEMA_VERSION: i32 = 3;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
@@ -66,7 +68,6 @@ CREATE TABLE IF NOT EXISTS @locks@ (
   expires_at timestamptz NOT NULL,
   queued boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 70);
-ALTER TABLE @locks@ ADD COLUMN IF NOT EXISTS queued boolean NOT NULL DEFAULT false;
 CREATE TABLE IF NOT EXISTS @tickets@ (
   key text NOT NULL,
   id text NOT NULL,
@@ -77,12 +78,23 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   claim_ms bigint NOT NULL,
   PRIMARY KEY (key, id)
 );
-CREATE INDEX IF NOT EXISTS @queue_index@ ON @tickets@ (key, seq);
--- Version 3: a key with tickets has its row, marked `queued` (an older schema's waiters
--- keep their places).
-INSERT INTO @locks@ AS l (key, token, fence, expires_at, queued)
-  SELECT DISTINCT key, NULL::text, 0::bigint, clock_timestamp(), true FROM @tickets@
-  ON CONFLICT (key) DO UPDATE SET queued = true;
+-- Version 3, on an older schema only: the `queued` column, and a key with tickets has its
+-- row, marked `queued` (an older schema's waiters keep their places). Looked up first, as
+-- every step below that locks a table: `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` takes an
+-- ACCESS EXCLUSIVE lock before it checks, and `CREATE INDEX IF NOT EXISTS` a SHARE lock,
+-- which would wait for every call in flight on the table (and every new call behind it).
+DO $do$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@locks@'::regclass
+      AND attname = 'queued' AND NOT attisdropped) THEN
+    ALTER TABLE @locks@ ADD COLUMN queued boolean NOT NULL DEFAULT false;
+    INSERT INTO @locks@ AS l (key, token, fence, expires_at, queued)
+      SELECT DISTINCT key, NULL::text, 0::bigint, clock_timestamp(), true FROM @tickets@
+      ON CONFLICT (key) DO UPDATE SET queued = true;
+  END IF;
+  IF to_regclass('@schema@.@queue_index@') IS NULL THEN
+    CREATE INDEX @queue_index@ ON @tickets@ (key, seq);
+  END IF;
+END $do$;
 CREATE TABLE IF NOT EXISTS @pools@ (
   pool text NOT NULL,
   member text NOT NULL,
@@ -120,7 +132,11 @@ CREATE TABLE IF NOT EXISTS @shared_tickets@ (
   lim bigint NOT NULL,
   PRIMARY KEY (key, id)
 );
-CREATE INDEX IF NOT EXISTS @shared_queue_index@ ON @shared_tickets@ (key, seq);
+DO $do$ BEGIN
+  IF to_regclass('@schema@.@shared_queue_index@') IS NULL THEN
+    CREATE INDEX @shared_queue_index@ ON @shared_tickets@ (key, seq);
+  END IF;
+END $do$;
 CREATE TABLE IF NOT EXISTS @numbers@ (
   key text PRIMARY KEY,
   value double precision NOT NULL,

@@ -15,7 +15,8 @@ pub(super) enum Misuse {
     /// commit without its response) and rolls it all back.
     Ended,
     /// A statement failed inside it and the handler answered anyway: Postgres aborted the
-    /// transaction, and nothing of it can commit.
+    /// transaction, and nothing of it can commit. `SET CONSTRAINTS ALL IMMEDIATE` is one
+    /// (the commit check fires at once and refuses).
     FailedStatement,
     /// A second borrow while the first is held (`Tx` taken twice, or a middleware holding
     /// one around the handler): refused at once, where waiting would never end.
@@ -43,7 +44,9 @@ impl Misuse {
                 "a statement failed inside the request's transaction and the handler \
                  answered anyway: Postgres aborted the transaction, nothing was committed, \
                  and no response was stored. Run a statement that may fail in a savepoint \
-                 (begin() on the transaction), and roll the savepoint back when it fails"
+                 (begin() on the transaction), and roll the savepoint back when it fails. \
+                 SET CONSTRAINTS ALL IMMEDIATE is refused too (it fires the layer's commit \
+                 check before the response is written): set your constraints by name"
             }
             Self::SecondBorrow => {
                 "the request's transaction is already borrowed: a handler takes it once (a \

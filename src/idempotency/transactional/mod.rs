@@ -33,8 +33,9 @@
 //! to a task of its own ([`RunsOn`]), which commits the record with the handler's rows, or
 //! rolls back; the retry waits for it (under `wait`) and gets the replay. The bound is the
 //! engine-backed layer's: the handler runs to its end, and the response body is read for at
-//! most `max_drain_time` after the client left (then a tombstone: `409
-//! response-not-stored`). A deadline that must cancel belongs inside the layer (a
+//! most `max_drain_time` once the client has left, counted from the later of its departure
+//! and the start of the body's read (as the engine-backed layer's drain; then a tombstone:
+//! `409 response-not-stored`). A deadline that must cancel belongs inside the layer (a
 //! `tower::timeout::TimeoutLayer` between it and the handler): the handler's error, or the
 //! `408` made of it, rolls back. A duplicate waiting for its claim, or a request body still
 //! being read, is cancelled by a drop: nothing happened yet.

@@ -25,8 +25,10 @@ use tokio::sync::Notify;
 /// handler would otherwise never succeed, and an effect the handler began (a call to a
 /// card network) would be orphaned by a rollback. The bound is the engine-backed layer's
 /// too: the handler runs to its end (a deadline inside the layer is the way to bound it),
-/// and the response body is read for at most the layer's `max_drain_time` after the
-/// client left, then recorded as completed but not stored.
+/// and the response body is read for at most the layer's `max_drain_time` once the client
+/// has left, counted from the later of its departure and the start of the body's read (a
+/// client that left during the handler: from the handler's answer, as the engine-backed
+/// layer's drain counts), then recorded as completed but not stored.
 #[derive(Clone, Default)]
 pub struct RunsOn {
     state: Arc<State>,

@@ -22,6 +22,8 @@ pub(super) struct Tables {
     /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
     /// its table's schema).
     expiry_index: String,
+    /// The same index, quoted and qualified: the name the migration looks up.
+    expiry_index_qualified: String,
     /// The records table as `schema.table`, unquoted: the text the advisory locks' keys
     /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
     /// the layer's first versions so that nodes of both agree during a rolling upgrade.
@@ -86,6 +88,7 @@ impl Tables {
                 .map_err(|_| SetupError::Name(format!("{schema:?}, prefix {prefix:?}")))?,
             claim: qualified("idempotency_claim"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
+            expiry_index_qualified: qualified("idempotency_records_expiry"),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
             check: qualified("idempotency_claim_check"),
         })
@@ -104,28 +107,34 @@ impl Tables {
     /// Creates the schema and both tables if missing, serialized by a transaction-level
     /// advisory lock so that nodes migrating at once do not race on the catalog,
     /// without the server's "already exists, skipping" notices.
+    ///
+    /// A step that takes a lock on a table (an index, the commit check's trigger) first
+    /// looks its object up in the catalog and is skipped when it exists: `CREATE INDEX IF
+    /// NOT EXISTS` takes its `SHARE` lock on the table before it checks, which waits for
+    /// every request in flight (their claims hold `ROW EXCLUSIVE` until they commit), and
+    /// every new claim would queue behind it (under `wait(0)`, a fresh key's `409`). A
+    /// migration of tables that exist so takes no lock a request conflicts with.
+    ///
     /// `statement_timeout` and `lock_timeout` are off for the migration's transaction: it
-    /// waits for a concurrent migration's advisory lock (and, adding the commit check to
-    /// older tables, for the requests in flight on them), which a database's or role's
-    /// short timeout would cut (`57014`); bound `migrate()` with a timeout of your own.
+    /// waits for a concurrent migration's advisory lock (and, creating the index or adding
+    /// the commit check to older tables, for the requests in flight on them), which a
+    /// database's or role's short timeout would cut (`57014`); bound `migrate()` with a
+    /// timeout of your own.
     pub(super) fn migration(&self) -> Vec<String> {
         let Self {
             records,
             fences,
             claim,
             expiry_index,
+            expiry_index_qualified,
             lock_name,
             ..
         } = self;
-        let lock =
-            format!("SELECT pg_advisory_xact_lock(hashtext('tower-lock migrate {lock_name}'))");
-        // The schema and the fences table: the `FenceTable`'s own migration, which also
-        // quiets the notices of the whole migration's transaction (`SET LOCAL`).
-        let mut statements = vec![
-            "SET LOCAL statement_timeout = 0".to_owned(),
-            "SET LOCAL lock_timeout = 0".to_owned(),
-            lock,
-        ];
+        // Timeouts off and the migrations' advisory lock (the `FenceTable`'s, whose key
+        // is this table's `lock_name`); then the schema and the fences table: the
+        // `FenceTable`'s own migration, which also quiets the notices of the whole
+        // migration's transaction (`SET LOCAL`).
+        let mut statements = Vec::from(fences.serialized());
         statements.extend(fences.migration());
         statements.extend([
             // `completed_at` is NULL while the claim is uncommitted; only completed records
@@ -141,7 +150,15 @@ impl Tables {
                     completed_at timestamptz,
                     expires_at timestamptz NOT NULL)"
             ),
-            format!("CREATE INDEX IF NOT EXISTS {expiry_index} ON {records} (expires_at)"),
+            // Looked up first: `CREATE INDEX IF NOT EXISTS` locks the table before it checks
+            // (see above).
+            format!(
+                "DO $do$ BEGIN
+                    IF to_regclass('{expiry_index_qualified}') IS NULL THEN
+                        CREATE INDEX {expiry_index} ON {records} (expires_at);
+                    END IF;
+                END $do$"
+            ),
             // The claim, one round trip: under the layer's `lock_timeout` (a duplicate
             // waits on the unique index for the transaction that claimed the key), insert
             // the claim, or read the committed record (an expired one is deleted and the
@@ -220,6 +237,13 @@ impl Tables {
     /// half-written record that blocks the key for its retention and commit the handler's
     /// rows with no response stored: the database refuses it, and rolls it all back.
     /// One index read per claim, at its commit.
+    ///
+    /// A named limit: `SET CONSTRAINTS ALL IMMEDIATE` on the request's transaction
+    /// (Django's `check_constraints`) fires every pending deferred trigger at once, this
+    /// one too, while the claim still has no response; Postgres offers no way to exempt a
+    /// constraint trigger from `ALL`, and the trigger cannot tell that firing from a
+    /// commit (after it, nothing is left to fire at the commit). It refuses then too, its
+    /// message naming both causes: a handler sets its constraints by name.
     pub(super) fn claim_check(&self) -> [String; 2] {
         let Self { records, check, .. } = self;
         [
@@ -229,9 +253,9 @@ impl Tables {
                 BEGIN
                     PERFORM FROM {records} r WHERE r.key = NEW.key AND r.completed_at IS NULL;
                     IF FOUND THEN
-                        RAISE EXCEPTION 'tower-lock: the request''s transaction was committed before its idempotency record was written; nothing was committed'
+                        RAISE EXCEPTION 'tower-lock: the commit check fired before the request''s idempotency record was written: the transaction was committed early, or SET CONSTRAINTS ALL IMMEDIATE ran on it (set your constraints by name); nothing was committed'
                             USING ERRCODE = '{UNFINISHED_CLAIM}',
-                                  HINT = 'the transactional idempotency layer ends the transaction it lends to the handler: the handler must not commit it (begin() on the lent transaction makes a savepoint)';
+                                  HINT = 'the transactional idempotency layer ends the transaction it lends to the handler: the handler must not commit it (begin() on the lent transaction makes a savepoint), nor make every constraint immediate (SET CONSTRAINTS ALL IMMEDIATE fires this check at once; name your own constraints instead)';
                     END IF;
                     RETURN NULL;
                 END

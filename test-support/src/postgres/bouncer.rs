@@ -43,7 +43,7 @@ impl PgBouncer {
 
     /// [`start`](Self::start) with `settings` of its `[pgbouncer]` section in place of the
     /// fixture's (`("ignore_startup_parameters", "")`: none ignored; `("server_login_retry",
-    /// "15")`: PgBouncer's default).
+    /// "15")`: PgBouncer's default), or added to them (`("query_timeout", "1")`).
     pub fn configured(server: &PostgresServer, settings: &[(&str, &str)]) -> Self {
         let dir = postgres_dir("pgbouncer");
         let mut last = String::new();
@@ -69,7 +69,7 @@ impl PgBouncer {
             for (name, value) in settings {
                 match lines.iter_mut().find(|(n, _)| n == name) {
                     Some(line) => line.1 = (*value).to_owned(),
-                    None => panic!("no PgBouncer setting {name} in the fixture"),
+                    None => lines.push((name, (*value).to_owned())),
                 }
             }
             let mut config = format!(
