@@ -293,9 +293,8 @@ async fn a_grpc_answer_over_the_body_limit_is_decided_by_its_trailers() {
     second.status.unwrap();
     assert_eq!((db.payments().await, db.records().await), (1, 1));
     let retry = pay(&client, "p-1", "big").await.map(|a| a.status);
-    let refused = match retry {
-        Err(status) | Ok(Err(status)) => status,
-        Ok(Ok(())) => panic!("replayed"),
+    let (Err(refused) | Ok(Err(refused))) = retry else {
+        panic!("replayed")
     };
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
