@@ -29,6 +29,7 @@ mod child;
 mod crash;
 mod duplicates;
 mod fence;
+mod grpc;
 mod isolation;
 mod left;
 mod logs;

@@ -6,7 +6,7 @@
 use std::{pin::Pin, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use tower_service::Service;
@@ -39,8 +39,8 @@ async fn read_request<B: Body<Data = Bytes>>(body: B, max: usize) -> Result<Byte
 
 /// A response body read for its record.
 enum Read<B> {
-    /// All of it, within the limit.
-    Whole(Bytes),
+    /// All of it, within the limit, and the trailers it ended with.
+    Whole(Bytes, Option<HeaderMap>),
     /// Over the limit: what was read, and the rest still to send.
     Over(Bytes, Pin<Box<B>>),
     /// It failed before its end.
@@ -50,18 +50,27 @@ enum Read<B> {
 async fn read_response<B: Body<Data = Bytes>>(body: B, max: usize) -> Read<B> {
     let mut body = Box::pin(body);
     let mut bytes = BytesMut::new();
+    let mut trailers = None;
     while let Some(frame) = body.frame().await {
         let Ok(frame) = frame else {
             return Read::Failed;
         };
-        if let Ok(data) = frame.into_data() {
-            bytes.extend_from_slice(&data);
-            if bytes.len() > max {
-                return Read::Over(bytes.freeze(), body);
+        match frame.into_data() {
+            Ok(data) => {
+                bytes.extend_from_slice(&data);
+                if bytes.len() > max {
+                    return Read::Over(bytes.freeze(), body);
+                }
+            }
+            // The trailers end the body (a gRPC response's status is in them).
+            Err(frame) => {
+                if let Ok(frame) = frame.into_trailers() {
+                    trailers = Some(frame);
+                }
             }
         }
     }
-    Read::Whole(bytes.freeze())
+    Read::Whole(bytes.freeze(), trailers)
 }
 
 /// Serve `req` with `inner` (already ready) under the transactional protocol; `runs_on`
@@ -88,8 +97,7 @@ where
                 .map(|res| res.map(TransactionalBody::plain));
         }
         Err(rejection) => {
-            let res = replay.respond(rejection, &req);
-            return Ok(res.map(TransactionalBody::full));
+            return Ok(TransactionalBody::answer(replay.respond(rejection, &req)));
         }
     };
     let (parts, body) = req.into_parts();
@@ -109,7 +117,8 @@ where
     let pending = PendingClaim::new(Arc::clone(&shared), &req, key, &body);
     let claimed = match pending.claim().await {
         Ok(claimed) => claimed,
-        Err(answer) => return Ok(answer.map(TransactionalBody::full)),
+        // A replay ends with its stored trailers (a gRPC status).
+        Err(answer) => return Ok(TransactionalBody::answer(answer)),
     };
     req.extensions_mut().insert(claimed.lent());
     // From here a client that leaves does not cancel the request (see `RunsOn`); a panic
@@ -130,19 +139,31 @@ where
     };
     let (parts, body) = res.into_parts();
     let read = read_response(body, storing.max_body());
-    let (stored, answer) = match runs_on
+    let (stored, trailers, answer) = match runs_on
         .unless_gone_for(storing.max_drain_time(), read)
         .await
     {
-        Some(Read::Whole(bytes)) => (Some(bytes.clone()), TransactionalBody::full(bytes)),
-        Some(Read::Over(prefix, rest)) => (None, TransactionalBody::prefixed(prefix, rest)),
+        Some(Read::Whole(bytes, trailers)) => (
+            Some(bytes.clone()),
+            trailers.clone(),
+            TransactionalBody::with_trailers(bytes, trailers),
+        ),
+        // A gRPC status still to come decides whether anything commits: the transaction
+        // stays open while the rest streams to its client (nothing over the limit is
+        // kept), and the trailers are sent once it committed a tombstone or rolled back.
+        Some(Read::Over(prefix, rest)) if storing.decided_by_trailers() => {
+            let body = TransactionalBody::deciding(prefix, rest, storing);
+            return Ok(Response::from_parts(parts, body));
+        }
+        Some(Read::Over(prefix, rest)) => (None, None, TransactionalBody::prefixed(prefix, rest)),
         Some(Read::Failed) => return Ok(storing.abandon().await.map(TransactionalBody::full)),
         // Its client left and the body did not end within the drain time: completed, not
-        // stored (a retry gets `409 response-not-stored`), as the engine-backed layer's.
-        None => (None, TransactionalBody::full(Bytes::new())),
+        // stored (a retry gets `409 response-not-stored`), as the engine-backed layer's;
+        // a gRPC response without its status rolls back (`commit` without trailers).
+        None => (None, None, TransactionalBody::full(Bytes::new())),
     };
-    if let Err(answer) = storing.commit(stored).await {
-        return Ok(answer.map(TransactionalBody::full));
+    if let Err(answer) = storing.commit(stored, trailers.as_ref()).await {
+        return Ok(TransactionalBody::answer(answer));
     }
     Ok(Response::from_parts(parts, answer))
 }

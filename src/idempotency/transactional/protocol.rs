@@ -35,14 +35,33 @@ pub enum Coverage {
     Refused(Answer),
 }
 
-/// Where rejections of one request point (`instance`): its path.
+/// Where rejections of one request point (`instance`): its path; and its content type,
+/// which says whether it is a gRPC call, answered with a gRPC status rather than an HTTP
+/// error its client could only report as `UNKNOWN`.
 #[derive(Clone, Debug)]
-struct Instance(String);
+struct Instance {
+    path: String,
+    content_type: Option<String>,
+}
 
 impl Instance {
+    fn of(req: &dyn RequestView) -> Self {
+        Self {
+            path: req.path().to_owned(),
+            content_type: req.header_str("content-type").map(str::to_owned),
+        }
+    }
+
     fn respond(&self, shared: &Shared, rejection: Rejection) -> Answer {
         let mut head = http::Request::new(());
-        *head.uri_mut() = http::Uri::try_from(self.0.as_str()).unwrap_or_default();
+        *head.uri_mut() = http::Uri::try_from(self.path.as_str()).unwrap_or_default();
+        if let Some(ct) = self
+            .content_type
+            .as_deref()
+            .and_then(|ct| http::HeaderValue::from_str(ct).ok())
+        {
+            head.headers_mut().insert(http::header::CONTENT_TYPE, ct);
+        }
         shared.replay.respond(rejection, &head)
     }
 
@@ -87,7 +106,7 @@ impl PendingClaim {
             key,
             fingerprint,
             accepted,
-            instance: Instance(req.path().to_owned()),
+            instance: Instance::of(req),
         }
     }
 
@@ -145,7 +164,9 @@ pub enum Settled {
     RolledBack,
     /// Send this instead (`500`: the handler kept the transaction; rolled back).
     Refused(Answer),
-    /// Store it: read its body (at most [`Storing::max_body`]) and commit.
+    /// Store it: read its body (at most [`Storing::max_body`]) and its trailers, and
+    /// commit (or, for a gRPC status still to come, let the trailers decide:
+    /// [`Storing::decided_by_trailers`]).
     Store(Storing),
 }
 
@@ -190,12 +211,16 @@ impl Claimed {
             return Settled::RolledBack;
         }
         let meta = shared.replay.encode_response(status, headers);
+        // A gRPC head without its `grpc-status`: "did it happen" comes in the trailers,
+        // and nothing commits before they say (the engine-backed layer's rule).
+        let by_trailers = shared.replay.decided_by_trailers(headers);
         Settled::Store(Storing {
             shared,
             key,
             tx,
             status,
             meta,
+            by_trailers,
             instance,
         })
     }
@@ -209,6 +234,9 @@ pub struct Storing {
     status: StatusCode,
     /// The stored status and headers, `None` when the headers are over the limit.
     meta: Option<Bytes>,
+    /// A gRPC response whose status comes in its trailers: they decide between commit
+    /// and rollback, and without them (no status) it rolls back.
+    by_trailers: bool,
     instance: Instance,
 }
 
@@ -235,14 +263,46 @@ impl Storing {
         self.shared.replay.max_drain_time()
     }
 
-    /// Commit the record with the handler's rows: the response with `body`, or for `None`
-    /// (a body over [`max_body`](Self::max_body)) a tombstone, answered `409
-    /// response-not-stored` to retries. On an error, the answer to send instead: `503`
-    /// when the database failed, `500` naming the handler's mistake when the handler ended
-    /// the transaction or let a failed statement abort it (nothing stored either way).
-    pub async fn commit(self, body: Option<Bytes>) -> Result<(), Answer> {
+    /// Whether the response's trailers decide (a gRPC response whose `grpc-status` was
+    /// not in its head): read the body to them, past [`max_body`](Self::max_body) too
+    /// (what is over is not kept, but the status still decides), then
+    /// [`commit`](Self::commit) with them. Until then nothing commits.
+    pub fn decided_by_trailers(&self) -> bool {
+        self.by_trailers
+    }
+
+    /// Commit the record with the handler's rows: the response with `body` and its
+    /// `trailers` (kept in the record, and replayed), or for a `body` of `None` (over
+    /// [`max_body`](Self::max_body)) a tombstone, answered `409 response-not-stored` to
+    /// retries.
+    ///
+    /// A response whose [trailers decide](Self::decided_by_trailers) is rolled back, with
+    /// no record, when they say "try again" (the core's gRPC policy, as for a `503`) or
+    /// when there are none (a stream that ended without its status, or a framework whose
+    /// bodies carry no trailers: its client saw no status either); `Ok` then too, the
+    /// answer sent as it is.
+    ///
+    /// On an error, the answer to send instead: `503` when the database failed, `500`
+    /// naming the handler's mistake when the handler ended the transaction or let a
+    /// failed statement abort it (nothing stored either way).
+    pub async fn commit(
+        self,
+        body: Option<Bytes>,
+        trailers: Option<&HeaderMap>,
+    ) -> Result<(), Answer> {
         let replay = &self.shared.replay;
-        let (meta, body) = match (self.meta, body) {
+        if self.by_trailers
+            && !trailers.is_some_and(|trailers| replay.stores_trailers(self.status, trailers))
+        {
+            // "It did not happen", or nobody can tell: nothing of it stays.
+            self.tx.rollback().await;
+            return Ok(());
+        }
+        let meta = match (self.meta, trailers) {
+            (Some(meta), Some(trailers)) => replay.encode_with_trailers(&meta, trailers),
+            (meta, _) => meta,
+        };
+        let (meta, body) = match (meta, body) {
             (Some(meta), Some(body)) => (meta, body),
             _ => (replay.encode_not_kept(self.status), Bytes::new()),
         };

@@ -28,6 +28,7 @@ mod record_codec;
 mod replay_locker;
 mod replayed_trailers;
 pub(crate) mod scope;
+mod trailers_policy;
 
 pub use adapter::{BodyRead, ReplayAdapter};
 use capture::Capture;

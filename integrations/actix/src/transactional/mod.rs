@@ -245,7 +245,10 @@ where
                 } else {
                     (Some(bytes.clone()), BoxBody::new(bytes))
                 };
-                if let Err(refused) = storing.commit(stored).await {
+                // actix-web's response bodies carry no trailers: a gRPC response whose
+                // status was not in its head is never seen with one, so it rolls back
+                // (the core's rule for a status nobody can read), nothing recorded.
+                if let Err(refused) = storing.commit(stored, None).await {
                     return Ok(
                         ServiceResponse::new(req, to_actix_response(refused)).map_into_right_body()
                     );
