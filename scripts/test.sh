@@ -49,8 +49,9 @@ cargo test --workspace --all-features --all-targets --no-run \
 # Seconds each slow binary took in a recent CI run: the order they start in.
 weight() {
     case "$(basename "$1" | sed 's/-[0-9a-f]*$//')" in
-    scale) echo 90 ;; redis_faults) echo 70 ;; postgres) echo 67 ;; model) echo 57 ;;
-    engine) echo 45 ;; layer) echo 39 ;; integrations) echo 22 ;; replay) echo 9 ;;
+    postgres) echo 131 ;; redis_faults) echo 120 ;; scale) echo 92 ;; model) echo 80 ;;
+    engine) echo 65 ;; layer) echo 64 ;; integrations) echo 43 ;; transactional) echo 24 ;;
+    replay) echo 13 ;;
     *) echo 1 ;;
     esac
 }
