@@ -73,6 +73,30 @@ where
     }
 }
 
+/// [`detach`], but the first poll's Redis call goes out on the caller's runtime's
+/// connection (when it has one), on the socket that runtime's next calls take: for a
+/// release a response begins before handing over its last frame, so it reaches Redis
+/// ahead of the client's next request for the key through any node (a hop to the engine's
+/// thread could let that request overtake it). The rest finishes on the engine's runtime;
+/// if the caller's runtime shuts down before its driver writes the call, the connection's
+/// end sends the release again on the engine's own connections (a release by token may
+/// run twice). A runtime serving that response and then blocking delays the release as it
+/// delays the response. Not for work begun by user code that may outlive its runtime's
+/// health: that is [`detach`].
+#[doc(hidden)]
+pub fn detach_in_order<F>(op: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut op = Box::pin(op);
+    let mut cx = Context::from_waker(Waker::noop());
+    let _from = Origin::caller();
+    let _in = handle().enter();
+    if op.as_mut().poll(&mut cx).is_pending() {
+        handle().spawn(op);
+    }
+}
+
 /// The user runtime a [`Detachable`] was awaited from, while it is polled in place on its
 /// caller's thread (the engine's runtime being the current one then): a Redis call it
 /// makes goes out on that runtime's connection when it has one, with no hop to the

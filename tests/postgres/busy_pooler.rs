@@ -17,18 +17,21 @@ use tower_lock_test_support::{
 
 use crate::harness::{backend, harness};
 
-/// The binary's busy bouncer (2 server connections, 4 other clients), and the cluster's
-/// direct URL for the listener.
+/// The binary's busy bouncer (2 server connections, 4 other clients), and its cluster's
+/// direct URL for the listener. A cluster of its own: the load runs for the rest of the
+/// binary, and the shared cluster's tests with tight timeouts (`late_refresh`, 300 ms
+/// calls) must not share its backends' CPU with it.
 async fn urls() -> (String, String) {
-    static BUSY: OnceLock<(PgBouncer, BusyClients)> = OnceLock::new();
+    static BUSY: OnceLock<(PostgresServer, PgBouncer, BusyClients)> = OnceLock::new();
     tokio::task::spawn_blocking(|| {
-        let (bouncer, _) = BUSY.get_or_init(|| {
-            let bouncer = PgBouncer::with_pool_size(PostgresServer::shared(), 2);
+        let (server, bouncer, _) = BUSY.get_or_init(|| {
+            let server = PostgresServer::start();
+            let bouncer = PgBouncer::with_pool_size(&server, 2);
             // Kept for the whole binary: 10 ms statements, light on the machine.
             let busy = BusyClients::start(&bouncer.url(), 4, Duration::from_millis(10));
-            (bouncer, busy)
+            (server, bouncer, busy)
         });
-        (bouncer.url(), PostgresServer::shared().url())
+        (bouncer.url(), server.url())
     })
     .await
     .unwrap()

@@ -98,9 +98,11 @@ impl LockGuard {
     /// over their last frame, so a client that has read a whole response finds the key
     /// free for its next request (on Redis, the release is on its way first).
     pub fn release_now(self) {
-        // Dropping the guard releases its lease on the spot and, if the backend needs a
-        // round trip, finishes it on the engine's own runtime (see `Drop`).
-        drop(self);
+        // Begun in order: its Redis call goes out on this runtime's connection, ahead of
+        // the response's last frame and so of the client's next request through any node;
+        // it finishes on the engine's own runtime (a lease dropped by user code goes out on
+        // the engine's connections instead: `runtime::detach`).
+        crate::engine::runtime::detach_in_order(self.release());
     }
 
     /// Release the key; the returned future resolves once the backend has applied the
