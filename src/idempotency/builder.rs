@@ -237,36 +237,7 @@ impl IdempotencyLayerBuilder {
         self
     }
 
-    /// Decide which of the remaining responses are stored: `f` is asked about every
-    /// response the fixed policy does not forbid, and its answer is final for those.
-    ///
-    /// The fixed policy: the status says whether an answer means "this did not happen, try
-    /// again", and those are never stored, whatever `f` says: `408`, `409`, `423`, `425`,
-    /// `429`, `503`, and any other `5xx` (unless
-    /// [`store_server_errors`](Self::store_server_errors), and then still not one with
-    /// `Retry-After`); nor is a response carrying the [`NotStored`](crate::NotStored) mark.
-    /// A `Retry-After` counts only on those statuses: a `202 Accepted` with `Retry-After`
-    /// (an asynchronous job the client polls) is a job that exists, so `f` is asked about it
-    /// (and it is stored by default), and the client's retry never queues a second job.
-    ///
-    /// Without `f`, everything else is stored but a request that could not be processed as
-    /// sent (`400`, `413`, `415`, `422`: an extractor's rejection, a validation error;
-    /// nothing happened, and Stripe keeps nothing then either) and an answer about
-    /// credentials (`401`, `403`, `407`: the retry after logging in must run). `f` replaces
-    /// that default: it may store a `401`, or refuse a `202`.
-    ///
-    /// ```
-    /// use http::StatusCode;
-    /// use tower_lock::{IdempotencyLayer, LockEngine};
-    ///
-    /// // Store only successes: a validation error (422) runs again on the next try.
-    /// let layer = IdempotencyLayer::builder(LockEngine::in_memory())
-    ///     .unscoped()
-    ///     .store_if(|status: StatusCode, _headers: &http::HeaderMap| status.is_success())
-    ///     .build()
-    ///     .unwrap();
-    /// # let _ = layer;
-    /// ```
+    #[doc = include_str!("../docs/store_if.md")]
     pub fn store_if<F>(mut self, f: F) -> Self
     where
         F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,

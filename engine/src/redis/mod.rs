@@ -9,6 +9,7 @@ mod capabilities;
 #[cfg(feature = "redis-cluster")]
 mod cluster;
 mod commands;
+mod conn;
 mod connector;
 mod contended;
 mod names;
