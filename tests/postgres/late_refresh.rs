@@ -53,7 +53,10 @@ impl Frozen {
             PostgresBackend::builder(format!("{}?application_name=late_waiter", server.url()))
                 .schema("late")
                 .pool_size(2)
-                .command_timeout(Duration::from_millis(300))
+                // Short, so that the frozen refresh times out within the wait; not so short
+                // that the release on the other connection misses it on a loaded machine
+                // (300 ms did once in CI, with three test binaries running).
+                .command_timeout(Duration::from_secs(1))
                 .build()
                 .await
                 .unwrap(),
@@ -168,7 +171,7 @@ async fn until_unread_input(port: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_that_lands_after_its_wait_ran_out_leaves_nothing() {
-    let (frozen, holder, waiter) = Frozen::start(Duration::from_millis(1500)).await;
+    let (frozen, holder, waiter) = Frozen::start(Duration::from_secs(3)).await;
     let waited = waiter.await.unwrap();
     assert!(
         matches!(waited, Err(LockError::TimedOut { .. })),
