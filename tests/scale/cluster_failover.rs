@@ -170,11 +170,15 @@ async fn a_failover_keeps_exclusion_fences_and_wake_ups_by_message() {
         "fences rise across the failover: {first:?} then {served:?}"
     );
     // Served by message, a hand-off takes a round trip or two; the fallback timer retries
-    // every 250 ms.
-    assert_eq!(
-        fallbacks.count() - fallbacks_before,
-        0,
-        "hand-offs served by the fallback timer, not by message; latencies: {latencies:?}"
+    // every 250 ms. A waiter whose timer fires in the moment of its hand-off finds the
+    // grant by its retry, whose answer (command connection) can come before the message
+    // (subscriber connection): counted as a fallback, though nothing was lost (seen once
+    // in CI on a loaded machine; a lost message also shows in the latency bound below). A channel
+    // not renewed on the new primary loses every hand-off to that node's waiters: tens.
+    let by_timer = fallbacks.count() - fallbacks_before;
+    assert!(
+        by_timer <= 1,
+        "{by_timer} hand-offs served by the fallback timer, not by message; latencies: {latencies:?}"
     );
     let slowest = latencies.iter().max().unwrap();
     assert!(
