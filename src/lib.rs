@@ -151,6 +151,7 @@ pub mod lock;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod fences;
 
+mod accessors;
 // What they share, from the framework-neutral core (the `tower-lock-core` crate), at the
 // paths an application names them by.
 mod setters;

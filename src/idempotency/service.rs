@@ -32,20 +32,7 @@ impl<S> IdempotencyService<S> {
         Self { inner, replay }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::accessors::inner_service_accessors!();
 }
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for IdempotencyService<S>

@@ -44,20 +44,7 @@ impl<S> TransactionalService<S> {
         Self { inner, shared }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwrap the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    crate::accessors::inner_service_accessors!();
 }
 
 /// The response future of a [`TransactionalService`]. Dropped after the handler began (its
