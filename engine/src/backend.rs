@@ -169,9 +169,9 @@ impl Holder {
 /// The promises of the two modes on one key, which the conformance suite's cases check
 /// (`cross_mode` and the shared-mode cases):
 ///
-/// - **Exclusion.** A request to hold alone ([`Mode::Exclusive`], or a shared `limit` of
-///   1) is granted only when nobody holds the key, in either mode; a shared request only
-///   when nobody holds the key alone and fewer than its `limit` hold it.
+/// - **Exclusion.** A request to hold alone ([`Mode::Exclusive`], or a shared lease with
+///   a limit of 1) is granted only when nobody holds the key, in either mode; a shared
+///   request only when nobody holds the key alone and fewer than its `limit` hold it.
 /// - **Order.** One queue per key for both modes. Nobody waiting is overtaken by a
 ///   newcomer: a request is granted on arrival only when nobody waits. When holders
 ///   leave, the queue is granted from its head, as many as fit, stopping at the first that

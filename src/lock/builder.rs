@@ -83,7 +83,7 @@ impl LockLayerBuilder {
     /// permits, the lock (one request per key; and the fastest path). Permits are the
     /// engine's shared leases of the key, which the key's lock excludes: a background job
     /// holding [`LockEngine::lock_on`](crate::LockEngine::lock_on)`(key)` on the layer's
-    /// [`lock_key`](tower_lock_core::RequestLocker::lock_key) runs beside none of this
+    /// [`key_for`](crate::RequestLocker::key_for) runs beside none of this
     /// layer's requests. Not
     /// offered under idempotency, whose duplicates must never run at once (`build` of
     /// [`without_replay`](crate::IdempotencyLayerBuilder::without_replay) refuses it,
