@@ -9,7 +9,7 @@
 //! | Redis | killed and restarted (its state lost), suspended (SIGSTOP), `CLIENT PAUSE`, every client connection killed, a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | Redis Cluster | the primary of a key's slot suspended (under the node timeout: no failover), paused, its connections killed; a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | Postgres | killed (immediate shutdown) and restarted, frozen (SIGSTOP of every process), the pool's and the listeners' connections killed (`pg_terminate_backend`), a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
-//! | in process | force releases, and the workers' own cancellations and expiries |
+//! | in process | force releases (every holder of a key, in either mode), and the workers' own cancellations and expiries |
 //!
 //! Every acquisition and every write to a fenced register (one per lock key, on a Redis
 //! server of its own that no fault touches, so the holder processes write to it too) is
@@ -37,6 +37,7 @@ use tower_lock::{LockEngine, LockError, MemoryBackend};
 use tower_lock_test_support::history::{History, Mode, Recorder, Write};
 use tower_lock_test_support::serial;
 
+mod apart;
 #[cfg(feature = "redis")]
 mod holder;
 #[cfg(all(feature = "postgres", feature = "redis"))]
@@ -453,4 +454,29 @@ fn a_schedule_over_a_store_that_ignores_fences_is_caught() {
         "seed {seed}: a store that ignores fences went unnoticed"
     );
     eprintln!("caught, as it must be:\n{}", caught[0]);
+}
+
+/// The deliberate break of cross-mode exclusion: the same schedule over a backend that
+/// keeps each key's lock apart from its shared leases must be caught by the checker, as
+/// a lone holder beside shared ones on the mixed key.
+#[test]
+fn a_schedule_over_a_lock_apart_from_its_shared_leases_is_caught() {
+    let _group = serial::group_blocking(module_path!());
+    let engine = LockEngine::new(apart::Apart(Arc::new(MemoryBackend::new())));
+    let (history, seed, _) = run(
+        "memory, the lock apart from the shared leases",
+        in_process(&engine),
+        &Registers::Local(Arc::default(), true),
+        (Recorder::new(), &apart::NoFaults),
+        Duration::from_secs(4),
+    );
+    let caught = history.violations(None);
+    let mixed = caught
+        .iter()
+        .find(|v| v.check == "exclusion" && v.what.contains(PERMIT_KEY));
+    assert!(
+        mixed.is_some(),
+        "seed {seed}: a lock apart from its shared leases went unnoticed"
+    );
+    eprintln!("caught, as it must be:\n{}", mixed.unwrap());
 }
