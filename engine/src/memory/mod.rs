@@ -18,6 +18,7 @@ use super::{
 };
 
 mod capabilities;
+mod holders;
 mod numbers;
 mod records;
 mod space;

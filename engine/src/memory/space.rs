@@ -9,18 +9,17 @@
 //! moves earlier), then expires what ran out, which grants the head of the queue. With
 //! nobody waiting, an expired holder is dropped at the next call on its key, or by a sweep.
 
-use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use tokio::{
     sync::{Notify, oneshot},
     time::Instant,
 };
 
-use super::MemoryBackend;
+use super::{
+    MemoryBackend,
+    holders::{Holders, Holding},
+};
 use crate::{
     AcquireRequest, ExtendMode, Fence, Grant, Holder, LockError, Mode, Token, options::after,
 };
@@ -28,22 +27,8 @@ use crate::{
 /// One key's holders and waiters, in both modes.
 #[derive(Default)]
 pub(super) struct Space {
-    holders: HashMap<Token, Holding>,
-    /// The holders with an expiry by expiry, then fence (unique per holding): the
-    /// earliest is first.
-    by_expiry: BTreeMap<(Instant, u64), Token>,
-    /// Whether the one holder holds the key alone.
-    alone: bool,
+    holders: Holders,
     pub(super) queue: Queue,
-}
-
-#[derive(Clone, Copy)]
-struct Holding {
-    /// `None`: no expiry (only an admin sets that).
-    expires: Option<Instant>,
-    /// The mode it was granted in.
-    mode: Mode,
-    fence: u64,
 }
 
 /// A key's waiters in arrival order, and what they were told of the earliest holder
@@ -111,17 +96,22 @@ impl Space {
         if limit == 1 {
             self.holders.is_empty()
         } else {
-            !self.alone && (self.holders.len() as u64) < u64::from(limit)
+            !self.alone() && (self.holders.len() as u64) < u64::from(limit)
         }
     }
 
+    /// Whether the one holder holds the key alone.
+    fn alone(&self) -> bool {
+        matches!(&self.holders, Holders::One(_, h) if limit(h.mode) == 1)
+    }
+
     fn holding(&self, token: &Token) -> Option<Holding> {
-        self.holders.get(token).copied()
+        self.holders.get(token)
     }
 
     /// Whether `token` holds the key.
     pub(super) fn holds(&self, token: &Token) -> bool {
-        self.holders.contains_key(token)
+        self.holders.get(token).is_some()
     }
 
     /// Add `token` as a holder (it holds nothing yet).
@@ -131,11 +121,6 @@ impl Space {
         } else {
             u32::MAX
         }));
-        if let Some(expires) = holding.expires {
-            self.by_expiry
-                .insert((expires, holding.fence), token.clone());
-        }
-        self.alone = limit(holding.mode) == 1;
         self.holders.insert(token, holding);
         self.expiries_changed();
     }
@@ -143,28 +128,17 @@ impl Space {
     /// Remove `token`'s holding, if any; the caller then grants the waiters that fit.
     fn remove(&mut self, token: &Token) -> Option<Holding> {
         let holding = self.holders.remove(token)?;
-        if let Some(expires) = holding.expires {
-            self.by_expiry.remove(&(expires, holding.fence));
-        }
-        // A holder alone was the only one; beside others, nobody was alone.
-        self.alone = false;
         self.expiries_changed();
         Some(holding)
     }
 
     /// Move `token`'s expiry to `expires`; `false` if it holds nothing.
     fn set_expiry(&mut self, token: &Token, expires: Instant) -> bool {
-        let Some(holding) = self.holders.get_mut(token) else {
-            return false;
-        };
-        if let Some(old) = holding.expires {
-            self.by_expiry.remove(&(old, holding.fence));
+        let set = self.holders.set_expiry(token, expires);
+        if set {
+            self.expiries_changed();
         }
-        holding.expires = Some(expires);
-        self.by_expiry
-            .insert((expires, holding.fence), token.clone());
-        self.expiries_changed();
-        true
+        set
     }
 
     /// The earliest holder expiry changed, maybe: the waiters are told if it is earlier.
@@ -200,7 +174,7 @@ impl Space {
         // Re-entry: the token's holding, refreshed, with its fence. A shared lease is not
         // made alone by asking again, even by its sole holder: that would be an upgrade.
         if let Some(held) = self.holding(&req.token) {
-            if limit == 1 && !self.alone {
+            if limit == 1 && !self.alone() {
                 return Some(Err(LockError::InvalidValue(
                     "a shared lease cannot be re-entered alone",
                 )));
@@ -236,17 +210,7 @@ impl Space {
 
     /// Drop the holders whose leases ran out, then grant the waiters that now fit.
     pub(super) fn expire(&mut self, now: Instant, backend: &MemoryBackend) {
-        let mut dropped = false;
-        while let Some(entry) = self.by_expiry.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let token = entry.remove();
-            self.holders.remove(&token);
-            self.alone = false;
-            dropped = true;
-        }
-        if dropped {
+        if self.holders.drop_expired(now) {
             self.expiries_changed();
             self.grant_waiters(now, backend);
         }
@@ -290,7 +254,7 @@ impl Space {
 
     /// When the first holder's lease runs out, if anyone holds with an expiry.
     pub(super) fn earliest(&self) -> Option<Instant> {
-        self.by_expiry.keys().next().map(|(at, _)| *at)
+        self.holders.earliest()
     }
 
     /// How long until the first holder's lease runs out (a retry hint).
@@ -361,21 +325,13 @@ impl Space {
 
     /// The holders now, earliest expiry first, with their remaining TTLs.
     pub(super) fn holders(&self, now: Instant) -> Vec<Holder> {
-        let timed = self
-            .by_expiry
-            .iter()
-            .map(|((expires, _), token)| (token, Some(expires.saturating_duration_since(now))));
-        let forever = self
-            .holders
-            .iter()
-            .filter(|(_, h)| h.expires.is_none())
-            .map(|(token, _)| (token, None));
-        timed
-            .chain(forever)
-            .map(|(token, ttl)| Holder {
+        self.holders
+            .list()
+            .into_iter()
+            .map(|(token, h)| Holder {
                 token: token.clone(),
-                ttl,
-                mode: listed(self.holders[token].mode),
+                ttl: h.expires.map(|e| e.saturating_duration_since(now)),
+                mode: listed(h.mode),
             })
             .collect()
     }
@@ -383,8 +339,7 @@ impl Space {
     /// Make `token` the one holder, alone, whoever holds now (an admin's set); the waiters
     /// keep waiting.
     pub(super) fn set_alone(&mut self, token: Token, expires: Option<Instant>, fence: u64) {
-        self.holders.clear();
-        self.by_expiry.clear();
+        self.holders = Holders::None;
         let mode = Mode::Exclusive;
         self.insert(
             token,
@@ -400,9 +355,7 @@ impl Space {
     /// whether anyone held.
     pub(super) fn clear(&mut self, now: Instant, backend: &MemoryBackend) -> bool {
         let held = !self.holders.is_empty();
-        self.holders.clear();
-        self.by_expiry.clear();
-        self.alone = false;
+        self.holders = Holders::None;
         self.expiries_changed();
         self.grant_waiters(now, backend);
         held
@@ -420,12 +373,6 @@ impl Space {
 
     /// Nothing to keep but holders whose leases ran out.
     pub(super) fn idle(&self, now: Instant) -> bool {
-        self.queue.waiters.is_empty()
-            && self.holders.len() == self.by_expiry.len()
-            && self
-                .by_expiry
-                .keys()
-                .next_back()
-                .is_none_or(|(last, _)| *last <= now)
+        self.queue.waiters.is_empty() && self.holders.all_expired(now)
     }
 }
