@@ -291,6 +291,10 @@ fn schedule(
 ) {
     let (history, seed, log) = run(name, make, registers, (recorder, faults), run_for());
     let violations = history.violations(Some(LONGEST_PAUSE));
+    eprintln!(
+        "{name} fault schedule, seed {seed}: {} violations",
+        violations.len()
+    );
     assert!(
         violations.is_empty(),
         "seed {seed} (FAULT_SEED={seed} replays it): faults {log:?}"
