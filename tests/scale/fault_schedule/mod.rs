@@ -291,8 +291,12 @@ fn schedule(
 ) {
     let (history, seed, log) = run(name, make, registers, (recorder, faults), run_for());
     let violations = history.violations(Some(LONGEST_PAUSE));
+    let mut by_check = std::collections::BTreeMap::<&str, usize>::new();
+    for v in &violations {
+        *by_check.entry(v.check).or_default() += 1;
+    }
     eprintln!(
-        "{name} fault schedule, seed {seed}: {} violations",
+        "{name} fault schedule, seed {seed}: {} violations {by_check:?}",
         violations.len()
     );
     assert!(
