@@ -105,7 +105,8 @@ impl Holders {
             }
             _ => return None,
         };
-        if self.len() == 0 {
+        // The last of several gone: the maps go too.
+        if matches!(self, Self::Many { by_token, .. } if by_token.is_empty()) {
             *self = Self::None;
         }
         Some(removed)
