@@ -163,9 +163,10 @@ pub use idempotency::{IdempotencyLayer, IdempotencyLayerBuilder};
 pub use lock::{LockLayer, LockLayerBuilder, LockService, LockedBody, ResponseFuture};
 pub use metrics::LockMetrics;
 pub use reject::{Rejection, RejectionKind};
+// What `LockLayer::locker()` returns and its `acquire` answers, nameable from here.
 pub use tower_lock_core::{
-    BackendFailurePolicy, ConfigError, LeaseInfo, MissingKeyPolicy, NotStored, ReleasePoint, key,
-    metrics, reject,
+    BackendFailurePolicy, ConfigError, LeaseInfo, MissingKeyPolicy, NotStored, Outcome,
+    ReleasePoint, RequestLocker, key, metrics, reject,
 };
 /// The lock engine (the `tower-lock-engine` crate): leases on string keys, Redis or
 /// in-process; it knows nothing of HTTP.

@@ -161,7 +161,7 @@ macro_rules! lock_setters {
         /// (`dry run: would have…`); one that would have waited is counted as contended.
         ///
         /// Its leases are taken on keys of its own (its keys behind a `%!dry-run/` mark, see
-        /// [`lock_key`](tower_lock_core::RequestLocker::lock_key)) and never waited for, so
+        /// [`key_for`](crate::RequestLocker::key_for)) and never waited for, so
         /// that its requests see each other across the fleet; under idempotency its
         /// records are stored there too, so that retries show what would have been
         /// replayed. A handler finds that lease in its extensions, as under the lock; a

@@ -110,7 +110,7 @@ impl Grant {
 pub struct Renewal {
     /// The key.
     pub key: LockKey,
-    /// The space the lease is in: the key's lock, or its shared leases.
+    /// The mode the lease was acquired in.
     pub mode: Mode,
     /// The lease's token.
     pub token: Token,
@@ -154,8 +154,8 @@ impl Holder {
 }
 
 /// A place where leases are kept, in both modes of the one acquisition model (see
-/// [`Mode`]): a key's lock, and its shared leases, two spaces that never exclude each
-/// other. Implement it to add a backend; every backend must pass the conformance suite's
+/// [`Mode`]): a key's lock and its shared leases are one space with one queue, so they
+/// exclude each other. Implement it to add a backend; every backend must pass the conformance suite's
 /// core cases (in exclusive mode), and in shared mode too if it has shared mode.
 ///
 /// Six methods are required; the optional capabilities are separate traits a backend opts
@@ -166,18 +166,23 @@ impl Holder {
 /// Every method is atomic with respect to the others on the same key. Failures of the
 /// backend itself are [`LockError::Backend`], returned within the backend's timeout.
 ///
-/// The shared mode's promises, which the conformance suite's cases check in that mode:
+/// The promises of the two modes on one key, which the conformance suite's cases check
+/// (`cross_mode` and the shared-mode cases):
 ///
-/// - **Exclusion.** A shared request is granted only when nobody holds the key's shared
-///   space alone and fewer than its `limit` hold in it; one with `limit == 1` only when
-///   nobody holds in it at all.
-/// - **Order.** Nobody waiting is overtaken by a newcomer: a request is granted on arrival
-///   only when nobody waits. When holders leave, the queue is granted from its head, as
-///   many as fit, stopping at the first that does not: once a request with `limit == 1`
-///   waits, later ones queue behind it (no writer starvation).
-/// - **Re-entry.** Acquiring with a token that holds a shared lease refreshes its TTL and
-///   keeps its fence; a token holding beside others is not made alone
-///   ([`LockError::InvalidValue`] for `limit == 1`), since others may share the key.
+/// - **Exclusion.** A request to hold alone ([`Mode::Exclusive`], or a shared lease with
+///   a limit of 1) is granted only when nobody holds the key, in either mode; a shared
+///   request only when nobody holds the key alone and fewer than its `limit` hold it.
+/// - **Order.** One queue per key for both modes. Nobody waiting is overtaken by a
+///   newcomer: a request is granted on arrival only when nobody waits. When holders
+///   leave, the queue is granted from its head, as many as fit, stopping at the first that
+///   does not: once a request to hold alone waits, later ones queue behind it (no writer
+///   starvation).
+/// - **Fences** rise strictly per key across both modes.
+/// - **Re-entry.** Acquiring with a token that holds the key refreshes its TTL and keeps
+///   its fence; a token holding a shared lease with a limit above 1 is not made alone
+///   ([`LockError::InvalidValue`] for a request to hold alone, even as the sole holder).
+/// - **Status.** [`holders`](Self::holders) lists every holder with its mode;
+///   [`waiters`](Self::waiters) counts the one queue.
 pub trait Backend: Send + Sync + 'static {
     /// Acquire `req.key` in `req.mode` for `req.token`, waiting as `req.wait` says.
     ///
@@ -187,8 +192,8 @@ pub trait Backend: Send + Sync + 'static {
     /// landed unseen.
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>>;
 
-    /// Release `token`'s lease of `key` in the space `mode` names (the lock, or the shared
-    /// leases): [`LockError::NotOwned`] if `token` holds none there but someone does,
+    /// Release `token`'s lease of `key`, acquired in `mode` (a backend may use it to find
+    /// the lease): [`LockError::NotOwned`] if `token` holds none but someone does,
     /// [`LockError::Expired`] if nobody does. Grants the waiters that now fit.
     fn release<'a>(
         &'a self,
@@ -197,8 +202,8 @@ pub trait Backend: Send + Sync + 'static {
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>>;
 
-    /// Change the remaining TTL of `token`'s lease of `key` in the space `mode` names, as
-    /// `how` says; returns the new remaining TTL.
+    /// Change the remaining TTL of `token`'s lease of `key`, acquired in `mode`, as `how`
+    /// says; returns the new remaining TTL.
     fn extend<'a>(
         &'a self,
         key: &'a LockKey,
@@ -212,11 +217,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Returns, per lease, whether it was still held by its token and is renewed.
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>>;
 
-    /// Who holds `key` now: its lock's holder and its shared holders, each with its mode.
+    /// Who holds `key` now, in either mode: its lock's holder or its shared holders, each
+    /// with its mode.
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>>;
 
-    /// How many callers wait for `key` now (for its lock and for its shared leases), on
-    /// every node sharing the backend.
+    /// How many callers wait for `key` now, in either mode (one queue), on every node
+    /// sharing the backend.
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>>;
 
     /// Whether this backend has shared mode ([`Mode::Shared`]). Default: `false`, and
@@ -332,8 +338,9 @@ impl<'a> Capabilities<'a> {
 
 /// Administrative operations that ignore ownership (see [`LockAdmin`](super::LockAdmin)).
 pub trait AdminBackend: Send + Sync {
-    /// Admin: make `value` the holder of `key` for `ttl` (`None`: no expiry), whoever holds
-    /// it now. Waiters keep waiting. The new holding gets a fresh fence.
+    /// Admin: make `value` the one holder of `key`, alone (as its lock), for `ttl` (`None`:
+    /// no expiry), whoever holds it now in either mode. Waiters keep waiting. The new
+    /// holding gets a fresh fence.
     fn admin_set<'a>(
         &'a self,
         key: &'a LockKey,
@@ -341,8 +348,8 @@ pub trait AdminBackend: Send + Sync {
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>>;
 
-    /// Admin: release `key` whoever holds it, handing it to the next waiter. Returns
-    /// whether it was held.
+    /// Admin: release `key` whoever holds it (every holder, in either mode), granting the
+    /// waiters that now fit. Returns whether it was held.
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
 }
 

@@ -467,13 +467,11 @@ impl Lease {
         result
     }
 
-    /// `true` if this lease's token still holds the key on the backend (in its space).
+    /// `true` if this lease's token still holds the key on the backend.
     pub async fn owned(&self) -> Result<bool, LockError> {
         let state = &self.state;
         let holders = self.engine.backend.holders(&state.key).await?;
-        Ok(holders
-            .iter()
-            .any(|h| h.token == state.token && h.mode.same_space(state.mode)))
+        Ok(holders.iter().any(|h| h.token == state.token))
     }
 }
 

@@ -8,9 +8,9 @@
 //!
 //! One acquisition model: a request has a [`Mode`], the key's lock ([`Mode::Exclusive`],
 //! the default) or one of its shared leases (`engine.lock(k).shared(n)`: up to `n` holders
-//! at once; `shared(1)` holds alone among them, a writer beside readers). A key's lock and
-//! its shared leases do not exclude each other: two spaces, so that the Redis lock keeps
-//! its two-round-trip fast path (one queue across both is future work).
+//! at once; `shared(1)` holds alone, as the lock does). A key's lock and its shared leases
+//! exclude each other: one space and one queue per key for both modes, so readers on
+//! `shared(n)` and writers on the lock make a read-write lock.
 //!
 //! ```
 //! use std::time::Duration;

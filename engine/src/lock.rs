@@ -16,8 +16,9 @@ use super::{
 /// Setters consume and return the handle; [`Lock::acquire`] and [`Lock::try_acquire`]
 /// yield a [`Lease`], on which release, extend, reacquire and owned live. By default it
 /// takes the key's lock ([`Mode::Exclusive`]); [`shared`](Self::shared) makes it take one
-/// of the key's shared leases instead (a keyed concurrency limit, or with `shared(1)` for
-/// writers, a read-write lock).
+/// of the key's shared leases instead (a keyed concurrency limit). The lock excludes the
+/// key's shared leases and they it, so shared leases for readers and the lock for
+/// writers make a read-write lock (see [`Mode`]).
 ///
 /// ```
 /// use tower_lock_engine::LockEngine;
@@ -34,9 +35,9 @@ use super::{
 ///
 /// // Readers share, a writer is alone.
 /// let reader = engine.lock("doc:1").shared(u32::MAX).acquire().await?;
-/// assert!(engine.lock("doc:1").shared(1).try_acquire().await.is_err());
+/// assert!(engine.lock("doc:1").try_acquire().await.is_err());
 /// reader.release().await?;
-/// let writer = engine.lock("doc:1").shared(1).acquire().await?;
+/// let writer = engine.lock("doc:1").acquire().await?;
 /// assert!(writer.fence().get() > 0);
 /// # Ok(())
 /// # }
@@ -66,18 +67,20 @@ impl Lock {
         }
     }
 
-    /// Take one of the key's shared leases: granted while fewer than `limit` hold one and
-    /// nobody holds one alone; `shared(1)` holds alone among them (a writer beside
-    /// readers), `u32::MAX` is no limit, `0` makes every acquisition fail with
-    /// [`LockError::InvalidValue`]. Kept apart from the key's lock: `lock(k)` and
-    /// `lock(k).shared(n)` do not exclude each other. [`LockError::Unsupported`] on a
-    /// backend without shared mode.
+    /// Take one of the key's shared leases: granted while fewer than `limit` hold the key
+    /// and nobody holds it alone (its lock, or a shared lease with a limit of 1);
+    /// `shared(1)` holds alone, as the lock does, `u32::MAX` is no limit, `0` makes every
+    /// acquisition fail with [`LockError::InvalidValue`]. The key's lock and its shared
+    /// leases exclude each other and wait in one queue (see [`Mode`]).
+    /// [`LockError::Unsupported`] on a backend without shared mode.
     #[inline]
     pub fn shared(self, limit: u32) -> Self {
         self.in_mode(Mode::Shared { limit })
     }
 
-    /// Take the key's lock (the default).
+    /// Take the key's lock (the default): hold it alone, beside no other holder of either
+    /// mode. After [`shared`](Self::shared), it undoes it: `lock(k).shared(n).exclusive()`
+    /// is `lock(k)`.
     #[inline]
     pub fn exclusive(self) -> Self {
         self.in_mode(Mode::Exclusive)
@@ -139,9 +142,12 @@ impl Lock {
     }
 
     /// Acquire with this owner token instead of a fresh random one. Acquiring a key that
-    /// this token already holds (in the same space) succeeds, refreshes its TTL and keeps
-    /// its fence (reentrancy by owner). A shared lease held beside others is not made
-    /// alone: asking for `shared(1)` with its token is [`LockError::InvalidValue`].
+    /// this token already holds succeeds, refreshes its TTL and keeps its fence
+    /// (reentrancy by owner). A shared lease taken with a limit above 1 is never made
+    /// alone: asking to hold alone (the lock, or `shared(1)`) with its token is
+    /// [`LockError::InvalidValue`], beside other holders and for the sole holder alike (an
+    /// upgrade would have to wait for the others, and two holders asking at once would
+    /// each wait for the other). A token holding alone re-enters with any mode.
     #[inline]
     pub fn token(mut self, token: Token) -> Self {
         self.token = Some(token);
@@ -419,20 +425,19 @@ impl Lock {
         }
     }
 
-    /// `true` if anyone holds the key now, in this handle's space (its lock, or its shared
-    /// leases).
+    /// `true` if anyone holds the key now, in either mode.
     pub async fn locked(&self) -> Result<bool, LockError> {
         Ok(!self.holders().await?.is_empty())
     }
 
-    /// Who holds the key now in this handle's space (token and remaining TTL): the lock's
-    /// holder, or the first of its shared holders; `None` if nobody.
+    /// Who holds the key now (token, remaining TTL and mode), in either mode: the first of
+    /// its holders; `None` if nobody.
     pub async fn holder(&self) -> Result<Option<Holder>, LockError> {
         Ok(self.holders().await?.into_iter().next())
     }
 
-    /// Everyone who holds the key now in this handle's space: the lock's holder, or every
-    /// shared holder.
+    /// Everyone who holds the key now, in either mode: the lock's holder, or every shared
+    /// holder.
     pub async fn holders(&self) -> Result<Vec<Holder>, LockError> {
         let key = self.key()?;
         if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {
@@ -441,13 +446,11 @@ impl Lock {
         // What this node reads follows what it did: its releases of the key begun before
         // the read land first (they may take another connection than the read).
         self.engine.shared.releasing.landed(key).await;
-        let mut holders = self.engine.shared.backend.holders(key).await?;
-        holders.retain(|h| h.mode.same_space(self.mode));
-        Ok(holders)
+        self.engine.shared.backend.holders(key).await
     }
 
-    /// The key's status in this handle's space (its lock, or its first shared holder),
-    /// judged against this handle's TTL as the expected bound.
+    /// The key's status (its first holder, in either mode), judged against this handle's
+    /// TTL as the expected bound.
     pub async fn status(&self) -> Result<LockStatus, LockError> {
         Ok(LockStatus::from_holder(
             self.holder().await?,
@@ -455,7 +458,7 @@ impl Lock {
         ))
     }
 
-    /// How many callers wait for the key now (for its lock and for its shared leases).
+    /// How many callers wait for the key now, in either mode (one queue).
     pub async fn waiters(&self) -> Result<usize, LockError> {
         let key = self.key()?;
         if self.mode.is_shared() && !self.engine.shared.backend.has_shared_mode() {

@@ -4,10 +4,13 @@
 /// How an acquisition holds its key. One acquisition model, two spellings (as tokio's
 /// `Mutex` is a semaphore of one permit): a lock is the exclusive case.
 ///
-/// A key has two spaces that never exclude each other: its lock ([`Mode::Exclusive`]) and
-/// its shared leases ([`Mode::Shared`]). `engine.lock("k")` and
-/// `engine.lock("k").shared(n)` may both be held at once. (Kept apart so that the Redis
-/// lock keeps its two-round-trip fast path; one queue across both spaces is future work.)
+/// A key has one space for both modes: its holders are either one holder alone (the key's
+/// lock, [`Mode::Exclusive`], or a shared lease with a limit of 1) or shared holders up
+/// to their limits, never both. So `engine.lock("k")` waits for every shared lease of `k`
+/// and keeps them out while it holds, and a shared lease waits for the lock. Waiters of
+/// both modes queue in one arrival order and are granted from its head, as many as fit:
+/// a lock that waits is not overtaken by shared requests that come after it, however
+/// many would fit beside the current holders. Fences rise across both modes.
 ///
 /// ```
 /// use tower_lock_engine::{LockEngine, Mode};
@@ -17,11 +20,13 @@
 /// let engine = LockEngine::in_memory();
 /// let reader = engine.lock("doc").shared(u32::MAX).acquire().await?;
 /// assert_eq!(reader.mode(), Mode::Shared { limit: u32::MAX });
-/// // A writer beside the readers: alone among the shared leases.
-/// assert!(engine.lock("doc").shared(1).try_acquire().await.is_err());
-/// // The key's lock is another space.
+/// // The key's lock waits for its shared leases ...
+/// assert!(engine.lock("doc").try_acquire().await.is_err());
+/// reader.release().await?;
 /// let lock = engine.lock("doc").acquire().await?;
 /// assert_eq!(lock.mode(), Mode::Exclusive);
+/// // ... and keeps them out while it holds, whatever their limit.
+/// assert!(engine.lock("doc").shared(u32::MAX).try_acquire().await.is_err());
 /// # Ok(())
 /// # }
 /// ```
@@ -31,11 +36,11 @@ pub enum Mode {
     /// The key's lock: one holder at a time.
     #[default]
     Exclusive,
-    /// One of the key's shared leases: granted while fewer than `limit` hold one and
-    /// nobody holds one alone. `limit == 1` holds the key alone among its shared leases
-    /// (a writer beside readers); `u32::MAX` is no limit; `0` is
-    /// [`LockError::InvalidValue`](crate::LockError::InvalidValue). Each request brings
-    /// its own limit.
+    /// One of the key's shared leases: granted while fewer than `limit` hold the key and
+    /// nobody holds it alone. `limit == 1` holds the key alone, as its lock does (at most
+    /// one shared holder, beside no lock: a writer beside readers); `u32::MAX` is no
+    /// limit; `0` is [`LockError::InvalidValue`](crate::LockError::InvalidValue). Each
+    /// request brings its own limit.
     Shared {
         /// How many shared holders the key may have at once, this one included.
         limit: u32,
@@ -48,15 +53,9 @@ impl Mode {
         matches!(self, Self::Shared { .. })
     }
 
-    /// Whether a holder in this mode holds its space alone: the lock, or a shared lease
-    /// with a limit of 1.
+    /// Whether a holder in this mode holds the key alone, beside no other holder of
+    /// either mode: the lock, or a shared lease with a limit of 1.
     pub fn is_alone(self) -> bool {
         matches!(self, Self::Exclusive | Self::Shared { limit: 1 })
-    }
-
-    /// Whether `self` and `other` name the same space of a key (the lock, or the shared
-    /// leases), whatever their limits.
-    pub fn same_space(self, other: Self) -> bool {
-        self.is_shared() == other.is_shared()
     }
 }

@@ -359,7 +359,7 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
                 return;
             };
             // A batch in flight must not hold up deadlines of other leases. One batch for
-            // both modes: each renewal names its lease's space.
+            // both modes: each renewal names its lease's mode.
             tokio::spawn(renew_batch(shared, inner.clone(), due, now));
         }
         match next {

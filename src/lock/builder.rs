@@ -81,10 +81,10 @@ impl LockLayerBuilder {
     /// At least 1, or `build` fails
     /// ([`ConfigError::ZeroPermits`](crate::ConfigError::ZeroPermits)). Default: no
     /// permits, the lock (one request per key; and the fastest path). Permits are the
-    /// engine's shared leases, apart from its lock: to exclude this layer's requests from a
-    /// background job, take [`LockEngine::lock_on`](crate::LockEngine::lock_on)`(key)
-    /// .shared(1)` on its [`lock_key`](tower_lock_core::RequestLocker::lock_key), not
-    /// the lock. Not
+    /// engine's shared leases of the key, which the key's lock excludes: a background job
+    /// holding [`LockEngine::lock_on`](crate::LockEngine::lock_on)`(key)` on the layer's
+    /// [`key_for`](crate::RequestLocker::key_for) runs beside none of this
+    /// layer's requests. Not
     /// offered under idempotency, whose duplicates must never run at once (`build` of
     /// [`without_replay`](crate::IdempotencyLayerBuilder::without_replay) refuses it,
     /// [`ConfigError::IdempotencyPermits`](crate::ConfigError::IdempotencyPermits)).

@@ -55,7 +55,7 @@ impl LockLayer {
 
     /// The framework-neutral runtime core behind the layer: hand it to a framework
     /// integration to lock on the same table, or ask it for a lock key
-    /// ([`RequestLocker::lock_key`]).
+    /// ([`RequestLocker::key_for`]).
     pub fn locker(&self) -> &RequestLocker {
         &self.locker
     }

@@ -80,7 +80,7 @@ async fn a_dry_run_rejects_nothing_and_counts_what_it_would_have_rejected() {
             .await
             .unwrap()
     );
-    let shadow = layer.locker().lock_key("acme").unwrap();
+    let shadow = layer.locker().key_for("acme").unwrap();
     assert!(!engine.lock_on(shadow).locked().await.unwrap());
 }
 

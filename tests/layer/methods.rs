@@ -80,7 +80,7 @@ async fn a_method_list_locks_only_those_methods() {
         .methods([Method::PUT])
         .build()
         .unwrap();
-    let key = layer.locker().lock_key("/orders").unwrap();
+    let key = layer.locker().key_for("/orders").unwrap();
     let held = engine.lock_on(key).acquire().await.unwrap();
     // PUT meets the held key; GET does not take a lock at all.
     assert_eq!(

@@ -1,6 +1,6 @@
 //! Permits at the tower level: `permits(n)` admits N requests per key and never more,
-//! `shared_for([..])` runs readers side by side and each writer alone, a waiting writer is
-//! not overtaken by later readers, and contention is answered as for the lock. Each case
+//! `shared_for([..])` runs readers side by side and each writer alone, a plain lock layer
+//! on the same key excludes them too, a waiting writer is not overtaken by later readers, and contention is answered as for the lock. Each case
 //! runs on a multi-threaded runtime, many rounds, on every backend with permits.
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
@@ -231,6 +231,41 @@ pub(crate) async fn permits_with_shared_for_bound_the_readers_and_keep_writers_a
     }
 }
 
+/// A plain `LockLayer` on writes and a `shared_for` layer on reads of the same key: one
+/// key, one queue, so a write never runs beside a read (issue 51: in process it did, 9
+/// times in 12 requests).
+pub(crate) async fn a_lock_layer_and_a_shared_for_layer_on_one_key_exclude_each_other(
+    backend: Backend,
+) {
+    let table = backend.table("lock-beside-shared").await;
+    let writes = builder(&table).build().unwrap();
+    let reads = builder(&table).shared_for(["GET"]).build().unwrap();
+    for round in 0..ROUNDS {
+        let key = format!("both-{round}");
+        let occupancy = Occupancy::new(usize::MAX);
+        let (writer, reader) = (
+            occupied(&writes, &occupancy, true),
+            occupied(&reads, &occupancy, true),
+        );
+        let readers: Vec<_> = (0..3)
+            .map(|_| spawn_send(&reader, Method::GET, &key, &[("x-hold", "3")]))
+            .collect();
+        occupancy.reached(3).await;
+        let mixed: Vec<_> = (0..12)
+            .map(|i| match i % 3 {
+                0 => spawn_send(&writer, Method::POST, &key, &[]),
+                _ => spawn_send(&reader, Method::GET, &key, &[]),
+            })
+            .collect();
+        for sent in readers.into_iter().chain(mixed) {
+            assert_eq!(finish(sent).await, StatusCode::OK);
+        }
+        occupancy.assert_kept();
+        assert_eq!(occupancy.exclusive_visits(), 4);
+        assert_nothing_left(&table, &lock_key(&key)).await;
+    }
+}
+
 /// The label of the next request to arrive at the gate.
 async fn next_arrival(control: &mut GateControl) -> String {
     control.arrived().await
@@ -404,6 +439,7 @@ macro_rules! every_case {
             permits_admit_n_requests_per_key_at_once_and_never_more,
             shared_for_runs_reads_side_by_side_and_each_write_alone,
             permits_with_shared_for_bound_the_readers_and_keep_writers_alone,
+            a_lock_layer_and_a_shared_for_layer_on_one_key_exclude_each_other,
             a_waiting_writer_goes_before_readers_that_came_after_it,
             contention_is_answered_423_at_once_or_429_when_the_queue_is_full,
         );

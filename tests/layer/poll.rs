@@ -492,7 +492,7 @@ async fn namespace_is_the_first_part_of_the_lock_key() {
         .key()
         .clone();
     assert_eq!(key.as_str(), "api/header=x-key/k");
-    assert_eq!(layer.locker().lock_key("k").unwrap(), key);
+    assert_eq!(layer.locker().key_for("k").unwrap(), key);
     assert!(engine.lock("api/header=x-key/k").locked().await.unwrap());
     assert!(!engine.lock(lock_key("k")).locked().await.unwrap());
 }

@@ -9,7 +9,7 @@ use tower::{ServiceExt, service_fn};
 use tower_lock::{ConfigError, LockEngine, LockLayer, LockLayerBuilder, key::PathKey};
 
 async fn rejected_body(layer: LockLayer, engine: &LockEngine, path: &str) -> serde_json::Value {
-    let key = layer.locker().lock_key(path).unwrap();
+    let key = layer.locker().key_for(path).unwrap();
     let held = engine.lock_on(key).acquire().await.unwrap();
     let service = tower::ServiceBuilder::new()
         .layer(layer)

@@ -38,7 +38,7 @@ async fn holds(locker: &RequestLocker, value: &str, held: Duration, n: usize) {
 
 /// Another holder of `value`'s key, with a lease of `ttl`.
 async fn holder(engine: &LockEngine, locker: &RequestLocker, value: &str, ttl: Duration) -> Lease {
-    let key = locker.lock_key(value).unwrap();
+    let key = locker.key_for(value).unwrap();
     engine.lock_on(key).ttl(ttl).try_acquire().await.unwrap()
 }
 

@@ -507,7 +507,7 @@ async fn an_inner_lock_layers_423_is_not_stored() {
         .layer(layer(&engine))
         .layer(per_tenant.clone())
         .service(svc);
-    let tenant_key = per_tenant.locker().lock_key("acme").unwrap();
+    let tenant_key = per_tenant.locker().key_for("acme").unwrap();
     let held = engine.lock(tenant_key.as_str()).acquire().await.unwrap();
     let req = || {
         let mut r = request("t-423");

@@ -133,7 +133,7 @@ impl RequestLocker {
                 };
             }
         };
-        self.lock_key(&raw).map(Some).map_err(|e| {
+        self.key_for(&raw).map(Some).map_err(|e| {
             self.reject(
                 RejectionKind::MalformedKey,
                 format!("the lock key is unusable: {e}"),
@@ -159,26 +159,39 @@ impl RequestLocker {
         }
     }
 
-    /// The lock key this locker takes for a request whose extractor gives `value`:
-    /// `<namespace>/<kind>/<value>` (see [`key`](crate::key#the-lock-key)). Lock it on
-    /// the engine to exclude the layer's requests for that value, for example from a
-    /// background job.
+    /// The key this locker takes for a request whose extractor gives `value`:
+    /// `<namespace>/<kind>/<value>` (see [`key`](crate::key#the-lock-key)). Take it on
+    /// the engine with `LockEngine::lock_on` to exclude the layer's requests for that
+    /// value, for example from a background job.
     ///
     /// ```
     /// use http::HeaderName;
     /// use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
     ///
-    /// let layer = LockLayer::builder(LockEngine::in_memory())
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let engine = LockEngine::in_memory();
+    /// let layer = LockLayer::builder(engine.clone())
     ///     .namespace("billing")
     ///     .key(HeaderKey::new(HeaderName::from_static("x-tenant-id")))
     ///     .build()
     ///     .unwrap();
-    /// let key = layer.locker().lock_key("acme").unwrap();
+    /// let key = layer.locker().key_for("acme").unwrap();
     /// assert_eq!(key.as_str(), "billing/header=x-tenant-id/acme");
+    /// // Held, it keeps the layer's requests for tenant acme out.
+    /// let job = engine.lock_on(key).acquire().await.unwrap();
+    /// # drop(job);
+    /// # }
     /// ```
-    pub fn lock_key(&self, value: &str) -> Result<LockKey, KeyError> {
+    pub fn key_for(&self, value: &str) -> Result<LockKey, KeyError> {
         // Built in place: one allocation per request, not a `String` and then its copy.
         LockKey::joined(&self.shared.config.key_head, value)
+    }
+
+    /// The former name of [`key_for`](Self::key_for): it makes a key, and locks nothing.
+    #[deprecated(note = "renamed `key_for`: it makes the key, `LockEngine::lock_on` takes it")]
+    pub fn lock_key(&self, value: &str) -> Result<LockKey, KeyError> {
+        self.key_for(value)
     }
 
     /// The layer's namespace (empty unless set with

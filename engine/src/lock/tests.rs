@@ -92,3 +92,34 @@ fn grants_that_keep_running_out_end_the_acquire_with_its_wait_and_leave_the_key_
     runtime.shutdown_background();
     assert_eq!(outcome, Ok(false), "the key is left free");
 }
+
+/// A handle's status sees every holder of its key, whatever mode the handle and the
+/// holders are in (one space per key): `locked()`, `holder()`, `holders()` and `owned()`
+/// agree from a lock handle and from shared ones, and `shared(n).exclusive()` is the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_sees_every_holder_whatever_the_handles_mode() {
+    let engine = LockEngine::in_memory();
+    let (lock, readers) = (engine.lock("doc"), engine.lock("doc").shared(3));
+    let reader = readers.try_acquire().await.unwrap();
+    for handle in [&lock, &readers, &engine.lock("doc").shared(1)] {
+        assert!(handle.locked().await.unwrap());
+        let holders = handle.holders().await.unwrap();
+        assert_eq!(holders.len(), 1);
+        assert_eq!(holders[0].token, *reader.token());
+        assert!(holders[0].mode.is_shared() && !holders[0].mode.is_alone());
+    }
+    assert!(reader.owned().await.unwrap());
+    let back = engine.lock("doc").shared(3).exclusive();
+    assert_eq!(back.mode(), crate::Mode::Exclusive);
+    assert!(matches!(
+        back.try_acquire().await,
+        Err(LockError::Busy { .. })
+    ));
+    reader.release().await.unwrap();
+    let held = back.try_acquire().await.unwrap();
+    let holder = readers.holder().await.unwrap().unwrap();
+    assert_eq!(holder.mode, crate::Mode::Exclusive);
+    assert_eq!(holder.token, *held.token());
+    held.release().await.unwrap();
+    assert!(!readers.locked().await.unwrap());
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{HeldBy, MemoryBackend, Space};
+use super::MemoryBackend;
 use crate::{
     AdminBackend, BoxFuture, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
     PoolBackend, PoolHolders, PoolOp, Token, options::after,
@@ -19,30 +19,24 @@ impl AdminBackend for MemoryBackend {
         ttl: Option<Duration>,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let mut shard = self.locks.shard(key);
+            let mut shard = self.keys.shard(key);
             let now = Instant::now();
+            let fence = self.next_fence().get();
             let entry = shard.entry(key);
-            entry.set_holder(HeldBy {
-                token: value.clone(),
-                expires: ttl.map(|t| after(now, t)),
-                fence: self.next_fence().get(),
-            });
+            entry.set_alone(value.clone(), ttl.map(|t| after(now, t)), fence);
             Ok(())
         })
     }
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
-            let mut shard = self.locks.shard(key);
+            let mut shard = self.keys.shard(key);
             let now = Instant::now();
             let Some(entry) = shard.get_mut(key) else {
                 return Ok(false);
             };
             entry.expire(now, self);
-            let was_held = entry.holder.take().is_some();
-            if was_held {
-                entry.grant_next(now, self);
-            }
+            let was_held = entry.clear(now, self);
             shard.remove_if_empty(key);
             Ok(was_held)
         })

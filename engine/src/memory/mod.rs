@@ -1,4 +1,5 @@
-//! The in-process backend: a sharded table of keys with direct hand-off to waiters.
+//! The in-process backend: a sharded table of keys, each one space for both modes, with
+//! direct hand-off to waiters.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -17,18 +18,17 @@ use super::{
 };
 
 mod capabilities;
-mod exclusive;
+mod holders;
 mod numbers;
 mod records;
-mod shared;
+mod space;
 mod table;
 mod wait;
 
-use exclusive::{Exclusive, HeldBy};
 use numbers::Numbers;
 use records::RecordStore;
-use shared::Shared;
-use table::{Space, Table, Waiter};
+use space::Waiter;
+use table::Table;
 use wait::WaitGuard;
 
 /// How long a key handed to a waiter is held for it until its lease takes it (the lease
@@ -47,17 +47,15 @@ fn handed_off(fence: Fence, now: Instant, ttl: std::time::Duration) -> (Grant, I
 }
 
 /// The in-process backend: serializes within one process, with the same semantics as the
-/// Redis backend (TTLs, fences, FIFO, waiter limits), in both modes: a key's lock and its
-/// shared leases are two spaces, each a table of its own (one table type, one wait).
+/// other backends (TTLs, fences, FIFO, waiter limits), in both modes: a key's lock and its
+/// shared leases are one space, with one queue (see [`Mode`]).
 ///
 /// Release hands the key straight to the first waiter, so waiters are served in arrival
 /// order and never race; a waiting task is woken exactly once, when the key is its own.
 /// When nothing holds or waits for a key, its entry is removed.
 pub struct MemoryBackend {
-    /// The keys' locks ([`Mode::Exclusive`]).
-    locks: Table<Exclusive>,
-    /// The keys' shared leases ([`Mode::Shared`]), apart from the locks.
-    shared: Table<Shared>,
+    /// The keys: their holders and waiters in both modes.
+    keys: Table,
     fence: AtomicU64,
     waiter_ids: AtomicU64,
     numbers: Mutex<Numbers>,
@@ -106,8 +104,7 @@ impl MemoryBackend {
     /// counts those: a retry of such an operation finds nothing).
     pub fn with_record_budget(bytes: usize) -> Self {
         Self {
-            locks: Table::default(),
-            shared: Table::default(),
+            keys: Table::default(),
             fence: AtomicU64::new(0),
             waiter_ids: AtomicU64::new(0),
             numbers: Mutex::default(),
@@ -139,15 +136,13 @@ impl MemoryBackend {
 
     /// How many keys have an entry (held, or waited for, or expired and not yet swept),
     /// counting numeric values (an expired one until the next numeric call sweeps it),
-    /// pools, records and tombstones within their retention, and keys whose shared leases
-    /// are held or waited for.
+    /// pools, and records and tombstones within their retention.
     pub fn key_count(&self) -> usize {
         let now = Instant::now();
-        let locks = self.locks.key_count();
+        let keys = self.keys.key_count();
         let numbers = self.numbers.lock().unwrap().len();
         let records = self.records.lock().unwrap().live(now);
-        let shared = self.shared.key_count();
-        locks + numbers + self.pools.lock().unwrap().len() + records + shared
+        keys + numbers + self.pools.lock().unwrap().len() + records
     }
 
     /// The members of `pool`, sorted (a copy: the pool lock is not held while the
@@ -160,19 +155,19 @@ impl MemoryBackend {
             .unwrap_or_default()
     }
 
-    /// The holder of `key`'s lock, if any.
+    /// The first holder of `key` (earliest expiry first), if any.
     fn holder_now(&self, key: &LockKey) -> Option<Holder> {
         let holders = self
-            .locks
+            .keys
             .with_entry(key, self, |entry, now| Ok(entry.holders(now)));
-        holders.ok()?.pop()
+        holders.ok()?.into_iter().next()
     }
 
     fn next_fence(&self) -> Fence {
         Fence::new(self.fence.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// Release `key`'s lock if `token` holds it, running `before` (with the current time)
+    /// Release `token`'s lease of `key` if it holds one, running `before` (with the current time)
     /// while the key is still held and its shard locked, then hand it to the next waiter.
     fn release_then(
         &self,
@@ -193,25 +188,19 @@ impl MemoryBackend {
         hash: Option<u64>,
         before: impl FnOnce(Instant),
     ) -> Result<(), LockError> {
-        self.locks
-            .with_entry_at(key, self, now, hash, |entry, now| {
-                if entry.holder.as_ref().is_some_and(|h| h.token == *token) {
-                    before(now);
-                }
-                entry.release(token, now, self)
-            })
+        self.keys.with_entry_at(key, self, now, hash, |entry, now| {
+            if entry.holds(token) {
+                before(now);
+            }
+            entry.release(token, now, self)
+        })
     }
 
-    /// [`Backend::acquire`] in the space `table` keeps: decided at once if it can be,
-    /// otherwise queued and waited for.
-    async fn acquire_in<E: Space>(
-        &self,
-        table: &Table<E>,
-        req: AcquireRequest,
-    ) -> Result<Grant, LockError> {
+    /// [`Backend::acquire`]: decided at once if it can be, otherwise queued and waited for.
+    async fn acquire_queued(&self, req: AcquireRequest) -> Result<Grant, LockError> {
         let started = Instant::now();
         let (rx, id, changed) = {
-            let mut shard = table.shard(&req.key);
+            let mut shard = self.keys.shard(&req.key);
             // One clock read serves: a lease that starts a moment early only ends early.
             let now = started;
             shard.sweep(now);
@@ -223,7 +212,7 @@ impl MemoryBackend {
             }
             let (tx, rx) = oneshot::channel();
             let id = self.waiter_ids.fetch_add(1, Ordering::Relaxed);
-            let queue = entry.queue();
+            let queue = &mut entry.queue;
             queue.waiters.push_back(Waiter {
                 id,
                 token: req.token.clone(),
@@ -239,7 +228,6 @@ impl MemoryBackend {
         req.leave_line();
         let guard = WaitGuard {
             backend: self,
-            table,
             key: &req.key,
             token: &req.token,
             id,
@@ -248,14 +236,9 @@ impl MemoryBackend {
         guard.for_grant(changed, started, req.wait).await
     }
 
-    /// [`SynchronousBackend::acquire_now`] in the space `table` keeps.
-    fn decide_in<E: Space>(
-        &self,
-        table: &Table<E>,
-        req: &AcquireRequest,
-        now: Instant,
-    ) -> Option<Result<Grant, LockError>> {
-        let mut shard = table.shard(&req.key);
+    /// [`SynchronousBackend::acquire_now`].
+    fn decide(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
+        let mut shard = self.keys.shard(&req.key);
         shard.sweep(now);
         let entry = shard.entry(&req.key);
         let decided = entry.decide(req, now, self);
@@ -271,27 +254,11 @@ impl MemoryBackend {
             })
         })
     }
-
-    /// The per-lease renewals of a batch in one space.
-    fn renew_in<E: Space>(&self, table: &Table<E>, r: &Renewal) -> bool {
-        table
-            .with_entry(&r.key, self, |entry, now| {
-                Ok(entry.renew(&r.token, r.ttl, now))
-            })
-            .unwrap_or(false)
-    }
-
-    fn waiting_in<E: Space>(table: &Table<E>, key: &LockKey) -> usize {
-        table.shard(key).get(key).map_or(0, E::waiting)
-    }
 }
 
 impl Backend for MemoryBackend {
     fn acquire(&self, req: AcquireRequest) -> BoxFuture<'_, Result<Grant, LockError>> {
-        match req.mode {
-            Mode::Exclusive => Box::pin(self.acquire_in(&self.locks, req)),
-            _ => Box::pin(self.acquire_in(&self.shared, req)),
-        }
+        Box::pin(self.acquire_queued(req))
     }
 
     fn release<'a>(
@@ -307,19 +274,13 @@ impl Backend for MemoryBackend {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
-        mode: Mode,
+        _mode: Mode,
         ttl: Duration,
         how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            match mode {
-                Mode::Exclusive => self
-                    .locks
-                    .with_entry(key, self, |entry, now| entry.extend(token, ttl, how, now)),
-                _ => self
-                    .shared
-                    .with_entry(key, self, |entry, now| entry.extend(token, ttl, how, now)),
-            }
+            self.keys
+                .with_entry(key, self, |entry, now| entry.extend(token, ttl, how, now))
         })
     }
 
@@ -327,9 +288,12 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             Ok(leases
                 .iter()
-                .map(|r| match r.mode {
-                    Mode::Exclusive => self.renew_in(&self.locks, r),
-                    _ => self.renew_in(&self.shared, r),
+                .map(|r| {
+                    self.keys
+                        .with_entry(&r.key, self, |entry, now| {
+                            Ok(entry.renew(&r.token, r.ttl, now))
+                        })
+                        .unwrap_or(false)
                 })
                 .collect())
         })
@@ -337,19 +301,15 @@ impl Backend for MemoryBackend {
 
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async move {
-            let mut holders: Vec<Holder> = self.holder_now(key).into_iter().collect();
-            let shared = self
-                .shared
+            let holders = self
+                .keys
                 .with_entry(key, self, |entry, now| Ok(entry.holders(now)));
-            holders.extend(shared.unwrap_or_default());
-            Ok(holders)
+            Ok(holders.unwrap_or_default())
         })
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
-        Box::pin(async move {
-            Ok(Self::waiting_in(&self.locks, key) + Self::waiting_in(&self.shared, key))
-        })
+        Box::pin(async move { Ok(self.keys.shard(key).get(key).map_or(0, |e| e.waiting())) })
     }
 
     fn has_shared_mode(&self) -> bool {
@@ -365,29 +325,21 @@ impl Backend for MemoryBackend {
     }
 }
 
+// A lease is named by its key and token: the key has one space, and a token holds in
+// one mode only, so the mode each call brings is not needed to find it.
 impl SynchronousBackend for MemoryBackend {
     fn acquire_now(&self, req: &AcquireRequest, now: Instant) -> Option<Result<Grant, LockError>> {
-        match req.mode {
-            Mode::Exclusive => self.decide_in(&self.locks, req, now),
-            _ => self.decide_in(&self.shared, req, now),
-        }
+        self.decide(req, now)
     }
 
     fn release_now(
         &self,
         key: &LockKey,
         token: &Token,
-        mode: Mode,
+        _mode: Mode,
         now: Option<Instant>,
         slot: Option<u64>,
     ) -> Result<(), LockError> {
-        match mode {
-            Mode::Exclusive => self.release_then_at(key, token, now, slot, |_| {}),
-            _ => self
-                .shared
-                .with_entry_at(key, self, now, slot, |entry, now| {
-                    entry.release(token, now, self)
-                }),
-        }
+        self.release_then_at(key, token, now, slot, |_| {})
     }
 }

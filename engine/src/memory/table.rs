@@ -1,163 +1,46 @@
-//! The in-process backend's table of one space (a key's lock, or its shared leases): per
-//! key, an entry of that space, sharded, each shard behind its lock. One table type for
-//! both spaces; what differs between them is the entry ([`Space`]).
+//! The in-process backend's table of keys: per key, its one space ([`Space`]: holders and
+//! waiters of both modes), sharded, each shard behind its lock.
 //!
 //! A key is hashed once per operation (a keyed SipHash: keys come from clients), and that
 //! hash both picks the shard and finds the entry in it: a grant and its release used to
 //! hash the key seven times.
 
 use std::{
-    collections::{VecDeque, hash_map::RandomState},
+    collections::hash_map::RandomState,
     hash::BuildHasher,
     ops::{Deref, DerefMut},
-    sync::{Arc, Mutex, MutexGuard},
-    time::Duration,
+    sync::{Mutex, MutexGuard},
 };
 
 use hashbrown::HashTable;
 
-use tokio::{
-    sync::{Notify, oneshot},
-    time::Instant,
-};
+use tokio::time::Instant;
 
-use super::MemoryBackend;
-use crate::{AcquireRequest, ExtendMode, Grant, Holder, LockError, LockKey, Mode, Token};
+use super::{MemoryBackend, space::Space};
+use crate::{LockError, LockKey};
 
 const SHARDS: usize = 64;
 
-/// One key's entry in one space: its holders and its waiters in arrival order, and the
-/// decisions that differ between the lock ([`Exclusive`](super::exclusive::Exclusive))
-/// and the shared leases ([`Shared`](super::shared::Shared)). Every method runs with the
-/// entry's shard locked.
-pub(super) trait Space: Default + Send + 'static {
-    /// Decide `req` now (holders whose lease ran out dropped first): granted, or refused
-    /// at once; `None` when it has to queue.
-    fn decide(
-        &mut self,
-        req: &AcquireRequest,
-        now: Instant,
-        backend: &MemoryBackend,
-    ) -> Option<Result<Grant, LockError>>;
-
-    /// Drop the holders whose lease ran out, granting the waiters that now fit.
-    fn expire(&mut self, now: Instant, backend: &MemoryBackend);
-
-    /// Grant from the head of the queue whoever now fits (a waiter left, say).
-    fn grant_waiters(&mut self, now: Instant, backend: &MemoryBackend);
-
-    /// When the first holder's lease runs out, if anyone holds with an expiry.
-    fn earliest(&self) -> Option<Instant>;
-
-    /// Give back a grant of `fence` to `token` that its waiter never saw, if it still
-    /// holds it (it may have run out, and the key gone on to someone else).
-    fn give_back(&mut self, token: &Token, fence: u64, now: Instant, backend: &MemoryBackend);
-
-    /// Release `token`'s lease, granting the waiters that now fit.
-    fn release(
-        &mut self,
-        token: &Token,
-        now: Instant,
-        backend: &MemoryBackend,
-    ) -> Result<(), LockError>;
-
-    /// Change `token`'s remaining TTL; the new remaining TTL.
-    fn extend(
-        &mut self,
-        token: &Token,
-        ttl: Duration,
-        how: ExtendMode,
-        now: Instant,
-    ) -> Result<Duration, LockError>;
-
-    /// Renew `token`'s lease to at least `ttl` from now (never shorter); whether it holds.
-    fn renew(&mut self, token: &Token, ttl: Duration, now: Instant) -> bool;
-
-    /// The holders now, with their remaining TTLs.
-    fn holders(&self, now: Instant) -> Vec<Holder>;
-
-    /// Whether anyone holds (expired holders included until they are dropped).
-    fn is_held(&self) -> bool;
-
-    /// The waiters.
-    fn queue(&mut self) -> &mut Queue;
-
-    /// How many wait.
-    fn waiting(&self) -> usize;
-
-    /// How long until the first holder's lease runs out (a retry hint).
-    fn remaining(&self, now: Instant) -> Option<Duration> {
-        self.earliest().map(|e| e.saturating_duration_since(now))
-    }
-
-    /// Nothing to keep: nobody waits, and nobody holds.
-    fn is_empty(&self) -> bool {
-        self.waiting() == 0 && !self.is_held()
-    }
-
-    /// Nothing to keep but holders whose leases ran out.
-    fn idle(&self, now: Instant) -> bool;
-}
-
-/// A key's waiters in one space, in arrival order, and what they were told of the
-/// earliest holder expiry.
-#[derive(Default)]
-pub(super) struct Queue {
-    pub(super) waiters: VecDeque<Waiter>,
-    /// Wakes the waiters when the earliest holder expiry moves earlier than they may have
-    /// seen (a grant or hand-off with a shorter lease, a shortening extend, an admin set),
-    /// so that each re-reads it: a waiter must never sleep past the moment the key frees up.
-    pub(super) changed: Option<Arc<Notify>>,
-    /// The earliest holder expiry as of the last change (`None`: none); a waiter that read
-    /// it sleeps no later than that.
-    told: Option<Instant>,
-}
-
-impl Queue {
-    /// The earliest holder expiry is now `earliest`: wake the waiters if it is earlier than
-    /// what they were told.
-    pub(super) fn expiry_is(&mut self, earliest: Option<Instant>) {
-        let earlier = match (earliest, self.told) {
-            (Some(new), Some(told)) => new < told,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        self.told = earliest;
-        if earlier && let Some(changed) = &self.changed {
-            changed.notify_waiters();
-        }
-    }
-}
-
-/// A queued acquisition, granted through its channel.
-pub(super) struct Waiter {
-    pub(super) id: u64,
-    pub(super) token: Token,
-    pub(super) ttl: Duration,
-    pub(super) mode: Mode,
-    pub(super) grant: oneshot::Sender<Grant>,
-}
-
-/// The entries of one space, sharded by key.
-pub(super) struct Table<E> {
-    shards: Box<[Mutex<Shard<E>>]>,
+/// The keys' spaces, sharded by key.
+pub(super) struct Table {
+    shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
 }
 
-pub(super) struct Shard<E> {
-    map: HashTable<Slot<E>>,
+pub(super) struct Shard {
+    map: HashTable<Slot>,
     /// Sweep idle entries when the map grows past this size.
     sweep_at: usize,
 }
 
 /// One key's entry, with the key's hash (so that a table that grows hashes no key again).
-struct Slot<E> {
+struct Slot {
     hash: u64,
     key: LockKey,
-    entry: E,
+    entry: Space,
 }
 
-impl<E> Default for Shard<E> {
+impl Default for Shard {
     fn default() -> Self {
         Self {
             map: HashTable::new(),
@@ -168,26 +51,26 @@ impl<E> Default for Shard<E> {
 
 /// A shard locked for one key, with the key's hash: what is done under it hashes nothing
 /// again.
-pub(super) struct Locked<'a, E> {
-    shard: MutexGuard<'a, Shard<E>>,
+pub(super) struct Locked<'a> {
+    shard: MutexGuard<'a, Shard>,
     hash: u64,
 }
 
-impl<E> Deref for Locked<'_, E> {
-    type Target = Shard<E>;
+impl Deref for Locked<'_> {
+    type Target = Shard;
 
-    fn deref(&self) -> &Shard<E> {
+    fn deref(&self) -> &Shard {
         &self.shard
     }
 }
 
-impl<E> DerefMut for Locked<'_, E> {
-    fn deref_mut(&mut self) -> &mut Shard<E> {
+impl DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Shard {
         &mut self.shard
     }
 }
 
-impl<E: Space> Default for Table<E> {
+impl Default for Table {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
@@ -196,15 +79,15 @@ impl<E: Space> Default for Table<E> {
     }
 }
 
-impl<E: Space> Table<E> {
+impl Table {
     /// `key`'s shard, locked.
-    pub(super) fn shard(&self, key: &LockKey) -> Locked<'_, E> {
+    pub(super) fn shard(&self, key: &LockKey) -> Locked<'_> {
         self.shard_at(key, None)
     }
 
     /// `key`'s shard, locked, with `key`'s hash when the caller kept it
     /// ([`Locked::hash`]; `None`: it is computed).
-    fn shard_at(&self, key: &LockKey, hash: Option<u64>) -> Locked<'_, E> {
+    fn shard_at(&self, key: &LockKey, hash: Option<u64>) -> Locked<'_> {
         let hash = hash.unwrap_or_else(|| self.hasher.hash_one(key));
         // Bits the shard's table uses for neither its buckets (the low ones) nor its tags
         // (the top 7): within a shard they would all be alike.
@@ -229,7 +112,7 @@ impl<E: Space> Table<E> {
         &self,
         key: &LockKey,
         backend: &MemoryBackend,
-        change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
+        change: impl FnOnce(&mut Space, Instant) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
         self.with_entry_at(key, backend, None, None, change)
     }
@@ -243,7 +126,7 @@ impl<E: Space> Table<E> {
         backend: &MemoryBackend,
         now: Option<Instant>,
         hash: Option<u64>,
-        change: impl FnOnce(&mut E, Instant) -> Result<T, LockError>,
+        change: impl FnOnce(&mut Space, Instant) -> Result<T, LockError>,
     ) -> Result<T, LockError> {
         let mut shard = self.shard_at(key, hash);
         let now = now.unwrap_or_else(Instant::now);
@@ -257,7 +140,7 @@ impl<E: Space> Table<E> {
     }
 }
 
-impl<E: Space> Locked<'_, E> {
+impl Locked<'_> {
     /// The key's hash in this table: a caller that keeps it locks the key's shard again
     /// without hashing the key ([`Table::with_entry_at`]).
     pub(super) fn hash(&self) -> u64 {
@@ -265,7 +148,7 @@ impl<E: Space> Locked<'_, E> {
     }
 
     /// `key`'s entry (the key this shard was locked for), if it has one.
-    pub(super) fn get(&self, key: &LockKey) -> Option<&E> {
+    pub(super) fn get(&self, key: &LockKey) -> Option<&Space> {
         self.shard
             .map
             .find(self.hash, |s| s.key == *key)
@@ -273,7 +156,7 @@ impl<E: Space> Locked<'_, E> {
     }
 
     /// `key`'s entry, if it has one.
-    pub(super) fn get_mut(&mut self, key: &LockKey) -> Option<&mut E> {
+    pub(super) fn get_mut(&mut self, key: &LockKey) -> Option<&mut Space> {
         self.shard
             .map
             .find_mut(self.hash, |s| s.key == *key)
@@ -281,7 +164,7 @@ impl<E: Space> Locked<'_, E> {
     }
 
     /// `key`'s entry, made empty if it has none.
-    pub(super) fn entry(&mut self, key: &LockKey) -> &mut E {
+    pub(super) fn entry(&mut self, key: &LockKey) -> &mut Space {
         let slot = self
             .shard
             .map
@@ -289,7 +172,7 @@ impl<E: Space> Locked<'_, E> {
             .or_insert_with(|| Slot {
                 hash: self.hash,
                 key: key.clone(),
-                entry: E::default(),
+                entry: Space::default(),
             })
             .into_mut();
         &mut slot.entry
@@ -309,7 +192,7 @@ impl<E: Space> Locked<'_, E> {
     }
 }
 
-impl<E: Space> Shard<E> {
+impl Shard {
     /// Drop the idle entries when the map has grown past its last size twice over.
     pub(super) fn sweep(&mut self, now: Instant) {
         if self.map.len() < self.sweep_at {

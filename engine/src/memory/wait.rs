@@ -1,4 +1,4 @@
-//! The wait of a queued acquisition, in either space: until its grant is handed over, its
+//! The wait of a queued acquisition, in either mode: until its grant is handed over, its
 //! wait limit passes, or a holder's lease runs out (which may grant it); and the guard
 //! that cleans up after a wait that ends without its grant.
 
@@ -9,33 +9,29 @@ use tokio::{
     time::Instant,
 };
 
-use super::{
-    MemoryBackend,
-    table::{Space, Table},
-};
+use super::MemoryBackend;
 use crate::{Grant, LockError, LockKey, Token};
 
 /// Removes a waiter whose acquire future is dropped, or gives back a grant it never saw;
 /// either way the waiters that now fit are granted.
-pub(super) struct WaitGuard<'a, E: Space> {
+pub(super) struct WaitGuard<'a> {
     pub(super) backend: &'a MemoryBackend,
-    pub(super) table: &'a Table<E>,
     pub(super) key: &'a LockKey,
     pub(super) token: &'a Token,
     pub(super) id: u64,
     pub(super) rx: Option<oneshot::Receiver<Grant>>,
 }
 
-impl<E: Space> Drop for WaitGuard<'_, E> {
+impl Drop for WaitGuard<'_> {
     fn drop(&mut self) {
         let Some(mut rx) = self.rx.take() else {
             return;
         };
-        let mut shard = self.table.shard(self.key);
+        let mut shard = self.backend.keys.shard(self.key);
         let now = Instant::now();
         if let Some(entry) = shard.get_mut(self.key) {
             entry.expire(now, self.backend);
-            let waiters = &mut entry.queue().waiters;
+            let waiters = &mut entry.queue.waiters;
             if let Some(pos) = waiters.iter().position(|w| w.id == self.id) {
                 waiters.remove(pos);
             } else if let Ok(grant) = rx.try_recv() {
@@ -51,7 +47,7 @@ impl<E: Space> Drop for WaitGuard<'_, E> {
     }
 }
 
-impl<E: Space> WaitGuard<'_, E> {
+impl WaitGuard<'_> {
     /// Wait for the grant. Nobody polls: the grant comes through the channel, and the
     /// waiter wakes otherwise only when the earliest holder expiry passes (to expire it,
     /// which may grant the queue), when `changed` says that expiry moved, or at its
@@ -93,7 +89,7 @@ impl<E: Space> WaitGuard<'_, E> {
     /// Drop the holders whose lease ran out (granting who now fits); when the next lease
     /// runs out.
     fn expire(&self) -> Option<Instant> {
-        let mut shard = self.table.shard(self.key);
+        let mut shard = self.backend.keys.shard(self.key);
         shard.get_mut(self.key).and_then(|entry| {
             entry.expire(Instant::now(), self.backend);
             entry.earliest()
@@ -102,7 +98,7 @@ impl<E: Space> WaitGuard<'_, E> {
 
     /// The retry hint of a wait that timed out.
     fn remaining(&self) -> Option<Duration> {
-        let shard = self.table.shard(self.key);
+        let shard = self.backend.keys.shard(self.key);
         shard
             .get(self.key)
             .and_then(|e| e.remaining(Instant::now()))

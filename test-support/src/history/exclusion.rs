@@ -1,7 +1,15 @@
-//! The exclusion check: no two holders of one key at once in real time (for permits, never
-//! more than N, never an exclusive holder beside anyone), except where the earlier holder
-//! had been told its lease was lost (or the key was force-released) before the overlap
-//! began.
+//! The exclusion check: no two holders of one key at once in real time where the promise
+//! of the two modes on one key forbids it, except where the earlier holder had been told
+//! its lease was lost (or the key was force-released) before the overlap began.
+//!
+//! The promise, per grant: a holder alone ([`Mode::Exclusive`]: the key's lock, or a
+//! shared lease with a limit of 1) is granted only when nobody holds the key, in either
+//! mode; a shared holder with limit `n` only when nobody holds alone and fewer than `n`
+//! hold (each request brings its own limit, so a holder with a lower limit may later see
+//! more beside it, granted to requests with higher ones). Holders that hold at one
+//! instant were each granted while all those with lower fences held (the
+//! [`fences`](super::fences) check holds fences to the grant order), which is how each
+//! grant's company is known without knowing its exact instant.
 
 use std::time::Duration;
 
@@ -37,8 +45,8 @@ pub fn check(history: &History) -> Vec<Violation> {
                 continue;
             }
             if let Some(what) = conflict(&grants, &active, i) {
-                let (newcomer, others) = what;
-                let mut window = Window::default().acquisition(grants[newcomer].0);
+                let (broken, others) = what;
+                let mut window = Window::default().acquisition(grants[broken].0);
                 for &o in &others {
                     window = window.acquisition(grants[o].0);
                 }
@@ -46,7 +54,7 @@ pub fn check(history: &History) -> Vec<Violation> {
                     "{} holders of {key} at once from {} ({}), none told its lease was lost before",
                     others.len() + 1,
                     at(t),
-                    describe(grants[newcomer].0.mode),
+                    describe(grants[broken].0.mode),
                 );
                 violations.push(window.violation(history, "exclusion", what));
             }
@@ -56,43 +64,37 @@ pub fn check(history: &History) -> Vec<Violation> {
     violations
 }
 
-/// Whether `newcomer` may not hold beside `active`: the newcomer and the holders it
-/// conflicts with.
+/// Whether `newcomer`, holding beside `active` (all of them at one instant), shows a
+/// grant that broke the promise: that grant, and the holders that held when it was made.
+///
+/// Ordered by fence, each of them was granted while every one before it held. A grant
+/// breaks the promise when a holder alone was among those before it, when it holds alone
+/// itself and any was, or when it is shared with a limit of at most their number. Only
+/// grants whose company includes the newcomer are judged (the others were, when the last
+/// of their company began to hold).
 fn conflict(
     grants: &[(&Acquisition, &Grant)],
     active: &[usize],
     newcomer: usize,
 ) -> Option<(usize, Vec<usize>)> {
-    let mode = grants[newcomer].0.mode;
-    let exclusive = active
-        .iter()
-        .copied()
-        .find(|&j| grants[j].0.mode == Mode::Exclusive);
-    match (mode, exclusive) {
-        // Anyone beside an exclusive holder: the two of them.
-        (_, Some(j)) => Some((newcomer, vec![j])),
-        // An exclusive holder beside anyone: it and the earliest granted of the others.
-        (Mode::Exclusive, None) => {
-            let first = active
-                .iter()
-                .copied()
-                .min_by_key(|&j| grants[j].0.completed)?;
-            Some((newcomer, vec![first]))
-        }
-        // One shared holder too many: all of them.
-        (Mode::Shared { limit }, None) => {
-            let limit = active
-                .iter()
-                .filter_map(|&j| match grants[j].0.mode {
-                    Mode::Shared { limit } => Some(limit),
-                    Mode::Exclusive => None,
-                })
-                .chain([limit])
-                .min()
-                .unwrap_or(limit);
-            (active.len() + 1 > limit).then(|| (newcomer, active.to_vec()))
-        }
-    }
+    let mut all: Vec<usize> = active.iter().copied().chain([newcomer]).collect();
+    all.sort_by_key(|&j| grants[j].1.fence);
+    let joined = all.iter().position(|&j| j == newcomer)?;
+    (joined..all.len()).find_map(|rank| {
+        let (before, m) = (&all[..rank], all[rank]);
+        let alone_before = before.iter().any(|&j| {
+            matches!(
+                grants[j].0.mode,
+                Mode::Exclusive | Mode::Shared { limit: 1 }
+            )
+        });
+        let broken = alone_before
+            || match grants[m].0.mode {
+                Mode::Exclusive => rank > 0,
+                Mode::Shared { limit } => rank >= limit,
+            };
+        broken.then(|| (m, before.to_vec()))
+    })
 }
 
 fn describe(mode: Mode) -> String {
@@ -188,6 +190,26 @@ mod tests {
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].what.starts_with("3 holders of k"), "{}", v[0]);
         assert_eq!(v[0].window.len(), 9, "{}", v[0]);
+    }
+
+    #[test]
+    fn each_grant_is_judged_by_its_own_limit_and_the_holders_before_it() {
+        let at = |task, fence, limit, done| shared(hold(task, "k", fence, 0, done, 100), limit);
+        // Two, then two more that allow four: each request brings its own limit.
+        let h = history(vec![at(1, 1, 2, 10), at(2, 2, 4, 20), at(3, 3, 4, 30)]);
+        assert_eq!(check(&h), vec![]);
+        // The first granted returning last: judged by its fence, not its return.
+        let h = history(vec![at(1, 1, 2, 50), at(2, 2, 4, 20), at(3, 3, 4, 30)]);
+        assert_eq!(check(&h), vec![]);
+        // A limit of 2 granted beside two: caught, with the two before it.
+        let h = history(vec![at(1, 1, 4, 10), at(2, 2, 4, 20), at(3, 3, 2, 30)]);
+        let v = check(&h);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].what.contains("(shared, at most 2)"), "{}", v[0]);
+        assert_eq!(v[0].window.len(), 9, "{}", v[0]);
+        // The same, its acquire returning first: still the grant that broke it.
+        let h = history(vec![at(1, 1, 4, 10), at(2, 2, 4, 40), at(3, 3, 2, 30)]);
+        assert_eq!(check(&h).len(), 1);
     }
 
     #[test]

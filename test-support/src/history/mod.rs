@@ -5,8 +5,8 @@
 //!
 //! | check | what it verifies |
 //! | --- | --- |
-//! | [`exclusion`] | no two holders of one key at once (permits: at most N, an exclusive holder alone), unless the earlier was told its lease was lost (or the key force-released) before the overlap began |
-//! | [`fences`] | fences strictly increase in grant order per key |
+//! | [`exclusion`] | no two holders of one key at once where the modes forbid it (a holder alone beside nobody, in either mode; a shared holder granted beside fewer than its own limit), unless the earlier was told its lease was lost (or the key force-released) before the overlap began |
+//! | [`fences`] | fences strictly increase in grant order per key, across both modes |
 //! | [`register`] | the fenced register ends in a state a sequential execution of its accepted writes explains |
 //! | [`fifo`] | FIFO grants follow arrival order for arrivals more than a slack apart |
 //!

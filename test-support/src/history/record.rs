@@ -6,11 +6,12 @@ use std::{collections::BTreeMap, time::Duration};
 /// How an acquisition holds its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
-    /// A lock, or a permit taken exclusively: nobody else beside it.
+    /// Alone: the key's lock, or a shared lease with a limit of 1; nobody else beside
+    /// it, in either mode.
     Exclusive,
-    /// One of at most `limit` permits held at once.
+    /// A shared lease, granted while nobody holds alone and fewer than `limit` hold.
     Shared {
-        /// The most shared holders the key admits at once.
+        /// The most shared holders this request admits at its grant, itself included.
         limit: usize,
     },
 }

@@ -1,5 +1,6 @@
 //! A seeded fault schedule, checked through its recorded history: three engines with
-//! different settings (TTL, FIFO, timeouts) take locks and permits on a few keys, giving up
+//! different settings (TTL, FIFO, timeouts) take locks on a few keys, and on one key
+//! lone and shared clients mixed (its lock, `shared(1)`, `shared(2)`, `shared(3)`), giving up
 //! on waits mid-flight, abandoning registered waiters, letting unrenewed leases expire,
 //! while a fault injector, driven by the same seed, picks one fault after another:
 //!
@@ -8,14 +9,16 @@
 //! | Redis | killed and restarted (its state lost), suspended (SIGSTOP), `CLIENT PAUSE`, every client connection killed, a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | Redis Cluster | the primary of a key's slot suspended (under the node timeout: no failover), paused, its connections killed; a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
 //! | Postgres | killed (immediate shutdown) and restarted, frozen (SIGSTOP of every process), the pool's and the listeners' connections killed (`pg_terminate_backend`), a holder process SIGSTOPped past its TTL then resumed or SIGKILLed |
-//! | in process | force releases, and the workers' own cancellations and expiries |
+//! | in process | force releases (every holder of a key, in either mode), and the workers' own cancellations and expiries |
 //!
 //! Every acquisition and every write to a fenced register (one per lock key, on a Redis
 //! server of its own that no fault touches, so the holder processes write to it too) is
 //! recorded, and the history checker verifies at the end: no two holders at once unless the
-//! earlier was told its lease was lost, at most N permit holders and an exclusive one alone,
-//! fences rising in grant order, a register a sequential execution explains, FIFO grants in
-//! arrival order (arrivals further apart than the longest pause), and nothing left behind.
+//! earlier was told its lease was lost, on the mixed key a holder alone beside nobody of
+//! either mode and each shared grant beside fewer than its own limit, fences rising in
+//! grant order across both modes, a register a sequential execution explains, FIFO grants
+//! in arrival order across both modes (arrivals further apart than the longest pause), and
+//! nothing left behind.
 //!
 //! A holder process frozen by SIGSTOP takes no action until it is resumed: its hold is
 //! recorded as ending where it was frozen, and what it does after resuming (a fenced write
@@ -34,6 +37,7 @@ use tower_lock::{LockEngine, LockError, MemoryBackend};
 use tower_lock_test_support::history::{History, Mode, Recorder, Write};
 use tower_lock_test_support::serial;
 
+mod apart;
 #[cfg(feature = "redis")]
 mod holder;
 #[cfg(all(feature = "postgres", feature = "redis"))]
@@ -46,7 +50,9 @@ use registers::Registers;
 
 /// Lock keys: each has a fenced register.
 const LOCK_KEYS: [&str; 2] = ["fault-a", "fault-b"];
-/// A permit key: at most [`PERMITS`] shared holders, or one exclusive.
+/// A key of lone and shared clients mixed: held alone (its lock, or a shared lease with a
+/// limit of 1), or by up to [`PERMITS`] (or one more, for requests that allow it) shared
+/// holders. It has a fenced register too, which those alone write.
 const PERMIT_KEY: &str = "fault-p";
 const PERMITS: u32 = 2;
 /// The longest stretch a fault keeps the server from answering: FIFO order is judged
@@ -115,25 +121,27 @@ async fn worker(
         // (key, the history's mode, a lease that writes the key's register, whether it may
         // expire while held)
         let (key, mode, lock, writes, expiring) = if permits {
-            // A writer beside the shared holders: alone among them.
-            let alone = rng.random_bool(0.2);
-            let (limit, mode) = if alone {
-                (1, Mode::Exclusive)
-            } else {
-                (
-                    PERMITS,
+            // Lone and shared clients on one key: the key's lock, a shared lease with a
+            // limit of 1 (alone too), and shared leases with limits 2 and 3 (each request
+            // brings its own). Those alone write the key's register; the others read it.
+            let (lock, mode) = match rng.random_range(0..20) {
+                0..=2 => (engine.lock(PERMIT_KEY), Mode::Exclusive),
+                3..=4 => (engine.lock(PERMIT_KEY).shared(1), Mode::Exclusive),
+                5..=14 => (
+                    engine.lock(PERMIT_KEY).shared(PERMITS),
                     Mode::Shared {
                         limit: PERMITS as usize,
                     },
-                )
+                ),
+                _ => (
+                    engine.lock(PERMIT_KEY).shared(PERMITS + 1),
+                    Mode::Shared {
+                        limit: PERMITS as usize + 1,
+                    },
+                ),
             };
-            let lock = engine
-                .lock(PERMIT_KEY)
-                .shared(limit)
-                .ttl(settings.ttl)
-                .fifo(fifo)
-                .wait(wait);
-            (PERMIT_KEY, mode, lock, false, false)
+            let lock = lock.ttl(settings.ttl).fifo(fifo).wait(wait);
+            (PERMIT_KEY, mode, lock, mode == Mode::Exclusive, false)
         } else {
             let key = LOCK_KEYS[rng.random_range(0..LOCK_KEYS.len())];
             // Some leases are never renewed and outlive their TTL while held.
@@ -195,6 +203,9 @@ async fn worker(
                 });
             }
         } else {
+            // A shared holder reads with its fence: a lone holder granted before it (whose
+            // lease was lost meanwhile) then finds its late write refused.
+            let _ = registers.call(key, lease.fence().get(), None).await;
             tokio::time::sleep(Duration::from_millis(rng.random_range(0..8))).await;
         }
         holding.releasing(&lease);
@@ -280,6 +291,14 @@ fn schedule(
 ) {
     let (history, seed, log) = run(name, make, registers, (recorder, faults), run_for());
     let violations = history.violations(Some(LONGEST_PAUSE));
+    let mut by_check = std::collections::BTreeMap::<&str, usize>::new();
+    for v in &violations {
+        *by_check.entry(v.check).or_default() += 1;
+    }
+    eprintln!(
+        "{name} fault schedule, seed {seed}: {} violations {by_check:?}",
+        violations.len()
+    );
     assert!(
         violations.is_empty(),
         "seed {seed} (FAULT_SEED={seed} replays it): faults {log:?}"
@@ -357,12 +376,14 @@ fn run(
     (history, seed, log)
 }
 
-/// Force releases, the in-process engine's one fault from outside.
+/// Force releases (of every holder of a key, in either mode), the in-process engine's one
+/// fault from outside.
 struct ForceReleases(LockEngine);
 
 impl Faults for ForceReleases {
     fn inject(&self, rng: &mut StdRng, recorder: &Recorder) -> String {
-        let key = LOCK_KEYS[rng.random_range(0..LOCK_KEYS.len())];
+        let keys = [LOCK_KEYS[0], LOCK_KEYS[1], PERMIT_KEY];
+        let key = keys[rng.random_range(0..keys.len())];
         let invoked = recorder.now();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -406,10 +427,9 @@ fn memory_fault_schedule_keeps_every_check() {
     runtime.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            for key in LOCK_KEYS {
+            for key in [LOCK_KEYS[0], LOCK_KEYS[1], PERMIT_KEY] {
                 engine.lock(key).locked().await.unwrap();
             }
-            let _ = engine.lock(PERMIT_KEY).shared(PERMITS).holders().await;
             if backend.key_count() == 0 {
                 break;
             }
@@ -442,4 +462,29 @@ fn a_schedule_over_a_store_that_ignores_fences_is_caught() {
         "seed {seed}: a store that ignores fences went unnoticed"
     );
     eprintln!("caught, as it must be:\n{}", caught[0]);
+}
+
+/// The deliberate break of cross-mode exclusion: the same schedule over a backend that
+/// keeps each key's lock apart from its shared leases must be caught by the checker, as
+/// a lone holder beside shared ones on the mixed key.
+#[test]
+fn a_schedule_over_a_lock_apart_from_its_shared_leases_is_caught() {
+    let _group = serial::group_blocking(module_path!());
+    let engine = LockEngine::new(apart::Apart(Arc::new(MemoryBackend::new())));
+    let (history, seed, _) = run(
+        "memory, the lock apart from the shared leases",
+        in_process(&engine),
+        &Registers::Local(Arc::default(), true),
+        (Recorder::new(), &apart::NoFaults),
+        Duration::from_secs(4),
+    );
+    let caught = history.violations(None);
+    let mixed = caught
+        .iter()
+        .find(|v| v.check == "exclusion" && v.what.contains(PERMIT_KEY));
+    assert!(
+        mixed.is_some(),
+        "seed {seed}: a lock apart from its shared leases went unnoticed"
+    );
+    eprintln!("caught, as it must be:\n{}", mixed.unwrap());
 }

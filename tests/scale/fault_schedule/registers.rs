@@ -5,9 +5,9 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use super::LOCK_KEYS;
+use super::{LOCK_KEYS, PERMIT_KEY};
 
-/// Fenced registers, one per lock key: a read or a write carrying a fence lower than the
+/// Fenced registers, one per key (the lock keys and the mixed one): a read or a write carrying a fence lower than the
 /// highest the register has seen is refused.
 #[derive(Clone)]
 pub(super) enum Registers {
@@ -63,7 +63,7 @@ impl Registers {
     /// Each register's value now.
     pub(super) async fn finals(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        for key in LOCK_KEYS {
+        for key in [LOCK_KEYS[0], LOCK_KEYS[1], PERMIT_KEY] {
             // A read with fence 0 is refused once any write landed: read the value directly.
             let value = match self {
                 Self::Local(cells, _) => cells.lock().unwrap().get(key).map_or(0, |c| c.1),

@@ -135,7 +135,7 @@ impl ReplayLocker {
     /// or none to a scoped one) or the key is not valid key material.
     pub fn record_key(&self, scope: Option<&str>, key: &str) -> Option<LockKey> {
         let value = self.options.scope.value(scope, key)?;
-        self.locker.lock_key(&value).ok()
+        self.locker.key_for(&value).ok()
     }
 
     /// The `413` rejection for a request body over [`max_request_body`](Self::max_request_body).
