@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_lock::engine::{
-    Backend, BackendErrorKind, LockEngine,
+    Backend, BackendErrorKind, LockEngine, LockError,
     postgres::{
         PostgresBackend, TOMBSTONE_MARGIN,
         sqlx::{self, Executor, Row, postgres::PgPoolOptions},
@@ -77,12 +77,12 @@ async fn migrate_upgrades_a_version_1_schema_in_place() {
         .auto_renew(false)
         .ttl(Duration::from_secs(60));
     let held = held.try_acquire().await.unwrap();
-    // What version 1 had of what version 2 changed.
+    // What version 1 had of what later versions changed.
     psql(format!(
-        r#"DROP TABLE "{s}".shared_leases, "{s}".shared_fences, "{s}".shared_tickets;
-        DROP FUNCTION "{s}".shared_acquire, "{s}".shared_release, "{s}".shared_leave,
-          "{s}".shared_extend, "{s}".shared_renew, "{s}".shared_pump, "{s}".shared_fence,
-          "{s}".shared_earliest, "{s}".holder;
+        r#"DROP TABLE "{s}".shared_leases;
+        ALTER TABLE "{s}".locks DROP COLUMN shared_until, DROP COLUMN released;
+        ALTER TABLE "{s}".tickets DROP COLUMN lim, DROP COLUMN nonce;
+        DROP FUNCTION "{s}".holder;
         CREATE FUNCTION "{s}".holder(k text, OUT token text, OUT ms bigint)
           RETURNS SETOF record LANGUAGE sql AS $fn$
           SELECT l.token, "{s}".ms(l.expires_at, clock_timestamp()) FROM "{s}".locks l
@@ -102,10 +102,10 @@ async fn migrate_upgrades_a_version_1_schema_in_place() {
     assert_eq!(holders.len(), 1, "the lease outlived the upgrade");
     assert_eq!(&holders[0].token, held.token());
     let shared = LockEngine::new(upgraded.clone()).lock("k").shared(2);
-    let shared = shared.try_acquire().await.expect("shared leases now");
-    let holders = upgraded.holders(held.key()).await.unwrap();
-    assert_eq!(holders.len(), 2, "the lock's holder and the shared one");
-    shared.release().await.unwrap();
+    assert!(
+        matches!(shared.try_acquire().await, Err(LockError::Busy { .. })),
+        "shared leases now, excluded by the lock"
+    );
     held.release().await.unwrap();
 }
 
@@ -206,8 +206,7 @@ async fn the_applications_own_pool_serves_the_backend() {
 }
 
 /// A released key's row is its fence tombstone, swept within the margin and one sweep
-/// period; the next grant's fence still exceeds the last one. The same for a key's shared
-/// leases, whose fence row outlives the last grant by as much.
+/// period; the next grant's fence still exceeds the last one, in either mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
     let backend = backend(url().await, None, "sweep").await;
@@ -217,20 +216,16 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
             backend.schema()
         )
     };
-    let (locks, shared, fences) = (
-        count("locks"),
-        count("shared_leases"),
-        count("shared_fences"),
-    );
+    let (locks, shared) = (count("locks"), count("shared_leases"));
     let rows = |backend: PostgresBackend, sql: String| async move {
         let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
         row.get::<i64, _>(0)
     };
     let engine = LockEngine::new(backend.clone());
     let lease = engine.lock("k").try_acquire().await.unwrap();
-    let permit = engine.lock("k").shared(3).try_acquire().await.unwrap();
-    let (fence, shared_fence) = (lease.fence(), permit.fence());
     lease.release().await.unwrap();
+    let permit = engine.lock("k").shared(3).try_acquire().await.unwrap();
+    let fence = permit.fence();
     permit.release().await.unwrap();
     let released = Instant::now();
     assert_eq!(
@@ -238,32 +233,21 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
         1,
         "the tombstone"
     );
-    assert_eq!(
-        rows(backend.clone(), shared.clone()).await,
-        0,
-        "no shared lease"
-    );
-    assert_eq!(
-        rows(backend.clone(), fences.clone()).await,
-        1,
-        "the fence row"
-    );
+    assert_eq!(rows(backend.clone(), shared).await, 0, "no shared lease");
     // The sweeper runs every 5 s and takes rows past the margin: at most 10 s in all.
     let bound = TOMBSTONE_MARGIN * 2 + Duration::from_secs(5);
-    for table in [locks, fences] {
-        while rows(backend.clone(), table.clone()).await != 0 {
-            assert!(
-                released.elapsed() < bound,
-                "{table}: the tombstone outlived {bound:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    while rows(backend.clone(), locks.clone()).await != 0 {
+        assert!(
+            released.elapsed() < bound,
+            "the tombstone outlived {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let again = engine.lock("k").try_acquire().await.unwrap();
+    let again = engine.lock("k").shared(3).try_acquire().await.unwrap();
     assert!(again.fence() > fence, "fences rise past a swept tombstone");
     again.release().await.unwrap();
-    let again = engine.lock("k").shared(3).try_acquire().await.unwrap();
-    assert!(again.fence() > shared_fence, "and past a swept fence row");
+    let again = engine.lock("k").try_acquire().await.unwrap();
+    assert!(again.fence() > fence, "in both modes");
     again.release().await.unwrap();
 }
 
@@ -282,7 +266,7 @@ async fn migrating_an_up_to_date_schema_waits_for_no_call_in_flight() {
         .await
         .unwrap();
     let mut holder = pool.begin().await.unwrap();
-    for table in ["locks", "tickets", "shared_tickets"] {
+    for table in ["locks", "tickets", "shared_leases"] {
         (&mut *holder)
             .execute(format!("LOCK TABLE \"{schema}\".\"{table}\" IN ROW EXCLUSIVE MODE").as_str())
             .await
