@@ -154,6 +154,107 @@ async fn migrate_upgrades_a_version_2_schema_with_waiters_in_place() {
     assert_eq!(row.get::<i64, _>(1), i64::try_from(fence + 1).unwrap());
 }
 
+/// A version 3 schema (a key's lock and its shared leases in two spaces, each with its
+/// queue and fences) with two shared leases held, the shared leases' fence row above
+/// theirs, and a writer (limit 1) queued in the shared leases' own queue: `build()`
+/// refuses it naming `migrate()`, which upgrades it in place. The leases are still held
+/// and now keep the lock out; the writer is in the key's one queue and is granted by the
+/// readers' last release, with a fence above the old fence row; a node of version 3 still
+/// running calls the lock's functions as it did (their added arguments have defaults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_upgrades_a_version_3_schema_with_shared_leases_in_place() {
+    let backend = backend(url().await, None, "v3").await;
+    let s = backend.schema().to_owned();
+    let builder = PostgresBackend::builder(url().await).schema(&s);
+    let engine = LockEngine::new(backend.clone());
+    let readers = engine
+        .lock("k")
+        .shared(3)
+        .auto_renew(false)
+        .ttl(Duration::from_secs(60));
+    let (r1, r2) = (
+        readers.try_acquire().await.unwrap(),
+        readers.try_acquire().await.unwrap(),
+    );
+    let old_fence = r2.fence().get() + 1000;
+    // What version 3 had in place of what version 4 changed, and what it held.
+    psql(format!(
+        r#"ALTER TABLE "{s}".locks DROP COLUMN shared_until, DROP COLUMN released;
+        ALTER TABLE "{s}".tickets DROP COLUMN lim, DROP COLUMN nonce;
+        CREATE TABLE "{s}".shared_fences (key text PRIMARY KEY, fence bigint NOT NULL);
+        CREATE TABLE "{s}".shared_tickets (key text NOT NULL, id text NOT NULL,
+          seq bigint GENERATED ALWAYS AS IDENTITY, token text NOT NULL,
+          deadline timestamptz NOT NULL, ttl_ms bigint NOT NULL, claim_ms bigint NOT NULL,
+          lim bigint NOT NULL, PRIMARY KEY (key, id));
+        CREATE FUNCTION "{s}".shared_pump() RETURNS void LANGUAGE sql AS 'SELECT';
+        INSERT INTO "{s}".shared_fences VALUES ('k', {old_fence});
+        INSERT INTO "{s}".shared_tickets (key, id, token, deadline, ttl_ms, claim_ms, lim)
+          VALUES ('k', 'w', 'writer', clock_timestamp() + interval '60 s', 60000, 60000, 1);
+        UPDATE "{s}".schema_version SET version = 3;
+        DO $do$ DECLARE o name := (SELECT tableowner FROM pg_tables
+                                     WHERE schemaname = '{s}' AND tablename = 'locks');
+        BEGIN
+          EXECUTE format('ALTER TABLE "{s}".shared_fences OWNER TO %I', o);
+          EXECUTE format('ALTER TABLE "{s}".shared_tickets OWNER TO %I', o);
+          EXECUTE format('ALTER FUNCTION "{s}".shared_pump OWNER TO %I', o);
+        END $do$"#
+    ))
+    .await;
+    let older = builder.clone().build().await.unwrap_err();
+    assert!(older.to_string().contains("migrate()"), "{older}");
+    builder.migrate().await.expect("migrate a version 3 schema");
+    let upgraded = builder.build().await.expect("the upgraded schema");
+    let key = r1.key().clone();
+    assert_eq!(upgraded.holders(&key).await.unwrap().len(), 2, "still held");
+    let new_node = LockEngine::new(upgraded.clone());
+    assert!(
+        matches!(
+            new_node.lock("k").try_acquire().await,
+            Err(LockError::Busy { .. })
+        ),
+        "the shared leases keep the lock out"
+    );
+    assert_eq!(new_node.lock("k").waiters().await.unwrap(), 1, "one queue");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let holders = upgraded.holders(&key).await.unwrap();
+    assert_eq!(holders.len(), 1, "the writer, granted by the release");
+    assert_eq!(holders[0].token.as_str(), "writer");
+    assert!(holders[0].mode.is_alone());
+    let fence = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT fence FROM "{s}".shared_leases WHERE token = 'writer'"#
+        )))
+        .await
+        .unwrap()
+        .get::<i64, _>(0);
+    assert_eq!(
+        fence,
+        i64::try_from(old_fence).unwrap() + 1,
+        "above the old fence row"
+    );
+    // A version 3 node's calls: the lock's acquire and release with their old arguments.
+    let old = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT status FROM "{s}".acquire('k2', 'old', 60000, '', 1000, -1)"#
+        )))
+        .await
+        .unwrap()
+        .get::<i32, _>(0);
+    assert_eq!(old, 1, "a version 3 node's acquire");
+    let old = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT "{s}".release('k2', 'old')"#
+        )))
+        .await
+        .unwrap()
+        .get::<i32, _>(0);
+    assert_eq!(old, 1, "a version 3 node's release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_and_prefixes_that_are_not_plain_identifiers_are_refused() {
     let url = url().await;
