@@ -160,7 +160,8 @@ async fn migrate_upgrades_a_version_2_schema_with_waiters_in_place() {
 /// refuses it naming `migrate()`, which upgrades it in place. The leases are still held
 /// and now keep the lock out; the writer is in the key's one queue and is granted by the
 /// readers' last release, with a fence above the old fence row; a node of version 3 still
-/// running calls the lock's functions as it did (their added arguments have defaults).
+/// running calls the functions as it did (the lock's added arguments have defaults; the
+/// shared leases' functions call the one space's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_upgrades_a_version_3_schema_with_shared_leases_in_place() {
     let backend = backend(url().await, None, "v3").await;
@@ -253,6 +254,26 @@ async fn migrate_upgrades_a_version_3_schema_with_shared_leases_in_place() {
         .unwrap()
         .get::<i32, _>(0);
     assert_eq!(old, 1, "a version 3 node's release");
+    // And its shared leases', in the same space: one excludes the lock.
+    let call = |sql: String| {
+        let pool = backend.pool().clone();
+        async move {
+            let row = pool.fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
+            row.get::<i32, _>(0)
+        }
+    };
+    let acquire =
+        format!(r#"SELECT status FROM "{s}".shared_acquire('k2', 'olds', 60000, '', 1000, -1, 2)"#);
+    assert_eq!(call(acquire).await, 1, "a version 3 node's shared lease");
+    assert!(
+        matches!(
+            new_node.lock("k2").try_acquire().await,
+            Err(LockError::Busy { .. })
+        ),
+        "excludes the lock"
+    );
+    let release = format!(r#"SELECT "{s}".shared_release('k2', 'olds')"#);
+    assert_eq!(call(release).await, 1, "a version 3 node's shared release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

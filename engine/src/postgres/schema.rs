@@ -38,8 +38,8 @@ mod upgrade;
 pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
-/// fills in a name: the tables, the upgrade of an older schema, every function, then the
-/// version. One multi-statement message, so one implicit transaction, serialized by an
+/// fills in a name: the tables, the upgrade of an older schema, every function (and what a
+/// node of the previous version calls), then the version. One multi-statement message, so one implicit transaction, serialized by an
 /// advisory lock.
 pub(super) fn migration() -> String {
     [
@@ -48,6 +48,7 @@ pub(super) fn migration() -> String {
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,
+        upgrade::OLD_CALLS,
         VERSION,
     ]
     .join("\n\n")

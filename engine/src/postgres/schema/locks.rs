@@ -46,9 +46,9 @@
 /// and a fence of at least the clock in µs, learnt from the reply. A waiter whose token
 /// already shares re-enters (its fence). Writes the row back once (its holder, fence,
 /// `queued`, `shared_until`), if anything changed. Returns the fence granted to `own` or
-/// the arrival, `-1` when none. Statements: 2 when nobody holds shared (dead tickets, the
-/// head), 2 more when someone may (the lapsed ones, the count), 2 or 3 per grant (ticket,
-/// a shared holder, `NOTIFY`), the write-back.
+/// the arrival, `-1` when none. Statements: 2 when someone queues (dead tickets, the
+/// head; 1 more per grant), 2 when someone may hold shared (the lapsed ones, the count),
+/// 1 or 2 per grant (a shared holder, `NOTIFY`), the write-back.
 ///
 /// # `acquire(k, tok, ttl_ms, tid, ticket_ms, max_waiters, lim, reg) -> (status, val)`
 ///
@@ -77,8 +77,9 @@
 /// Releases `tok`'s lease of `k` in mode `lim` (`0`: the lock, else shared) and grants the
 /// waiters that now fit (`pump`). `1` released (also when the release `rid`, a random id
 /// per call, already ran: the key's row keeps the last one's, so a release sent again
-/// reports what the first did), `-1` another holds `k`, `-2` nobody does. Statements: the lock's nobody queues for 1 (the fast `UPDATE`); else the
-/// row read and locked, the lease deleted (shared), the latest shared expiry, the pump's.
+/// reports what the first did), `-1` another holds `k`, `-2` nobody does. Statements: the
+/// lock's nobody queues for 1 (the fast `UPDATE`); else the row read and locked, the lease
+/// deleted (shared), then the pump's.
 ///
 /// # `leave(k, tid, tok) -> bigint`
 ///
@@ -119,11 +120,16 @@ BEGIN
       INTO held, lone, c.shared_until FROM @shared@ WHERE key = c.key;
     dirty := true;
   END IF;
-  DELETE FROM @tickets@ WHERE key = c.key AND deadline <= t AND id <> own;
+  -- (`queued` false: no ticket to look for.)
+  IF c.queued THEN
+    DELETE FROM @tickets@ WHERE key = c.key AND deadline <= t AND id <> own;
+  END IF;
   LOOP
-    SELECT * INTO w FROM @tickets@ WHERE key = c.key ORDER BY seq LIMIT 1;
-    c.queued := FOUND;
-    IF NOT FOUND THEN
+    IF c.queued THEN
+      SELECT * INTO w FROM @tickets@ WHERE key = c.key ORDER BY seq LIMIT 1;
+      c.queued := FOUND;
+    END IF;
+    IF NOT c.queued THEN
       -- Nobody waits: the arrival, if one asks (once).
       EXIT WHEN lim < 0;
       w.id := own;

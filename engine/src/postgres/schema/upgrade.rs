@@ -19,7 +19,7 @@
 ///   held in both spaces at the upgrade keeps both holders until they leave. The old
 ///   functions whose arguments changed are dropped (the new ones give the added arguments
 ///   defaults, so a node of the old version still running calls them: see the module docs
-///   of `postgres`), and so are the shared leases' own.
+///   of `postgres`), and so are the shared leases' own ([`OLD_CALLS`] answers those).
 pub(super) const STEPS: &str = r#"
 DO $do$ BEGIN
   IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@locks@'::regclass
@@ -59,9 +59,26 @@ DO $do$ BEGIN
       SELECT DISTINCT key, NULL::text, 0::bigint, clock_timestamp(), true FROM @tickets@
       ON CONFLICT (key) DO UPDATE SET queued = true;
     DROP TABLE @schema@.@old_shared_fences@, @schema@.@old_shared_tickets@;
-    DROP FUNCTION IF EXISTS @old@shared_acquire", @old@shared_release", @old@shared_leave",
-      @old@shared_extend", @old@shared_renew", @old@shared_pump", @old@shared_fence",
-      @old@shared_earliest";
+    DROP FUNCTION IF EXISTS @old@shared_pump", @old@shared_fence", @old@shared_earliest";
   END IF;
 END $do$;
+"#;
+
+/// What a version 3 node still running during a rolling deploy calls for its shared leases,
+/// each the one-space function in the shared mode (so its leases and waiters are in the
+/// key's one space and queue too). Installed after the functions they call.
+pub(super) const OLD_CALLS: &str = r#"
+CREATE OR REPLACE FUNCTION @old@shared_acquire"(k text, tok text, ttl_ms bigint, tid text,
+  ticket_ms bigint, max_waiters bigint, lim bigint, OUT status integer, OUT val bigint)
+LANGUAGE sql AS $fn$ SELECT * FROM @acquire@(k, tok, ttl_ms, tid, ticket_ms, max_waiters, lim) $fn$;
+CREATE OR REPLACE FUNCTION @old@shared_release"(k text, tok text) RETURNS integer
+LANGUAGE sql AS $fn$ SELECT @release@(k, tok, 1) $fn$;
+CREATE OR REPLACE FUNCTION @old@shared_leave"(k text, tid text, tok text) RETURNS bigint
+LANGUAGE sql AS $fn$ SELECT @leave@(k, tid, tok) $fn$;
+CREATE OR REPLACE FUNCTION @old@shared_extend"(k text, tok text, ms bigint, mode text)
+RETURNS bigint LANGUAGE sql AS $fn$ SELECT @extend@(k, tok, ms, mode, 1) $fn$;
+CREATE OR REPLACE FUNCTION @old@shared_renew"(ks text[], toks text[], ttls bigint[])
+RETURNS text LANGUAGE sql AS $fn$
+  SELECT @renew@(ks, toks, ttls, array_fill(1::bigint, ARRAY[coalesce(array_length(ks, 1), 0)]))
+$fn$;
 "#;
