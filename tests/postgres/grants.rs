@@ -1,7 +1,7 @@
 //! Grants matched by their registration's nonce, not by a clock: a grant that names a
 //! waiter's ticket with another nonce (an earlier registration's, delivered late) is
-//! refused; and a release sent again (its connection lost after it ran) reports what the
-//! first did.
+//! refused; a registration sent twice is one ticket; and a release sent again (its
+//! connection lost after it ran) reports what the first did.
 
 use std::time::Duration;
 
@@ -126,4 +126,39 @@ async fn a_release_sent_again_reports_released() {
         );
         drop(lease.release().await);
     }
+}
+
+/// A registration sent twice (the same ticket, the same nonce: a call sent again after its
+/// connection was lost) is one ticket; a refresh with a later nonce is still that ticket,
+/// and the grant at the holder's release names the later nonce.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_sent_twice_is_one_ticket() {
+    let backend = backend(url().await, None, "twice").await;
+    let (schema, prefix) = (backend.schema(), backend.table_prefix());
+    let engine = LockEngine::new(backend.clone());
+    let holder = engine.lock("k").try_acquire().await.unwrap();
+    let register = |nonce: &str| {
+        format!(
+            "SELECT status::text FROM \"{schema}\".\"{prefix}acquire\"\
+             ('k', 'waiter', 60000, 'w', 60000, -1, 0, '{nonce}')"
+        )
+    };
+    for nonce in ["n1", "n1", "n2"] {
+        assert_eq!(text(&backend, &register(nonce)).await, "0", "queued");
+        assert_eq!(engine.lock("k").waiters().await.unwrap(), 1, "one ticket");
+    }
+    let mut listener = sqlx::postgres::PgListener::connect(&url().await)
+        .await
+        .unwrap();
+    listener
+        .listen(&format!("{schema}.{prefix}wake"))
+        .await
+        .unwrap();
+    holder.release().await.unwrap();
+    let grant = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+        .await
+        .expect("the grant's notification")
+        .unwrap();
+    let grant: Vec<&str> = grant.payload().split(' ').collect();
+    assert_eq!((grant[0], grant[3]), ("w", "n2"), "{grant:?}");
 }
