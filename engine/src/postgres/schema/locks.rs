@@ -67,8 +67,9 @@
 /// Statements inside: the lock on a free key nobody queues for 1 (the fast upsert; the
 /// synchronous commit and the clock are expressions, no statement), 2 for a try (`tid =
 /// ''`), which first reads the row: a try on a key another holds alone is answered from
-/// that read, without locking the row. Otherwise the upsert (which locked the row), the
-/// row's read, then: a re-entry 1 to 3 more (the shared lease looked up when one may be
+/// that read, without locking the row. Otherwise the lock's upsert (which locked the row),
+/// the row's read and lock (and a tombstone row made first for a shared request on a key
+/// without one), then: a re-entry 1 to 3 more (the shared lease looked up when one may be
 /// live); a waiter's refresh behind a lone holder 1; else the pump's, and a registration
 /// 2 to 4 (the count against `max_waiters`, the ticket, `queued`).
 ///
@@ -216,26 +217,28 @@ BEGIN
   END IF;
   LOOP
     t := clock_timestamp();
-    -- The fast path: the lock of a key nobody holds or queues for. Its conflict locks the
-    -- row either way (a shared request's too, which never takes it here).
-    INSERT INTO @locks@ AS l (key, token, fence, expires_at)
-      VALUES (k, CASE WHEN lim = 0 THEN tok END, @us@(t),
-              CASE WHEN lim = 0 THEN t + ttl_ms * interval '1 millisecond' ELSE t END)
-      ON CONFLICT (key) DO UPDATE
-        SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
-            expires_at = excluded.expires_at
-        WHERE lim = 0 AND NOT l.queued AND (l.token IS NULL OR l.expires_at <= t)
-          AND l.shared_until <= t
-      RETURNING l.fence INTO f;
-    IF FOUND AND lim = 0 THEN
-      status := 1;
-      val := f;
-      RETURN;
+    IF lim = 0 THEN
+      -- The fast path: the lock of a key nobody holds or queues for. Its conflict locks
+      -- the row either way.
+      INSERT INTO @locks@ AS l (key, token, fence, expires_at)
+        VALUES (k, tok, @us@(t), t + ttl_ms * interval '1 millisecond')
+        ON CONFLICT (key) DO UPDATE
+          SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
+              expires_at = excluded.expires_at
+          WHERE NOT l.queued AND (l.token IS NULL OR l.expires_at <= t) AND l.shared_until <= t
+        RETURNING l.fence INTO f;
+      IF FOUND THEN
+        status := 1;
+        val := f;
+        RETURN;
+      END IF;
     END IF;
-    -- The row is this transaction's now (locked by the conflict): read it after the wait.
+    -- The row is this transaction's now (locked by the conflict, or here): read it after
+    -- the wait. A shared request on a key without a row makes one (a tombstone) first.
     SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
-    -- (Never absent while locked; if it were, the upsert goes again.)
     EXIT WHEN FOUND;
+    INSERT INTO @locks@ (key, token, fence, expires_at) VALUES (k, NULL, @us@(t), t)
+      ON CONFLICT (key) DO NOTHING;
   END LOOP;
   t := clock_timestamp();
   e := t + ttl_ms * interval '1 millisecond';
