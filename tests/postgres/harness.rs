@@ -54,7 +54,7 @@ pub(crate) async fn harness(
     })
 }
 
-/// The live leases (both spaces), numbers and records, pool members and every ticket the backend keeps; rows
+/// The live leases (both modes), numbers and records, pool members and every ticket the backend keeps; rows
 /// that stopped holding are fence tombstones, documented and swept, which must not outlive
 /// their bound.
 pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
@@ -66,17 +66,14 @@ pub(crate) async fn residue(backend: &PostgresBackend) -> Vec<String> {
          UNION ALL SELECT 'ticket ' || key FROM \"{schema}\".\"{prefix}tickets\"
          UNION ALL SELECT 'shared lease ' || key FROM \"{schema}\".\"{prefix}shared_leases\"
            WHERE expires_at > clock_timestamp()
-         UNION ALL SELECT 'shared ticket ' || key FROM \"{schema}\".\"{prefix}shared_tickets\"
-         UNION ALL SELECT 'stale shared fence ' || key
-           FROM \"{schema}\".\"{prefix}shared_fences\"
-           WHERE fence < extract(epoch FROM clock_timestamp() - interval '15 seconds') * 1000000
          UNION ALL SELECT 'number ' || key FROM \"{schema}\".\"{prefix}numbers\"
            WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'pool ' || pool || ' ' || member FROM \"{schema}\".\"{prefix}pools\"
          UNION ALL SELECT 'record ' || key FROM \"{schema}\".\"{prefix}records\"
            WHERE expires_at > clock_timestamp()
          UNION ALL SELECT 'stale tombstone ' || key FROM \"{schema}\".\"{prefix}locks\"
-           WHERE expires_at < clock_timestamp() - interval '15 seconds'"
+           WHERE expires_at < clock_timestamp() - interval '15 seconds'
+             AND shared_until < clock_timestamp() - interval '15 seconds'"
     );
     // The simple query protocol, as the backend's own calls: it works through PgBouncer.
     let rows = backend

@@ -1,7 +1,8 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
-//! cases (shared leases included) directly and through a PgBouncer in transaction pooling mode, a
+//! cases (both modes on one key included) directly and through a PgBouncer in transaction pooling mode, a
 //! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
-//! connections, the set-up (schema check, names, the application's own pool, tombstone
+//! connections, grants matched by their registration's nonce, a release sent again, the
+//! set-up (schema check, names, the application's own pool, tombstone
 //! sweeping, upgrades), the one-statement fast paths against the waiters they race with,
 //! the uncontended cycle's cost; every statement type through a PgBouncer whose two server
 //! connections other clients keep busy, calls on pooled connections the server ended while
@@ -19,6 +20,7 @@ mod cycle;
 mod dead_idle;
 mod fast_path;
 mod faults;
+mod grants;
 mod harness;
 mod isolation;
 mod late_refresh;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tower_lock::engine::{
-    Backend, BackendErrorKind, LockEngine,
+    Backend, BackendErrorKind, LockEngine, LockError,
     postgres::{
         PostgresBackend, TOMBSTONE_MARGIN,
         sqlx::{self, Executor, Row, postgres::PgPoolOptions},
@@ -77,12 +77,12 @@ async fn migrate_upgrades_a_version_1_schema_in_place() {
         .auto_renew(false)
         .ttl(Duration::from_secs(60));
     let held = held.try_acquire().await.unwrap();
-    // What version 1 had of what version 2 changed.
+    // What version 1 had of what later versions changed.
     psql(format!(
-        r#"DROP TABLE "{s}".shared_leases, "{s}".shared_fences, "{s}".shared_tickets;
-        DROP FUNCTION "{s}".shared_acquire, "{s}".shared_release, "{s}".shared_leave,
-          "{s}".shared_extend, "{s}".shared_renew, "{s}".shared_pump, "{s}".shared_fence,
-          "{s}".shared_earliest, "{s}".holder;
+        r#"DROP TABLE "{s}".shared_leases;
+        ALTER TABLE "{s}".locks DROP COLUMN shared_until, DROP COLUMN released;
+        ALTER TABLE "{s}".tickets DROP COLUMN lim, DROP COLUMN nonce;
+        DROP FUNCTION "{s}".holder;
         CREATE FUNCTION "{s}".holder(k text, OUT token text, OUT ms bigint)
           RETURNS SETOF record LANGUAGE sql AS $fn$
           SELECT l.token, "{s}".ms(l.expires_at, clock_timestamp()) FROM "{s}".locks l
@@ -102,10 +102,10 @@ async fn migrate_upgrades_a_version_1_schema_in_place() {
     assert_eq!(holders.len(), 1, "the lease outlived the upgrade");
     assert_eq!(&holders[0].token, held.token());
     let shared = LockEngine::new(upgraded.clone()).lock("k").shared(2);
-    let shared = shared.try_acquire().await.expect("shared leases now");
-    let holders = upgraded.holders(held.key()).await.unwrap();
-    assert_eq!(holders.len(), 2, "the lock's holder and the shared one");
-    shared.release().await.unwrap();
+    assert!(
+        matches!(shared.try_acquire().await, Err(LockError::Busy { .. })),
+        "shared leases now, excluded by the lock"
+    );
     held.release().await.unwrap();
 }
 
@@ -152,6 +152,128 @@ async fn migrate_upgrades_a_version_2_schema_with_waiters_in_place() {
         "handed over by the release"
     );
     assert_eq!(row.get::<i64, _>(1), i64::try_from(fence + 1).unwrap());
+}
+
+/// A version 3 schema (a key's lock and its shared leases in two spaces, each with its
+/// queue and fences) with two shared leases held, the shared leases' fence row above
+/// theirs, and a writer (limit 1) queued in the shared leases' own queue: `build()`
+/// refuses it naming `migrate()`, which upgrades it in place. The leases are still held
+/// and now keep the lock out; the writer is in the key's one queue and is granted by the
+/// readers' last release, with a fence above the old fence row; a node of version 3 still
+/// running calls the functions as it did (the lock's added arguments have defaults; the
+/// shared leases' functions call the one space's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_upgrades_a_version_3_schema_with_shared_leases_in_place() {
+    let backend = backend(url().await, None, "v3").await;
+    let s = backend.schema().to_owned();
+    let builder = PostgresBackend::builder(url().await).schema(&s);
+    let engine = LockEngine::new(backend.clone());
+    let readers = engine
+        .lock("k")
+        .shared(3)
+        .auto_renew(false)
+        .ttl(Duration::from_secs(60));
+    let (r1, r2) = (
+        readers.try_acquire().await.unwrap(),
+        readers.try_acquire().await.unwrap(),
+    );
+    let old_fence = r2.fence().get() + 1000;
+    // What version 3 had in place of what version 4 changed, and what it held.
+    psql(format!(
+        r#"ALTER TABLE "{s}".locks DROP COLUMN shared_until, DROP COLUMN released;
+        ALTER TABLE "{s}".tickets DROP COLUMN lim, DROP COLUMN nonce;
+        CREATE TABLE "{s}".shared_fences (key text PRIMARY KEY, fence bigint NOT NULL);
+        CREATE TABLE "{s}".shared_tickets (key text NOT NULL, id text NOT NULL,
+          seq bigint GENERATED ALWAYS AS IDENTITY, token text NOT NULL,
+          deadline timestamptz NOT NULL, ttl_ms bigint NOT NULL, claim_ms bigint NOT NULL,
+          lim bigint NOT NULL, PRIMARY KEY (key, id));
+        CREATE FUNCTION "{s}".shared_pump() RETURNS void LANGUAGE sql AS 'SELECT';
+        INSERT INTO "{s}".shared_fences VALUES ('k', {old_fence});
+        INSERT INTO "{s}".shared_tickets (key, id, token, deadline, ttl_ms, claim_ms, lim)
+          VALUES ('k', 'w', 'writer', clock_timestamp() + interval '60 s', 60000, 60000, 1);
+        UPDATE "{s}".schema_version SET version = 3;
+        DO $do$ DECLARE o name := (SELECT tableowner FROM pg_tables
+                                     WHERE schemaname = '{s}' AND tablename = 'locks');
+        BEGIN
+          EXECUTE format('ALTER TABLE "{s}".shared_fences OWNER TO %I', o);
+          EXECUTE format('ALTER TABLE "{s}".shared_tickets OWNER TO %I', o);
+          EXECUTE format('ALTER FUNCTION "{s}".shared_pump OWNER TO %I', o);
+        END $do$"#
+    ))
+    .await;
+    let older = builder.clone().build().await.unwrap_err();
+    assert!(older.to_string().contains("migrate()"), "{older}");
+    builder.migrate().await.expect("migrate a version 3 schema");
+    let upgraded = builder.build().await.expect("the upgraded schema");
+    let key = r1.key().clone();
+    assert_eq!(upgraded.holders(&key).await.unwrap().len(), 2, "still held");
+    let new_node = LockEngine::new(upgraded.clone());
+    assert!(
+        matches!(
+            new_node.lock("k").try_acquire().await,
+            Err(LockError::Busy { .. })
+        ),
+        "the shared leases keep the lock out"
+    );
+    assert_eq!(new_node.lock("k").waiters().await.unwrap(), 1, "one queue");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let holders = upgraded.holders(&key).await.unwrap();
+    assert_eq!(holders.len(), 1, "the writer, granted by the release");
+    assert_eq!(holders[0].token.as_str(), "writer");
+    assert!(holders[0].mode.is_alone());
+    let fence = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT fence FROM "{s}".shared_leases WHERE token = 'writer'"#
+        )))
+        .await
+        .unwrap()
+        .get::<i64, _>(0);
+    assert_eq!(
+        fence,
+        i64::try_from(old_fence).unwrap() + 1,
+        "above the old fence row"
+    );
+    // A version 3 node's calls: the lock's acquire and release with their old arguments.
+    let old = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT status FROM "{s}".acquire('k2', 'old', 60000, '', 1000, -1)"#
+        )))
+        .await
+        .unwrap()
+        .get::<i32, _>(0);
+    assert_eq!(old, 1, "a version 3 node's acquire");
+    let old = backend
+        .pool()
+        .fetch_one(sqlx::raw_sql(&format!(
+            r#"SELECT "{s}".release('k2', 'old')"#
+        )))
+        .await
+        .unwrap()
+        .get::<i32, _>(0);
+    assert_eq!(old, 1, "a version 3 node's release");
+    // And its shared leases', in the same space: one excludes the lock.
+    let call = |sql: String| {
+        let pool = backend.pool().clone();
+        async move {
+            let row = pool.fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
+            row.get::<i32, _>(0)
+        }
+    };
+    let acquire =
+        format!(r#"SELECT status FROM "{s}".shared_acquire('k2', 'olds', 60000, '', 1000, -1, 2)"#);
+    assert_eq!(call(acquire).await, 1, "a version 3 node's shared lease");
+    assert!(
+        matches!(
+            new_node.lock("k2").try_acquire().await,
+            Err(LockError::Busy { .. })
+        ),
+        "excludes the lock"
+    );
+    let release = format!(r#"SELECT "{s}".shared_release('k2', 'olds')"#);
+    assert_eq!(call(release).await, 1, "a version 3 node's shared release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,8 +328,7 @@ async fn the_applications_own_pool_serves_the_backend() {
 }
 
 /// A released key's row is its fence tombstone, swept within the margin and one sweep
-/// period; the next grant's fence still exceeds the last one. The same for a key's shared
-/// leases, whose fence row outlives the last grant by as much.
+/// period; the next grant's fence still exceeds the last one, in either mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
     let backend = backend(url().await, None, "sweep").await;
@@ -217,20 +338,16 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
             backend.schema()
         )
     };
-    let (locks, shared, fences) = (
-        count("locks"),
-        count("shared_leases"),
-        count("shared_fences"),
-    );
+    let (locks, shared) = (count("locks"), count("shared_leases"));
     let rows = |backend: PostgresBackend, sql: String| async move {
         let row = backend.pool().fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
         row.get::<i64, _>(0)
     };
     let engine = LockEngine::new(backend.clone());
     let lease = engine.lock("k").try_acquire().await.unwrap();
-    let permit = engine.lock("k").shared(3).try_acquire().await.unwrap();
-    let (fence, shared_fence) = (lease.fence(), permit.fence());
     lease.release().await.unwrap();
+    let permit = engine.lock("k").shared(3).try_acquire().await.unwrap();
+    let fence = permit.fence();
     permit.release().await.unwrap();
     let released = Instant::now();
     assert_eq!(
@@ -238,32 +355,21 @@ async fn a_released_key_leaves_no_row_once_its_tombstone_is_swept() {
         1,
         "the tombstone"
     );
-    assert_eq!(
-        rows(backend.clone(), shared.clone()).await,
-        0,
-        "no shared lease"
-    );
-    assert_eq!(
-        rows(backend.clone(), fences.clone()).await,
-        1,
-        "the fence row"
-    );
+    assert_eq!(rows(backend.clone(), shared).await, 0, "no shared lease");
     // The sweeper runs every 5 s and takes rows past the margin: at most 10 s in all.
     let bound = TOMBSTONE_MARGIN * 2 + Duration::from_secs(5);
-    for table in [locks, fences] {
-        while rows(backend.clone(), table.clone()).await != 0 {
-            assert!(
-                released.elapsed() < bound,
-                "{table}: the tombstone outlived {bound:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    while rows(backend.clone(), locks.clone()).await != 0 {
+        assert!(
+            released.elapsed() < bound,
+            "the tombstone outlived {bound:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let again = engine.lock("k").try_acquire().await.unwrap();
+    let again = engine.lock("k").shared(3).try_acquire().await.unwrap();
     assert!(again.fence() > fence, "fences rise past a swept tombstone");
     again.release().await.unwrap();
-    let again = engine.lock("k").shared(3).try_acquire().await.unwrap();
-    assert!(again.fence() > shared_fence, "and past a swept fence row");
+    let again = engine.lock("k").try_acquire().await.unwrap();
+    assert!(again.fence() > fence, "in both modes");
     again.release().await.unwrap();
 }
 
@@ -282,7 +388,7 @@ async fn migrating_an_up_to_date_schema_waits_for_no_call_in_flight() {
         .await
         .unwrap();
     let mut holder = pool.begin().await.unwrap();
-    for table in ["locks", "tickets", "shared_tickets"] {
+    for table in ["locks", "tickets", "shared_leases"] {
         (&mut *holder)
             .execute(format!("LOCK TABLE \"{schema}\".\"{table}\" IN ROW EXCLUSIVE MODE").as_str())
             .await

@@ -19,7 +19,7 @@ use tokio::{task::JoinHandle, time::Instant};
 
 use super::{FALLBACK_CAP, Inner, backend_error, millis, remaining, resend, sql::Call, timed_out};
 use crate::{
-    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Mode, Token,
+    AcquireRequest, BackendError, BackendErrorKind, Fence, Grant, LockError, LockKey, Token,
     releasing::Line, runtime,
 };
 
@@ -111,37 +111,15 @@ impl Inner {
         self.bounded(what, &mut self.spawn_call(what, sql)).await
     }
 
-    /// One call on a connection of its own (not the pool's), awaited within the call
-    /// timeout: after a connection was lost, the pool's other idle ones may be dead too.
-    pub(super) async fn call_fresh(
-        self: &Arc<Self>,
-        what: &'static str,
-        sql: String,
-    ) -> Result<Vec<PgRow>, LockError> {
-        let inner = self.clone();
-        let mut call: InFlight = runtime::handle().spawn(async move {
-            resend::send_fresh(&inner.pool, &sql)
-                .await
-                .map_err(|e| backend_error(what, e))
-        });
-        self.bounded(what, &mut call).await
-    }
-
-    /// A waiter leaves, in the space `mode` names: its ticket deleted, a grant it received
-    /// unseen given back. Returns the (first) holder's remaining TTL.
+    /// A waiter leaves: its ticket deleted, a grant it received unseen (either mode) given
+    /// back. Returns the (first) holder's remaining TTL.
     pub(super) async fn leave(
         self: &Arc<Self>,
         key: &LockKey,
         ticket: &str,
         token: &Token,
-        mode: Mode,
     ) -> Result<Option<Duration>, LockError> {
-        let function = if mode.is_shared() {
-            self.names.shared_leave()
-        } else {
-            self.names.leave()
-        };
-        let sql = Call::function(function)
+        let sql = Call::function(self.names.leave())
             .text(key.as_str())
             .text(ticket)
             .text(token.as_str())
@@ -161,7 +139,7 @@ impl Inner {
         }
         let in_flight = std::mem::take(&mut cleanup.in_flight);
         let (inner, key, ticket) = (self.clone(), cleanup.key.clone(), cleanup.ticket.clone());
-        let (token, mode) = (cleanup.token.clone(), cleanup.mode);
+        let token = cleanup.token.clone();
         runtime::handle().spawn(async move {
             for call in in_flight {
                 let Ok(Ok(rows)) = call.await else {
@@ -172,19 +150,16 @@ impl Inner {
                     Ok(Attempt::Busy(_)) => true,
                     _ => false,
                 };
-                if late && let Err(error) = inner.leave(&key, &ticket, &token, mode).await {
+                if late && let Err(error) = inner.leave(&key, &ticket, &token).await {
                     tracing::debug!(%error, "undoing a late refresh failed; its claim runs out");
                 }
             }
         });
     }
 
-    fn attempt_sql(&self, req: &AcquireRequest, ticket: &str) -> String {
-        let function = match req.mode {
-            Mode::Shared { .. } => self.names.shared_acquire(),
-            Mode::Exclusive => self.names.acquire(),
-        };
-        let call = Call::function(function)
+    /// An attempt, its ticket `ticket` (if any) registered with `nonce`.
+    fn attempt_sql(&self, req: &AcquireRequest, ticket: &str, nonce: &str) -> String {
+        Call::function(self.names.acquire())
             .text(req.key.as_str())
             .text(req.token.as_str())
             .int(millis(req.ttl))
@@ -193,11 +168,10 @@ impl Inner {
             .int(
                 req.max_waiters
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
-            );
-        match req.mode {
-            Mode::Shared { limit } => call.int(i64::from(limit)).finish(),
-            Mode::Exclusive => call.finish(),
-        }
+            )
+            .int(super::backend::lim(req.mode))
+            .text(nonce)
+            .finish()
     }
 
     /// The acquire loop.
@@ -206,12 +180,8 @@ impl Inner {
         // `None`: no limit (a wait too long to add to the clock is one).
         let deadline = req.wait.and_then(|w| started.checked_add(w));
         let waiting = req.wait != Some(Duration::ZERO);
-        let id = if waiting {
-            let hex = crate::key::random_hex();
-            String::from_utf8_lossy(&hex).into_owned()
-        } else {
-            String::new()
-        };
+        let random = || String::from_utf8_lossy(&crate::key::random_hex()).into_owned();
+        let id = if waiting { random() } else { String::new() };
         // Entered before the first attempt: a grant right after it is heard.
         let mut waiting_entry = waiting.then(|| self.listener.wait_for(&id));
         let mut cleanup = Cleanup {
@@ -219,13 +189,11 @@ impl Inner {
             key: req.key.clone(),
             ticket: id.clone(),
             token: req.token.clone(),
-            mode: req.mode,
             armed: true,
             registered: false,
             unsure: false,
             in_flight: Vec::new(),
         };
-        let sql = self.attempt_sql(&req, &id);
         let mut place = req.line.clone();
         // When the attempt that last registered or refreshed our ticket was sent: a hand-off
         // of it came later, so its claim runs from no earlier.
@@ -245,9 +213,17 @@ impl Inner {
             // it leaves.
             // The first attempt carries the acquire's place in line; its task gives it up.
             let line = std::mem::take(&mut place);
+            // Each attempt registers anew (a fresh nonce): a grant of an earlier
+            // registration is refused from now on (see `listener`).
+            let nonce = waiting_entry.as_ref().map_or_else(String::new, |entry| {
+                let nonce = random();
+                entry.register(&nonce);
+                nonce
+            });
+            let sql = self.attempt_sql(&req, &id, &nonce);
             cleanup
                 .in_flight
-                .push(self.spawn_call_in_line("acquire", sql.clone(), line));
+                .push(self.spawn_call_in_line("acquire", sql, line));
             let reply = {
                 let call = cleanup.in_flight.last_mut().expect("pushed just above");
                 self.bounded("acquire", call).await
@@ -311,7 +287,7 @@ impl Inner {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                let retry_after = match self.leave(&req.key, &id, &req.token, req.mode).await {
+                let retry_after = match self.leave(&req.key, &id, &req.token).await {
                     Ok(left) => {
                         // A refresh that timed out is still on its way: landing after this
                         // leave, it would register the ticket again (and a release would
@@ -403,7 +379,6 @@ struct Cleanup {
     key: LockKey,
     ticket: String,
     token: Token,
-    mode: Mode,
     armed: bool,
     /// A ticket may be registered (and then a hand-off may have made us the holder).
     registered: bool,
@@ -422,7 +397,6 @@ impl Drop for Cleanup {
         let key = self.key.clone();
         let ticket = std::mem::take(&mut self.ticket);
         let token = self.token.clone();
-        let mode = self.mode;
         let in_flight = std::mem::take(&mut self.in_flight);
         runtime::handle().spawn(async move {
             for call in in_flight {
@@ -433,7 +407,7 @@ impl Drop for Cleanup {
             // answers.
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             loop {
-                let Err(error) = inner.leave(&key, &ticket, &token, mode).await else {
+                let Err(error) = inner.leave(&key, &ticket, &token).await else {
                     return;
                 };
                 let sent = matches!(&error, LockError::Backend(e) if e.kind() == BackendErrorKind::Timeout);

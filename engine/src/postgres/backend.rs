@@ -1,5 +1,5 @@
-//! The core [`Backend`] methods on Postgres: one statement each, in the space the mode
-//! names (the key's lock, or its shared leases: tables and functions apart).
+//! The core [`Backend`] methods on Postgres: one statement each, on the key's one space
+//! (the mode says which of its holders: the lock, or a shared lease, and the limit).
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::{
     PostgresBackend,
     acquire::{int, protocol},
-    backend_error, millis, remaining, resend,
+    backend_error, millis, remaining,
     sql::Call,
 };
 use crate::{
@@ -29,20 +29,24 @@ fn refused(code: i64) -> Result<(), LockError> {
     }
 }
 
+/// A mode as the functions take it: `0` the lock, else a shared lease's limit.
+pub(super) fn lim(mode: Mode) -> i64 {
+    match mode {
+        Mode::Exclusive => 0,
+        Mode::Shared { limit } => i64::from(limit),
+    }
+}
+
 impl PostgresBackend {
-    /// One batch of renewals, all in one space (`shared` or the locks').
-    async fn renew_chunk(&self, shared: bool, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
-        let (function, what) = if shared {
-            (self.inner.names.shared_renew(), "shared renew")
-        } else {
-            (self.inner.names.renew(), "renew")
-        };
-        let sql = Call::function(function)
+    /// One batch of renewals, both modes.
+    async fn renew_chunk(&self, chunk: &[Renewal]) -> Result<Vec<bool>, LockError> {
+        let sql = Call::function(self.inner.names.renew())
             .texts(chunk.iter().map(|l| l.key.as_str()))
             .texts(chunk.iter().map(|l| l.token.as_str()))
             .ints(chunk.iter().map(|l| millis(l.ttl)))
+            .ints(chunk.iter().map(|l| lim(l.mode)))
             .finish();
-        let row = self.inner.call(what, sql).await?;
+        let row = self.inner.call("renew", sql).await?;
         let row = row
             .first()
             .ok_or_else(|| protocol("renew answered no row"))?;
@@ -71,29 +75,15 @@ impl Backend for PostgresBackend {
         mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
         Box::pin(async move {
-            let (function, what) = if mode.is_shared() {
-                (self.inner.names.shared_release(), "shared release")
-            } else {
-                (self.inner.names.release(), "release")
-            };
-            let sql = Call::function(function)
+            // A release whose connection was lost after it went out is sent again (see
+            // `resend`): one that ran answers "released" the second time too, by its id.
+            let sql = Call::function(self.inner.names.release())
                 .text(key.as_str())
                 .text(token.as_str())
+                .int(lim(mode))
+                .text(&String::from_utf8_lossy(&crate::key::random_hex()))
                 .finish();
-            let row = match self.inner.call(what, sql.clone()).await {
-                // It may have run before its connection was lost: the server says whether
-                // the lease is still ours (see `resend`).
-                Err(error) if resend::may_have_run(&error) => {
-                    let ours = self.holders(key).await?.iter().any(|holder| {
-                        &holder.token == token && holder.mode.is_shared() == mode.is_shared()
-                    });
-                    if !ours {
-                        return Err(error);
-                    }
-                    self.inner.call_fresh(what, sql).await?
-                }
-                other => other?,
-            };
+            let row = self.inner.call("release", sql).await?;
             refused(int(row.first(), 0)?)
         })
     }
@@ -107,12 +97,7 @@ impl Backend for PostgresBackend {
         how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         Box::pin(async move {
-            let (function, what) = if mode.is_shared() {
-                (self.inner.names.shared_extend(), "shared extend")
-            } else {
-                (self.inner.names.extend(), "extend")
-            };
-            let sql = Call::function(function)
+            let sql = Call::function(self.inner.names.extend())
                 .text(key.as_str())
                 .text(token.as_str())
                 .int(millis(ttl))
@@ -120,36 +105,27 @@ impl Backend for PostgresBackend {
                     ExtendMode::Add => "add",
                     ExtendMode::Replace => "replace",
                 })
+                .int(lim(mode))
                 .finish();
-            let row = self.inner.call(what, sql).await?;
+            let row = self.inner.call("extend", sql).await?;
             let left = int(row.first(), 0)?;
             refused(left)?;
             Ok(Duration::from_millis(u64::try_from(left).unwrap_or(1)))
         })
     }
 
-    // One statement per space and RENEW_CHUNK leases; the answers in the batch's order.
+    // One statement per RENEW_CHUNK leases, both modes; the answers in the batch's order.
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         Box::pin(async move {
-            let mut renewed = vec![false; leases.len()];
-            for shared in [false, true] {
-                let (at, part): (Vec<usize>, Vec<&Renewal>) = leases
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, l)| l.mode.is_shared() == shared)
-                    .unzip();
-                for (at, chunk) in at.chunks(RENEW_CHUNK).zip(part.chunks(RENEW_CHUNK)) {
-                    let answers = self.renew_chunk(shared, chunk).await?;
-                    for (i, ok) in at.iter().zip(answers) {
-                        renewed[*i] = ok;
-                    }
-                }
+            let mut renewed = Vec::with_capacity(leases.len());
+            for chunk in leases.chunks(RENEW_CHUNK) {
+                renewed.extend(self.renew_chunk(chunk).await?);
             }
             Ok(renewed)
         })
     }
 
-    /// Both spaces' holders, read in one statement (one snapshot).
+    /// Every holder of the key, both modes, read in one statement (one snapshot).
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         Box::pin(async move {
             let sql = Call::function(self.inner.names.holder())
@@ -184,7 +160,7 @@ impl Backend for PostgresBackend {
             .with_records(self)
     }
 
-    /// Both queues' live tickets, counted in one statement.
+    /// The key's one queue's live tickets, counted in one statement.
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         Box::pin(async move {
             let sql = Call::function(self.inner.names.waiters())

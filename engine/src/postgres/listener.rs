@@ -1,9 +1,13 @@
 //! The listener: one `LISTEN` connection per backend, on the engine's runtime, handing each
 //! grant a release notified to the local waiter whose ticket it names.
 //!
-//! A release that hands a key over sends `NOTIFY` with `"<ticket id> <fence> <claim ms>"`
-//! (see `schema/locks.rs`). Every node listening on the channel hears it; only the node where that
-//! ticket's waiter lives finds it in its table, so one release wakes one waiter (no herd).
+//! A release that hands a key over sends `NOTIFY` with `"<ticket id> <fence> <claim ms>
+//! <nonce>"` (see `schema/locks.rs`). Every node listening on the channel hears it; only the
+//! node where that ticket's waiter lives finds it in its table, so one release wakes one
+//! waiter (no herd). The waiter takes it only if it names the nonce of its latest
+//! registration ([`Waiting::register`]): a grant of an earlier one, delivered late, may
+//! have lapsed and gone to another holder since, and no clock can tell (the waiter's next
+//! attempt finds a grant it refused that still stands: a re-entry).
 //! A waiter is entered before its first attempt goes out, so a grant is never heard before
 //! its waiter can take it. While the connection is down (a restart, a network cut)
 //! notifications are lost: the listener reconnects every [`FALLBACK_CAP`] and the waiters'
@@ -48,7 +52,9 @@ pub(super) struct Listener {
     task: tokio::task::AbortHandle,
 }
 
-type Waiters = Mutex<HashMap<String, oneshot::Sender<Handed>>>;
+/// Each local waiter's ticket id: the nonce of its latest registration, and where its
+/// grant goes.
+type Waiters = Mutex<HashMap<String, (String, oneshot::Sender<Handed>)>>;
 
 /// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
 /// table when dropped.
@@ -59,6 +65,19 @@ pub(super) struct Waiting {
 }
 
 impl Waiting {
+    /// The waiter's next attempt registers (or refreshes) its ticket with `nonce`: from now
+    /// on only a grant naming it is taken.
+    pub(super) fn register(&self, nonce: &str) {
+        if let Some((current, _)) = self
+            .waiters
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(&self.id)
+        {
+            nonce.clone_into(current);
+        }
+    }
+
     /// The grant of this waiter's ticket; pending for ever once the listener has gone (the
     /// fallback timer then decides).
     pub(super) async fn granted(&mut self) -> Handed {
@@ -120,7 +139,7 @@ impl Listener {
         self.waiters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.to_owned(), tx);
+            .insert(id.to_owned(), (String::new(), tx));
         Waiting {
             id: id.to_owned(),
             waiters: self.waiters.clone(),
@@ -191,22 +210,31 @@ async fn listen(
     }
 }
 
-/// Hand `"<ticket id> <fence> <claim ms>"` to its waiter, if it is here.
+/// Hand `"<ticket id> <fence> <claim ms> <nonce>"` to its waiter, if it is here and the
+/// nonce is its latest registration's.
 fn deliver(waiters: &Waiters, payload: &str) {
     let mut parts = payload.split(' ');
     let (Some(id), Some(fence), Some(claim)) = (parts.next(), parts.next(), parts.next()) else {
         tracing::debug!(payload, "malformed postgres hand-off notification");
         return;
     };
+    let nonce = parts.next().unwrap_or_default();
     let (Ok(fence), Ok(claim)) = (fence.parse::<u64>(), claim.parse::<u64>()) else {
         tracing::debug!(payload, "malformed postgres hand-off notification");
         return;
     };
-    let waiter = waiters
+    let mut waiters = waiters
         .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .remove(id);
-    if let Some(waiter) = waiter {
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match waiters.get(id) {
+        Some((current, _)) if current == nonce => {}
+        Some(_) => {
+            tracing::debug!(payload, "a grant of an earlier registration; refused");
+            return;
+        }
+        None => return,
+    }
+    if let Some((_, waiter)) = waiters.remove(id) {
         let _ = waiter.send(Handed {
             fence,
             claim: Duration::from_millis(claim),

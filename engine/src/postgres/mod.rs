@@ -26,30 +26,35 @@
 //! table prefix (default none):
 //!
 //! - `locks (key text primary key, token text, fence bigint, expires_at timestamptz,
-//!   queued boolean)`: one row per key held, or released within the last
-//!   [`TOMBSTONE_MARGIN`], or queued for. `token` is the holder's; `NULL` once released: the
-//!   row is then the key's fence tombstone, kept so that the next grant's fence exceeds it. A
-//!   row whose `expires_at` has passed holds nothing (a lease that ran out is its own
-//!   tombstone). `queued`: the key may have tickets (it has none when false), which keeps
-//!   acquires and releases off their one-statement fast paths. The sweeper deletes every row
-//!   whose `expires_at` is more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
-//! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms)`: the waiters, one row each,
-//!   in arrival order (`seq`, an identity column; a node's acquires of a key are lined up
-//!   in the order they were called, see `AcquireRequest::leave_line`, so its calls taking
-//!   different pooled connections cannot swap places), each with everything a release needs to
-//!   grant it the key without asking anyone: its token, its lease TTL and its claim period
-//!   (how long a hand-off to it lasts before it confirms, its ticket TTL). A ticket lives
-//!   until `deadline` unless its waiter refreshes it (every fallback period); a dead one is
-//!   skipped by a release and deleted by the next acquire or the sweeper.
-//! - `shared_leases (key, token, fence, alone, expires_at)`, `shared_fences (key, fence)`,
-//!   `shared_tickets (key, id, seq, token, deadline, ttl_ms, claim_ms, lim)`: a key's shared
-//!   leases ([`Mode::Shared`](crate::Mode::Shared)), apart from its lock (the two do not
-//!   exclude each other): one row per holder (`alone` for a limit of 1), deleted by its
-//!   release or once it ran out; the last fence granted per key, kept until the database
-//!   clock is [`TOMBSTONE_MARGIN`] past it (a later grant's fence, at least the clock in µs,
-//!   then exceeds it); the waiters as the lock's, each with its limit. A release grants from
-//!   the queue's head as many waiters as now fit, in the releasing statement, and notifies
-//!   each (no `NOTIFY` when it grants nobody).
+//!   queued boolean, shared_until timestamptz, released text)`: one row per key held (in
+//!   either mode), or released within the last [`TOMBSTONE_MARGIN`], or queued for: the
+//!   key's one space. `token` is its lone holder's (the lock); `NULL` once released: the
+//!   row is then the key's fence tombstone, kept so that the next grant's fence, in either
+//!   mode, exceeds it. A row whose `expires_at` has passed holds nothing (a lease that ran
+//!   out is its own tombstone). `fence` is the last fence granted in either mode.
+//!   `shared_until`: no shared lease of the key lasts past it (the lock's fast path needs
+//!   no other read). `queued`: the key may have tickets (it has none when false), which
+//!   keeps acquires and releases off their one-statement fast paths. `released`: the id of
+//!   the key's last release, so that a release sent again after its connection was lost
+//!   answers what the first did. The sweeper deletes every row whose `expires_at` and
+//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
+//! - `shared_leases (key, token, fence, alone, expires_at)`: a key's shared holders
+//!   ([`Mode::Shared`](crate::Mode::Shared)), one row each (`alone` for a limit of 1),
+//!   deleted by its release or once it ran out. A key has either one holder alone (its
+//!   lock, or a shared lease with a limit of 1) or up to each shared holder's limit of
+//!   shared holders, never both.
+//! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms, lim, nonce)`: the waiters of
+//!   both modes, one row each, in one arrival order (`seq`, an identity column; a node's
+//!   acquires of a key are lined up in the order they were called, see
+//!   `AcquireRequest::leave_line`, so its calls taking different pooled connections cannot
+//!   swap places), each with everything a release needs to grant it the key without asking
+//!   anyone: its token, its mode (`lim`, `0` the lock), its lease TTL, its claim period (how
+//!   long a hand-off to it lasts before it confirms, its ticket TTL) and the nonce of its
+//!   latest registration (which the grant names). A ticket lives until `deadline` unless
+//!   its waiter refreshes it (every fallback period); a dead one is skipped by a release and
+//!   deleted by the next acquire or the sweeper. A release grants from the queue's head as
+//!   many waiters as now fit, stopping at the first that does not (a waiting lock is never
+//!   overtaken by later shared arrivals), in the releasing statement, and notifies each.
 //! - `numbers (key text primary key, value double precision, expires_at timestamptz)`: the
 //!   numeric values of [`NumericKey`](crate::NumericKey), `infinity` for no expiry; swept
 //!   once expired.
@@ -59,8 +64,22 @@
 //!   records of [`Lease::complete`](crate::Lease::complete), each until its retention ends;
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
-//!   shared leases, 3 since `queued`; [`PostgresBackendBuilder::migrate`] upgrades a version
-//!   1 or 2 schema in place).
+//!   shared leases, 3 since `queued`, 4 since one space and one queue per key for both
+//!   modes); [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2 or 3 schema in
+//!   place, with its leases held and its waiters queued.
+//!
+//! # Rolling upgrade
+//!
+//! A fleet mid-deploy runs old and new nodes on one schema: run the new version's
+//! `migrate()` first (under traffic: it takes no lock a call in flight conflicts with on a
+//! schema that is up to date, and one transaction otherwise). From its commit, every call
+//! of a node still running version 3 goes to the new functions, whose added arguments
+//! have defaults (a lock's acquire, release, extend and renewal, the holders, the waiters;
+//! its shared-lease functions are kept as calls of those in the shared mode), and its
+//! waiters read the new grant notifications (the nonce is their fourth field, which they
+//! ignore): a version 3 node locks in the key's one space and queue too, without the
+//! nonce's guarantee. A version 3 node that starts after the migration is refused by
+//! `build()` ("newer than this library"), as any version mismatch.
 //!
 //! # Statements
 //!
@@ -98,8 +117,8 @@
 //! # Fences
 //!
 //! A grant's fence is `max(last fence + 1, database time in µs)`, the last fence read from
-//! the key's row (a holder's, a lapsed lease's or a tombstone's); a hand-off's is the
-//! releaser's fence + 1. Every fence is at most the database time at its grant (plus one
+//! the key's row (a holder's, a lapsed lease's or a tombstone's, in either mode); a
+//! hand-off's is the last fence + 1. Every fence is at most the database time at its grant (plus one
 //! per hand-off within the same microsecond), so once a row is swept (at least
 //! [`TOMBSTONE_MARGIN`] after it stopped holding) the clock has moved past it: fences
 //! strictly increase per key unless the database clock steps back by more than that margin.
@@ -107,10 +126,13 @@
 //! # Waiting
 //!
 //! A failed attempt registers the waiter's ticket. A release hands the key over itself: the
-//! releasing statement makes the queue's first live ticket the holder (for the waiter's
-//! claim period, then renewed to the full TTL by the engine) and sends `NOTIFY` with the
-//! ticket id, the fence and the claim; a release that finds no live ticket frees the key and
-//! notifies nobody. One listener connection per backend (a direct one: `LISTEN` needs its
+//! releasing statement makes the queue's first live tickets that fit holders (for the
+//! waiter's claim period, then renewed to the full TTL by the engine) and sends `NOTIFY`
+//! with each ticket's id, fence, claim and the nonce of its latest registration; a release
+//! that grants nobody notifies nobody. Each attempt registers with a fresh random nonce,
+//! and a waiter takes a grant only if it names the latest: a grant of an earlier
+//! registration, delivered late (it may have lapsed and gone to another since), is refused
+//! whatever the clocks say, and a grant that still stands is found by the next attempt. One listener connection per backend (a direct one: `LISTEN` needs its
 //! session) hears the grant and completes the waiter's acquire. A waiter also retries on a
 //! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
@@ -118,8 +140,9 @@
 //!
 //! # Capabilities
 //!
-//! Shared leases (permits, tables `shared_*`), admin operations
-//! ([`LockAdmin`](crate::LockAdmin), on the key's lock), numeric compare-and-set
+//! Shared leases (permits, in the key's one space and queue), admin operations
+//! ([`LockAdmin`](crate::LockAdmin): `admin_set` on the key's lock, `force_release` of
+//! every holder), numeric compare-and-set
 //! ([`NumericKey`](crate::NumericKey), table `numbers`), lock pools
 //! ([`LockPool`](crate::LockPool), table `pools`) and records written with a release
 //! ([`Lease::complete`](crate::Lease::complete), table `records`) all work.

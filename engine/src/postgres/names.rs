@@ -35,11 +35,6 @@ pub(super) struct Names {
     complete: String,
     record: String,
     forget: String,
-    shared_acquire: String,
-    shared_release: String,
-    shared_leave: String,
-    shared_extend: String,
-    shared_renew: String,
 }
 
 impl Names {
@@ -97,11 +92,6 @@ impl Names {
             complete: function("complete"),
             record: function("record"),
             forget: function("forget"),
-            shared_acquire: function("shared_acquire"),
-            shared_release: function("shared_release"),
-            shared_leave: function("shared_leave"),
-            shared_extend: function("shared_extend"),
-            shared_renew: function("shared_renew"),
             qualified,
         })
     }
@@ -186,26 +176,6 @@ impl Names {
         &self.forget
     }
 
-    pub(super) fn shared_acquire(&self) -> &str {
-        &self.shared_acquire
-    }
-
-    pub(super) fn shared_release(&self) -> &str {
-        &self.shared_release
-    }
-
-    pub(super) fn shared_leave(&self) -> &str {
-        &self.shared_leave
-    }
-
-    pub(super) fn shared_extend(&self) -> &str {
-        &self.shared_extend
-    }
-
-    pub(super) fn shared_renew(&self) -> &str {
-        &self.shared_renew
-    }
-
     /// The qualified name of table `name`.
     pub(super) fn table(&self, name: &str) -> String {
         format!("{}{name}\"", self.qualified)
@@ -235,26 +205,15 @@ impl Names {
             .replace("@tickets@", &self.table("tickets"))
             .replace("@numbers@", &self.table("numbers"))
             .replace("@shared@", &self.table("shared_leases"))
-            .replace("@shared_fences@", &self.table("shared_fences"))
-            .replace("@shared_tickets@", &self.table("shared_tickets"))
             .replace(
-                "@shared_queue_index@",
-                &format!("\"{}shared_tickets_queue\"", self.prefix),
-            )
-            .replace("@shared_pump@", &format!("{}shared_pump\"", self.qualified))
-            .replace(
-                "@shared_fence@",
-                &format!("{}shared_fence\"", self.qualified),
+                "@old_shared_fences@",
+                &format!("\"{}shared_fences\"", self.prefix),
             )
             .replace(
-                "@shared_earliest@",
-                &format!("{}shared_earliest\"", self.qualified),
+                "@old_shared_tickets@",
+                &format!("\"{}shared_tickets\"", self.prefix),
             )
-            .replace("@shared_acquire@", &self.shared_acquire)
-            .replace("@shared_release@", &self.shared_release)
-            .replace("@shared_leave@", &self.shared_leave)
-            .replace("@shared_extend@", &self.shared_extend)
-            .replace("@shared_renew@", &self.shared_renew)
+            .replace("@old@", &self.qualified)
             .replace("@records@", &self.table("records"))
             .replace("@complete@", &self.complete)
             .replace("@record@", &self.record)
@@ -271,6 +230,8 @@ impl Names {
                 &format!("\"{}tickets_queue\"", self.prefix),
             )
             .replace("@handoff@", &format!("{}handoff\"", self.qualified))
+            .replace("@pump@", &format!("{}pump\"", self.qualified))
+            .replace("@us@", &format!("{}us\"", self.qualified))
             .replace("@ms@", &format!("{}ms\"", self.qualified))
             .replace("@admin_set@", &self.admin_set)
             .replace("@force_release@", &self.force_release)

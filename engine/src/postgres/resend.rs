@@ -19,14 +19,13 @@
 //!   once instead of leaving it held for its lease's TTL.
 //! - **It may have run.** The connection broke after the message went out (an I/O error
 //!   while reading, a session ended after part of the reply, or a pooler's `FATAL` of
-//!   class `08` at any point): the server may have committed it. Only a call whose repetition changes nothing is sent again: an acquire
-//!   attempt (its repeat is a re-entry), a waiter's leave, a renewal and the reads. A release, an extension, a completion, a compare-and-set, an admin or pool
-//!   change is not: its repeat would report what the first did as a failure (`Expired`),
-//!   or do it twice. A release is not sent blindly either: the server is asked first
-//!   (on a fresh connection) whether the lease is still the caller's. Still there, the
-//!   release did not apply and is sent again; gone, nothing of the caller's holds the key
-//!   (whether this release freed it or the lease had lapsed cannot be told: the error
-//!   stands). A PgBouncer that shuts down, a network cut and a crash end connections
+//!   class `08` at any point): the server may have committed it. Only a call whose
+//!   repetition reports what the first did is sent again: an acquire attempt (its repeat
+//!   is a re-entry), a release (the key's row keeps the id of its last release, so a
+//!   release that ran answers "released" again), a waiter's leave, a renewal and the
+//!   reads. An extension, a completion, a compare-and-set, an admin or pool change is
+//!   not: its repeat would report what the first did as a failure (`Expired`), or do it
+//!   twice. A PgBouncer that shuts down, a network cut and a crash end connections
 //!   without a word, so this is what a release meets after a pooler restart.
 //! - **It ran and failed** (any other database error, a timeout): not sent again.
 
@@ -35,8 +34,6 @@ use sqlx::{
     Either, Executor, PgPool,
     postgres::{PgPoolOptions, PgRow},
 };
-
-use crate::LockError;
 
 /// A call that failed, and whether any of the reply to its message had arrived.
 pub(super) struct Failed {
@@ -72,25 +69,15 @@ pub(super) async fn send_fresh(pool: &PgPool, sql: &str) -> Result<Vec<PgRow>, s
     again.map_err(|failed| failed.error)
 }
 
-/// Whether the call that failed with `error` may have run before its connection was lost
-/// (see the module docs): the caller of a release then asks the server what it did.
-pub(super) fn may_have_run(error: &LockError) -> bool {
-    let LockError::Backend(e) = error else {
-        return false;
-    };
-    std::error::Error::source(e)
-        .and_then(|source| source.downcast_ref::<sqlx::Error>())
-        .is_some_and(connection_lost)
-}
-
-/// Whether the call `what` changes nothing when it runs twice (see the module docs).
+/// Whether the call `what` reports what the first did when it runs twice (see the module
+/// docs).
 fn repeat_changes_nothing(what: &str) -> bool {
     matches!(
         what,
         "acquire"
+            | "release"
             | "leave"
             | "renew"
-            | "shared renew"
             | "holder"
             | "waiters"
             | "numeric_get"

@@ -10,9 +10,9 @@
 //! release, the "free, and am I next?" of an acquire and the hand-off are each one atomic
 //! step. A function locks one key's row, except the batched renewal, which goes through its
 //! keys in hash order, and the sweeper, which skips the rows it cannot lock at once: no cycle,
-//! no deadlock. The functions of a key's shared leases, its numeric value and a pool take a
+//! no deadlock. The functions of a key's numeric value and a pool take a
 //! transaction-level advisory lock instead (`pg_advisory_xact_lock(class, hashtext(...))`,
-//! `class` a number of this schema and prefix; see `shared`).
+//! `class` a number of this schema and prefix).
 //!
 //! Every function that changes a lease also sets `synchronous_commit` on for its own
 //! transaction (`set_config(..., true)`, an expression rather than a statement: nothing stays
@@ -25,28 +25,30 @@
 mod capabilities;
 mod leases;
 mod locks;
-mod shared;
+mod upgrade;
 
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
-/// database whose `schema_version` is another. Version 2 added the shared leases (their
-/// three tables and functions, `holder`'s `kind`); version 3 the `queued` flag of a lock's
-/// row and the fast paths that read it (the row's lock in place of the key's advisory lock).
-/// `migrate()` brings a version 1 or 2 schema up in place (every table `IF NOT EXISTS`, the
-/// column added and set for the keys with tickets, every function replaced). On a schema
-/// that is up to date it takes no table lock that conflicts with the calls in flight: every
-/// step that would (an index, the column) is skipped after a look at the catalog.
-pub(super) const SCHEMA_VERSION: i32 = 3;
+/// database whose `schema_version` is another. Version 2 added the shared leases, version
+/// 3 the `queued` flag of a key's row; version 4 made one space and one queue per key for
+/// both modes (the shared leases' own queue, fences and functions folded into the lock's).
+/// `migrate()` brings a version 1, 2 or 3 schema up in place, leases held and waiters
+/// queued (see `upgrade`). On a schema that is up to date it takes no table lock that
+/// conflicts with the calls in flight: every step that would is skipped after a look at
+/// the catalog.
+pub(super) const SCHEMA_VERSION: i32 = 4;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
-/// fills in a name: the tables, every function, then the version. One multi-statement
-/// message, so one implicit transaction, serialized by an advisory lock.
+/// fills in a name: the tables, the upgrade of an older schema, every function (and what a
+/// node of the previous version calls), then the version. One multi-statement message, so one implicit transaction, serialized by an
+/// advisory lock.
 pub(super) fn migration() -> String {
     [
         TABLES,
+        upgrade::STEPS,
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,
-        shared::FUNCTIONS,
+        upgrade::OLD_CALLS,
         VERSION,
     ]
     .join("\n\n")
@@ -66,7 +68,9 @@ CREATE TABLE IF NOT EXISTS @locks@ (
   token text,
   fence bigint NOT NULL,
   expires_at timestamptz NOT NULL,
-  queued boolean NOT NULL DEFAULT false
+  queued boolean NOT NULL DEFAULT false,
+  shared_until timestamptz NOT NULL DEFAULT '-infinity',
+  released text
 ) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @tickets@ (
   key text NOT NULL,
@@ -76,25 +80,18 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   deadline timestamptz NOT NULL,
   ttl_ms bigint NOT NULL,
   claim_ms bigint NOT NULL,
+  lim bigint NOT NULL DEFAULT 0,
+  nonce text NOT NULL DEFAULT '',
   PRIMARY KEY (key, id)
 );
--- Version 3, on an older schema only: the `queued` column, and a key with tickets has its
--- row, marked `queued` (an older schema's waiters keep their places). Looked up first, as
--- every step below that locks a table: `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` takes an
--- ACCESS EXCLUSIVE lock before it checks, and `CREATE INDEX IF NOT EXISTS` a SHARE lock,
--- which would wait for every call in flight on the table (and every new call behind it).
-DO $do$ BEGIN
-  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@locks@'::regclass
-      AND attname = 'queued' AND NOT attisdropped) THEN
-    ALTER TABLE @locks@ ADD COLUMN queued boolean NOT NULL DEFAULT false;
-    INSERT INTO @locks@ AS l (key, token, fence, expires_at, queued)
-      SELECT DISTINCT key, NULL::text, 0::bigint, clock_timestamp(), true FROM @tickets@
-      ON CONFLICT (key) DO UPDATE SET queued = true;
-  END IF;
-  IF to_regclass('@schema@.@queue_index@') IS NULL THEN
-    CREATE INDEX @queue_index@ ON @tickets@ (key, seq);
-  END IF;
-END $do$;
+CREATE TABLE IF NOT EXISTS @shared@ (
+  key text NOT NULL,
+  token text NOT NULL,
+  fence bigint NOT NULL,
+  alone boolean NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (key, token)
+) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @pools@ (
   pool text NOT NULL,
   member text NOT NULL,
@@ -109,34 +106,6 @@ CREATE TABLE IF NOT EXISTS @records@ (
   kept boolean NOT NULL,
   expires_at timestamptz NOT NULL
 );
-CREATE TABLE IF NOT EXISTS @shared@ (
-  key text NOT NULL,
-  token text NOT NULL,
-  fence bigint NOT NULL,
-  alone boolean NOT NULL,
-  expires_at timestamptz NOT NULL,
-  PRIMARY KEY (key, token)
-) WITH (fillfactor = 70);
-CREATE TABLE IF NOT EXISTS @shared_fences@ (
-  key text PRIMARY KEY,
-  fence bigint NOT NULL
-);
-CREATE TABLE IF NOT EXISTS @shared_tickets@ (
-  key text NOT NULL,
-  id text NOT NULL,
-  seq bigint GENERATED ALWAYS AS IDENTITY,
-  token text NOT NULL,
-  deadline timestamptz NOT NULL,
-  ttl_ms bigint NOT NULL,
-  claim_ms bigint NOT NULL,
-  lim bigint NOT NULL,
-  PRIMARY KEY (key, id)
-);
-DO $do$ BEGIN
-  IF to_regclass('@schema@.@shared_queue_index@') IS NULL THEN
-    CREATE INDEX @shared_queue_index@ ON @shared_tickets@ (key, seq);
-  END IF;
-END $do$;
 CREATE TABLE IF NOT EXISTS @numbers@ (
   key text PRIMARY KEY,
   value double precision NOT NULL,

@@ -90,16 +90,15 @@ pub(super) async fn backend(url: String, timeout: Duration) -> PostgresBackend {
         .expect("connect to the schedule's postgres")
 }
 
-/// What the backend keeps: live leases of both spaces and tickets of both queues (fence
-/// tombstones are documented, and swept).
+/// What the backend keeps: live leases of both modes and the key's one queue's tickets
+/// (fence tombstones are documented, and swept).
 fn residue(server: &PostgresServer) -> Vec<String> {
     let left = server.psql(&format!(
         "SELECT 'lock ' || key FROM {SCHEMA}.locks
            WHERE token IS NOT NULL AND expires_at > clock_timestamp()
          UNION ALL SELECT 'ticket ' || key FROM {SCHEMA}.tickets
          UNION ALL SELECT 'shared lease ' || key FROM {SCHEMA}.shared_leases
-           WHERE expires_at > clock_timestamp()
-         UNION ALL SELECT 'shared ticket ' || key FROM {SCHEMA}.shared_tickets"
+           WHERE expires_at > clock_timestamp()"
     ));
     left.lines().map(str::to_owned).collect()
 }

@@ -6,8 +6,9 @@
 /// # `admin_set(k, tok, ms) -> integer`, `force_release(k) -> integer`
 ///
 /// Admin, ignoring ownership: make `tok` the holder for `ms` (`< 0`: no expiry, an
-/// `infinity` expiry) with a fresh fence, waiters left waiting; release whoever holds `k`,
-/// handing it to the next waiter (`handoff`), `1` if it was held, else `0`.
+/// `infinity` expiry) with a fresh fence, waiters left waiting; release whoever holds `k`
+/// (its lock and its shared leases), granting the waiters that now fit (`pump`), `1` if
+/// it was held, else `0`.
 ///
 /// # `compare_and_set(k, cmp, given, eps, action, ms) -> integer`, `numeric_get(k)`
 ///
@@ -29,7 +30,7 @@
 ///
 /// Records written with the release that ends the work they record (`records`, one row per
 /// key, kept `retention_ms`): if `tok` holds `k`, store the record (replacing any) and
-/// release or hand the key on (`handoff`), under the key's row lock: the record appears in the
+/// release it, granting the waiters that now fit (`pump`), under the key's row lock: the record appears in the
 /// same commit as the release, so a waiter granted by it finds the record. `-1` another
 /// token holds `k`, `-2` nobody does: nothing is written. `record(k)`: the live record, its
 /// bytes as hex (the text protocol carries them whole). `forget(k)`: delete it, `1` if it
@@ -64,17 +65,25 @@ CREATE OR REPLACE FUNCTION @force_release@(k text) RETURNS integer
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
-  cur @locks@%ROWTYPE;
+  c @locks@%ROWTYPE;
+  held boolean;
   sc text;
 BEGIN
   sc := set_config('synchronous_commit', 'on', true);
-  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
+  SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
+  IF NOT FOUND THEN
     RETURN 0;
   END IF;
-  PERFORM @handoff@(k, cur.fence, t);
-  RETURN 1;
+  held := c.token IS NOT NULL AND c.expires_at > t;
+  c.token := NULL;
+  c.expires_at := least(c.expires_at, t);
+  IF c.shared_until > t THEN
+    DELETE FROM @shared@ WHERE key = k AND expires_at > t;
+    held := held OR FOUND;
+  END IF;
+  PERFORM @pump@(c, t, true, '', '', 0, -1);
+  RETURN CASE WHEN held THEN 1 ELSE 0 END;
 END
 $fn$;
 
@@ -163,16 +172,16 @@ CREATE OR REPLACE FUNCTION @complete@(
 RETURNS integer LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
-  cur @locks@%ROWTYPE;
+  c @locks@%ROWTYPE;
   sc text;
 BEGIN
   sc := set_config('synchronous_commit', 'on', true);
-  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
+  SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
+  IF NOT FOUND OR c.token IS NULL OR c.expires_at <= t THEN
     RETURN -2;
   END IF;
-  IF cur.token <> tok THEN
+  IF c.token <> tok THEN
     RETURN -1;
   END IF;
   INSERT INTO @records@ (key, fingerprint, meta, body, completed_at_ms, kept, expires_at)
@@ -181,7 +190,10 @@ BEGIN
     ON CONFLICT (key) DO UPDATE SET fingerprint = excluded.fingerprint,
       meta = excluded.meta, body = excluded.body, completed_at_ms = excluded.completed_at_ms,
       kept = excluded.kept, expires_at = excluded.expires_at;
-  RETURN @handoff@(k, cur.fence, t);
+  c.token := NULL;
+  c.expires_at := t;
+  PERFORM @pump@(c, t, true, '', '', 0, -1);
+  RETURN 1;
 END
 $fn$;
 

@@ -1,70 +1,81 @@
 //! The functions of a lease's life and of inspection: extend, the watchdog's batched
-//! renewal, the holder, the waiters; and the sweeper's.
+//! renewal, the holders, the waiters; and the sweeper's.
 
 /// The lease and inspection functions, each with its contract.
 ///
-/// # `extend(k, tok, ms, mode) -> bigint`
+/// # `extend(k, tok, ms, mode, lim) -> bigint`
 ///
-/// `mode` `'add'`: the expiry moves `ms` later; `'replace'`: it becomes now + `ms` (at least
-/// 1 ms from now either way). Returns the new remaining ms, `-1` another token holds `k`,
-/// `-2` nobody does.
+/// `tok`'s lease of `k` in mode `lim` (`0`: the lock, else shared). `mode` `'add'`: the
+/// expiry moves `ms` later; `'replace'`: it becomes now + `ms` (at least 1 ms from now
+/// either way). Returns the new remaining ms, `-1` another token holds `k`, `-2` nobody
+/// does.
 ///
-/// # `renew(ks, toks, ttls) -> text`
+/// # `renew(ks, toks, ttls, lims) -> text`
 ///
-/// The watchdog's batch: for each lease still held by its token, the expiry becomes the
-/// later of its current one and now + its TTL (a renewal never shortens a lease: one that
-/// lands after an extension must not undo it; it also turns a hand-off's claim into the full
-/// TTL). Returns one character per lease, `1` renewed, `0` no longer held by that token. One
-/// `UPDATE` per lease, in the hash order of the keys (each locks its key's row).
+/// The watchdog's batch, both modes (`lims`, `0` the lock; none: all the lock): for each
+/// lease still held by its token, the expiry becomes the later of its current one and now +
+/// its TTL (a renewal never shortens a lease: one that lands after an extension must not
+/// undo it; it also turns a hand-off's claim into the full TTL). Returns one character per
+/// lease, `1` renewed, `0` no longer held by that token. In the hash order of the keys,
+/// each key's row locked first: one `UPDATE` per lock, two per shared lease (the row's
+/// `shared_until`, then the lease).
 ///
 /// # `holder(k) -> (token, ms, kind)`, `waiters(k) -> bigint`
 ///
-/// Reads, one snapshot for both spaces of `k`: the live holders, the lock's (`kind` `'x'`)
-/// and the shared leases' (`'a'` alone, `'s'` beside others), each with its remaining ms
-/// (no row when free); the live tickets of both queues. (Version 1's `holder` answered
-/// the lock's only, without `kind`: the migration drops it first, its type changed.)
+/// Reads, one snapshot: the live holders of `k`, its lock (`kind` `'x'`) and its shared
+/// leases (`'a'` alone, `'s'` beside others), each with its remaining ms (no row when
+/// free); the live tickets of its queue. (Version 1's `holder` answered the lock's only,
+/// without `kind`: the migration drops it first, its type changed.)
 ///
 /// # `sweep(margin_ms) -> bigint`
 ///
 /// Deletes the rows that stopped holding more than `margin_ms` ago (tombstones and lapsed
-/// leases) unless someone queues for their key, the shared leases that ran out, the shared
-/// fence rows whose fence is more than `margin_ms` in the past (see `shared_fence`), the dead
-/// tickets of both queues and the expired numbers, each only if its key is free of calls right
-/// now (its row's lock, or its advisory lock, tried: the sweep never waits for a call); clears
-/// `queued` on the rows whose queue is empty; returns how many rows it deleted.
+/// leases, their shared leases too) unless someone queues for their key, the shared leases
+/// that ran out and the dead tickets (each only if its key's row is free of calls right
+/// now: its lock tried, never waited for), the expired numbers and records; clears `queued`
+/// on the rows whose queue is empty; returns how many rows it deleted.
 pub(super) const FUNCTIONS: &str = r#"
-CREATE OR REPLACE FUNCTION @extend@(k text, tok text, ms bigint, mode text) RETURNS bigint
-LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION @extend@(k text, tok text, ms bigint, mode text, lim bigint DEFAULT 0)
+RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
-  cur @locks@%ROWTYPE;
+  c @locks@%ROWTYPE;
   e timestamptz;
   sc text;
 BEGIN
   sc := set_config('synchronous_commit', 'on', true);
-  SELECT * INTO cur FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
+  SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
-  IF NOT FOUND OR cur.token IS NULL OR cur.expires_at <= t THEN
-    RETURN -2;
+  IF lim = 0 AND c.token = tok AND c.expires_at > t THEN
+    e := c.expires_at;
+  ELSIF lim > 0 AND c.shared_until > t THEN
+    SELECT expires_at INTO e FROM @shared@ WHERE key = k AND token = tok AND expires_at > t;
   END IF;
-  IF cur.token <> tok THEN
-    RETURN -1;
+  IF e IS NULL THEN
+    RETURN CASE WHEN (c.token IS NOT NULL AND c.expires_at > t)
+      OR EXISTS (SELECT 1 FROM @shared@ WHERE key = k AND expires_at > t) THEN -1 ELSE -2 END;
   END IF;
-  IF mode = 'add' AND isfinite(cur.expires_at) THEN
-    e := cur.expires_at + ms * interval '1 millisecond';
+  IF mode = 'add' AND isfinite(e) THEN
+    e := e + ms * interval '1 millisecond';
   ELSE
     e := t + ms * interval '1 millisecond';
   END IF;
   e := greatest(e, t + interval '1 millisecond');
-  UPDATE @locks@ SET expires_at = e WHERE key = k;
+  IF lim = 0 THEN
+    UPDATE @locks@ SET expires_at = e WHERE key = k;
+  ELSE
+    UPDATE @shared@ SET expires_at = e WHERE key = k AND token = tok;
+    UPDATE @locks@ SET shared_until = greatest(shared_until, e) WHERE key = k;
+  END IF;
   RETURN @ms@(e, t);
 END
 $fn$;
 
-CREATE OR REPLACE FUNCTION @renew@(ks text[], toks text[], ttls bigint[]) RETURNS text
-LANGUAGE plpgsql AS $fn$
+CREATE OR REPLACE FUNCTION @renew@(ks text[], toks text[], ttls bigint[], lims bigint[] DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
+  e timestamptz;
   i integer;
   renewed text[] := array_fill('0'::text, ARRAY[coalesce(array_length(ks, 1), 0)]);
   sc text;
@@ -73,8 +84,20 @@ BEGIN
   -- The rows' locks in hash order, as any other batch takes them: no cycle.
   FOR i IN SELECT o FROM generate_subscripts(ks, 1) AS o ORDER BY hashtext(ks[o]), o LOOP
     t := clock_timestamp();
-    UPDATE @locks@ SET expires_at = greatest(expires_at, t + ttls[i] * interval '1 millisecond')
-      WHERE key = ks[i] AND token = toks[i] AND expires_at > t;
+    e := t + ttls[i] * interval '1 millisecond';
+    IF coalesce(lims[i], 0) = 0 THEN
+      UPDATE @locks@ SET expires_at = greatest(expires_at, e)
+        WHERE key = ks[i] AND token = toks[i] AND expires_at > t;
+    ELSE
+      -- The key's row first (its lock, as every call takes it), only if shared leases
+      -- may be live; `shared_until` stays an upper bound if this one is not.
+      UPDATE @locks@ SET shared_until = greatest(shared_until, e)
+        WHERE key = ks[i] AND shared_until > t;
+      IF FOUND THEN
+        UPDATE @shared@ SET expires_at = greatest(expires_at, e)
+          WHERE key = ks[i] AND token = toks[i] AND expires_at > t;
+      END IF;
+    END IF;
     IF FOUND THEN
       renewed[i] := '1';
     END IF;
@@ -102,33 +125,35 @@ RETURNS SETOF record LANGUAGE sql AS $fn$
 $fn$;
 
 CREATE OR REPLACE FUNCTION @waiters@(k text) RETURNS bigint LANGUAGE sql AS $fn$
-  SELECT (SELECT count(*) FROM @tickets@ WHERE key = k AND deadline > clock_timestamp())
-       + (SELECT count(*) FROM @shared_tickets@ WHERE key = k AND deadline > clock_timestamp())
+  SELECT count(*) FROM @tickets@ WHERE key = k AND deadline > clock_timestamp()
 $fn$;
 
 CREATE OR REPLACE FUNCTION @sweep@(margin_ms bigint) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz := clock_timestamp();
+  old timestamptz := clock_timestamp() - margin_ms * interval '1 millisecond';
   leases bigint;
   tickets bigint;
+  shared bigint;
   numbers bigint;
   records bigint;
-  shared bigint;
-  fences bigint;
-  shared_tickets bigint;
   ks text[];
 BEGIN
-  -- A key's tickets and its `queued` flag change only under its row's lock: the rows of the
-  -- keys with dead tickets, locked (those a call holds skipped), then their dead tickets
-  -- deleted (and any of a key without a row, which an older schema could leave).
+  -- A key's tickets, shared leases and `queued` flag change only under its row's lock: the
+  -- rows of the keys with dead tickets or lapsed shared leases, locked (those a call holds
+  -- skipped), then those deleted (and any of a key without a row).
   SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
     SELECT l.key FROM @locks@ l
       WHERE EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key AND w.deadline < t)
+         OR EXISTS (SELECT 1 FROM @shared@ s WHERE s.key = l.key AND s.expires_at < t)
       FOR NO KEY UPDATE OF l SKIP LOCKED) s;
   DELETE FROM @tickets@ w WHERE w.deadline < t
     AND (w.key = ANY (ks) OR NOT EXISTS (SELECT 1 FROM @locks@ l WHERE l.key = w.key));
   GET DIAGNOSTICS tickets = ROW_COUNT;
+  DELETE FROM @shared@ s WHERE s.expires_at < t
+    AND (s.key = ANY (ks) OR NOT EXISTS (SELECT 1 FROM @locks@ l WHERE l.key = s.key));
+  GET DIAGNOSTICS shared = ROW_COUNT;
   -- The keys nobody queues for any more, locked, then (a snapshot taken under their locks:
   -- no registration is in flight) cleared.
   SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
@@ -137,31 +162,19 @@ BEGIN
       FOR NO KEY UPDATE OF l SKIP LOCKED) s;
   UPDATE @locks@ l SET queued = false
     WHERE l.key = ANY (ks) AND NOT EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key);
-  -- The rows that stopped holding long ago and nobody queues for.
+  -- The rows that stopped holding long ago, in both modes, and nobody queues for.
   DELETE FROM @locks@ WHERE key IN (
     SELECT key FROM @locks@
-      WHERE expires_at < t - margin_ms * interval '1 millisecond' AND NOT queued
+      WHERE expires_at < old AND shared_until < old AND NOT queued
       FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS leases = ROW_COUNT;
-  DELETE FROM @shared@ WHERE CASE
-    WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
-    ELSE false END;
-  GET DIAGNOSTICS shared = ROW_COUNT;
-  DELETE FROM @shared_fences@ WHERE CASE
-    WHEN fence < floor(extract(epoch FROM t - margin_ms * interval '1 millisecond') * 1000000)
-    THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key)) ELSE false END;
-  GET DIAGNOSTICS fences = ROW_COUNT;
-  DELETE FROM @shared_tickets@ WHERE CASE
-    WHEN deadline < t THEN pg_try_advisory_xact_lock(@class@, hashtext('&' || key))
-    ELSE false END;
-  GET DIAGNOSTICS shared_tickets = ROW_COUNT;
   DELETE FROM @numbers@ WHERE CASE
     WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || key))
     ELSE false END;
   GET DIAGNOSTICS numbers = ROW_COUNT;
   DELETE FROM @records@ WHERE expires_at < t;
   GET DIAGNOSTICS records = ROW_COUNT;
-  RETURN leases + tickets + numbers + records + shared + fences + shared_tickets;
+  RETURN leases + tickets + shared + numbers + records;
 END
 $fn$;
 "#;
