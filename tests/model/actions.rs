@@ -7,7 +7,7 @@
 //! - `ACQUIRE` is modelled without the flag `r`, the waiter limit, the refusal of an
 //!   upgrade (a client's mode is fixed for its session), and the uncontended fast path's
 //!   keys (the model's key is one set of holders, whichever the mode). A client's request,
-//!   the script and its reply are one atomic step, except the copy of a first request that
+//!   the script and its reply are one atomic step, except the copy of a registration that
 //!   the connection sends again ([`Action::Resent`]), whose reply nobody reads: one in a
 //!   run, the first registration's, while its waiter waits (a copy after that is a
 //!   re-entry or a ghost ticket, which the token and the nonce keep apart as well); not
@@ -31,7 +31,7 @@
 
 use crate::model::{Break, Protocol};
 use crate::script::Script;
-use crate::state::{Copy, Mode, Owner, Phase, State, Ticket};
+use crate::state::{Mode, Owner, Phase, Resend, State, Ticket};
 
 /// One step of the system.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub(crate) enum Action {
     Crash(u8),
     /// One tick of real time, and of the server clock.
     Tick,
-    /// The server clock steps back one tick (within the configured bound).
+    /// The server clock steps back this many ticks (once in a run, up to `step_back`).
     ClockStepBack(u8),
 }
 
@@ -143,10 +143,10 @@ impl Protocol {
             .iter_mut()
             .filter(|m| m.owner == me)
             .for_each(|m| m.latest = false);
-        if let Copy::Pending(owner, mode, _) = s.copy
+        if let Resend::Pending(owner, mode, _) = s.resend
             && owner == me
         {
-            s.copy = Copy::Pending(owner, mode, false);
+            s.resend = Resend::Pending(owner, mode, false);
         }
         let phase = match self.acquire_script(s, me, mode, true) {
             Some(fence) => Phase::Holding {
@@ -156,8 +156,8 @@ impl Protocol {
                 since: s.real,
             },
             None => {
-                if s.copy == Copy::Unused && self.fair.is_none() {
-                    s.copy = Copy::Pending(me, mode, true);
+                if s.resend == Resend::Unused && self.fair.is_none() {
+                    s.resend = Resend::Pending(me, mode, true);
                 }
                 Phase::Waiting {
                     mode,
@@ -173,10 +173,10 @@ impl Protocol {
 
     /// The copy of a registration runs: the same script, nobody reads its reply.
     pub(crate) fn resent(&self, s: &mut State) {
-        let Copy::Pending(owner, mode, latest) = s.copy else {
+        let Resend::Pending(owner, mode, latest) = s.resend else {
             unreachable!("no copy in flight")
         };
-        s.copy = Copy::Spent;
+        s.resend = Resend::Spent;
         self.acquire_script(s, owner, mode, latest);
     }
 

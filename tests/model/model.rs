@@ -4,7 +4,7 @@ use stateright::{Model, Property};
 
 use crate::actions::Action;
 use crate::properties;
-use crate::state::{Copy, Mode, Phase, Sizes, State};
+use crate::state::{Mode, Phase, Resend, Sizes, State};
 
 /// A deliberate break of the protocol, to show that the checker sees what it would cost.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,10 +167,10 @@ impl Protocol {
                 Phase::Idle | Phase::Done => {}
             }
         }
-        if let Copy::Pending(owner, ..) = s.copy
+        if let Resend::Pending(owner, ..) = s.resend
             && !matches!(s.clients[usize::from(owner.0)], Phase::Waiting { .. })
         {
-            s.copy = Copy::Spent;
+            s.resend = Resend::Spent;
         }
         // No later grant's fence can be at or below a fence under the earliest time the
         // clock can still step back to: forgotten (0) too.
@@ -227,7 +227,7 @@ impl Model for Protocol {
                 actions.push(Action::Crash(c));
             }
         }
-        if matches!(s.copy, Copy::Pending(..)) {
+        if matches!(s.resend, Resend::Pending(..)) {
             actions.push(Action::Resent);
         }
         for i in 0..s.messages.len() {

@@ -136,7 +136,7 @@ pub(crate) enum Phase {
 /// re-sends after a dropped connection): one in a run, the first registration's, which
 /// arrives at any later point while its waiter still waits, or never.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Copy {
+pub(crate) enum Resend {
     /// No registration yet.
     Unused,
     /// In flight: whose, in which mode, and whether its nonce is still the latest.
@@ -168,7 +168,7 @@ pub(crate) struct State {
     /// Each client's phase.
     pub(crate) clients: Vec<Phase>,
     /// The copy of a registration.
-    pub(crate) copy: Copy,
+    pub(crate) resend: Resend,
     /// The highest fence any script has granted (fence monotonicity is checked against it).
     pub(crate) last_fence: u16,
     /// A grant went out with a fence not above `last_fence`.
@@ -193,7 +193,7 @@ impl State {
             queue_expiry: 0,
             messages: Vec::new(),
             clients: vec![Phase::Idle; usize::from(sizes.clients)],
-            copy: Copy::Unused,
+            resend: Resend::Unused,
             last_fence: 0,
             fence_regressed: false,
             overtaken: false,
@@ -260,8 +260,8 @@ impl State {
             m.owner = owner(m.owner);
         }
         s.messages.sort();
-        if let Copy::Pending(o, mode, latest) = s.copy {
-            s.copy = Copy::Pending(owner(o), mode, latest);
+        if let Resend::Pending(o, mode, latest) = s.resend {
+            s.resend = Resend::Pending(owner(o), mode, latest);
         }
         s
     }
