@@ -120,12 +120,13 @@ impl Protocol {
     /// Forgets what no step or property reads, so that states differing only in it are
     /// one: a grant for a waiter that has moved on; the fences holders, clients and
     /// messages carry (monotonicity is checked where a script grants, against the last
-    /// fence), and the last fence once every later grant's is above it anyway; tickets' scores beyond their order (a new one always goes to the tail);
-    /// the deadlines only the old rule reads; without fairness, the instants only fairness
-    /// looks at; a local deadline that has passed, and the sending time of an attempt
-    /// whose grant would come too late to be valid; once the clock can step back no more,
-    /// expired holders (every script drops them first, nothing can revive them) and dead
-    /// tickets' deadlines; the expiry of an empty queue.
+    /// fence), and the last fence once every later grant's is above it anyway; tickets'
+    /// scores beyond their order (a new one always goes to the tail); the deadlines only
+    /// the old rule reads; without fairness, the instants only fairness looks at; a local
+    /// deadline that has passed, and the sending time of an attempt whose grant would come
+    /// too late to be valid; once the clock can step back no more, expired holders (every
+    /// script drops them first, nothing can revive them) and dead tickets' deadlines; the
+    /// expiry of an empty queue.
     fn normalize(&self, s: &mut State) {
         if s.queue.is_empty() {
             s.queue_expiry = 0;
