@@ -1,20 +1,21 @@
-//! A model of the Redis hand-off protocol (the lock scripts of `engine/src/redis/scripts/`),
-//! checked exhaustively with stateright for small sizes: three clients that acquire, wait,
-//! are handed the key (a message that can be lost), renew, release and crash; one server
-//! with the lock key, the queue and the fence key (tombstone or hand-off fence); discrete
-//! time with expiry, and a server clock that steps back within the documented bound.
+//! A model of the hand-off protocol of one key in both modes (the Redis scripts of
+//! `engine/src/redis/scripts/`), checked exhaustively with stateright for small sizes:
+//! three clients that each ask to hold the key alone or shared (limit 2), wait in the
+//! key's one queue, are granted by whichever script frees room (a message naming the
+//! ticket's registration nonce, which can be lost), renew, release and crash, and whose
+//! first request the connection may send again; one server with the holders, the last
+//! fence and the queue; discrete time with expiry, and a server clock that steps back.
 //!
-//! `state` is the state, `actions` the steps named after the scripts (and where the model
-//! could drift from them), `properties` what is checked, `model` the glue, `checks` the
-//! exhaustive runs, `broken` the deliberate breaks and their counterexamples. `permits` is
-//! the same for the permit scripts (`engine/src/redis/permits/scripts.rs`), with its own
-//! state, actions and properties; `runner` runs the checker for both.
+//! `state` is the state, `script` the steps every script shares, `actions` the steps named
+//! after the scripts (and where the model could drift from them), `properties` what is
+//! checked, `model` the glue, `checks` the exhaustive runs, `broken` the deliberate breaks
+//! and their counterexamples, `runner` the checker runs.
 
 mod actions;
 mod broken;
 mod checks;
 mod model;
-mod permits;
 mod properties;
 mod runner;
+mod script;
 mod state;

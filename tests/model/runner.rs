@@ -1,5 +1,5 @@
-//! The checker runner both models share: an exhaustive run, a search for one property's
-//! counterexample, what they visited, and the client renumberings of symmetry reduction.
+//! The checker runs: an exhaustive run, a search for one property's counterexample, what
+//! they visited, and the client renumberings of symmetry reduction.
 
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -1,114 +1,125 @@
-//! The model's state: the Redis keys of one lock (`lock`, `fence`, `queue`), the grant
-//! messages in flight, the clients' own view of their lease, and two clocks.
+//! The model's state: one key's holders (each alone or shared), its fence, its one queue
+//! for both modes, the grant messages in flight, each client's own view of its lease, and
+//! two clocks.
 //!
 //! Time is discrete: one tick is the unit of every duration in [`Sizes`]. The server's clock
 //! (`TIME`, and every key's expiry, which Redis judges by it too) is apart from real time,
 //! which the clients' local deadlines follow (a monotonic clock): a server clock step back
 //! makes every key live longer, never a client's local deadline.
 
+use crate::runner::permutations;
+
 /// The sizes and durations of one model, in ticks (one tick stands for about a second).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Sizes {
     /// How many clients (each one engine with one waiter at a time).
     pub(crate) clients: u8,
-    /// How many acquisitions each client makes in a run.
-    pub(crate) sessions: u8,
+    /// How many shared holders at most (a shared request's limit; every client asks the
+    /// same).
+    pub(crate) limit: u8,
     /// The lease TTL.
     pub(crate) ttl: u8,
-    /// The ticket TTL, which is also the claim period of a hand-off (it travels in the ticket).
+    /// The ticket TTL, which is also the claim period of a grant by message.
     pub(crate) claim: u8,
-    /// The fence key's margin (10 s in the engine): how long a tombstone, and a hand-off's
-    /// fence after its claim, live.
+    /// The fence's margin (10 s in the engine): how long the last fence outlives the
+    /// latest holder.
     pub(crate) margin: u8,
-    /// How far the server clock may step back in a run, in total (the documented bound is
-    /// less than `min(ttl, margin)`).
+    /// How far the server clock may step back in a run: one step, of any size up to this.
     pub(crate) step_back: u8,
     /// The last tick of real time (the model is finite; no tick past it).
     pub(crate) horizon: u8,
     /// Fences per tick: the server time in fence units (the engine's microseconds) is
-    /// `server * FENCE_SCALE`. Larger than the grants a run can make, as a microsecond is
-    /// shorter than a script.
+    /// `server * fence_scale`, larger than the grants a run can make.
     pub(crate) fence_scale: u16,
 }
 
+/// What an acquisition asks for.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Mode {
+    /// Up to `limit` holders at once, none of them alone (`Mode::Shared { limit >= 2 }`).
+    Shared,
+    /// The key alone (`lock(k)`, `Mode::Exclusive`, or a shared limit of 1).
+    Alone,
+}
+
 /// A client's acquisition: the client and which of its sessions (the engine's ticket id and
-/// token are fresh for each).
+/// token are fresh for each). One session per client: the id is the client.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Owner {
-    /// The client.
-    pub(crate) client: u8,
-    /// Its session, from 1.
-    pub(crate) session: u8,
-}
+pub(crate) struct Owner(pub(crate) u8);
 
-/// `P:{T}:lock:K`: `"<fence>[+] <token>"` with its expiry.
+/// A holder of the key, with its lease's expiry (server time) and its fence.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct LockKey {
-    /// The fence of the holding.
-    pub(crate) fence: u16,
-    /// The mark: the key may have waiters, so its release looks at the queue.
-    pub(crate) marked: bool,
-    /// Whose token.
-    pub(crate) holder: Owner,
-    /// Server time at which the key expires.
+pub(crate) struct Holder {
+    /// Server time at which its lease runs out.
     pub(crate) expiry: u8,
+    /// Whose token.
+    pub(crate) owner: Owner,
+    /// Its fence.
+    pub(crate) fence: u16,
+    /// Alone or shared.
+    pub(crate) mode: Mode,
 }
 
-/// `P:{T}:fence:K`: a tombstone (the released value) or a hand-off's fence (`"<f>@<exp>"`).
+/// The key's last fence (the tombstone once nobody holds) and its expiry.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct FenceKey {
-    /// The fence it carries.
+pub(crate) struct FenceField {
+    /// The last fence granted.
     pub(crate) fence: u16,
-    /// A hand-off fence rather than a tombstone.
-    pub(crate) handoff: bool,
     /// Server time at which it expires.
     pub(crate) expiry: u8,
 }
 
-/// One member of `P:{T}:queue:K`: `"<id>|<deadline>|<ttl>|<claim>|<token>"` and its score.
+/// One ticket of the key's queue.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Ticket {
-    /// Whose ticket (id and token).
+    /// Whose ticket (its id).
     pub(crate) owner: Owner,
     /// Server time past which its waiter counts as gone.
     pub(crate) deadline: u8,
-    /// Arrival order (`max(now, last + 1)` in fence units).
+    /// Arrival order.
     pub(crate) score: u16,
+    /// What it asks for.
+    pub(crate) mode: Mode,
+    /// Its registration's nonce is the owner's latest. The engine's nonce is random; the
+    /// model keeps only this bit of it, as nothing compares two earlier nonces.
+    pub(crate) latest: bool,
 }
 
-/// A grant published on `P:{T}:wake:K`, on its way to the waiter's subscriber.
+/// A grant published for a ticket, on its way to the waiter's subscriber.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Grant {
     /// The ticket it grants.
     pub(crate) owner: Owner,
-    /// The deadline of the ticket it granted: the waiter takes it only if it names its
-    /// latest registration (a grant of an earlier one is stale, its claim may be over).
+    /// It names the owner's latest registration nonce.
+    pub(crate) latest: bool,
+    /// The granted ticket's deadline (only the old rule, `Break::DeadlineRule`, reads it).
     pub(crate) deadline: u8,
     /// The fence.
     pub(crate) fence: u16,
-    /// The `PX` the hand-off set: the waiter's local deadline is counted from it.
-    pub(crate) px: u8,
 }
 
 /// Where a client is.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Phase {
-    /// Between sessions.
+    /// Before its session.
     Idle,
-    /// Its ticket is queued (or its last attempt failed); it retries on its fallback timer.
+    /// Its ticket is queued; it retries on its fallback timer.
     Waiting {
+        /// What it asks for.
+        mode: Mode,
         /// Real time its wait began.
         since: u8,
-        /// Real time its last attempt was sent: a hand-off's local deadline counts from it.
+        /// Real time its last attempt was sent: a grant's local deadline counts from it.
         sent: u8,
-        /// The deadline of its registered member as its last reply named it (`None`: not
-        /// registered).
-        known: Option<u8>,
+        /// Its ticket's deadline as its last reply named it (only the old rule reads it).
+        known: u8,
         /// It retried since the last tick (the fallback timer fires well within a tick).
         retried: bool,
     },
-    /// It believes it holds the key until `deadline` (real time): the lease is valid locally.
+    /// It believes it holds the key until `deadline` (real time).
     Holding {
+        /// What it holds.
+        mode: Mode,
         /// Its fence.
         fence: u16,
         /// The local validity deadline (real time); past it the lease is lost.
@@ -116,10 +127,22 @@ pub(crate) enum Phase {
         /// Real time it was granted.
         since: u8,
     },
-    /// All its sessions are over.
+    /// Its session is over (or it crashed: what it left on the server stays until it
+    /// expires, and its re-sent request may still arrive).
     Done,
-    /// Gone for good: what it left on the server stays until it expires.
-    Crashed,
+}
+
+/// The copy of a registration that the connection sends again (the Cluster client
+/// re-sends after a dropped connection): one in a run, the first registration's, which
+/// arrives at any later point while its waiter still waits, or never.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Resend {
+    /// No registration yet.
+    Unused,
+    /// In flight: whose, in which mode, and whether its nonce is still the latest.
+    Pending(Owner, Mode, bool),
+    /// Arrived, or its waiter moved on.
+    Spent,
 }
 
 /// One state of the whole system.
@@ -129,26 +152,31 @@ pub(crate) struct State {
     pub(crate) real: u8,
     /// The server clock (ticks); starts above `step_back`, so that it stays above zero.
     pub(crate) server: u8,
-    /// How far it has stepped back so far.
+    /// How far it has stepped back (once in a run).
     pub(crate) stepped: u8,
-    /// The lock key, when present (unexpired).
-    pub(crate) lock: Option<LockKey>,
-    /// The fence key, when present.
-    pub(crate) fence: Option<FenceKey>,
-    /// The queue, in score order.
+    /// The holders, by expiry (then owner). A holder whose expiry has passed stays until a
+    /// script drops it or the whole key expires: a clock step back revives it, as in Redis.
+    pub(crate) holders: Vec<Holder>,
+    /// The last fence, when present.
+    pub(crate) fence: Option<FenceField>,
+    /// The queue, in score order: one for both modes.
     pub(crate) queue: Vec<Ticket>,
     /// The queue key's expiry (meaningful while the queue is non-empty).
     pub(crate) queue_expiry: u8,
     /// Grant messages in flight.
     pub(crate) messages: Vec<Grant>,
-    /// Each client's phase and its sessions begun so far.
-    pub(crate) clients: Vec<(Phase, u8)>,
+    /// Each client's phase.
+    pub(crate) clients: Vec<Phase>,
+    /// The copy of a registration.
+    pub(crate) resend: Resend,
     /// The highest fence any script has granted (fence monotonicity is checked against it).
     pub(crate) last_fence: u16,
     /// A grant went out with a fence not above `last_fence`.
     pub(crate) fence_regressed: bool,
     /// A grant went to someone while another's live ticket was ahead of it in the queue.
     pub(crate) overtaken: bool,
+    /// A script ended with a live ticket at the queue's head that fits, ungranted.
+    pub(crate) stalled: bool,
 }
 
 impl State {
@@ -159,15 +187,17 @@ impl State {
             // Above the step back: a fence is never 0, which stands for "none yet".
             server: sizes.step_back + 1,
             stepped: 0,
-            lock: None,
+            holders: Vec::new(),
             fence: None,
             queue: Vec::new(),
             queue_expiry: 0,
             messages: Vec::new(),
-            clients: vec![(Phase::Idle, 0); usize::from(sizes.clients)],
+            clients: vec![Phase::Idle; usize::from(sizes.clients)],
+            resend: Resend::Unused,
             last_fence: 0,
             fence_regressed: false,
             overtaken: false,
+            stalled: false,
         }
     }
 
@@ -176,21 +206,13 @@ impl State {
         u16::from(self.server) * sizes.fence_scale
     }
 
-    /// The client's current acquisition.
-    pub(crate) fn owner(&self, client: u8) -> Owner {
-        Owner {
-            client,
-            session: self.clients[usize::from(client)].1,
-        }
-    }
-
-    /// Redis's expiry: a key whose expiry has come is gone. (The model deletes it at once,
-    /// as Redis's active expiry would; a key Redis has not yet swept would revive on a
-    /// clock step back, which the model does not show.)
+    /// Redis's key expiry, at once (a key Redis has not yet swept would revive on a clock
+    /// step back, which the model does not show): the holders when the latest has run
+    /// out, the fence, the queue.
     pub(crate) fn expire(&mut self) {
         let now = self.server;
-        if self.lock.is_some_and(|l| l.expiry <= now) {
-            self.lock = None;
+        if self.holders.iter().all(|h| h.expiry <= now) {
+            self.holders.clear();
         }
         if self.fence.is_some_and(|f| f.expiry <= now) {
             self.fence = None;
@@ -201,7 +223,7 @@ impl State {
     }
 
     /// Records a grant by a script: fence monotonicity, and arrival order (no live ticket
-    /// of another waiter was ahead of the grantee's).
+    /// of another waiter in `ahead`).
     pub(crate) fn granted(&mut self, to: Owner, fence: u16, ahead: &[Ticket]) {
         if fence <= self.last_fence {
             self.fence_regressed = true;
@@ -215,23 +237,22 @@ impl State {
 
     /// The same state with the clients renumbered by `order` (`order[new] = old`).
     fn renumbered(&self, order: &[u8]) -> Self {
-        let new_id = |old: u8| {
-            let at = order.iter().position(|&o| o == old).expect("a permutation");
-            u8::try_from(at).expect("a handful of clients")
-        };
-        let owner = |o: Owner| Owner {
-            client: new_id(o.client),
-            session: o.session,
+        let owner = |o: Owner| {
+            let at = order
+                .iter()
+                .position(|&old| old == o.0)
+                .expect("a permutation");
+            Owner(u8::try_from(at).expect("a handful of clients"))
         };
         let mut s = self.clone();
         s.clients = order
             .iter()
             .map(|&o| self.clients[usize::from(o)])
             .collect();
-        s.lock = self.lock.map(|l| LockKey {
-            holder: owner(l.holder),
-            ..l
-        });
+        for h in &mut s.holders {
+            h.owner = owner(h.owner);
+        }
+        s.holders.sort();
         for t in &mut s.queue {
             t.owner = owner(t.owner);
         }
@@ -239,6 +260,9 @@ impl State {
             m.owner = owner(m.owner);
         }
         s.messages.sort();
+        if let Resend::Pending(o, mode, latest) = s.resend {
+            s.resend = Resend::Pending(owner(o), mode, latest);
+        }
         s
     }
 
@@ -246,26 +270,17 @@ impl State {
     /// visits one state of each class (stateright's symmetry reduction).
     pub(crate) fn representative(&self) -> Self {
         let n = u8::try_from(self.clients.len()).expect("a handful of clients");
-        let mut order: Vec<u8> = (0..n).collect();
-        let mut best = self.renumbered(&order);
-        // Every permutation (Heap's algorithm, iterative): six for three clients.
-        let mut c = vec![0usize; order.len()];
-        let mut i = 0;
-        while i < order.len() {
-            if c[i] < i {
-                if i % 2 == 0 {
-                    order.swap(0, i);
-                } else {
-                    order.swap(c[i], i);
-                }
-                best = best.min(self.renumbered(&order));
-                c[i] += 1;
-                i = 0;
-            } else {
-                c[i] = 0;
-                i += 1;
-            }
-        }
-        best
+        let orders = permutations(n);
+        orders
+            .iter()
+            .map(|o| self.renumbered(o))
+            .min()
+            .expect("an order")
+    }
+
+    /// The same when the clients' modes are fixed, the first and the last alike: only
+    /// those two are interchangeable.
+    pub(crate) fn representative_ends(&self) -> Self {
+        self.clone().min(self.renumbered(&[2, 1, 0]))
     }
 }
