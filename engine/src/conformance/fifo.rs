@@ -108,3 +108,54 @@ pub async fn a_put_aside_fifo_waiter_does_not_hold_back_the_next(h: &impl Harnes
     next.await.unwrap().unwrap().release().await.unwrap();
     assert_no_residue(h).await;
 }
+
+/// FIFO across modes: waiters for the key's lock and for its shared leases (limits 1, 2
+/// and 3) queued in one arrival order are granted in that order; the fence of each grant
+/// tells the order in which the backend granted it.
+pub async fn fifo_grants_follow_arrival_order_across_modes(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let modes = [
+        Mode::Shared { limit: 2 },
+        Mode::Exclusive,
+        Mode::Shared { limit: 3 },
+        Mode::Shared { limit: 2 },
+        Mode::Shared { limit: 1 },
+        Mode::Exclusive,
+        Mode::Exclusive,
+        Mode::Shared { limit: 3 },
+        Mode::Shared { limit: 3 },
+    ];
+    let first = engine
+        .lock("fifo-modes")
+        .fifo(true)
+        .acquire()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for (i, &mode) in modes.iter().enumerate() {
+        let lock = engine
+            .lock("fifo-modes")
+            .in_mode(mode)
+            .fifo(true)
+            .ttl(u * 50)
+            .wait(u * 100);
+        tasks.push(tokio::spawn(async move {
+            let lease = lock.acquire().await.expect("granted in turn");
+            let fence = lease.fence();
+            lease.release().await.unwrap();
+            fence
+        }));
+        // Arrival order is defined once the waiter is queued.
+        until_waiters(&engine, "fifo-modes", i + 1).await;
+    }
+    first.release().await.unwrap();
+    let mut fences = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        fences.push((t.await.unwrap(), i));
+    }
+    fences.sort();
+    let order: Vec<usize> = fences.iter().map(|(_, i)| *i).collect();
+    assert_eq!(order, (0..modes.len()).collect::<Vec<_>>(), "grant order");
+    assert_no_residue(h).await;
+}

@@ -33,7 +33,9 @@
 //! fences, leases over time, waiters and mutual exclusion under load, each run in
 //! exclusive mode and (as `shared_mode::…`) in shared mode with a limit of 1; `KeyMutex`
 //! (exclusive only); the shared-only behaviours (N at once, no writer starvation, a
-//! departed head that held the others up, the two spaces of a key kept apart); admin,
+//! departed head that held the others up); the two modes on one key (one space, one
+//! queue, one fence sequence: the lock excludes the shared leases and both wait in one
+//! arrival order); admin,
 //! numeric, pools and records (the capabilities). Each case's name is its specification.
 
 // The cases are public for the macros' sake; each one's name is its specification.
@@ -46,6 +48,7 @@ use tokio::time::{Instant, sleep, timeout};
 use crate::{Lock, LockEngine, Mode};
 
 mod admin;
+mod cross_mode;
 mod exclusion;
 mod fences;
 mod fifo;
@@ -61,6 +64,7 @@ mod shared_load;
 mod waiters;
 
 pub use admin::*;
+pub use cross_mode::*;
 pub use exclusion::*;
 pub use fences::*;
 pub use fifo::*;
@@ -140,7 +144,11 @@ macro_rules! shared_conformance_tests {
                 shared_grants_follow_arrival_order_across_limits,
                 a_writer_is_not_starved_by_a_stream_of_readers,
                 a_departed_writer_lets_the_readers_behind_it_in,
-                a_keys_lock_and_its_shared_leases_are_apart,
+                fifo_grants_follow_arrival_order_across_modes,
+                a_keys_lock_and_its_shared_leases_exclude_each_other,
+                a_lone_waiter_is_not_overtaken_by_later_shared_arrivals,
+                shared_waiters_behind_a_lock_are_granted_together_at_its_release,
+                fences_rise_across_both_modes,
             );
             $crate::conformance_tests!(@cases [$conc] $make;
                 shared_leases_never_exceed_n_nor_share_a_lone_holder,

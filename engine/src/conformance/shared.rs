@@ -1,14 +1,14 @@
 //! The shared-only behaviours (what the cases run in each mode cannot say): N holders at
 //! once and no more; grants in arrival order across limits; no writer starvation; a
-//! departed head lets those behind it in; and a key's lock and its shared leases kept
-//! apart. (The same under load is in `shared_load`.)
+//! departed head lets those behind it in. (The same under load is in `shared_load`; the
+//! key's lock among its shared leases in `cross_mode`.)
 
 use std::{collections::HashSet, time::Duration};
 
 use tokio::time::{Instant, timeout};
 
 use super::{Harness, assert_no_residue, until_waiters};
-use crate::{AcquireRequest, Fence, Grant, LockError, LockKey, Mode, Renewal, Token};
+use crate::{AcquireRequest, Fence, Grant, LockError, LockKey, Mode, Token};
 
 /// A grant straight from the backend that nobody will renew or release: a holder that
 /// crashed.
@@ -319,96 +319,5 @@ pub async fn a_departed_writer_lets_the_readers_behind_it_in(h: &impl Harness) {
         behind.release().await.unwrap();
     }
     reader.release().await.unwrap();
-    assert_no_residue(h).await;
-}
-
-/// A key's lock and its shared leases do not exclude each other: both are held at once,
-/// the backend lists both holders with their modes, a release or an extend in one space
-/// never touches the other, and one renewal batch covers both, per lease.
-pub async fn a_keys_lock_and_its_shared_leases_are_apart(h: &impl Harness) {
-    let engine = h.engine();
-    let u = h.unit();
-    let backend = h.backend();
-    let key = LockKey::new("apart").unwrap();
-    let shared = engine
-        .lock("apart")
-        .shared(1)
-        .ttl(u * 10)
-        .auto_renew(false)
-        .try_acquire()
-        .await
-        .expect("a free key");
-    let lock = engine
-        .lock("apart")
-        .ttl(u * 10)
-        .auto_renew(false)
-        .try_acquire()
-        .await
-        .expect("apart from the shared lease");
-    assert_eq!(lock.mode(), Mode::Exclusive);
-    assert_eq!(shared.mode(), Mode::Shared { limit: 1 });
-    let mut modes: Vec<(String, bool)> = backend
-        .holders(&key)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|h| (h.token.as_str().to_owned(), h.mode.is_shared()))
-        .collect();
-    modes.sort();
-    let mut expected = vec![
-        (lock.token().as_str().to_owned(), false),
-        (shared.token().as_str().to_owned(), true),
-    ];
-    expected.sort();
-    assert_eq!(modes, expected);
-    assert!(engine.lock("apart").locked().await.unwrap());
-    assert!(engine.lock("apart").shared(2).locked().await.unwrap());
-    // A token in one space is a stranger in the other.
-    assert!(matches!(
-        backend
-            .release(&key, lock.token(), Mode::Shared { limit: 1 })
-            .await,
-        Err(LockError::NotOwned)
-    ));
-    assert!(matches!(
-        backend
-            .extend(
-                &key,
-                shared.token(),
-                Mode::Exclusive,
-                u,
-                crate::ExtendMode::Add
-            )
-            .await,
-        Err(LockError::NotOwned)
-    ));
-    // One batch, both modes: each renewed in its own space, strangers and other keys not.
-    let other = LockKey::new("apart-other").unwrap();
-    let renewal = |key: &LockKey, mode, token: &Token| Renewal {
-        key: key.clone(),
-        mode,
-        token: token.clone(),
-        ttl: u * 20,
-    };
-    let stranger = Token::random();
-    let renewed = backend
-        .renew(&[
-            renewal(&key, Mode::Exclusive, lock.token()),
-            renewal(&key, Mode::Shared { limit: 1 }, shared.token()),
-            renewal(&key, Mode::Shared { limit: 1 }, lock.token()),
-            renewal(&key, Mode::Exclusive, &stranger),
-            renewal(&other, Mode::Shared { limit: 1 }, shared.token()),
-        ])
-        .await
-        .unwrap();
-    assert_eq!(renewed, [true, true, false, false, false]);
-    for lease in [&lock, &shared] {
-        assert!(lease.owned().await.unwrap());
-    }
-    let listed = engine.lock("apart").shared(1).holder().await.unwrap();
-    assert!(listed.unwrap().ttl.unwrap() > u * 15, "renewed");
-    lock.release().await.unwrap();
-    assert!(shared.owned().await.unwrap(), "the lock's release left it");
-    shared.release().await.unwrap();
     assert_no_residue(h).await;
 }

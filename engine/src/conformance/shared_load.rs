@@ -1,5 +1,6 @@
-//! The shared-only behaviours under load: many tasks, limits N and 1 mixed, never more
-//! than N holders nor anyone beside a holder alone, every grant its own fence.
+//! The shared-only behaviours under load: many tasks, limits N and 1 and the key's lock
+//! mixed, never more than N holders nor anyone beside a holder alone, every grant its own
+//! fence.
 
 use std::{
     collections::HashSet,
@@ -11,7 +12,7 @@ use std::{
 };
 
 use super::{Harness, assert_no_residue};
-use crate::Fence;
+use crate::{Fence, Mode};
 
 async fn shared_rounds(h: &impl Harness, fifo: bool) {
     const TASKS: usize = 12;
@@ -43,10 +44,16 @@ async fn shared_rounds(h: &impl Harness, fifo: bool) {
             let mut last: Option<Fence> = None;
             for i in 0..ITERATIONS {
                 let writer = (t + i) % 5 == 0;
-                let limit = if writer { 1 } else { N as u32 };
+                // Writers alternate between the key's lock and a shared lease of limit 1:
+                // both hold alone.
+                let mode = match (writer, (t + i) % 2) {
+                    (false, _) => Mode::Shared { limit: N as u32 },
+                    (true, 0) => Mode::Exclusive,
+                    (true, _) => Mode::Shared { limit: 1 },
+                };
                 let lease = engine
                     .lock(&key)
-                    .shared(limit)
+                    .in_mode(mode)
                     .fifo(fifo)
                     .ttl(Duration::from_secs(10))
                     .acquire()
@@ -98,8 +105,9 @@ async fn shared_rounds(h: &impl Harness, fifo: bool) {
     assert_no_residue(h).await;
 }
 
-/// Many tasks on a multi-threaded runtime, limits N and 1 mixed: never more than N shared
-/// holders, never a holder alone beside anyone, every grant its own fence.
+/// Many tasks on a multi-threaded runtime, limits N and 1 and the key's lock mixed: never
+/// more than N shared holders, never a holder alone beside anyone, every grant its own
+/// fence.
 pub async fn shared_leases_never_exceed_n_nor_share_a_lone_holder(h: &impl Harness) {
     shared_rounds(h, false).await;
 }
