@@ -23,7 +23,6 @@ mod scripts;
 mod sentinel;
 mod server_checks;
 mod session;
-mod shared;
 mod tls;
 mod wakeup;
 
