@@ -12,6 +12,7 @@ mod commands;
 mod conn;
 mod connector;
 mod contended;
+mod layout;
 mod names;
 mod pool;
 mod records;
