@@ -75,7 +75,7 @@ impl Monitor {
             }
             let keys: usize = args[2].parse().unwrap();
             // An acquire: the token, the TTL, the ticket id, flags, …
-            if args.len() >= 3 + keys + 8 && !args[3 + keys + 2].is_empty() {
+            if args.len() >= 3 + keys + 7 && !args[3 + keys + 2].is_empty() {
                 return args;
             }
         }
