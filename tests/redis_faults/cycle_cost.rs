@@ -86,6 +86,9 @@ async fn a_shared_cycle_costs_no_more_than_before_and_the_locks_keeps_its_cost()
     }
     assert!(lone.0 <= 7.0 && lone.1 == 2.0, "lock: {lone:?}");
     for (figures, before) in [(shared, 21.0), (beside, 23.0)] {
-        assert!(figures.0 <= before && figures.1 == 2.0, "shared: {figures:?}");
+        assert!(
+            figures.0 <= before && figures.1 == 2.0,
+            "shared: {figures:?}"
+        );
     }
 }
