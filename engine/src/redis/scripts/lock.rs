@@ -49,8 +49,8 @@ use super::PRELUDE;
 /// `HSET`, `PEXPIRE`). A key with no tombstone: 5 (`GETDEL`, `GET`, `LINDEX`, `TIME`,
 /// `SET`). A shared grant beside shared holders: 9 (`GETDEL`, `GET`, `LINDEX`, `HLEN`,
 /// `TIME`, `HSET`, `PTTL`, `SET`, `PEXPIRE`). A registration: `GET`, `LINDEX`, `PTTL`,
-/// `TIME`, `HGET`, `RPUSH`, `HSET`, `PTTL` (and `PEXPIRE` ×2 when the queue's expiry is
-/// short, a `SET` marking the holder's value when it had no mark).
+/// `TIME`, `HGET`, `RPUSH`, `HSET`, `PTTL` (and `PEXPIRE` ×2 when the tickets' expiry is
+/// short or the queue new, a `SET` marking the holder's value when it had no mark).
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{ACQUIRE_BODY}")));
 
@@ -152,6 +152,7 @@ if id == '' then return {0, pttl, 0} end
 clock()
 local info = redis.call('HGET', KEYS[4], id)
 local nonce = info and string.match(info, '^(%d+)|') or ARGV[7]
+local created = false
 if not info then
   local max = tonumber(ARGV[5])
   if max >= 0 and redis.call('LLEN', KEYS[3]) >= max then
@@ -166,10 +167,12 @@ if not info then
     if redis.call('LLEN', KEYS[3]) >= max then return {2, pttl, 0} end
   end
   -- Behind the last ticket whatever the clock says: arrival order, across both modes.
-  redis.call('RPUSH', KEYS[3], id)
+  created = redis.call('RPUSH', KEYS[3], id) == 1
 end
 redis.call('HSET', KEYS[4], id, nonce .. '|' .. fmt(now_ms + ticket_ttl) .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[8] .. '|' .. token)
-if redis.call('PTTL', KEYS[3]) < ticket_ttl then
+-- The queue and the tickets live at least a ticket TTL more (the hash is written every
+-- time, so its expiry tells; a queue just created has none).
+if created or redis.call('PTTL', KEYS[4]) < ticket_ttl then
   redis.call('PEXPIRE', KEYS[3], ticket_ttl)
   redis.call('PEXPIRE', KEYS[4], ticket_ttl)
 end
