@@ -237,7 +237,7 @@ impl<'a> Wait<'a> {
             // Nothing was registered by this call; an earlier registration expired.
             Some(Attempt::Full(retry_after)) => Err(LockError::QueueFull { retry_after }),
             Some(Attempt::NotUpgraded) => Err(LockError::InvalidValue(
-                "a shared lease held beside others cannot be re-entered alone",
+                "a shared lease cannot be re-entered alone",
             )),
         };
         self.cleanup.armed = false;
