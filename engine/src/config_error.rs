@@ -65,6 +65,15 @@ pub enum ConfigError {
         /// The engine's key prefix, whose channels (`<prefix>:*`) the user needs.
         prefix: String,
     },
+    /// Nodes of an earlier Redis key layout (locks and shared leases apart) are running on
+    /// the prefix: the two layouts must not share one (see the Redis backend's docs on
+    /// rolling upgrades).
+    EarlierLayout {
+        /// The engine's key prefix.
+        prefix: String,
+        /// How many such nodes watch the server.
+        nodes: u64,
+    },
 }
 
 /// The text tells what to do about it: these errors reach an operator reading a log.
@@ -128,6 +137,12 @@ impl fmt::Display for ConfigError {
                     command.to_ascii_lowercase()
                 )
             }
+            Self::EarlierLayout { prefix, nodes } => write!(
+                f,
+                "{nodes} node(s) of an earlier tower-lock version run on redis prefix {prefix:?} \
+                 with another key layout (locks and shared leases apart), which this version \
+                 does not share a prefix with: stop them first, or give this version a new prefix"
+            ),
         }
     }
 }

@@ -156,3 +156,55 @@ async fn no_cluster_node_is_refused_as_cluster_urls() {
         );
     }
 }
+
+/// A rolling upgrade: a node of the earlier key layout (locks and shared leases apart)
+/// watches its server on `<prefix>:{session}:wake:`; while one does, `build()` refuses the
+/// prefix (`EarlierLayout`), and builds once it has gone. A node of this layout never
+/// trips it, and another prefix is free to use meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_in_use_by_the_earlier_key_layout_is_refused_until_it_is_left() {
+    let server = RedisServer::shared();
+    let prefix = tower_lock_test_support::prefix::unique("upgrade");
+    let channel = format!("{prefix}:{{session}}:wake:");
+    // What an earlier node's watch connection does.
+    let mut earlier = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "SUBSCRIBE", &channel])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run redis-cli SUBSCRIBE");
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while server.cli(["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("1") {
+        assert!(std::time::Instant::now() < give_up, "never subscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let builder = || RedisBackend::builder(server.url()).prefix(prefix.clone());
+    let refused = refusal(builder()).await;
+    assert_eq!(
+        refused,
+        ConfigError::EarlierLayout {
+            prefix: prefix.clone(),
+            nodes: 1
+        }
+    );
+    assert!(refused.to_string().contains("new prefix"), "{refused}");
+    // Another prefix is not the earlier nodes' business.
+    let other = RedisBackend::builder(server.url())
+        .prefix(format!("{prefix}-new"))
+        .build()
+        .await
+        .expect("a prefix of its own");
+    drop(other);
+    earlier.kill().unwrap();
+    earlier.wait().unwrap();
+    while server.cli(["PUBSUB", "NUMSUB", &channel]).lines().nth(1) != Some("0") {
+        assert!(std::time::Instant::now() < give_up, "never unsubscribed");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The earlier nodes gone, this layout takes the prefix; its own nodes never trip it.
+    let first = builder().build().await.expect("the prefix left");
+    let second = builder()
+        .build()
+        .await
+        .expect("a node of this layout beside another");
+    drop((first, second));
+}

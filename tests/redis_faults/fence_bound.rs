@@ -97,7 +97,7 @@ async fn a_tombstone_outlives_its_release_by_at_most_10s_and_keeps_the_bound() {
     for (path, kind) in [
         ("release", "fence"),
         ("release after a waiter left", "fence"),
-        ("permits' release", "pfence"),
+        ("permits' release", "fence"),
     ] {
         let server = RedisServer::start_with_clock();
         let node = engine(&server, "tomb").await;

@@ -57,9 +57,9 @@ async fn until_waiters(engine: &LockEngine, key: &str, n: usize) {
 }
 
 /// Wait until the only waiter under `prefix` listens for its grant: its channel is
-/// subscribed, and the retry it makes once the subscription is confirmed has renamed its
-/// ticket (a grant before that retry would be found by the retry, a re-entry that takes
-/// the full lease, not by the message). Observable server state, no event to await.
+/// subscribed, and a retry after that has refreshed its ticket (a grant before that retry
+/// would be found by the retry, a re-entry that takes the full lease, not by the message).
+/// Observable server state, no event to await.
 pub(crate) async fn until_listening(server: &RedisServer, prefix: &str, key: &str) {
     let give_up = Instant::now() + Duration::from_secs(10);
     let queue = tokio::task::block_in_place(|| {
@@ -78,15 +78,19 @@ pub(crate) async fn until_listening(server: &RedisServer, prefix: &str, key: &st
             std::thread::sleep(Duration::from_millis(1));
         }
     });
-    let first = tokio::task::block_in_place(|| server.cli(["LRANGE", &queue, "0", "0"]));
+    // The ticket's content (its deadline) changes with each refresh; its id, in the
+    // queue, does not.
+    let tickets = queue.replacen(":queue:", ":tickets:", 1);
+    let id = tokio::task::block_in_place(|| server.cli(["LRANGE", &queue, "0", "0"]));
+    let first = tokio::task::block_in_place(|| server.cli(["HGET", &tickets, &id]));
     loop {
-        let (channels, member) = tokio::task::block_in_place(|| {
+        let (channels, ticket) = tokio::task::block_in_place(|| {
             (
                 server.cli(["PUBSUB", "CHANNELS", &format!("{prefix}:*:wake:{key}")]),
-                server.cli(["LRANGE", &queue, "0", "0"]),
+                server.cli(["HGET", &tickets, &id]),
             )
         });
-        if !channels.is_empty() && member != first {
+        if !channels.is_empty() && ticket != first {
             return;
         }
         assert!(Instant::now() < give_up, "the waiter never listened");

@@ -19,6 +19,7 @@ mod cluster_idle;
 mod cluster_replica_restart;
 #[cfg(feature = "redis-cluster")]
 mod cluster_watch_dropped;
+mod cycle_cost;
 mod dead_tickets;
 mod deadlines;
 mod faults;
@@ -34,6 +35,7 @@ mod lost_on_reset;
 mod permits;
 mod record_wait;
 mod refusals;
+mod registrations;
 mod replay;
 mod replica_ack;
 mod runtimes;

@@ -1,5 +1,5 @@
 //! The core [`Backend`] methods on Redis, in both modes: one script call each, on the
-//! lock's keys and scripts or on the shared leases' (see [`shared`](super::shared)).
+//! key's one space (see `scripts`).
 
 use crate::runtime::with_drivers;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use super::{
     RENEW_CHUNK, RedisBackend,
     commands::ScriptCall,
     malformed_token, millis, outcome, remaining,
-    scripts::{EXTEND, HOLDER, RENEW},
+    scripts::{EXTEND, HOLDERS, RENEW, WAITERS},
 };
 use crate::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
@@ -17,12 +17,13 @@ use crate::{
 use crate::{BackendError, BackendErrorKind};
 
 impl RedisBackend {
-    /// One [`RENEW`] call for `chunk` of locks: whether each lease was renewed.
-    async fn renew_lock_chunk(&self, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
-        let mut inv = ScriptCall::new(&RENEW, chunk.len());
+    /// One [`RENEW`] call for `chunk` of leases, of either mode: whether each was renewed.
+    async fn renew_chunk(&self, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
+        let mut inv = ScriptCall::new(&RENEW, 2 * chunk.len());
         inv.repeatable();
         for lease in chunk {
-            inv.key(self.inner.names(&lease.key).lock());
+            let names = self.inner.names(&lease.key);
+            inv.key(names.lock()).key(names.holders());
         }
         for lease in chunk {
             inv.arg(lease.token.as_str()).arg(millis(lease.ttl));
@@ -36,36 +37,6 @@ impl RedisBackend {
         }
         Ok(results.into_iter().map(|r| r == 1).collect())
     }
-
-    /// One renew call for `chunk`, all of one space.
-    async fn renew_chunk(&self, shared: bool, chunk: &[&Renewal]) -> Result<Vec<bool>, LockError> {
-        if shared {
-            self.inner.renew_shared_chunk(chunk).await
-        } else {
-            self.renew_lock_chunk(chunk).await
-        }
-    }
-
-    /// The renewals of one space, in chunks (one per lease on a cluster).
-    async fn renew_space(&self, shared: bool, leases: &[&Renewal]) -> Result<Vec<bool>, LockError> {
-        let mut renewed = Vec::with_capacity(leases.len());
-        if self.inner.cluster {
-            // The leases' keys are in as many slots as there are leases (one hash tag per
-            // key), and a script may touch only one slot: one call per lease, all at once.
-            // (Grouping by slot would save calls only for leases that happen to share one.)
-            let calls = leases
-                .iter()
-                .map(|lease| self.renew_chunk(shared, std::slice::from_ref(lease)));
-            for one in futures_util::future::join_all(calls).await {
-                renewed.extend(one?);
-            }
-            return Ok(renewed);
-        }
-        for chunk in leases.chunks(RENEW_CHUNK) {
-            renewed.extend(self.renew_chunk(shared, chunk).await?);
-        }
-        Ok(renewed)
-    }
 }
 
 impl Backend for RedisBackend {
@@ -77,30 +48,27 @@ impl Backend for RedisBackend {
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
-        mode: Mode,
+        _mode: Mode,
     ) -> BoxFuture<'a, Result<(), LockError>> {
-        with_drivers(Box::pin(async move {
-            if mode.is_shared() {
-                return self.inner.release_shared(key, token).await;
-            }
-            self.inner.release_lock(self.inner.names(key), token).await
-        }))
+        // One space per key: the script finds the token alone or among the shared holders.
+        with_drivers(Box::pin(
+            self.inner.release_lock(self.inner.names(key), token),
+        ))
     }
 
     fn extend<'a>(
         &'a self,
         key: &'a LockKey,
         token: &'a Token,
-        mode: Mode,
+        _mode: Mode,
         ttl: Duration,
         how: ExtendMode,
     ) -> BoxFuture<'a, Result<Duration, LockError>> {
         with_drivers(Box::pin(async move {
-            if mode.is_shared() {
-                return self.inner.extend_shared(key, token, ttl, how).await;
-            }
-            let mut inv = ScriptCall::new(&EXTEND, 1);
-            inv.key(self.inner.names(key).lock())
+            let names = self.inner.names(key);
+            let mut inv = ScriptCall::new(&EXTEND, 2);
+            inv.key(names.lock())
+                .key(names.holders())
                 .arg(token.as_str())
                 .arg(millis(ttl))
                 .arg(match how {
@@ -115,22 +83,22 @@ impl Backend for RedisBackend {
 
     fn renew<'a>(&'a self, leases: &'a [Renewal]) -> BoxFuture<'a, Result<Vec<bool>, LockError>> {
         with_drivers(Box::pin(async move {
-            // The two spaces have scripts of their own: one batch each, the answers put
-            // back in the order asked.
-            let (shared, locks): (Vec<_>, Vec<_>) = leases
-                .iter()
-                .enumerate()
-                .partition(|(_, r)| r.mode.is_shared());
-            let mut renewed = vec![false; leases.len()];
-            for (is_shared, part) in [(false, locks), (true, shared)] {
-                if part.is_empty() {
-                    continue;
+            let leases: Vec<&Renewal> = leases.iter().collect();
+            let mut renewed = Vec::with_capacity(leases.len());
+            if self.inner.cluster {
+                // The leases' keys are in as many slots as there are leases (one hash tag
+                // per key), and a script may touch only one slot: one call per lease, all
+                // at once.
+                let calls = leases
+                    .iter()
+                    .map(|lease| self.renew_chunk(std::slice::from_ref(lease)));
+                for one in futures_util::future::join_all(calls).await {
+                    renewed.extend(one?);
                 }
-                let batch: Vec<&Renewal> = part.iter().map(|(_, r)| *r).collect();
-                let answers = self.renew_space(is_shared, &batch).await?;
-                for ((i, _), ok) in part.iter().zip(answers) {
-                    renewed[*i] = ok;
-                }
+                return Ok(renewed);
+            }
+            for chunk in leases.chunks(RENEW_CHUNK) {
+                renewed.extend(self.renew_chunk(chunk).await?);
             }
             Ok(renewed)
         }))
@@ -138,29 +106,30 @@ impl Backend for RedisBackend {
 
     fn holders<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Vec<Holder>, LockError>> {
         with_drivers(Box::pin(async move {
-            let mut inv = ScriptCall::new(&HOLDER, 1);
+            let names = self.inner.names(key);
+            let mut inv = ScriptCall::new(&HOLDERS, 2);
             inv.repeatable();
-            inv.key(self.inner.names(key).lock());
-            let lock = self.inner.call::<(String, i64)>("holder", &inv);
-            let (lock, shared) =
-                futures_util::future::join(lock, self.inner.shared_holders(key)).await;
-            let (token, pttl) = lock?;
-            let mut holders = Vec::new();
-            if !token.is_empty() {
-                let token = Token::new(&token).map_err(malformed_token)?;
-                holders.push(Holder::new(token, remaining(pttl)));
-            }
-            holders.extend(shared?);
-            Ok(holders)
+            inv.key(names.lock()).key(names.holders());
+            let flat: Vec<(String, i64, String)> = self.inner.call("holders", &inv).await?;
+            flat.into_iter()
+                .map(|(token, pttl, mode)| {
+                    let token = Token::new(&token).map_err(malformed_token)?;
+                    Ok(match mode.as_str() {
+                        "x" => Holder::new(token, remaining(pttl)),
+                        alone => Holder::shared(token, remaining(pttl), alone == "a"),
+                    })
+                })
+                .collect()
         }))
     }
 
     fn waiters<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<usize, LockError>> {
         with_drivers(Box::pin(async move {
-            let lock = self.inner.waiting(self.inner.names(key));
-            let shared = self.inner.waiting(self.inner.shared_names(key));
-            let (lock, shared) = futures_util::future::join(lock, shared).await;
-            Ok(lock? + shared?)
+            let mut inv = ScriptCall::new(&WAITERS, 1);
+            inv.repeatable();
+            inv.key(self.inner.names(key).tickets());
+            let n: i64 = self.inner.call("waiters", &inv).await?;
+            Ok(usize::try_from(n).unwrap_or(0))
         }))
     }
 

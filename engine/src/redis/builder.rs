@@ -6,7 +6,7 @@ use super::{
     DEFAULT_PREFIX, FALLBACK_CAP, Inner, MAX_COMMAND_TIMEOUT, MAX_PREFIX_LEN, RedisBackend,
     commands::{Commands, ReplicaAck},
     connector::{ClientSource, Connector},
-    millis,
+    layout, millis,
     pool::ServerPool,
     scripts, server_checks,
     session::Session,
@@ -276,6 +276,7 @@ impl RedisBackendBuilder {
                     server_checks::eviction(&commands).await?;
                 }
                 server_checks::channels(&commands, &self.prefix, cluster).await?;
+                layout::check(&commands, &self.prefix, cluster).await?;
             }
             // Unreachable for now: the pool's probe looks for the server, and calls fail at
             // once until it answers (scripts are loaded then, on first use: `NOSCRIPT`).
@@ -329,7 +330,7 @@ impl RedisBackendBuilder {
         let resets = crate::Resets::new();
         let session: Box<dyn std::any::Any + Send + Sync> = match commands.connector() {
             Some(connector) => {
-                let channel = format!("{}:{{session}}:wake:", self.prefix);
+                let channel = layout::session_channel(&self.prefix);
                 let (session, watch) =
                     Session::start(connector, channel, self.command_timeout, resets.clone()).await;
                 commands.watched_by(watch);

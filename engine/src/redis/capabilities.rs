@@ -30,9 +30,10 @@ impl AdminBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), LockError>> {
         with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = ScriptCall::new(&ADMIN_SET, 2);
+            let mut inv = ScriptCall::new(&ADMIN_SET, 3);
             inv.key(names.lock())
                 .key(names.fence())
+                .key(names.holders())
                 .arg(value.as_str())
                 .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)));
             let _fence: String = self.inner.call("admin set", &inv).await?;
@@ -43,10 +44,12 @@ impl AdminBackend for RedisBackend {
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = ScriptCall::new(&FORCE_RELEASE, 3);
+            let mut inv = ScriptCall::new(&FORCE_RELEASE, 5);
             inv.key(names.lock())
                 .key(names.fence())
                 .key(names.queue())
+                .key(names.tickets())
+                .key(names.holders())
                 .arg(names.channel())
                 .arg(millis(FENCE_MARGIN));
             let was_held: i64 = self.inner.call("force release", &inv).await?;

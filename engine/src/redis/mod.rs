@@ -12,6 +12,7 @@ mod commands;
 mod conn;
 mod connector;
 mod contended;
+mod layout;
 mod names;
 mod pool;
 mod records;
@@ -23,7 +24,6 @@ mod scripts;
 mod sentinel;
 mod server_checks;
 mod session;
-mod shared;
 mod tls;
 mod wakeup;
 

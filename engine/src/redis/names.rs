@@ -18,9 +18,6 @@ pub(super) struct Names<'a> {
     /// The FNV-1a hash of the key: its hash tag.
     pub(super) tag: u64,
     sharded: bool,
-    /// The names of the key's shared leases (`pholders`, `pfence`, `pqueue`, `pwake`) in the
-    /// lock's slots, for the wait loop both share.
-    shared: bool,
 }
 
 impl<'a> Names<'a> {
@@ -33,23 +30,10 @@ impl<'a> Names<'a> {
             key,
             tag: fnv1a(key.as_str().as_bytes()),
             sharded,
-            shared: false,
         }
     }
 
-    /// The names of the key's shared leases instead of its lock: `lock` names the holders,
-    /// `fence` the fence hash, `queue` the queue, `channel` the wake-up channel.
-    pub(super) fn for_shared(mut self) -> Self {
-        self.shared = true;
-        self
-    }
-
     /// The key these are the names of.
-    /// Whether these are the names of the key's shared leases.
-    pub(super) fn is_shared(&self) -> bool {
-        self.shared
-    }
-
     pub(super) fn key(&self) -> &'a LockKey {
         self.key
     }
@@ -63,16 +47,28 @@ impl<'a> Names<'a> {
         }
     }
 
+    /// Who holds the key: one token alone, or shared holders (see `scripts`).
     pub(super) fn lock(&self) -> Name<'a> {
-        self.name(if self.shared { "pholders" } else { "lock" })
+        self.name("lock")
     }
 
     pub(super) fn fence(&self) -> Name<'a> {
-        self.name(if self.shared { "pfence" } else { "fence" })
+        self.name("fence")
     }
 
+    /// The waiters' ticket ids, both modes, in arrival order.
     pub(super) fn queue(&self) -> Name<'a> {
-        self.name(if self.shared { "pqueue" } else { "queue" })
+        self.name("queue")
+    }
+
+    /// Each waiting ticket's content, by id.
+    pub(super) fn tickets(&self) -> Name<'a> {
+        self.name("tickets")
+    }
+
+    /// The shared holders, by token.
+    pub(super) fn holders(&self) -> Name<'a> {
+        self.name("holders")
     }
 
     /// The idempotency record (a hash).
@@ -81,12 +77,7 @@ impl<'a> Names<'a> {
     }
 
     pub(super) fn channel(&self) -> Name<'a> {
-        self.name(match (self.shared, self.sharded) {
-            (false, false) => "wake",
-            (false, true) => "swake",
-            (true, false) => "pwake",
-            (true, true) => "pswake",
-        })
+        self.name(if self.sharded { "swake" } else { "wake" })
     }
 }
 
@@ -168,7 +159,14 @@ mod tests {
         let tag = &lock[lock.find('{').unwrap()..=lock.find('}').unwrap()];
         assert_eq!(tag.len(), 18, "{tag}");
         assert!(tag[1..17].bytes().all(|b| b.is_ascii_hexdigit()));
-        for name in [n.fence(), n.queue(), n.channel(), n.record()] {
+        for name in [
+            n.fence(),
+            n.queue(),
+            n.tickets(),
+            n.holders(),
+            n.channel(),
+            n.record(),
+        ] {
             assert!(
                 name.to_string()
                     .starts_with(&lock[..lock.find('}').unwrap() + 1])

@@ -16,16 +16,30 @@ pub(super) fn release_call(
     names: Names<'_>,
     extra_keys: usize,
 ) -> ScriptCall {
-    let mut inv = ScriptCall::new(script, 3 + extra_keys);
-    inv.key(names.lock()).key(names.fence()).key(names.queue());
+    let mut inv = ScriptCall::new(script, 5 + extra_keys);
+    inv.key(names.lock())
+        .key(names.fence())
+        .key(names.queue())
+        .key(names.tickets())
+        .key(names.holders());
     inv
 }
 
-/// The arguments of [`RELEASE`], after every key.
+/// The arguments of [`RELEASE`], after every key: the last a fresh id of this release, which
+/// the tombstone it leaves names, so that the same call sent again answers released.
 pub(super) fn release_args(inv: &mut ScriptCall, names: Names<'_>, token: &Token) {
     inv.arg(token.as_str())
         .arg(names.channel())
-        .arg(millis(FENCE_MARGIN));
+        .arg(millis(FENCE_MARGIN))
+        .arg(nonce());
+}
+
+/// 52 random bits, exact in the scripts' Lua numbers, never 0: a registration's nonce, or
+/// a release's id.
+pub(super) fn nonce() -> u64 {
+    let hex = crate::key::random_hex();
+    let text = std::str::from_utf8(&hex[..13]).unwrap_or("1");
+    u64::from_str_radix(text, 16).unwrap_or(1).max(1)
 }
 
 impl Inner {
@@ -39,7 +53,8 @@ impl Inner {
         }
     }
 
-    /// Release the lock of `names` if `token` holds it, handing it to the next waiter.
+    /// Release `names`' key if `token` holds it (alone or shared), handing it to the next
+    /// waiters.
     pub(super) async fn release_lock(
         &self,
         names: Names<'_>,

@@ -1,6 +1,6 @@
 //! Every Lua script of the Redis backend, one file per family (`lock`: acquire and leave;
-//! `release`: release and complete; `lease`: extend, renew, holder, waiters; `shared`: the
-//! shared leases' own; `admin`; `numeric`; `pools`), each with its contract: `KEYS`, `ARGV`, what it returns, why it is
+//! `release`: release and complete; `lease`: extend, renew, holders, waiters; `admin`;
+//! `numeric`; `pools`), every one for both modes, each with its contract: `KEYS`, `ARGV`, what it returns, why it is
 //! atomic, and what it costs in commands.
 //!
 //! Each script runs atomically on the server: no other command touches the lock's keys
@@ -15,24 +15,12 @@
 //! doubles; they are written with `%.0f` because `tostring` would print them in
 //! exponent notation.
 //!
-//! Key kinds (see the module docs of `redis` for the full layout):
-//! - `lock`: a string `"<fence> <token>"` (`"<fence>+ <token>"` when the key may have
-//!   waiters, and after the `+` what the key's other keys are known to hold:
-//!   `"<fence>@<expiry ms>"` of the fence key, `q<ms>` the queue's expiry; see the
-//!   prelude), with the lease's TTL. The fence is the first word, so a release learns the
-//!   holder, its fence and whether to look at the queue in one `GET`.
-//! - `fence`: the tombstone of a released key nobody waits for: the released lock's value
-//!   (its fence first), for 10 s after the release (see the prelude). It exists only while
-//!   the key is free and nobody waits, and the next grant takes it. While a hand-off's
-//!   claim runs (and 10 s after), it holds that hand-off's fence instead,
-//!   `"<fence>@<expiry ms>"`, which no acquire mistakes for a tombstone.
-//! - `queue`: a list of waiter tickets in arrival order (`RPUSH`, then `LPOP` of the head:
-//!   no clock decides the order, so no server clock step can change it); each member is
-//!   `"<id>|<deadline ms>|<lease TTL ms>|<claim ms>|<token>"`: everything a release needs to
-//!   grant the key to that waiter without asking anyone, the waiter's own claim period
-//!   included (nodes with different settings may share a prefix: the releaser's settings
-//!   never decide how long a hand-off lasts). A waiter refreshing its ticket renames its
-//!   member in its place (`LSET`), so its place in line never changes.
+//! Key kinds (see the module docs of `redis` for the full layout, and the prelude below):
+//! `lock` (who holds the key: one token alone, or shared holders), `fence` (the tombstone,
+//! or a hand-off's fence), `queue` (ticket ids in arrival order: `RPUSH`, then `LPOP` of the
+//! head, so no server clock step can change the order), `tickets` (each ticket's content,
+//! by id: a refresh rewrites it and the ticket keeps its place) and `holders` (the shared
+//! holders). One queue and one wake-up channel serve both modes.
 
 use redis::Script;
 
@@ -42,63 +30,57 @@ mod lock;
 mod numeric;
 mod pools;
 mod release;
-pub(crate) mod shared;
 
 pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
-pub(crate) use lease::{EXTEND, HOLDER, RENEW, WAITERS};
+pub(crate) use lease::{EXTEND, HOLDERS, RENEW, WAITERS};
 pub(crate) use lock::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE};
 pub(crate) use numeric::{COMPARE_AND_SET, NUMERIC_GET};
 pub(crate) use pools::{POOL_HOLDERS, POOL_MEMBERS, POOL_MODIFY};
 pub(crate) use release::{COMPLETE, RELEASE};
 
-/// Shared prelude: the server clock (read at most once, and only when needed), the lock
-/// value's parts, the hand-off to the next waiter or the tombstone of a key nobody waits
-/// for, and the removal of dead tickets at the queue's head (all but the caller's own:
-/// `live_head(id)`, at most 100 per call to bound the script).
+/// Shared prelude: the server clock (read at most once, and only when needed), the key's
+/// state, what fits, a grant (alone or shared), the hand-off to the queue's head (as many
+/// as fit) or the tombstone of a key nobody waits for, and the removal of dead tickets at
+/// the queue's head (all but the caller's own: `live_head(id)`, at most 100 per call).
 ///
-/// A lock value is `"<fence> <token>"`, or `"<fence>+ <token>"` when the key may have
-/// waiters (the mark): a key whose value has no mark has none, so its release skips the
-/// queue. A registration marks the holder's value; a hand-off and an admin `set` always
-/// mark (a mark on a key with no waiters costs its release one `LPOP`, nothing more).
-/// After the mark, a value may name what the key's other keys hold, so that the scripts of
-/// a contended key need not read them: `"<fence>@<expiry ms>"`, the hand-off fence the
-/// fence key holds (below; written by a hand-off), and `q<ms>`, an expiry the queue is
-/// known to reach (written by a registration that set it; see [`ACQUIRE`]). Whatever
-/// replaces the value without them (a fresh grant, an admin `set`) leaves the next script
-/// to write and name them anew.
+/// One key, one space: the lock value exists while anybody holds the key. It is
+/// `"<fence> <token>"` for a holder alone (`lock(k)`; `"<fence>a <token>"` for a shared
+/// request with a limit of 1, also alone), or `"<fence> "` (no token: tokens are never empty) while shared holders hold it,
+/// each a field of the holders hash (`token` → `"<expiry ms> <fence>"`); its TTL is then
+/// at least the latest holder's expiry, and so is the hash's. The fence in the value is
+/// the last fence granted, in either mode. After the fence, `+` (the mark) says the key
+/// may have waiters, so that its release looks at the queue (a value with no mark has
+/// none); after the mark, `"<fence>@<expiry ms>"` names the hand-off fence the fence key
+/// holds (below).
 ///
-/// The tombstone is the released lock's value, renamed (`RENAME`) to the fence key: one
-/// command deletes the lock and keeps its fence; it lives [`FENCE_MARGIN`](super::FENCE_MARGIN)
-/// (10 s) after the release, whatever the lease had left (a holding made with no TTL, an
-/// admin `set`, included). It exists only while the key is free with nobody waiting: every
+/// The tombstone is `"<fence> <id>"`, the last fence and the random id of the release that
+/// freed the key (so a release sent twice knows it ran), written to the fence key as the lock key is
+/// deleted; it lives [`FENCE_MARGIN`](super::FENCE_MARGIN) (10
+/// s) after the release. It exists only while the key is free with nobody waiting: every
 /// grant consumes it (`GETDEL`), and no waiter can register while it exists (a free key
 /// with an empty queue is granted).
 ///
 /// A hand-off makes sure the fence key holds a *hand-off fence*, `"<fence>@<expiry ms>"`:
 /// a fence at least the one it grants, expiring at most the margin after the claim it
-/// granted and at least the margin less the slack (`COVER_SLACK`, 1 s) after it. A waiter that has
-/// gone lets its claim lapse with no release, and the next grant must still see a fence
-/// at least the lapsed one. The hand-off fence the holder's value names is kept when it
-/// covers the grant so; else the hand-off writes the server clock (in µs: every fence
-/// granted so far is at most it, and so are the next hand-offs' while they trail it) with
-/// this claim's expiry, and names it in the new holder's value. So a key handed on every
-/// millisecond writes its fence key about once a second, and the clock-step bound below
-/// is unchanged: a lapsed claim's fence outlives its grant by at least the claim (3 s or
-/// more) plus 9 s, or the lease TTL. It is not a tombstone: an acquire that meets it puts
-/// it back (`PXAT` its expiry) and looks at the key as usual, and a fresh grant takes
+/// granted and at least the margin less the slack (`COVER_SLACK`, 1 s) after it, so a
+/// claim that lapses unreleased (its waiter gone) still leaves its fence for the next
+/// grant. The one the holder's value names is kept when it covers the grant; else the
+/// hand-off writes the server clock (in µs) with this claim's expiry. An acquire that
+/// meets it puts it back and looks at the key as usual, and a fresh grant takes
 /// `max(now, its fence + 1)` and deletes it; the holder's release overwrites it with the
 /// tombstone.
 ///
-/// A release or a hand-off skips the tickets of waiters that have gone (their deadline,
-/// kept alive by the waiter's refreshes, is past by the server clock): a dead ticket never
-/// costs the key a claim period. At most 100 are dropped per call, to bound the script
-/// (the 100th is handed the key, as before).
+/// The queue is a list of ticket ids in arrival order; each ticket's content is a field of
+/// the tickets hash, `id` → `"<nonce>|<deadline ms>|<lease TTL ms>|<claim ms>|<limit>|<token>"`
+/// (0: the lock, 1: a shared request alone; both hold alone): everything a release needs to grant it without asking anyone. The
+/// grant names the ticket's nonce, which its registration chose. A ticket whose deadline
+/// is past (its waiter gone) is dropped, never granted.
 ///
-/// The hand-off's `PUBLISH` is its last command and the only one that can be refused once
-/// the hand-off is written (an ACL without the channel): it runs under `redis.pcall`, so a
-/// script that applied a hand-off always reports it, never an error.
+/// The hand-off's `PUBLISH` runs under `redis.pcall`, so a script that applied a hand-off
+/// always reports it, never an error (an ACL without the channel).
 ///
-/// Expects `KEYS[1]` = lock, `KEYS[2]` = fence, `KEYS[3]` = queue.
+/// Expects `KEYS[1]` lock, `KEYS[2]` fence, `KEYS[3]` queue, `KEYS[4]` tickets,
+/// `KEYS[5]` holders.
 const PRELUDE: &str = r#"
 local COVER_SLACK = 1000
 local now_us, now_ms
@@ -109,89 +91,140 @@ local function clock()
     now_ms = math.floor(now_us / 1000)
   end
 end
-local function parse(held)
-  local fence, mark, named, token = string.match(held, '^(%d+)(%+?)([%d@q]*) (.*)$')
-  return tonumber(fence), mark, token, named
-end
--- What a holder's value names after its mark: the queue's known expiry (`q<ms>`).
-local function queue_until_of(named)
-  return tonumber(string.match(named or '', 'q(%d+)$'))
-end
-local function handoff(fence, member, channel, margin, named)
-  local id, deadline, ttl, claim, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(%d+)|(.*)$')
-  if not id then
-    -- A ticket of a version that did not carry its claim: the shortest claim period.
-    id, deadline, ttl, token = string.match(member, '^([^|]*)|(%d+)|(%d+)|(.*)$')
-    claim = 3000
+local function fmt(n) return string.format('%.0f', n) end
+-- The key's state: the last fence, the mark, what the value names, and the holder (nil:
+-- nobody; '': shared holders, in KEYS[5]; else the token holding alone).
+local fence, kind, mark, named, holder = 0, '', '', '', nil
+local function load()
+  local held = redis.call('GET', KEYS[1])
+  if held then
+    local f
+    f, kind, mark, named, holder = string.match(held, '^(%d+)(a?)(%+?)([%d@q]*) (.*)$')
+    fence, named = tonumber(f), string.match(named, '^%d+@%d+') or ''
   end
-  -- The waiter's own claim period, from its ticket: the releaser's settings play no part.
-  local grant = string.format('%.0f', math.min(tonumber(ttl), tonumber(claim)))
-  local text = string.format('%.0f', fence + 1)
-  -- The hand-off fence: should the claim lapse unreleased (the waiter gone), the next
-  -- grant still sees a fence at least this one's for the margin after it (see above).
-  -- The one the holder's value names is kept when it covers this grant: a fence at least
-  -- ours, expiring within the slack before the margin after this claim (never later).
-  clock()
-  local need = now_ms + tonumber(grant) + margin
-  local kept, expiry = string.match(named or '', '^(%d+)@(%d+)')
-  if not (kept and tonumber(kept) >= fence + 1 and tonumber(expiry) <= need
-      and tonumber(expiry) >= need - COVER_SLACK) then
-    -- The clock: every fence granted so far is at most it, and so are the next hand-offs'
-    -- while they trail it.
-    kept = string.format('%.0f', math.max(fence + 1, now_us))
-    expiry = string.format('%.0f', need)
-    redis.call('SET', KEYS[2], kept .. '@' .. expiry, 'PXAT', expiry)
-  end
-  -- Marked: more waiters may follow; naming the hand-off fence, for the next hand-off, and
-  -- the queue's known expiry, which popping its head did not change.
-  local queue_until = queue_until_of(named)
-  local queue = queue_until and string.format('q%.0f', queue_until) or ''
-  redis.call('SET', KEYS[1], text .. '+' .. kept .. '@' .. expiry .. queue .. ' ' .. token, 'PX', grant)
-  -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub,
-  -- delivered within the channel's slot (the lock's), not broadcast to every node.
-  local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
-  -- The grant names the PX it set: the waiter's local deadline is the server's. `pcall`:
-  -- the hand-off is applied by now, and a refused publish (a user without the channel's
-  -- ACL rights) must not turn it into a reported failure; the waiter finds its grant on
-  -- its fallback retry (re-entry).
-  redis.pcall(publish, channel, id .. '|' .. deadline .. ' ' .. text .. ' ' .. grant)
+  return held
 end
--- Returns 2 when the key went to a waiter, 1 when it is free.
-local function free_or_handoff(fence, mark, channel, margin, named)
-  if mark ~= '' then
-    for i = 1, 100 do
-      local next = redis.call('LPOP', KEYS[3])
-      if not next then break end
-      clock()
-      local deadline = tonumber(string.match(next, '^[^|]*|(%d+)|'))
-      -- A ticket whose waiter has gone is dropped, not handed the key for a claim period.
-      if i == 100 or not deadline or deadline > now_ms then
-        handoff(fence, next, channel, margin, named)
-        return 2
+-- How many shared holders run; when at least `upto`, the expired ones are dropped first.
+local function sharers(upto)
+  local n = redis.call('HLEN', KEYS[5])
+  if n >= upto and n > 0 then
+    clock()
+    local all = redis.call('HGETALL', KEYS[5])
+    for i = 1, #all, 2 do
+      if tonumber(string.match(all[i + 1], '^%d+')) < now_ms then
+        redis.call('HDEL', KEYS[5], all[i])
+        n = n - 1
       end
     end
   end
-  redis.call('RENAME', KEYS[1], KEYS[2])
-  redis.call('PEXPIRE', KEYS[2], margin)
+  return n
+end
+-- Alone (limit 1): nobody holds; shared: nobody holds alone and fewer than `limit` share.
+local function fits(limit)
+  if holder == nil then return true end
+  if holder ~= '' then return false end
+  if limit <= 1 then return sharers(1) == 0 end
+  return sharers(limit) < limit
+end
+-- Make `token` a holder for `px` ms at fence `f`: alone when `limit` is 0 (the lock) or 1
+-- (a shared request alone: `a` after the fence says so), else shared.
+local function take(token, limit, px, f)
+  local text = fmt(f)
+  if limit <= 1 then
+    if holder == '' then redis.call('DEL', KEYS[5]) end
+    kind = limit == 1 and 'a' or ''
+    redis.call('SET', KEYS[1], text .. kind .. mark .. named .. ' ' .. token, 'PX', px)
+    holder = token
+  else
+    clock()
+    redis.call('HSET', KEYS[5], token, fmt(now_ms + px) .. ' ' .. text)
+    local left = holder == '' and redis.call('PTTL', KEYS[1]) or 0
+    px = math.max(px, left)
+    kind = ''
+    redis.call('SET', KEYS[1], text .. mark .. named .. ' ', 'PX', px)
+    redis.call('PEXPIRE', KEYS[5], px)
+    holder = ''
+  end
+  fence = f
+end
+local function deadline_of(info)
+  return tonumber(string.match(info, '^%d+|(%d+)|'))
+end
+-- Grant ticket `id` for its claim period, and publish it naming the ticket's nonce.
+local function handoff(id, info, channel, margin)
+  local nonce, ttl, claim, limit, token = string.match(info, '^(%d+)|%d+|(%d+)|(%d+)|(%d+)|(.*)$')
+  local px = math.min(tonumber(ttl), tonumber(claim))
+  local f = fence + 1
+  clock()
+  local need = now_ms + px + margin
+  local kept, expiry = string.match(named, '^(%d+)@(%d+)')
+  if not (kept and tonumber(kept) >= f and tonumber(expiry) <= need
+      and tonumber(expiry) >= need - COVER_SLACK) then
+    kept, expiry = fmt(math.max(f, now_us)), fmt(need)
+    redis.call('SET', KEYS[2], kept .. '@' .. expiry, 'PXAT', expiry)
+  end
+  mark, named = '+', kept .. '@' .. expiry
+  take(token, tonumber(limit), px, f)
+  -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub.
+  local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
+  redis.pcall(publish, channel, id .. '|' .. nonce .. ' ' .. fmt(f) .. ' ' .. fmt(px))
+end
+-- Drop the ticket at the queue's head.
+local function pop(id, info)
+  redis.call('LPOP', KEYS[3])
+  if info then redis.call('HDEL', KEYS[4], id) end
+end
+-- Grant the queue from its head, as many as fit, stopping at the first that does not.
+-- Returns how many were granted.
+local function pump(channel, margin)
+  local granted = 0
+  for _ = 1, 100 do
+    local id = redis.call('LINDEX', KEYS[3], 0)
+    if not id then break end
+    local info = redis.call('HGET', KEYS[4], id)
+    clock()
+    local live = info and deadline_of(info) > now_ms
+    if live and not fits(tonumber(string.match(info, '^%d+|%d+|%d+|%d+|(%d+)|'))) then break end
+    pop(id, info)
+    if live then
+      handoff(id, info, channel, margin)
+      granted = granted + 1
+    end
+  end
+  return granted
+end
+-- The holder alone, or the last shared holder, is gone: the queue's head (as many as fit)
+-- gets the key; nobody waiting, it is left to the tombstone. Returns 2 handed, 1 free.
+-- The tombstone names the release that freed the key (`by`: its id).
+local function free_or_handoff(channel, margin, by)
+  holder = nil
+  if mark ~= '' and pump(channel, margin) > 0 then return 2 end
+  redis.call('SET', KEYS[2], fmt(fence) .. ' ' .. by, 'PX', margin)
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+-- A shared holder left: the key is free once none is left, else the queue may now fit.
+local function shared_left(channel, margin, by)
+  if redis.call('HLEN', KEYS[5]) == 0 then return free_or_handoff(channel, margin, by) end
+  if mark ~= '' then pump(channel, margin) end
   return 1
 end
 local function live_head(id)
-  local head = redis.call('LINDEX', KEYS[3], 0)
   for _ = 1, 100 do
-    if not head then return nil end
-    if id ~= '' and string.sub(head, 1, #id + 1) == id .. '|' then return head end
+    local head = redis.call('LINDEX', KEYS[3], 0)
+    if not head or head == id then return head end
+    local info = redis.call('HGET', KEYS[4], head)
     clock()
-    if tonumber(string.match(head, '^[^|]*|(%d+)|')) > now_ms then return head end
-    redis.call('LPOP', KEYS[3])
-    head = redis.call('LINDEX', KEYS[3], 0)
+    if info and deadline_of(info) > now_ms then return head end
+    pop(head, info)
   end
-  return head
+  return redis.call('LINDEX', KEYS[3], 0)
 end
 "#;
 
-/// Every script, the shared leases' included, for loading them all at start-up (and on `NOSCRIPT`).
+/// Every script, for loading them all at start-up (and on `NOSCRIPT`).
 pub(crate) fn all() -> Vec<&'static Script> {
-    let mut all: Vec<&'static Script> = vec![
+    vec![
         &ACQUIRE,
         &ACQUIRE_OR_RECORD,
         &RELEASE,
@@ -199,7 +232,7 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &LEAVE,
         &EXTEND,
         &RENEW,
-        &HOLDER,
+        &HOLDERS,
         &WAITERS,
         &ADMIN_SET,
         &FORCE_RELEASE,
@@ -208,7 +241,5 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &POOL_MODIFY,
         &POOL_MEMBERS,
         &POOL_HOLDERS,
-    ];
-    all.extend(shared::all());
-    all
+    ]
 }

@@ -68,7 +68,8 @@ impl Deferred {
             if self.eviction {
                 eviction(commands).await?;
             }
-            channels(commands, &self.prefix, self.cluster).await
+            channels(commands, &self.prefix, self.cluster).await?;
+            super::layout::check(commands, &self.prefix, self.cluster).await
         };
         match tokio::time::timeout_at(deadline, checks).await {
             Ok(Ok(())) => {

@@ -12,7 +12,7 @@
 //! connection breaks the task reconnects, resubscribes every wanted channel, and wakes every
 //! local waiter once to retry (a grant may have been published while it was away).
 //!
-//! A message is a grant, `"<ticket id>|<ticket deadline> <fence> <px>"`: it wakes exactly the
+//! A message is a grant, `"<ticket id>|<registration nonce> <fence> <px>"`: it wakes exactly the
 //! waiter holding that ticket, if it waits here. A grant that arrives before its waiter has
 //! registered here (the grant can overtake the reply to the attempt that queued it: they
 //! travel on different connections) is kept for a moment in a short list of unclaimed
@@ -46,9 +46,9 @@ const UNCLAIMED: usize = 64;
 /// What woke a waiter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woken {
-    /// The key was handed to this waiter's ticket, registered with `deadline`, at `fence`,
-    /// for `px` ms (the expiry the script set).
-    Granted { deadline: u64, fence: u64, px: u64 },
+    /// The key was handed to this waiter's ticket, in its registration `nonce`, at
+    /// `fence`, for `px` ms (the expiry the script set).
+    Granted { nonce: u64, fence: u64, px: u64 },
     /// The subscriber reconnected: grants may have been missed, so retry.
     Retry,
 }
@@ -308,14 +308,14 @@ fn dispatch(shared: &HubState, channel: &str, payload: &[u8]) {
     });
 }
 
-/// `"<ticket>|<deadline> <fence> <px>"`.
+/// `"<ticket>|<nonce> <fence> <px>"`.
 fn parse_grant(payload: &[u8]) -> Option<(&str, Woken)> {
     let text = std::str::from_utf8(payload).ok()?;
     let (ticket, rest) = text.split_once('|')?;
-    let (deadline, rest) = rest.split_once(' ')?;
+    let (nonce, rest) = rest.split_once(' ')?;
     let (fence, px) = rest.split_once(' ')?;
     let grant = Woken::Granted {
-        deadline: deadline.parse().ok()?,
+        nonce: nonce.parse().ok()?,
         fence: fence.parse().ok()?,
         px: px.parse().ok()?,
     };
@@ -368,7 +368,7 @@ mod tests {
     }
 
     const GRANT: Option<Woken> = Some(Woken::Granted {
-        deadline: 17,
+        nonce: 17,
         fence: 42,
         px: 3000,
     });

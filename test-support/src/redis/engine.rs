@@ -26,7 +26,7 @@ pub async fn engine(server: &RedisServer, prefix: &str, timeout: Option<Duration
 /// documented, short-lived (it has a TTL), and kept so that fences never repeat.
 pub fn is_fence_tombstone(key: &str) -> bool {
     key.split_once("}:")
-        .is_some_and(|(_, rest)| rest.starts_with("fence:") || rest.starts_with("pfence:"))
+        .is_some_and(|(_, rest)| rest.starts_with("fence:"))
 }
 
 /// What is left of the claim a hand-off's fence key `key` records (`<fence>@<expiry ms>`,

@@ -4,14 +4,14 @@
 use std::time::Duration;
 
 use super::super::{
-    FENCE_MARGIN, Inner,
+    Inner,
     commands::{Conn, ScriptCall},
     millis,
     names::Names,
     records::Fields,
+    release::nonce,
     remaining,
-    scripts::{ACQUIRE, ACQUIRE_OR_RECORD, shared},
-    shared::share_args,
+    scripts::{ACQUIRE, ACQUIRE_OR_RECORD},
 };
 use crate::{AcquireRequest, BackendError, BackendErrorKind, Fence, LockError, Mode};
 
@@ -20,14 +20,14 @@ pub(super) enum Attempt {
     /// A stored record, from the first attempt of [`Inner::acquire_or_record`]: nothing
     /// was acquired.
     Record(Fields),
-    /// Not granted; `deadline` names the waiter's registered ticket (0: none registered).
+    /// Not granted; `nonce` names the waiter's registration (0: none registered, or not
+    /// told: a look that left the ticket as it was).
     Busy {
         retry_after: Option<Duration>,
-        deadline: u64,
+        nonce: u64,
     },
     Full(Option<Duration>),
-    /// A shared re-entry asking to hold alone (a limit of 1) with a token that holds beside
-    /// others (refused; the script removed our ticket).
+    /// A shared holder asking to hold alone (refused; the script removed our ticket).
     NotUpgraded,
     /// Granted, but fewer replicas than required acknowledged it (`replica_ack`).
     Unacknowledged {
@@ -36,7 +36,7 @@ pub(super) enum Attempt {
     },
 }
 
-/// An acquire script's reply: `{status, value, deadline}`, or a stored record's fields
+/// An acquire script's reply: `{status, value, nonce}`, or a stored record's fields
 /// (`{3, fp, meta, body, at}`, from [`ACQUIRE_OR_RECORD`]).
 pub(super) enum AttemptReply {
     Status(i64, i64, i64),
@@ -62,13 +62,20 @@ impl redis::FromRedisValue for AttemptReply {
 pub(super) struct TicketState<'a> {
     /// The ticket id (`""`: a plain try).
     pub(super) id: &'a str,
-    /// Its registered member's deadline as last reported (`None`: not registered).
-    pub(super) known: Option<u64>,
-    /// The last refresh failed: the member may have been renamed unseen.
-    pub(super) renamed: bool,
+    /// Whether the ticket may be registered (then the script refreshes it, keeping its
+    /// nonce and its place).
+    pub(super) registered: bool,
     /// Only look for a grant made before the wake-up channel was subscribed: the ticket
     /// was registered (or refreshed) by the attempt just before, so it is left as it is.
     pub(super) check: bool,
+}
+
+/// The limit the scripts take: 0 for the lock, a shared request's own (1: alone).
+pub(super) fn limit_of(mode: Mode) -> u32 {
+    match mode {
+        Mode::Shared { limit } => limit.max(1),
+        _ => 0,
+    }
 }
 
 /// A ticket id: 128 random bits in hex, on the stack (no allocation on the request path).
@@ -98,17 +105,16 @@ impl Inner {
     ) -> Result<Attempt, LockError> {
         let TicketState {
             id: ticket,
-            known,
-            renamed,
+            registered,
             check,
         } = ticket;
-        let mut inv = match mode {
-            Mode::Exclusive if with_record => ScriptCall::new(&ACQUIRE_OR_RECORD, 4),
-            Mode::Exclusive => ScriptCall::new(&ACQUIRE, 3),
-            _ => ScriptCall::new(&shared::ACQUIRE, 3),
+        let mut inv = if with_record {
+            ScriptCall::new(&ACQUIRE_OR_RECORD, 6)
+        } else {
+            ScriptCall::new(&ACQUIRE, 5)
         };
-        // By token: a grant that ran already is a re-entry the second time. (A first
-        // registration run twice queues a second copy of the ticket, which lapses.)
+        // By token: a grant that ran already is a re-entry the second time; by ticket id, a
+        // registration that ran already is found and kept (its nonce and place).
         inv.repeatable();
         // Flags in one argument (an argument costs an allocation on every attempt).
         // No FIFO flag: every ticket, FIFO or not, is queued in arrival order.
@@ -116,17 +122,19 @@ impl Inner {
         let mut n = 0;
         for (set, flag) in [
             (self.contended.seen(names.tag), b'h'),
-            // Only after a failed refresh.
-            (renamed, b'r'),
-            // The lock's script only.
-            (check && !mode.is_shared(), b'c'),
+            (registered, b'w'),
+            (check && registered, b'c'),
         ] {
             if set {
                 flags[n] = flag;
                 n += 1;
             }
         }
-        inv.key(names.lock()).key(names.fence()).key(names.queue());
+        inv.key(names.lock())
+            .key(names.fence())
+            .key(names.queue())
+            .key(names.tickets())
+            .key(names.holders());
         if with_record {
             inv.key(names.record());
         }
@@ -138,18 +146,9 @@ impl Inner {
                 req.max_waiters
                     .map_or(-1, |m| i64::try_from(m).unwrap_or(i64::MAX)),
             )
-            .arg(self.ticket_ttl_ms);
-        match known {
-            Some(d) => inv.arg(d),
-            None => inv.arg(""),
-        };
-        if mode.is_shared() {
-            let (limit, word) = share_args(mode);
-            inv.arg(millis(FENCE_MARGIN))
-                .arg(limit)
-                .arg(word)
-                .arg(names.channel());
-        }
+            .arg(self.ticket_ttl_ms)
+            .arg(nonce())
+            .arg(limit_of(mode));
         let (reply, acked): (AttemptReply, Option<u64>) = match self.replica_ack {
             None => {
                 let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;
@@ -161,8 +160,8 @@ impl Inner {
                 (reply, Some(acked))
             }
         };
-        let (status, value, deadline) = match reply {
-            AttemptReply::Status(status, value, deadline) => (status, value, deadline),
+        let (status, value, nonce) = match reply {
+            AttemptReply::Status(status, value, nonce) => (status, value, nonce),
             AttemptReply::Record(fields) => return Ok(Attempt::Record(fields)),
         };
         Ok(match status {
@@ -177,12 +176,10 @@ impl Inner {
             },
             0 => {
                 // Its next acquire looks at the lock first (see `Contended`).
-                if !mode.is_shared() {
-                    self.contended.mark(names.tag);
-                }
+                self.contended.mark(names.tag);
                 Attempt::Busy {
                     retry_after: remaining(value),
-                    deadline: u64::try_from(deadline).unwrap_or(0),
+                    nonce: u64::try_from(nonce).unwrap_or(0),
                 }
             }
             2 => Attempt::Full(remaining(value)),

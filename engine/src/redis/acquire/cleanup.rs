@@ -12,10 +12,9 @@ use super::super::{
     millis,
     names::Names,
     remaining,
-    scripts::{LEAVE, LEAVE_SOURCE, shared},
-    shared::share_args,
+    scripts::{LEAVE, LEAVE_SOURCE},
 };
-use crate::{BackendErrorKind, LockError, Mode, Token};
+use crate::{BackendErrorKind, LockError, Token};
 
 /// Cleans up after an acquire that ends without handing its outcome to the caller: removes
 /// its ticket and gives back a grant it may have received unseen (one that landed while a
@@ -26,12 +25,10 @@ pub(super) struct Cleanup<'a> {
     pub(super) names: Names<'a>,
     pub(super) ticket: &'a str,
     pub(super) token: &'a Token,
-    pub(super) ttl_ms: u64,
-    pub(super) mode: Mode,
     pub(super) armed: bool,
     /// Whether a ticket may be registered (then a hand-off may have made us the holder).
     pub(super) registered: bool,
-    /// Our ticket's deadline as last reported (`None`: unknown, search for it).
+    /// Our registration's nonce as last reported (`None`: not registered yet).
     pub(super) known: Option<u64>,
     pub(super) in_flight: bool,
     /// The connection the last attempt went out on: the release must follow it there.
@@ -47,11 +44,7 @@ impl Drop for Cleanup<'_> {
         let key = self.names.key().clone();
         let leaving = Leaving {
             ticket: self.ticket.to_owned(),
-            // A refresh in flight may have renamed the ticket.
-            known: if self.in_flight { None } else { self.known },
             token: self.token.clone(),
-            ttl_ms: self.ttl_ms,
-            mode: self.mode,
         };
         let pinned = if self.in_flight {
             self.pinned.take()
@@ -68,7 +61,7 @@ impl Drop for Cleanup<'_> {
         crate::runtime::handle().spawn(async move {
             let give_up = Instant::now() + Duration::from_millis(inner.ticket_ttl_ms);
             let mut pinned = pinned;
-            let names = inner.names_in(&key, leaving.mode);
+            let names = inner.names(&key);
             loop {
                 let Err(error) = inner.leave(names, &leaving, pinned.take()).await else {
                     return;
@@ -88,10 +81,7 @@ impl Drop for Cleanup<'_> {
 /// What a leaving waiter tells the leave script.
 pub(super) struct Leaving {
     pub(super) ticket: String,
-    pub(super) known: Option<u64>,
     pub(super) token: Token,
-    pub(super) ttl_ms: u64,
-    pub(super) mode: Mode,
 }
 
 impl Inner {
@@ -101,33 +91,23 @@ impl Inner {
         leaving: &Leaving,
         pinned: Option<Conn>,
     ) -> Result<Option<Duration>, LockError> {
-        let known = leaving.known.map(|d| d.to_string()).unwrap_or_default();
         // The keys and arguments, after `numkeys`.
         let keys_and_args = |cmd: &mut redis::Cmd| {
             cmd.arg(names.lock())
                 .arg(names.fence())
                 .arg(names.queue())
+                .arg(names.tickets())
+                .arg(names.holders())
                 .arg(leaving.ticket.as_str())
-                .arg(known.as_str())
                 .arg(leaving.token.as_str())
-                .arg(leaving.ttl_ms)
                 .arg("1")
                 .arg(names.channel())
-                .arg(millis(FENCE_MARGIN))
-                .arg(self.ticket_ttl_ms);
-            if leaving.mode.is_shared() {
-                let (limit, word) = share_args(leaving.mode);
-                cmd.arg(limit).arg(word);
-            }
+                .arg(millis(FENCE_MARGIN));
         };
         if let Some(mut conn) = pinned {
             // Behind the unseen acquire on its own connection, so it cannot overtake it.
             let mut eval = redis::cmd("EVAL");
-            let source = match leaving.mode {
-                Mode::Exclusive => LEAVE_SOURCE.as_str(),
-                _ => shared::LEAVE_SOURCE.as_str(),
-            };
-            eval.arg(source).arg(3);
+            eval.arg(LEAVE_SOURCE.as_str()).arg(5);
             keys_and_args(&mut eval);
             match self
                 .commands
@@ -140,10 +120,7 @@ impl Inner {
                 Err(e) => return Err(LockError::Backend(e)),
             }
         }
-        let mut inv = match leaving.mode {
-            Mode::Exclusive => ScriptCall::new(&LEAVE, 3),
-            _ => ScriptCall::new(&shared::LEAVE, 3),
-        };
+        let mut inv = ScriptCall::new(&LEAVE, 5);
         inv.repeatable();
         keys_and_args(inv.keys_and_args());
         let pttl: i64 = self.call("leave", &inv).await?;

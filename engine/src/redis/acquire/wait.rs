@@ -11,7 +11,7 @@ use super::{
     cleanup::{Cleanup, Leaving},
 };
 use crate::redis::{
-    FALLBACK_CAP, Inner, millis,
+    FALLBACK_CAP, Inner,
     names::Names,
     records::stored,
     wakeup::{Subscription, Woken},
@@ -35,7 +35,6 @@ pub(super) struct Wait<'a> {
     req: &'a AcquireRequest,
     names: Names<'a>,
     ticket: &'a str,
-    ttl_ms: u64,
     started: Instant,
     deadline: Option<Instant>,
     /// Whether the acquire may wait at all (a try answers at once).
@@ -70,15 +69,13 @@ impl<'a> Wait<'a> {
     pub(super) fn new(inner: &'a Arc<Inner>, req: &'a AcquireRequest, id: &'a TicketId) -> Self {
         let started = Instant::now();
         let waiting = req.wait != Some(Duration::ZERO);
-        let names = inner.names_in(&req.key, req.mode);
+        let names = inner.names(&req.key);
         let ticket = if waiting { id.as_str() } else { "" };
-        let ttl_ms = millis(req.ttl);
         Self {
             inner,
             req,
             names,
             ticket,
-            ttl_ms,
             started,
             deadline: req.wait.map(|w| started + w),
             waiting,
@@ -88,8 +85,6 @@ impl<'a> Wait<'a> {
                 names,
                 ticket,
                 token: &req.token,
-                ttl_ms,
-                mode: req.mode,
                 armed: true,
                 registered: false,
                 known: None,
@@ -126,8 +121,7 @@ impl<'a> Wait<'a> {
         // a refresh renamed our ticket (the script finds it again by its id).
         let ticket = TicketState {
             id: self.ticket,
-            known: self.cleanup.known,
-            renamed: self.failed.is_some(),
+            registered: self.cleanup.registered,
             check: std::mem::take(&mut self.confirmed)
                 && self.cleanup.known.is_some()
                 && self.failed.is_none(),
@@ -191,12 +185,12 @@ impl<'a> Wait<'a> {
         let decided = match outcome {
             // The refresh failed: wait for a wake-up or the fallback period, then retry.
             None => return Step::Waiting(None),
-            Some(Attempt::Busy {
-                retry_after,
-                deadline,
-            }) if self.waiting => {
+            Some(Attempt::Busy { retry_after, nonce }) if self.waiting => {
                 self.cleanup.registered = true;
-                self.cleanup.known = Some(deadline);
+                if nonce != 0 {
+                    // The registration the ticket now carries (a new one if it was gone).
+                    self.cleanup.known = Some(nonce);
+                }
                 self.last_sent = self.sent;
                 return Step::Waiting(retry_after);
             }
@@ -228,7 +222,7 @@ impl<'a> Wait<'a> {
             Some(Attempt::Unacknowledged { acked, wanted }) => {
                 // Give the grant back (and drop our ticket) behind the script, on its
                 // connection; if that fails, the cleanup retries it in the background.
-                let leaving = self.leaving(None);
+                let leaving = self.leaving();
                 self.cleanup.in_flight = true;
                 if self.inner.leave(self.names, &leaving, pinned).await.is_ok() {
                     self.cleanup.armed = false;
@@ -243,22 +237,18 @@ impl<'a> Wait<'a> {
             // Nothing was registered by this call; an earlier registration expired.
             Some(Attempt::Full(retry_after)) => Err(LockError::QueueFull { retry_after }),
             Some(Attempt::NotUpgraded) => Err(LockError::InvalidValue(
-                "a shared lease held beside others cannot be re-entered alone",
+                "a shared lease cannot be re-entered alone",
             )),
         };
         self.cleanup.armed = false;
         Step::Done(decided)
     }
 
-    /// What our ticket tells the leave script (`known`: its deadline as last reported,
-    /// `None` to search for it).
-    fn leaving(&self, known: Option<u64>) -> Leaving {
+    /// What our ticket tells the leave script.
+    fn leaving(&self) -> Leaving {
         Leaving {
             ticket: self.ticket.to_owned(),
-            known,
             token: self.req.token.clone(),
-            ttl_ms: self.ttl_ms,
-            mode: self.req.mode,
         }
     }
 
@@ -269,13 +259,7 @@ impl<'a> Wait<'a> {
 
     /// The wait limit passed: leave the queue, and answer why the wait ended.
     pub(super) async fn give_up(mut self, retry_after: Option<Duration>) -> LockError {
-        // After a failed refresh our ticket may have been renamed: search.
-        let known = if self.cleanup.in_flight {
-            None
-        } else {
-            self.cleanup.known
-        };
-        let leaving = self.leaving(known);
+        let leaving = self.leaving();
         // Behind a failed refresh on its connection, so it cannot overtake it.
         let behind = self
             .cleanup
@@ -341,20 +325,16 @@ impl<'a> Wait<'a> {
         self.claim(woken?)
     }
 
-    /// A grant of the ticket as we registered it last, or as a later refresh whose reply we
-    /// never saw renamed it (its deadline is later still): either way the hand-off came
-    /// after the attempt sent at `last_sent`. (One naming an older registration is stale:
-    /// its claim may be over.)
+    /// A grant naming our current registration's nonce: the hand-off came after the
+    /// attempt sent at `last_sent`, which saw that registration waiting. One naming another
+    /// nonce (an older registration of our ticket, granted and lapsed before we registered
+    /// again) is stale, whatever the clocks say: its claim may be over. (A refresh keeps
+    /// the nonce; only a registration made anew, its ticket gone, takes a fresh one.)
     fn claim(&mut self, woken: Woken) -> Option<Grant> {
-        let Woken::Granted {
-            deadline,
-            fence,
-            px,
-        } = woken
-        else {
+        let Woken::Granted { nonce, fence, px } = woken else {
             return None;
         };
-        if self.cleanup.known.is_none_or(|known| deadline < known) {
+        if self.cleanup.known != Some(nonce) {
             return None;
         }
         if self.inner.replica_ack.is_some() {

@@ -8,7 +8,7 @@ use super::PRELUDE;
 
 /// Admin: make a value the holder of a key, whoever holds it now.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone.
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` holders (shared holders, dropped).
 /// - `ARGV[1]` value (owner token), `ARGV[2]` TTL (ms; `-1`: no expiry).
 /// - Returns the new fence.
 ///
@@ -30,6 +30,7 @@ for _, v in ipairs({redis.call('GETDEL', KEYS[2]) or '0', redis.call('GET', KEYS
   last = math.max(last, tonumber(string.match(v, '^%d+')))
 end
 local fence = string.format('%.0f', math.max(last + 1, now_us))
+redis.call('DEL', KEYS[3])
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('SET', KEYS[1], fence .. '+ ' .. ARGV[1], 'PX', ttl)
@@ -43,7 +44,7 @@ return fence
 
 /// Admin: release a key whoever holds it, handing it to the next waiter.
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
+/// - `KEYS` as the acquire script's (lock, fence, queue, tickets, holders).
 /// - `ARGV[1]` wake-up channel, `ARGV[2]` tombstone margin (ms).
 /// - Returns `1` if the key was held, `0` if not.
 ///
@@ -53,10 +54,9 @@ pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{PRELUDE}{}",
         r#"
-local held = redis.call('GET', KEYS[1])
-if not held then return 0 end
-local fence, mark, _, after_mark = parse(held)
-free_or_handoff(fence, mark, ARGV[1], tonumber(ARGV[2]), after_mark)
+if not load() then return 0 end
+if holder == '' then redis.call('DEL', KEYS[5]) end
+free_or_handoff(ARGV[1], tonumber(ARGV[2]), '')
 return 1
 "#
     ))

@@ -40,8 +40,8 @@ pub(crate) static POOL_MEMBERS: LazyLock<Script> =
 /// Every member of a pool with its holder, in one round trip.
 ///
 /// - `KEYS[1]` the pool.
-/// - Returns a flat list `member, token ('' if free), pttl (-2 free, -1 no expiry)` per
-///   member.
+/// - Returns a flat list `member, token ('' if free, or held by shared leases: a pool
+///   reports holders alone), pttl (-2 free, -1 no expiry)` per member.
 ///
 /// One script so every member is read at the same instant. It reads the members' lock
 /// keys, which it learns from the pool itself: valid on a single Redis (and a Sentinel

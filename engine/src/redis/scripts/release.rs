@@ -6,50 +6,48 @@ use redis::Script;
 
 use super::PRELUDE;
 
-/// Release, handing the key to the next waiter.
+/// Release, in either mode, handing the key to the queue's head (as many as fit).
 ///
-/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue.
-/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms).
-/// - Returns `1` released (the key is free), `2` released and handed to the next waiter,
-///   `-1` held by another token (nothing changed), `0` nobody holds it.
+/// - `KEYS[1]` lock, `KEYS[2]` fence tombstone, `KEYS[3]` queue, `KEYS[4]` tickets,
+///   `KEYS[5]` holders.
+/// - `ARGV[1]` token, `ARGV[2]` wake-up channel, `ARGV[3]` tombstone margin (ms),
+///   `ARGV[4]` this release's random id.
+/// - Returns `1` released (the key is free, or others still share it), `2` released and
+///   handed to the next waiters, `-1` held by others (nothing changed), `0` nobody holds
+///   it. A release sent twice (redis-rs's Cluster client re-sends a request whose
+///   connection dropped) answers `1` again while the tombstone it left names its id.
 ///
 /// Atomic so that the compare-token and the delete are one step (a late release can never
 /// delete the next holder's lease), and so that the key passes to the queue's head with
 /// no moment in which it is free: nobody can take it in between.
 ///
-/// The hand-off: the head's ticket names its token, lease TTL and claim period, so the
-/// script makes it the holder itself (fence = last fence + 1, the holder's fence being in
-/// the lock's value, and one grant per microsecond never outruns the clock) and publishes
-/// `"<id>|<deadline> <fence> <px>"` on the wake-up channel. The woken waiter already holds
-/// the lease and needs no round trip. Its lease first runs for `px = min(TTL, claim
-/// period)`, both the waiter's own (from its ticket, whatever the releaser's settings),
-/// and the waiter's local deadline is computed from that `px`: a waiter that has gone
-/// (crashed, cancelled, its message lost while it was gone) holds the key for at most its
-/// claim period, never a lease TTL; a live one renews to its full TTL in the background
-/// before the claim runs out, and one whose message was lost finds the grant with its next
-/// retry (re-entry).
+/// The hand-off: each granted ticket names its token, limit, lease TTL and claim period,
+/// so the script makes it a holder itself (fence = last fence + 1, one grant per
+/// microsecond never outrunning the clock) for `px = min(TTL, claim period)`, both the
+/// waiter's own, and publishes `"<id>|<nonce> <fence> <px>"` on the wake-up channel. The
+/// woken waiter already holds the lease; a live one renews to its full TTL before the
+/// claim runs out, and one whose message was lost finds the grant with its next retry
+/// (re-entry).
 ///
-/// The hand-off skips the tickets of waiters that have gone (deadline past), and leaves a
-/// hand-off fence in the fence key (see the prelude), so that a claim that lapses
-/// unreleased still leaves its fence for 9 to 10 s. Whatever the key's path, the tombstone
-/// lives 10 s after the release.
-///
-/// Commands, besides `EVALSHA`: a key with no mark (nobody registered while it was held):
-/// 3 (`GET`, `RENAME` to the tombstone, `PEXPIRE`); marked, nobody waiting: 4 (`GET`,
-/// `LPOP`, `RENAME`, `PEXPIRE`); a hand-off: 5 (`GET`, `LPOP`, `TIME`, `SET` lock,
-/// `PUBLISH`), a `SET` of the hand-off fence more when the one the holder's value names no
-/// longer covers the grant (about once a second on a key handed on without a pause), and
-/// an `LPOP` more per dead ticket skipped.
+/// Commands, besides `EVALSHA`: alone, a key with no mark (nobody registered while it was
+/// held): 3 (`GET`, `SET` of the tombstone, `DEL`); marked, nobody waiting: 4 (`LINDEX`
+/// more); a hand-off to one waiter alone: `GET`, `LINDEX`, `HGET`, `TIME`, `LPOP`, `HDEL`,
+/// `SET` lock, `PUBLISH`, `LINDEX` (a `SET` of the hand-off fence about once a second).
+/// Shared, others still holding: 3 (`GET`, `HDEL`, `HLEN`); the last: 5 (and the
+/// tombstone's 2).
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
 
 /// The body of [`RELEASE`], shared with [`COMPLETE`] (which runs it as a function).
 const RELEASE_BODY: &str = r#"
-local held = redis.call('GET', KEYS[1])
-if not held then return 0 end
-local fence, mark, holder, after_mark = parse(held)
-if holder ~= ARGV[1] then return -1 end
-return free_or_handoff(fence, mark, ARGV[2], tonumber(ARGV[3]), after_mark)
+local token, channel, margin, id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if not load() then
+  local last = redis.call('GET', KEYS[2])
+  return (last and string.match(last, '^%d+ (.*)$') == id) and 1 or 0
+end
+if holder == token then return free_or_handoff(channel, margin, id) end
+if holder ~= '' or redis.call('HDEL', KEYS[5], token) == 0 then return -1 end
+return shared_left(channel, margin, id)
 "#;
 
 /// Release with a record: [`RELEASE`], then, only if it released (the token held the key),
