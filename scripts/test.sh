@@ -49,9 +49,9 @@ cargo test --workspace --all-features --all-targets --no-run \
 # Seconds each slow binary took in a recent CI run: the order they start in.
 weight() {
     case "$(basename "$1" | sed 's/-[0-9a-f]*$//')" in
-    postgres) echo 131 ;; redis_faults) echo 120 ;; scale) echo 92 ;; model) echo 80 ;;
-    engine) echo 65 ;; layer) echo 64 ;; integrations) echo 43 ;; transactional) echo 24 ;;
-    replay) echo 13 ;;
+    postgres) echo 121 ;; redis_faults) echo 116 ;; scale) echo 96 ;; layer) echo 71 ;;
+    engine) echo 62 ;; integrations) echo 48 ;; model) echo 23 ;; transactional) echo 23 ;;
+    replay) echo 11 ;;
     *) echo 1 ;;
     esac
 }
