@@ -53,7 +53,11 @@ pub async fn timed_out_waiters_leave_no_residue(h: &impl Harness, mode: Mode) {
         })
         .collect();
     for w in waiters {
-        assert!(matches!(w.await.unwrap(), Err(LockError::TimedOut { .. })));
+        let waited = w.await.unwrap();
+        assert!(
+            matches!(waited, Err(LockError::TimedOut { .. })),
+            "{waited:?}"
+        );
     }
     assert_eq!(engine.lock("waited").waiters().await.unwrap(), 0);
     holder.release().await.unwrap();

@@ -8,7 +8,14 @@
 //! functions rely on `READ COMMITTED` (a statement that waited for a row's lock reads the
 //! row again). A database, role or session default of `REPEATABLE READ` or `SERIALIZABLE`
 //! (behind PgBouncer, a session setting another client left on a server connection) would
-//! otherwise fail the contended cases with `could not serialize access`. It costs a few
+//! otherwise fail the contended cases with `could not serialize access`. Then
+//! `SET LOCAL statement_timeout = '60s'` and `lock_timeout = 0`: a database default meant
+//! for the application's queries (`statement_timeout = 100ms`, say) would cancel a lock
+//! operation that waited for its key's row behind the key's other calls on a loaded
+//! server, failing it though nothing was wrong; the engine bounds its calls itself (its
+//! call timeout, and a statement that outlasts it is let land for up to a minute, see
+//! `acquire`), and 60 s is that landing bound. The settings end with the message's
+//! transaction, so behind PgBouncer no other client meets them. They cost a few
 //! microseconds of the server's time, and no round trip.
 //!
 //! Values are written as literals no input can break out of: strings as
@@ -17,8 +24,10 @@
 
 use std::fmt::Write;
 
-/// Sets the isolation of the message's implicit transaction (see the module's docs).
-const ISOLATION: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; ";
+/// Sets the isolation and the timeouts of the message's implicit transaction (see the
+/// module's docs).
+const ISOLATION: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+                         SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; ";
 
 /// A function call or query being written: `SELECT * FROM <function>(<arguments>)`, at
 /// `READ COMMITTED`.
@@ -134,6 +143,7 @@ mod tests {
         assert_eq!(
             sql,
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; \
              SELECT * FROM f('9.995e0'::double precision, '-1e-300'::double precision)"
         );
     }
@@ -149,6 +159,7 @@ mod tests {
         assert_eq!(
             sql,
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
+             SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; \
              SELECT * FROM \"s\".\"f\"(convert_from(decode('612762', 'hex'), 'UTF8'), \
              -2::bigint, ARRAY[convert_from(decode('78', 'hex'), 'UTF8'), \
              convert_from(decode('79', 'hex'), 'UTF8')]::text[], ARRAY[1, 2]::bigint[])"
