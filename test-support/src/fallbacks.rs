@@ -42,14 +42,19 @@ impl Fallbacks {
         channels.iter().filter(|c| c.starts_with(prefix)).count()
     }
 
-    /// Run `f`, and assert that no waiter was served by the fallback timer meanwhile.
-    pub async fn none_while<T>(&self, what: &str, f: impl Future<Output = T>) -> T {
+    /// Run `f`, and assert that no waiter was served by the fallback timer meanwhile, but
+    /// for one: a waiter whose timer fires in the moment of its hand-off finds the grant by
+    /// its retry, whose answer (on a command connection) can come before the message (on
+    /// the subscriber's), and is counted though nothing was lost (seen in CI on a loaded
+    /// machine). A wake-up path that is broken loses every hand-off to the waiters it
+    /// serves: many in the cycles these tests run.
+    pub async fn lost_none_while<T>(&self, what: &str, f: impl Future<Output = T>) -> T {
         let before = self.count();
         let out = f.await;
-        assert_eq!(
-            self.count() - before,
-            0,
-            "grants found by the fallback timer {what}"
+        let by_timer = self.count() - before;
+        assert!(
+            by_timer <= 1,
+            "{by_timer} grants found by the fallback timer {what}"
         );
         out
     }

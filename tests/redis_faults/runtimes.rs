@@ -181,29 +181,31 @@ fn a_blocked_runtime_does_not_turn_hand_offs_into_fallback_grants() {
     let server = RedisServer::start();
     let (engine, _blocked) = engine_on_blocked_runtime(&server, "blocked-wake");
     let b = runtime(2);
-    b.block_on(fallbacks.none_while("while runtime A was blocked", async {
-        for round in 0..3 {
-            let holder = engine.lock("k").acquire().await.unwrap();
-            let waiter = {
-                let engine = engine.clone();
-                tokio::spawn(async move {
-                    engine
-                        .lock("k")
-                        .wait(Duration::from_secs(5))
-                        .acquire()
-                        .await
-                })
-            };
-            let give_up = Instant::now() + Duration::from_secs(5);
-            while engine.lock("k").waiters().await.unwrap() == 0 {
-                assert!(Instant::now() < give_up, "round {round}: never queued");
-                tokio::time::sleep(Duration::from_millis(2)).await;
+    b.block_on(
+        fallbacks.lost_none_while("while runtime A was blocked", async {
+            for round in 0..3 {
+                let holder = engine.lock("k").acquire().await.unwrap();
+                let waiter = {
+                    let engine = engine.clone();
+                    tokio::spawn(async move {
+                        engine
+                            .lock("k")
+                            .wait(Duration::from_secs(5))
+                            .acquire()
+                            .await
+                    })
+                };
+                let give_up = Instant::now() + Duration::from_secs(5);
+                while engine.lock("k").waiters().await.unwrap() == 0 {
+                    assert!(Instant::now() < give_up, "round {round}: never queued");
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                holder.release().await.unwrap();
+                let lease = waiter.await.unwrap().expect("the waiter is handed the key");
+                lease.release().await.unwrap();
             }
-            holder.release().await.unwrap();
-            let lease = waiter.await.unwrap().expect("the waiter is handed the key");
-            lease.release().await.unwrap();
-        }
-    }));
+        }),
+    );
 }
 
 #[test]

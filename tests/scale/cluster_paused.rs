@@ -101,7 +101,7 @@ async fn frozen_primaries_keep_exclusion_fences_and_answers() {
     // hand-offs come by message again: the subscriptions the zombie ended as it was
     // demoted were renewed on the new primary.
     fallbacks
-        .none_while(
+        .lost_none_while(
             "after the failover",
             cycles(&mut workers.served, 20, "after the failover"),
         )

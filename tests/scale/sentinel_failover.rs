@@ -209,7 +209,7 @@ async fn a_sentinel_failover_under_load_keeps_exclusion_fences_and_wake_ups() {
     cycles(&mut workers.served, 20, "after the failover").await;
     // Once the queue has turned over, the hand-offs come by message again.
     fallbacks
-        .none_while(
+        .lost_none_while(
             "after the failover",
             cycles(&mut workers.served, 20, "after the failover"),
         )
