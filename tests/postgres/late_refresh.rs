@@ -39,7 +39,8 @@ type Started = (Frozen, Lease, JoinHandle<Result<Lease, LockError>>);
 impl Frozen {
     /// Once this returns, a refresh of the waiter (waiting up to `wait`) has been sent to
     /// the frozen backend: its bytes sit unread in that backend's socket.
-    async fn start(wait: Duration) -> Started {
+    /// `timeout` is the waiter node's call timeout.
+    async fn start(wait: Duration, timeout: Duration) -> Started {
         let server = Arc::new(
             tokio::task::spawn_blocking(PostgresServer::start)
                 .await
@@ -53,10 +54,7 @@ impl Frozen {
             PostgresBackend::builder(format!("{}?application_name=late_waiter", server.url()))
                 .schema("late")
                 .pool_size(2)
-                // Short, so that the frozen refresh times out within the wait; not so short
-                // that the release on the other connection misses it on a loaded machine
-                // (300 ms did once in CI, with three test binaries running).
-                .command_timeout(Duration::from_secs(1))
+                .command_timeout(timeout)
                 .build()
                 .await
                 .unwrap(),
@@ -171,7 +169,9 @@ async fn until_unread_input(port: u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_that_lands_after_its_wait_ran_out_leaves_nothing() {
-    let (frozen, holder, waiter) = Frozen::start(Duration::from_secs(3)).await;
+    // A call timeout short enough that the frozen refresh times out within the wait.
+    let (frozen, holder, waiter) =
+        Frozen::start(Duration::from_secs(3), Duration::from_secs(1)).await;
     let waited = waiter.await.unwrap();
     assert!(
         matches!(waited, Err(LockError::TimedOut { .. })),
@@ -184,7 +184,13 @@ async fn a_refresh_that_lands_after_its_wait_ran_out_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refresh_that_lands_after_its_lease_was_released_leaves_nothing() {
-    let (frozen, holder, waiter) = Frozen::start(Duration::from_secs(20)).await;
+    // The frozen refresh is still in flight when the grant arrives, whether or not its
+    // call timed out: the call timeout only bounds the release on the other connection,
+    // which on a loaded machine (three test binaries, each starting servers) took more
+    // than 300 ms and then 1 s in CI. The grant comes from the holder's release; the
+    // waiter's own release must land before the thaw for this test to mean anything.
+    let (frozen, holder, waiter) =
+        Frozen::start(Duration::from_secs(20), Duration::from_secs(5)).await;
     holder.release().await.unwrap();
     let lease = waiter.await.unwrap().expect("the waiter is handed the key");
     lease.release().await.unwrap();
