@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{LockEngine, LockError, LockKey, Token, options::check_ttl};
+use super::{ActiveKey, LockEngine, LockError, LockKey, Token, options::check_ttl};
 
 /// Operations that ignore ownership. Every call is logged at `warn`. Backends without the
 /// admin capability answer [`LockError::Unsupported`].
@@ -56,5 +56,21 @@ impl LockAdmin {
         let key = LockKey::new(key)?;
         tracing::warn!(%key, "admin: force-releasing lock");
         self.engine.admin_backend()?.force_release(&key).await
+    }
+
+    /// Up to `limit` keys someone holds or waits for, in key order, after `after` (the
+    /// last key of the page before) and beginning with `starts_with`: a page of what
+    /// `tower-lock-cli list` shows. [`LockError::Unsupported`] where the backend has no
+    /// such listing (see [`AdminBackend::active_keys`](super::AdminBackend::active_keys)).
+    pub async fn active_keys(
+        &self,
+        after: Option<&LockKey>,
+        starts_with: &str,
+        limit: usize,
+    ) -> Result<Vec<ActiveKey>, LockError> {
+        self.engine
+            .admin_backend()?
+            .active_keys(after, starts_with, limit)
+            .await
     }
 }

@@ -6,7 +6,9 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use tokio::time::Instant;
 
-use super::{ExtendMode, Fence, LockError, LockKey, Mode, NumericOp, PoolOp, Record, Token};
+use super::{
+    ExtendMode, Fence, HolderLabel, LockError, LockKey, Mode, NumericOp, PoolOp, Record, Token,
+};
 
 /// Every member of a pool with its holder, as returned by [`PoolBackend::pool_holders`].
 pub type PoolHolders = Vec<(LockKey, Option<Holder>)>;
@@ -33,6 +35,11 @@ pub struct AcquireRequest {
     pub fifo: bool,
     /// Refuse with [`LockError::QueueFull`] when this many already wait.
     pub max_waiters: Option<usize>,
+    /// Who is asking, for people reading [`Backend::holders`]: the engine's holder label
+    /// (see [`LockEngine::holder_label`](super::LockEngine::holder_label)), with what the
+    /// caller added (an HTTP layer's route template). Stored with the lease, kept across
+    /// re-entry and renewal; never part of ownership (the token alone is). `None`: none.
+    pub label: Option<HolderLabel>,
     /// A FIFO acquire's place among this engine's calls of the key (see
     /// [`AcquireRequest::leave_line`]).
     pub(crate) line: crate::releasing::Line,
@@ -62,6 +69,7 @@ impl AcquireRequest {
             wait: None,
             fifo: false,
             max_waiters: None,
+            label: None,
             line: Default::default(),
         }
     }
@@ -130,6 +138,10 @@ pub struct Holder {
     /// `Shared { limit: 1 }` when it holds alone, otherwise `Shared { limit: u32::MAX }`
     /// (the limit each request brought is not kept).
     pub mode: Mode,
+    /// The holder's label (see [`AcquireRequest::label`]), if it gave one.
+    pub label: Option<HolderLabel>,
+    /// The fence of its grant, where the backend reports it.
+    pub fence: Option<Fence>,
 }
 
 impl Holder {
@@ -139,7 +151,28 @@ impl Holder {
             token,
             ttl,
             mode: Mode::Exclusive,
+            label: None,
+            fence: None,
         }
+    }
+
+    /// This holder, labelled `label` (a backend reading a stored label).
+    pub fn with_label(mut self, label: Option<HolderLabel>) -> Self {
+        self.label = label;
+        self
+    }
+
+    /// This holder, granted at `fence`.
+    pub fn with_fence(mut self, fence: Fence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Who holds: the label its engine (and layer) gave, e.g. `web-3:4242 POST
+    /// /orders/{id}`; `None` when it gave none (an admin's [`set`](super::LockAdmin::set),
+    /// a node of an older version).
+    pub fn label(&self) -> Option<&str> {
+        self.label.as_ref().map(HolderLabel::as_str)
     }
 
     /// A holder of one of the key's shared leases, alone among them or not.
@@ -149,6 +182,8 @@ impl Holder {
             token,
             ttl,
             mode: Mode::Shared { limit },
+            label: None,
+            fence: None,
         }
     }
 }
@@ -351,6 +386,42 @@ pub trait AdminBackend: Send + Sync {
     /// Admin: release `key` whoever holds it (every holder, in either mode), granting the
     /// waiters that now fit. Returns whether it was held.
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
+
+    /// Admin: up to `limit` keys that someone holds or waits for, in key order, each after
+    /// `after` (a page's last key) and beginning with `starts_with`, read without blocking
+    /// the store (Postgres: a range of the key's index). Default:
+    /// [`LockError::Unsupported`] (the Redis backend's keys are listed by `SCAN`, which
+    /// `tower-lock-cli list` runs on each node itself).
+    fn active_keys<'a>(
+        &'a self,
+        after: Option<&'a LockKey>,
+        starts_with: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<ActiveKey>, LockError>> {
+        let _ = (after, starts_with, limit);
+        Box::pin(std::future::ready(Err(LockError::Unsupported(
+            "active_keys",
+        ))))
+    }
+}
+
+/// A key someone holds or waits for, as [`AdminBackend::active_keys`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ActiveKey {
+    /// The key.
+    pub key: LockKey,
+    /// Someone holds it (in either mode).
+    pub held: bool,
+    /// Someone may wait for it (a queue is there; its tickets may have lapsed).
+    pub waiting: bool,
+}
+
+impl ActiveKey {
+    /// `key`, held or not, waited for or not.
+    pub fn new(key: LockKey, held: bool, waiting: bool) -> Self {
+        Self { key, held, waiting }
+    }
 }
 
 /// Numeric values with atomic compare-and-set (see [`NumericKey`](super::NumericKey)).

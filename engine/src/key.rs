@@ -61,7 +61,7 @@ impl LockKey {
     }
 }
 
-fn validate(s: &str, max: usize) -> Result<(), KeyError> {
+pub(crate) fn validate(s: &str, max: usize) -> Result<(), KeyError> {
     validate_parts(&[s], max)
 }
 

@@ -71,6 +71,7 @@ mod config_error;
 pub mod conformance;
 mod error;
 mod key;
+mod label;
 mod lease;
 mod lock;
 mod lock_engine;
@@ -97,12 +98,13 @@ mod watchdog;
 pub use admin::LockAdmin;
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
-    AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, GrantOrRecord, Holder,
-    NumericBackend, PoolBackend, PoolHolders, RecordBackend, Renewal,
+    AcquireRequest, ActiveKey, AdminBackend, Backend, BoxFuture, Capabilities, Grant,
+    GrantOrRecord, Holder, NumericBackend, PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
 pub use config_error::ConfigError;
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};
 pub use key::{Fence, LockKey, MAX_KEY_LEN, MAX_TOKEN_LEN, Token};
+pub use label::{HolderLabel, MAX_LABEL_LEN};
 pub use lease::Lease;
 pub use lock::Lock;
 pub use lock_engine::LockEngine;

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::{
-    AcquireRequest, Acquired, Grant, GrantOrRecord, Holder, KeyError, Lease, LockEngine, LockError,
-    LockKey, LockOptions, LockStatus, Mode, Token, options,
+    AcquireRequest, Acquired, Grant, GrantOrRecord, Holder, HolderLabel, KeyError, Lease,
+    LockEngine, LockError, LockKey, LockOptions, LockStatus, Mode, Token, options,
 };
 
 /// A handle on one key of a [`LockEngine`], with its acquisition mode and options.
@@ -49,6 +49,8 @@ pub struct Lock {
     mode: Mode,
     options: LockOptions,
     token: Option<Token>,
+    /// `None`: the engine's.
+    label: Option<HolderLabel>,
 }
 
 impl Lock {
@@ -64,6 +66,7 @@ impl Lock {
             mode: Mode::Exclusive,
             options,
             token: None,
+            label: None,
         }
     }
 
@@ -151,6 +154,16 @@ impl Lock {
     #[inline]
     pub fn token(mut self, token: Token) -> Self {
         self.token = Some(token);
+        self
+    }
+
+    /// Stored with the lease instead of the engine's label (see
+    /// [`LockEngine::holder_label`]), for [`holders`](super::Backend::holders) to show; a
+    /// layer passes the engine's label with its route template
+    /// ([`HolderLabel::with_detail`]).
+    #[inline]
+    pub fn holder_label(mut self, label: HolderLabel) -> Self {
+        self.label = Some(label);
         self
     }
 
@@ -246,6 +259,10 @@ impl Lock {
             wait,
             fifo: self.options.fifo,
             max_waiters: self.options.max_waiters,
+            label: self
+                .label
+                .clone()
+                .or_else(|| self.engine.shared.label.clone()),
             line: Default::default(),
         };
         Ok((req, started))

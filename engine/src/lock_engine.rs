@@ -3,8 +3,8 @@
 use std::{any::Any, fmt, sync::Arc};
 
 use super::{
-    AdminBackend, Backend, KeyMutex, LockAdmin, LockError, LockKey, LockOptions, LockPool,
-    MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
+    AdminBackend, Backend, HolderLabel, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
+    LockPool, MemoryBackend, NumericBackend, NumericKey, PoolBackend, Record, RecordBackend,
     SynchronousBackend, lock::Lock, watchdog::Watchdog,
 };
 
@@ -20,11 +20,13 @@ pub(crate) struct EngineShared {
     pub(crate) backend: Arc<dyn Backend>,
     /// The same backend's synchronous path, when it is the in-process one.
     pub(crate) synchronous: Option<Arc<dyn SynchronousBackend>>,
-    pub(crate) watchdog: Watchdog,
+    pub(crate) watchdog: Arc<Watchdog>,
     /// The backend's resets, if it reports them.
     pub(crate) resets: Option<crate::Resets>,
     /// The releases begun and not yet answered, which an acquire of their key awaits.
     pub(crate) releasing: Arc<crate::releasing::Releasing>,
+    /// Stored with every lease this engine takes (see [`LockEngine::holder_label`]).
+    pub(crate) label: Option<HolderLabel>,
     defaults: LockOptions,
 }
 
@@ -122,8 +124,9 @@ impl LockEngine {
                 resets: backend.resets(),
                 backend,
                 synchronous,
-                watchdog: Watchdog::new(),
+                watchdog: Arc::new(Watchdog::new()),
                 releasing,
+                label: Some(HolderLabel::process()),
                 defaults,
             }),
         }
@@ -131,12 +134,62 @@ impl LockEngine {
 
     /// Set the options every [`Lock`] from this engine starts with.
     pub fn with_defaults(self, defaults: LockOptions) -> Self {
+        let label = self.shared.label.clone();
         Self::build_with(
             self.shared.backend.clone(),
             self.shared.synchronous.clone(),
             defaults,
             self.shared.releasing.clone(),
         )
+        .labelled(label)
+    }
+
+    /// Store `label` with every lease this engine takes, instead of the default
+    /// `<host name>:<process id>` ([`HolderLabel::process`]), so that whoever reads
+    /// [`holders`](super::Backend::holders) (`tower-lock-cli status`) can tell which
+    /// instance holds a key. What it costs: the label's bytes in each acquire's request
+    /// and beside each stored lease (on Redis no command more, see the backend's docs).
+    ///
+    /// ```
+    /// use tower_lock_engine::{HolderLabel, LockEngine};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+    /// let engine = LockEngine::in_memory().holder_label(HolderLabel::new("billing-1").unwrap());
+    /// let _lease = engine.lock("invoice:42").acquire().await?;
+    /// let holders = engine.lock("invoice:42").holders().await?;
+    /// assert_eq!(holders[0].label(), Some("billing-1"));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn holder_label(self, label: HolderLabel) -> Self {
+        self.labelled(Some(label))
+    }
+
+    /// Store no label with this engine's leases (each acquire then sends none).
+    pub fn without_holder_label(self) -> Self {
+        self.labelled(None)
+    }
+
+    /// The label stored with this engine's leases, if any.
+    pub fn label(&self) -> Option<&HolderLabel> {
+        self.shared.label.as_ref()
+    }
+
+    /// This engine (its backend, watchdog and releases in flight) with `label`.
+    fn labelled(self, label: Option<HolderLabel>) -> Self {
+        let shared = &self.shared;
+        Self {
+            shared: Arc::new(EngineShared {
+                backend: shared.backend.clone(),
+                synchronous: shared.synchronous.clone(),
+                watchdog: shared.watchdog.clone(),
+                resets: shared.resets.clone(),
+                releasing: shared.releasing.clone(),
+                label,
+                defaults: shared.defaults.clone(),
+            }),
+        }
     }
 
     /// A handle on `key`, with the engine's default options: its lock, or with

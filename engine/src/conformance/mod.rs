@@ -53,6 +53,7 @@ mod exclusion;
 mod fences;
 mod fifo;
 mod harness;
+mod labels;
 mod leases;
 mod lock;
 mod mutex;
@@ -69,6 +70,7 @@ pub use exclusion::*;
 pub use fences::*;
 pub use fifo::*;
 pub use harness::{BackendHarness, Harness, Residue, memory};
+pub use labels::*;
 pub use leases::*;
 pub use lock::*;
 pub use mutex::*;
@@ -117,6 +119,7 @@ macro_rules! core_conformance_tests {
             a_put_aside_fifo_waiter_does_not_hold_back_the_next,
             a_waiter_is_granted_when_a_shorter_successor_lease_expires,
             huge_durations_never_panic,
+            holders_show_each_holders_label_through_handoff_reentry_and_extension,
         );
         $crate::conformance_tests!(@in_mode [$conc] $make, $mode;
             mutual_exclusion_many_tasks_many_iterations,

@@ -6,16 +6,18 @@ use std::collections::{BTreeMap, HashMap};
 
 use tokio::time::Instant;
 
-use crate::{Mode, Token};
+use crate::{HolderLabel, Mode, Token};
 
 /// One holder's lease.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub(super) struct Holding {
     /// `None`: no expiry (only an admin sets that).
     pub(super) expires: Option<Instant>,
     /// The mode it was granted in.
     pub(super) mode: Mode,
     pub(super) fence: u64,
+    /// The label its request carried (see [`AcquireRequest::label`](crate::AcquireRequest::label)).
+    pub(super) label: Option<HolderLabel>,
 }
 
 #[derive(Default)]
@@ -46,8 +48,8 @@ impl Holders {
 
     pub(super) fn get(&self, token: &Token) -> Option<Holding> {
         match self {
-            Self::One(t, h) if t == token => Some(*h),
-            Self::Many { by_token, .. } => by_token.get(token).copied(),
+            Self::One(t, h) if t == token => Some(h.clone()),
+            Self::Many { by_token, .. } => by_token.get(token).cloned(),
             _ => None,
         }
     }
@@ -89,7 +91,7 @@ impl Holders {
     pub(super) fn remove(&mut self, token: &Token) -> Option<Holding> {
         let removed = match self {
             Self::One(t, h) if t == token => {
-                let h = *h;
+                let h = h.clone();
                 *self = Self::None;
                 return Some(h);
             }
@@ -184,11 +186,11 @@ impl Holders {
     }
 
     /// Every holder, the earliest expiry first (those without one last).
-    pub(super) fn list(&self) -> Vec<(&Token, Holding)> {
-        let mut all: Vec<(&Token, Holding)> = match self {
+    pub(super) fn list(&self) -> Vec<(&Token, &Holding)> {
+        let mut all: Vec<(&Token, &Holding)> = match self {
             Self::None => Vec::new(),
-            Self::One(t, h) => vec![(t, *h)],
-            Self::Many { by_token, .. } => by_token.iter().map(|(t, h)| (t, *h)).collect(),
+            Self::One(t, h) => vec![(t, h)],
+            Self::Many { by_token, .. } => by_token.iter().collect(),
         };
         all.sort_by_key(|(_, h)| (h.expires.is_none(), h.expires, h.fence));
         all

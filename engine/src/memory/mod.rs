@@ -218,6 +218,7 @@ impl MemoryBackend {
                 token: req.token.clone(),
                 ttl: req.ttl,
                 mode: req.mode,
+                label: req.label.clone(),
                 grant: tx,
             });
             let changed = queue.changed.get_or_insert_with(Arc::default).clone();

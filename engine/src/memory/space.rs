@@ -21,7 +21,8 @@ use super::{
     holders::{Holders, Holding},
 };
 use crate::{
-    AcquireRequest, ExtendMode, Fence, Grant, Holder, LockError, Mode, Token, options::after,
+    AcquireRequest, ExtendMode, Fence, Grant, Holder, HolderLabel, LockError, Mode, Token,
+    options::after,
 };
 
 /// One key's holders and waiters, in both modes.
@@ -67,6 +68,7 @@ pub(super) struct Waiter {
     pub(super) token: Token,
     pub(super) ttl: Duration,
     pub(super) mode: Mode,
+    pub(super) label: Option<HolderLabel>,
     pub(super) grant: oneshot::Sender<Grant>,
 }
 
@@ -191,6 +193,7 @@ impl Space {
                     expires: Some(after(now, req.ttl)),
                     mode: req.mode,
                     fence: fence.get(),
+                    label: req.label.clone(),
                 },
             );
             return Some(Ok(Grant::new(fence, now)));
@@ -246,6 +249,7 @@ impl Space {
                         expires: Some(claim_ends),
                         mode: w.mode,
                         fence: fence.get(),
+                        label: w.label,
                     },
                 );
             }
@@ -332,6 +336,8 @@ impl Space {
                 token: token.clone(),
                 ttl: h.expires.map(|e| e.saturating_duration_since(now)),
                 mode: listed(h.mode),
+                label: h.label.clone(),
+                fence: Some(Fence::new(h.fence)),
             })
             .collect()
     }
@@ -347,6 +353,7 @@ impl Space {
                 expires,
                 mode,
                 fence,
+                label: None,
             },
         );
     }

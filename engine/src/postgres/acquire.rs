@@ -171,6 +171,7 @@ impl Inner {
             )
             .int(super::backend::lim(req.mode))
             .text(nonce)
+            .text(req.label.as_ref().map_or("", |l| l.as_str()))
             .finish()
     }
 

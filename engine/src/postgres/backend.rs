@@ -12,8 +12,8 @@ use super::{
     sql::Call,
 };
 use crate::{
-    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
-    LockKey, Mode, Renewal, Token,
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder,
+    HolderLabel, LockError, LockKey, Mode, Renewal, Token,
 };
 
 /// Leases renewed per statement.
@@ -139,9 +139,18 @@ impl Backend for PostgresBackend {
                         Token::new(&token).map_err(|_| protocol("stored token is malformed"))?;
                     let ttl = remaining(int(Some(row), 1)?);
                     let kind: String = row.try_get(2).map_err(|e| backend_error("decode", e))?;
-                    Ok(match kind.as_str() {
+                    let fence: Option<i64> =
+                        row.try_get(3).map_err(|e| backend_error("decode", e))?;
+                    let label: Option<String> =
+                        row.try_get(4).map_err(|e| backend_error("decode", e))?;
+                    let holder = match kind.as_str() {
                         "x" => Holder::new(token, ttl),
                         other => Holder::shared(token, ttl, other == "a"),
+                    }
+                    .with_label(label.as_deref().and_then(HolderLabel::stored));
+                    Ok(match fence.and_then(|f| u64::try_from(f).ok()) {
+                        Some(fence) => holder.with_fence(Fence::new(fence)),
+                        None => holder,
                     })
                 })
                 .collect()

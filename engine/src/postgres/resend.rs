@@ -84,6 +84,7 @@ fn repeat_changes_nothing(what: &str) -> bool {
             | "pool_members"
             | "pool_holders"
             | "record"
+            | "active_keys"
     )
 }
 

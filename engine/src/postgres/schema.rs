@@ -30,12 +30,13 @@ mod upgrade;
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
 /// database whose `schema_version` is another. Version 2 added the shared leases, version
 /// 3 the `queued` flag of a key's row; version 4 made one space and one queue per key for
-/// both modes (the shared leases' own queue, fences and functions folded into the lock's).
+/// both modes (the shared leases' own queue, fences and functions folded into the lock's),
+/// version 5 the holders' labels.
 /// `migrate()` brings a version 1, 2 or 3 schema up in place, leases held and waiters
 /// queued (see `upgrade`). On a schema that is up to date it takes no table lock that
 /// conflicts with the calls in flight: every step that would is skipped after a look at
 /// the catalog.
-pub(super) const SCHEMA_VERSION: i32 = 4;
+pub(super) const SCHEMA_VERSION: i32 = 5;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
 /// fills in a name: the tables, the upgrade of an older schema, every function (and what a
@@ -45,6 +46,7 @@ pub(super) fn migration() -> String {
     [
         TABLES,
         upgrade::STEPS,
+        upgrade::V5_LABEL,
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,
@@ -70,7 +72,8 @@ CREATE TABLE IF NOT EXISTS @locks@ (
   expires_at timestamptz NOT NULL,
   queued boolean NOT NULL DEFAULT false,
   shared_until timestamptz NOT NULL DEFAULT '-infinity',
-  released text
+  released text,
+  label text
 ) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @tickets@ (
   key text NOT NULL,
@@ -82,6 +85,7 @@ CREATE TABLE IF NOT EXISTS @tickets@ (
   claim_ms bigint NOT NULL,
   lim bigint NOT NULL DEFAULT 0,
   nonce text NOT NULL DEFAULT '',
+  label text,
   PRIMARY KEY (key, id)
 );
 CREATE TABLE IF NOT EXISTS @shared@ (
@@ -90,6 +94,7 @@ CREATE TABLE IF NOT EXISTS @shared@ (
   fence bigint NOT NULL,
   alone boolean NOT NULL,
   expires_at timestamptz NOT NULL,
+  label text,
   PRIMARY KEY (key, token)
 ) WITH (fillfactor = 70);
 CREATE TABLE IF NOT EXISTS @pools@ (

@@ -11,8 +11,8 @@ use super::{
     scripts::{EXTEND, HOLDERS, RENEW, WAITERS},
 };
 use crate::{
-    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Grant, Holder, LockError,
-    LockKey, Mode, Renewal, Token,
+    AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder,
+    HolderLabel, LockError, LockKey, Mode, Renewal, Token,
 };
 use crate::{BackendError, BackendErrorKind};
 
@@ -110,13 +110,19 @@ impl Backend for RedisBackend {
             let mut inv = ScriptCall::new(&HOLDERS, 2);
             inv.repeatable();
             inv.key(names.lock()).key(names.holders());
-            let flat: Vec<(String, i64, String)> = self.inner.call("holders", &inv).await?;
+            let flat: Vec<(String, i64, String, String, String)> =
+                self.inner.call("holders", &inv).await?;
             flat.into_iter()
-                .map(|(token, pttl, mode)| {
+                .map(|(token, pttl, mode, fence, label)| {
                     let token = Token::new(&token).map_err(malformed_token)?;
-                    Ok(match mode.as_str() {
+                    let holder = match mode.as_str() {
                         "x" => Holder::new(token, remaining(pttl)),
                         alone => Holder::shared(token, remaining(pttl), alone == "a"),
+                    }
+                    .with_label(HolderLabel::stored(&label));
+                    Ok(match fence.parse() {
+                        Ok(fence) => holder.with_fence(Fence::new(fence)),
+                        Err(_) => holder,
                     })
                 })
                 .collect()

@@ -44,7 +44,8 @@ pub(crate) use release::{COMPLETE, RELEASE};
 /// the queue's head (all but the caller's own: `live_head(id)`, at most 100 per call).
 ///
 /// One key, one space: the lock value exists while anybody holds the key. It is
-/// `"<fence> <token>"` for a holder alone (`lock(k)`; `"<fence>a <token>"` for a shared
+/// `"<fence> <token>"` for a holder alone (followed by `"\x1f<label>"`, the unit separator
+/// and the holder's label, when it has one; so are a shared holder's and a ticket's) (`lock(k)`; `"<fence>a <token>"` for a shared
 /// request with a limit of 1, also alone), or `"<fence> "` (no token: tokens are never empty) while shared holders hold it,
 /// each a field of the holders hash (`token` → `"<expiry ms> <fence>"`); its TTL is then
 /// at least the latest holder's expiry, and so is the hash's. The fence in the value is
@@ -92,15 +93,25 @@ local function clock()
   end
 end
 local function fmt(n) return string.format('%.0f', n) end
+-- A holder's label, stored after what names it (its token, a shared holder's fence, a
+-- ticket's token) behind the unit separator (byte 31: no token or label holds a control
+-- character). No label, nothing stored.
+local function tag(l) if l and l ~= '' then return '\31' .. l end return '' end
+local function untag(s)
+  local t, l = string.match(s, '^([^\31]*)\31(.*)$')
+  if t then return t, l end
+  return s, ''
+end
 -- The key's state: the last fence, the mark, what the value names, and the holder (nil:
--- nobody; '': shared holders, in KEYS[5]; else the token holding alone).
-local fence, kind, mark, named, holder = 0, '', '', '', nil
+-- nobody; '': shared holders, in KEYS[5]; else the token holding alone) with its label.
+local fence, kind, mark, named, holder, label = 0, '', '', '', nil, ''
 local function load()
   local held = redis.call('GET', KEYS[1])
   if held then
     local f
     f, kind, mark, named, holder = string.match(held, '^(%d+)(a?)(%+?)([%d@q]*) (.*)$')
     fence, named = tonumber(f), string.match(named, '^%d+@%d+') or ''
+    holder, label = untag(holder)
   end
   return held
 end
@@ -126,18 +137,18 @@ local function fits(limit)
   if limit <= 1 then return sharers(1) == 0 end
   return sharers(limit) < limit
 end
--- Make `token` a holder for `px` ms at fence `f`: alone when `limit` is 0 (the lock) or 1
--- (a shared request alone: `a` after the fence says so), else shared.
-local function take(token, limit, px, f)
+-- Make `token` (labelled `lbl`) a holder for `px` ms at fence `f`: alone when `limit` is 0
+-- (the lock) or 1 (a shared request alone: `a` after the fence says so), else shared.
+local function take(token, limit, px, f, lbl)
   local text = fmt(f)
   if limit <= 1 then
     if holder == '' then redis.call('DEL', KEYS[5]) end
     kind = limit == 1 and 'a' or ''
-    redis.call('SET', KEYS[1], text .. kind .. mark .. named .. ' ' .. token, 'PX', px)
-    holder = token
+    redis.call('SET', KEYS[1], text .. kind .. mark .. named .. ' ' .. token .. tag(lbl), 'PX', px)
+    holder, label = token, lbl or ''
   else
     clock()
-    redis.call('HSET', KEYS[5], token, fmt(now_ms + px) .. ' ' .. text)
+    redis.call('HSET', KEYS[5], token, fmt(now_ms + px) .. ' ' .. text .. tag(lbl))
     local left = holder == '' and redis.call('PTTL', KEYS[1]) or 0
     px = math.max(px, left)
     kind = ''
@@ -164,7 +175,8 @@ local function handoff(id, info, channel, margin)
     redis.call('SET', KEYS[2], kept .. '@' .. expiry, 'PXAT', expiry)
   end
   mark, named = '+', kept .. '@' .. expiry
-  take(token, tonumber(limit), px, f)
+  local who, lbl = untag(token)
+  take(who, tonumber(limit), px, f, lbl)
   -- A cluster backend names its channels with the kind word 'swake': sharded pub/sub.
   local publish = string.find(channel, '^[^{]*{%x+}:swake:') and 'SPUBLISH' or 'PUBLISH'
   redis.pcall(publish, channel, id .. '|' .. nonce .. ' ' .. fmt(f) .. ' ' .. fmt(px))

@@ -56,7 +56,7 @@ BEGIN
     VALUES (k, tok, floor(extract(epoch FROM t) * 1000000)::bigint, e)
     ON CONFLICT (key) DO UPDATE
       SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
-          expires_at = excluded.expires_at;
+          expires_at = excluded.expires_at, label = NULL;
   RETURN 1;
 END
 $fn$;

@@ -20,11 +20,12 @@
 /// each key's row locked first: one `UPDATE` per lock, two per shared lease (the row's
 /// `shared_until`, then the lease).
 ///
-/// # `holder(k) -> (token, ms, kind)`, `waiters(k) -> bigint`
+/// # `holder(k) -> (token, ms, kind, fence, label)`, `waiters(k) -> bigint`
 ///
 /// Reads, one snapshot: the live holders of `k`, its lock (`kind` `'x'`) and its shared
-/// leases (`'a'` alone, `'s'` beside others), each with its remaining ms (no row when
-/// free); the live tickets of its queue. (Version 1's `holder` answered the lock's only,
+/// leases (`'a'` alone, `'s'` beside others), each with its remaining ms, its grant's
+/// fence and its label (no row when free); the live tickets of its queue. (Version 4's
+/// `holder` had no `fence` and `label`: the `V5_LABEL` step drops it, its type changed.) (Version 1's `holder` answered the lock's only,
 /// without `kind`: the migration drops it first, its type changed.)
 ///
 /// # `sweep(margin_ms) -> bigint`
@@ -113,13 +114,15 @@ DO $do$ BEGIN
   END IF;
 END $do$;
 
-CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint, OUT kind text)
+CREATE OR REPLACE FUNCTION @holder@(k text, OUT token text, OUT ms bigint, OUT kind text,
+  OUT fence bigint, OUT label text)
 RETURNS SETOF record LANGUAGE sql AS $fn$
-  SELECT l.token, @ms@(l.expires_at, clock_timestamp()), 'x'
+  SELECT l.token, @ms@(l.expires_at, clock_timestamp()), 'x', l.fence, l.label
     FROM @locks@ l
     WHERE l.key = k AND l.token IS NOT NULL AND l.expires_at > clock_timestamp()
   UNION ALL
-  SELECT s.token, @ms@(s.expires_at, clock_timestamp()), CASE WHEN s.alone THEN 'a' ELSE 's' END
+  SELECT s.token, @ms@(s.expires_at, clock_timestamp()), CASE WHEN s.alone THEN 'a' ELSE 's' END,
+      s.fence, s.label
     FROM @shared@ s
     WHERE s.key = k AND s.expires_at > clock_timestamp()
 $fn$;

@@ -33,7 +33,7 @@
 /// A newcomer so never overtakes a live ticket of either mode, and a release never frees a
 /// key someone queues for without handing it over.
 ///
-/// # `pump(c, t, dirty, own, tok, ttl_ms, lim) -> bigint` (with the key's row locked)
+/// # `pump(c, t, dirty, own, tok, ttl_ms, lim, lbl) -> bigint` (with the key's row locked)
 ///
 /// `c` is the key's row as the caller has it (`dirty`: changed, to be written). Deletes the
 /// shared leases that ran out and the dead tickets (all but `own`'s), then grants the queue
@@ -50,11 +50,13 @@
 /// head; 1 more per grant), 2 when someone may hold shared (the lapsed ones, the count),
 /// 1 or 2 per grant (a shared holder, `NOTIFY`), the write-back.
 ///
-/// # `acquire(k, tok, ttl_ms, tid, ticket_ms, max_waiters, lim, reg) -> (status, val)`
+/// # `acquire(k, tok, ttl_ms, tid, ticket_ms, max_waiters, lim, reg, lbl) -> (status, val)`
 ///
 /// Acquire `k` for `tok` in mode `lim` (`0` the lock, else a shared lease of that limit),
 /// or register / refresh the waiter's ticket `tid` (`''`: a plain try that never
-/// registers), carrying the registration's nonce `reg`. Returns `(1, fence)` granted; `(0, ms)` not granted (the
+/// registers), carrying the registration's nonce `reg`. `lbl` is the holder's label
+/// (`''`: none), stored in the `label` column of the lease's row (the key's, a shared
+/// lease's, the ticket's, from which a hand-off copies it); no statement more. Returns `(1, fence)` granted; `(0, ms)` not granted (the
 /// ticket registered or refreshed when one was given; `ms` the lone holder's remaining ms,
 /// the first shared holder's, or `-2` when another waiter goes first); `(2, ms)` refused,
 /// `max_waiters` (`-1`: no limit) live tickets already wait; `(4, 0)`: `tok` shares the
@@ -104,7 +106,8 @@ LANGUAGE sql IMMUTABLE AS $fn$
 $fn$;
 
 CREATE OR REPLACE FUNCTION @pump@(
-  c @locks@, t timestamptz, dirty boolean, own text, tok text, ttl_ms bigint, lim bigint)
+  c @locks@, t timestamptz, dirty boolean, own text, tok text, ttl_ms bigint, lim bigint,
+  lbl text DEFAULT NULL)
 RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
   w @tickets@%ROWTYPE;
@@ -137,6 +140,7 @@ BEGIN
       w.token := tok;
       w.ttl_ms := ttl_ms;
       w.lim := lim;
+      w.label := lbl;
       lim := -1;
     END IF;
     EXIT WHEN lone OR held >= greatest(w.lim, 1);
@@ -151,14 +155,16 @@ BEGIN
       c.token := w.token;
       c.expires_at := t + g * interval '1 millisecond';
       c.fence := f;
+      c.label := w.label;
       lone := true;
     ELSE
-      INSERT INTO @shared@ AS s (key, token, fence, alone, expires_at)
-        VALUES (c.key, w.token, f, w.lim = 1, t + g * interval '1 millisecond')
+      INSERT INTO @shared@ AS s (key, token, fence, alone, expires_at, label)
+        VALUES (c.key, w.token, f, w.lim = 1, t + g * interval '1 millisecond', w.label)
         -- A token that shares already re-enters (its fence); a lapsed row is replaced.
         ON CONFLICT (key, token) DO UPDATE SET
           fence = CASE WHEN s.expires_at > t THEN s.fence ELSE excluded.fence END,
           alone = CASE WHEN s.expires_at > t THEN s.alone ELSE excluded.alone END,
+          label = CASE WHEN s.expires_at > t THEN s.label ELSE excluded.label END,
           expires_at = greatest(s.expires_at, excluded.expires_at)
         RETURNING s.fence INTO f;
       IF f > c.fence THEN
@@ -182,7 +188,8 @@ BEGIN
   END LOOP;
   IF dirty OR c.queued <> was THEN
     UPDATE @locks@ SET token = c.token, fence = c.fence, expires_at = c.expires_at,
-        queued = c.queued, shared_until = c.shared_until, released = c.released
+        queued = c.queued, shared_until = c.shared_until, released = c.released,
+        label = c.label
       WHERE key = c.key;
   END IF;
   RETURN mine;
@@ -191,7 +198,8 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION @acquire@(
   k text, tok text, ttl_ms bigint, tid text, ticket_ms bigint, max_waiters bigint,
-  lim bigint DEFAULT 0, reg text DEFAULT '', OUT status integer, OUT val bigint)
+  lim bigint DEFAULT 0, reg text DEFAULT '', lbl text DEFAULT '', OUT status integer,
+  OUT val bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz;
@@ -220,11 +228,11 @@ BEGIN
     IF lim = 0 THEN
       -- The fast path: the lock of a key nobody holds or queues for. Its conflict locks
       -- the row either way.
-      INSERT INTO @locks@ AS l (key, token, fence, expires_at)
-        VALUES (k, tok, @us@(t), t + ttl_ms * interval '1 millisecond')
+      INSERT INTO @locks@ AS l (key, token, fence, expires_at, label)
+        VALUES (k, tok, @us@(t), t + ttl_ms * interval '1 millisecond', nullif(lbl, ''))
         ON CONFLICT (key) DO UPDATE
           SET token = excluded.token, fence = greatest(l.fence + 1, excluded.fence),
-              expires_at = excluded.expires_at
+              expires_at = excluded.expires_at, label = excluded.label
           WHERE NOT l.queued AND (l.token IS NULL OR l.expires_at <= t) AND l.shared_until <= t
         RETURNING l.fence INTO f;
       IF FOUND THEN
@@ -275,7 +283,7 @@ BEGIN
     val := @ms@(c.expires_at, t);
   ELSE
     f := @pump@(c, t, false, CASE WHEN ticketed THEN tid ELSE '' END, tok, ttl_ms,
-                CASE WHEN ticketed THEN -1 ELSE lim END);
+                CASE WHEN ticketed THEN -1 ELSE lim END, nullif(lbl, ''));
     IF f >= 0 THEN
       status := 1;
       val := f;
@@ -297,8 +305,9 @@ BEGIN
       RETURN;
     END IF;
   END IF;
-  INSERT INTO @tickets@ (key, id, token, deadline, ttl_ms, claim_ms, lim, nonce)
-    VALUES (k, tid, tok, t + ticket_ms * interval '1 millisecond', ttl_ms, ticket_ms, lim, reg);
+  INSERT INTO @tickets@ (key, id, token, deadline, ttl_ms, claim_ms, lim, nonce, label)
+    VALUES (k, tid, tok, t + ticket_ms * interval '1 millisecond', ttl_ms, ticket_ms, lim, reg,
+            nullif(lbl, ''));
   -- In the ticket's transaction: the fast paths see it from its commit on.
   UPDATE @locks@ SET queued = true WHERE key = k AND NOT queued;
 END

@@ -82,3 +82,33 @@ RETURNS text LANGUAGE sql AS $fn$
   SELECT @renew@(ks, toks, ttls, array_fill(1::bigint, ARRAY[coalesce(array_length(ks, 1), 0)]))
 $fn$;
 "#;
+
+/// Version 5's holder labels: a `label` column on the key's row, a shared lease's and a
+/// ticket's (from which a hand-off copies it), all nullable, so rows of an older version
+/// read as unlabelled. The functions whose arguments changed (`acquire` gained `lbl`,
+/// `pump` its arrival's `lbl`) are dropped, the new ones giving the added argument a
+/// default, so a node of version 4 still running calls them; `holder`, whose result gained
+/// `fence` and `label`, is dropped to be made again (a version 4 node reads its first three
+/// columns, unchanged).
+pub(super) const V5_LABEL: &str = r#"
+DO $do$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@locks@'::regclass
+      AND attname = 'label' AND NOT attisdropped) THEN
+    ALTER TABLE @locks@ ADD COLUMN label text;
+    DROP FUNCTION IF EXISTS @acquire@(text, text, bigint, text, bigint, bigint, bigint, text),
+      @pump@(@locks@, timestamptz, boolean, text, text, bigint, bigint);
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@tickets@'::regclass
+      AND attname = 'label' AND NOT attisdropped) THEN
+    ALTER TABLE @tickets@ ADD COLUMN label text;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '@shared@'::regclass
+      AND attname = 'label' AND NOT attisdropped) THEN
+    ALTER TABLE @shared@ ADD COLUMN label text;
+  END IF;
+  IF EXISTS (SELECT 1 FROM pg_proc WHERE oid = to_regprocedure('@holder@(text)')
+               AND NOT ('label' = ANY (proargnames))) THEN
+    DROP FUNCTION @holder@(text);
+  END IF;
+END $do$;
+"#;

@@ -148,7 +148,8 @@ impl Inner {
             )
             .arg(self.ticket_ttl_ms)
             .arg(nonce())
-            .arg(limit_of(mode));
+            .arg(limit_of(mode))
+            .arg(req.label.as_ref().map_or("", |l| l.as_str()));
         let (reply, acked): (AttemptReply, Option<u64>) = match self.replica_ack {
             None => {
                 let reply = self.commands.invoke_pinned("acquire", &inv, pin).await;

@@ -18,14 +18,16 @@ local function clock()
 end
 local function holder_of(lock)
   local held = redis.call('GET', lock)
-  return held and string.match(held, '^[^ ]* (.*)$')
+  -- The token alone: a label follows it behind byte 31.
+  return held and string.match(held, '^[^ ]* ([^\31]*)')
 end
--- A shared holder's expiry and fence; nil when `token` holds no running shared lease.
+-- A shared holder's expiry and fence (with its label, as stored); nil when `token` holds
+-- no running shared lease.
 local function shared_of(holders, token)
   local mine = redis.call('HGET', holders, token)
   if not mine then return nil end
   clock()
-  local expiry, f = string.match(mine, '^(%d+) (%d+)$')
+  local expiry, f = string.match(mine, '^(%d+) (%d+.*)$')
   if tonumber(expiry) < now_ms then return nil end
   return tonumber(expiry), f
 end
@@ -118,30 +120,34 @@ return out
 /// Who holds a key.
 ///
 /// - `KEYS[1]` lock, `KEYS[2]` holders.
-/// - Returns `{token, pttl, mode, …}`: the holder alone (`'x'` the lock, `'a'` a shared
-///   request alone), or every shared holder
-///   whose lease runs (`'s'`); nothing when nobody holds it.
+/// - Returns `{token, pttl, mode, fence, label, …}`: the holder alone (`'x'` the lock,
+///   `'a'` a shared request alone), or every shared holder whose lease runs (`'s'`), each
+///   with its grant's fence and its label (`''`: none); nothing when nobody holds it.
 ///
 /// Read-only, one script so that every holder is read at the same instant.
 pub(crate) static HOLDERS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{LEASE}{}",
         r#"
-local holder = holder_of(KEYS[1])
-if not holder then return {} end
+local held = redis.call('GET', KEYS[1])
+if not held then return {} end
+local f, a, holder = string.match(held, '^(%d+)(a?)[^ ]* (.*)$')
 if holder ~= '' then
-  local alone = string.match(redis.call('GET', KEYS[1]), '^%d+a') and 'a' or 'x'
-  return {holder, redis.call('PTTL', KEYS[1]), alone}
+  local token, label = string.match(holder, '^([^\31]*)\31?(.*)$')
+  return {token, redis.call('PTTL', KEYS[1]), a == 'a' and 'a' or 'x', f, label}
 end
 clock()
 local out = {}
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
-  local expiry = tonumber(string.match(all[i + 1], '^%d+'))
+  local expiry, sf, label = string.match(all[i + 1], '^(%d+) (%d+)\31?(.*)$')
+  expiry = tonumber(expiry)
   if expiry >= now_ms then
     out[#out + 1] = all[i]
     out[#out + 1] = math.max(expiry - now_ms, 1)
     out[#out + 1] = 's'
+    out[#out + 1] = sf
+    out[#out + 1] = label
   end
 end
 return out

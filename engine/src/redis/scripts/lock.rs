@@ -17,7 +17,8 @@ use super::PRELUDE;
 ///   alone (its channel's subscription was just confirmed); `ARGV[5]` max waiters (`-1`:
 ///   no limit), `ARGV[6]` ticket TTL (ms; also this waiter's claim period, which its
 ///   ticket carries), `ARGV[7]` a fresh random nonce (below), `ARGV[8]` the limit (0:
-///   the lock; 1: a shared request alone; both hold alone).
+///   the lock; 1: a shared request alone; both hold alone), `ARGV[9]` the holder's label
+///   (`''`: none), stored with the lease and the ticket; no command more.
 /// - Returns `{1, fence, 0}` granted; `{0, pttl, nonce}` not granted (the ticket is
 ///   registered or refreshed when one was given, and `nonce` is its registration's, else
 ///   `0`; `pttl` is `-2` when the key is free but another waiter goes first, `-3` when not
@@ -58,7 +59,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// function).
 const ACQUIRE_BODY: &str = r#"
 local token, ttl, id, flags = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local ticket_ttl, limit = tonumber(ARGV[6]), tonumber(ARGV[8])
+local ticket_ttl, limit, lbl = tonumber(ARGV[6]), tonumber(ARGV[8]), ARGV[9] or ''
 -- A hand-off fence met on the way: the fence a fresh grant must exceed.
 local floor
 -- A tombstone: the key is free and nobody waits. Granted at once, the tombstone taken.
@@ -74,13 +75,13 @@ local function from_tombstone()
   end
   local f = tonumber(string.match(last, '^%d+')) + 1
   -- `NX`: a lock key beside a tombstone is not this layout's: looked at as usual.
-  local value = limit == 0 and ' ' .. token or limit == 1 and 'a ' .. token or ' '
+  local value = limit == 0 and ' ' .. token .. tag(lbl) or limit == 1 and 'a ' .. token .. tag(lbl) or ' '
   if not redis.call('SET', KEYS[1], fmt(f) .. value, 'NX', 'PX', ttl) then
     return nil
   end
   if limit > 1 then
     clock()
-    redis.call('HSET', KEYS[5], token, fmt(now_ms + ttl) .. ' ' .. fmt(f))
+    redis.call('HSET', KEYS[5], token, fmt(now_ms + ttl) .. ' ' .. fmt(f) .. tag(lbl))
     redis.call('PEXPIRE', KEYS[5], ttl)
   end
   return {1, f, 0}
@@ -109,8 +110,8 @@ if held then
       forget()
       -- Not made alone: others may share the key beside it.
       if limit <= 1 then return {4, 0, 0} end
-      local f = string.match(mine, ' (%d+)$')
-      redis.call('HSET', KEYS[5], token, fmt(now_ms + ttl) .. ' ' .. f)
+      local f, kept = string.match(mine, '^%d+ (%d+)(.*)$')
+      redis.call('HSET', KEYS[5], token, fmt(now_ms + ttl) .. ' ' .. f .. kept)
       if redis.call('PTTL', KEYS[1]) < ttl then
         redis.call('PEXPIRE', KEYS[1], ttl)
         redis.call('PEXPIRE', KEYS[5], ttl)
@@ -144,7 +145,7 @@ if (not head or head == id) and fits(limit) then
     pop(id, true)
     mark = '+'
   end
-  take(token, limit, ttl, f)
+  take(token, limit, ttl, f, lbl)
   return {1, f, 0}
 end
 local pttl = held and redis.call('PTTL', KEYS[1]) or -2
@@ -169,7 +170,7 @@ if not info then
   -- Behind the last ticket whatever the clock says: arrival order, across both modes.
   created = redis.call('RPUSH', KEYS[3], id) == 1
 end
-redis.call('HSET', KEYS[4], id, nonce .. '|' .. fmt(now_ms + ticket_ttl) .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[8] .. '|' .. token)
+redis.call('HSET', KEYS[4], id, nonce .. '|' .. fmt(now_ms + ticket_ttl) .. '|' .. ARGV[2] .. '|' .. ARGV[6] .. '|' .. ARGV[8] .. '|' .. token .. tag(lbl))
 -- The queue and the tickets live at least a ticket TTL more (the hash is written every
 -- time, so its expiry tells; a queue just created has none).
 if created or redis.call('PTTL', KEYS[4]) < ticket_ttl then
@@ -178,7 +179,7 @@ if created or redis.call('PTTL', KEYS[4]) < ticket_ttl then
 end
 if held and mark == '' then
   -- Marked: the holder's release must look at the queue from now on.
-  redis.call('SET', KEYS[1], fmt(fence) .. kind .. '+' .. named .. ' ' .. holder, 'KEEPTTL')
+  redis.call('SET', KEYS[1], fmt(fence) .. kind .. '+' .. named .. ' ' .. holder .. tag(label), 'KEEPTTL')
 end
 return {0, pttl, tonumber(nonce)}
 "#;

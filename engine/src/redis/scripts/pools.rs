@@ -56,7 +56,7 @@ for i = 1, #members, 2 do
   local held = redis.call('GET', lock)
   out[#out + 1] = members[i]
   if held then
-    out[#out + 1] = string.sub(held, string.find(held, ' ', 1, true) + 1)
+    out[#out + 1] = string.match(held, '^[^ ]* ([^\31]*)')
     out[#out + 1] = redis.call('PTTL', lock)
   else
     out[#out + 1] = ''
