@@ -70,7 +70,7 @@ pub use replay::AcceptedCodings;
 #[cfg(feature = "idempotency")]
 #[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub use replay::{
-    BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, ReplayAdapter, ReplayFuture,
-    ReplayLocker, ReplayedTrailers, fingerprint::FingerprintFn,
+    BodyRead, CapturingBody, Chunk, ChunkSource, Leftover, RecordSummary, ReplayAdapter,
+    ReplayFuture, ReplayLocker, ReplayedTrailers, fingerprint::FingerprintFn,
 };
 pub(crate) use sharing::Sharing;
