@@ -12,6 +12,7 @@ mod dry_run;
 mod extractors;
 mod fallback;
 mod grpc;
+mod hold_metrics;
 mod in_process;
 mod key_kinds;
 mod key_namespace;

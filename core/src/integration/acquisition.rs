@@ -10,12 +10,13 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs};
+use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs, hold_log};
 use crate::{
     LockError,
     engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
     key::RequestView,
     lease_info::LeaseInfo,
+    metrics::HoldFacts,
     options::BackendFailurePolicy,
     reject::RejectionKind,
     retry_after,
@@ -297,7 +298,20 @@ impl RequestLocker {
         // A dry run never waits: its grants found the key free.
         let c = &self.shared.config;
         let contended = !c.wait.is_zero() && !c.dry_run && waited >= Duration::from_millis(1);
-        self.shared.metrics.acquired(waited, contended);
+        let facts = HoldFacts {
+            lost: lease.lost_signal(),
+            fence: lease.fence().get(),
+            label: hold_log::holder_label(&lease),
+            // Kept only for the long-hold line the watch task may log (a span handle costs
+            // a reference count, and nothing when no subscriber is installed).
+            span: self
+                .shared
+                .metrics
+                .long_hold()
+                .map(|_| tracing::Span::current()),
+        };
+        hold_log::acquired(&facts, contended.then_some(waited), degraded);
+        let hold = self.shared.metrics.acquired(waited, contended, facts, now);
         if contended {
             self.shared.metrics.contended_key(lease.key().as_str());
         }
@@ -317,16 +331,6 @@ impl RequestLocker {
                 holder: metrics.began_first(lease.key(), now),
             },
         };
-        if contended {
-            tracing::debug!(
-                fence = lease.fence().get(),
-                ?waited,
-                degraded,
-                "lock acquired after waiting"
-            );
-        } else {
-            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
-        }
         let info = LeaseInfo::new(
             lease.fence(),
             waited,
@@ -342,6 +346,7 @@ impl RequestLocker {
             self.shared.metrics.clone(),
             self.shared.config.release,
             held_as,
+            hold,
         ))
     }
 
