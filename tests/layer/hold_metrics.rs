@@ -6,12 +6,16 @@
 use std::{sync::Arc, time::Duration};
 
 use axum::{Extension, Router, routing::post};
-use tokio::sync::mpsc;
-use tower_lock::{LeaseInfo, LockLayer};
+use tokio::sync::{mpsc, oneshot};
+use tower_lock::{LeaseInfo, LockEngine, LockLayer};
 use tower_lock_test_support::{
     http::{TestServer, serve},
-    scenarios::{Backend, FOR_K, LockTable},
+    scenarios::{Backend, FOR_K, LockTable, header_key},
 };
+use tracing::{Instrument, Level};
+use tracing_subscriber::layer::SubscriberExt;
+
+use super::log_capture::{Capture, Captured};
 
 /// A server whose `POST /work` hands the test its lease and never answers (a hung
 /// handler), under `layer`; the test's side receives each request's lease once it is
@@ -149,4 +153,137 @@ mod exported {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// A server whose `POST /work` runs each request in a span `request` (as a tracing
+/// middleware would), hands the test its lease, and answers once the test says so.
+async fn traced_handler(
+    layer: &LockLayer,
+) -> (
+    Arc<TestServer>,
+    mpsc::UnboundedReceiver<(LeaseInfo, oneshot::Sender<()>)>,
+) {
+    let (inside, leases) = mpsc::unbounded_channel();
+    let app = Router::new()
+        .route(
+            "/work",
+            post(move |Extension(info): Extension<LeaseInfo>| {
+                let inside = inside.clone();
+                async move {
+                    let (done, answer) = oneshot::channel();
+                    inside.send((info, done)).unwrap();
+                    answer.await.unwrap();
+                    "done"
+                }
+            }),
+        )
+        .route_layer(layer.clone())
+        .layer(axum::middleware::from_fn(
+            |req: axum::extract::Request, next: axum::middleware::Next| {
+                next.run(req).instrument(tracing::info_span!("request"))
+            },
+        ));
+    (Arc::new(serve(app).await), leases)
+}
+
+/// The first captured event with `message`, waited for up to 5 s: the watch task logs a
+/// long hold at its next look, an event the test cannot await from outside.
+async fn logged(capture: &Capture, message: &str) -> Captured {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(event) = capture
+            .events()
+            .into_iter()
+            .find(|e| e.message() == message)
+        {
+            return event;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {message:?} logged within 5 s: {:#?}",
+            capture.events()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The line names the hold's key, fence and holder label, within the request's span.
+fn names_the_hold(event: &Captured, info: &LeaseInfo) {
+    assert_eq!(event.fields["key"], info.key().as_str(), "{event:?}");
+    assert_eq!(event.fields["fence"], info.fence().to_string(), "{event:?}");
+    assert!(event.fields.contains_key("holder"), "{event:?}");
+    assert!(
+        event.spans.iter().any(|s| s == "request"),
+        "logged outside the request's span: {event:?}"
+    );
+}
+
+/// Every grant and release is logged at `debug` with key, fence and holder within the
+/// request's span; a hold past `log_holds_longer_than` is logged at `info` while it is
+/// still held (by the layer's watch task, within the request's span all the same) and at
+/// its release; the oldest-hold gauge tells how long it has lasted.
+#[tokio::test]
+async fn holds_are_logged_with_key_fence_and_holder_and_long_ones_at_info() {
+    #[cfg(feature = "metrics")]
+    exported::install();
+    let capture = Capture::default();
+    let _subscriber =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let name = "hold-log";
+    let long = Duration::from_millis(300);
+    let layer = LockLayer::builder(LockEngine::in_memory())
+        .key(header_key())
+        .metrics_name(name)
+        .log_holds_longer_than(long)
+        .build()
+        .unwrap();
+    let (server, mut leases) = traced_handler(&layer).await;
+
+    // A short hold: `debug` lines only.
+    let request = {
+        let server = server.clone();
+        tokio::spawn(async move { server.post("/work", FOR_K).await })
+    };
+    let (info, done) = leases.recv().await.unwrap();
+    names_the_hold(&logged(&capture, "lock acquired").await, &info);
+    done.send(()).unwrap();
+    assert_eq!(request.await.unwrap().text(), "done");
+    let released = logged(&capture, "lock released").await;
+    names_the_hold(&released, &info);
+    assert_eq!(released.level, Level::DEBUG);
+    assert!(!capture.events().iter().any(|e| e.level == Level::INFO));
+    assert_eq!(layer.metrics().snapshot().oldest_hold, None);
+
+    // A long one: `info` while held, and at its release.
+    capture.take();
+    let request = {
+        let server = server.clone();
+        tokio::spawn(async move { server.post("/work", FOR_K).await })
+    };
+    let (info, done) = leases.recv().await.unwrap();
+    let still = logged(&capture, "lock held longer than the threshold").await;
+    assert_eq!(still.level, Level::INFO);
+    names_the_hold(&still, &info);
+    let oldest = layer.metrics().snapshot().oldest_hold.unwrap();
+    assert!(oldest >= long, "{oldest:?}");
+    #[cfg(feature = "metrics")]
+    {
+        // Set by the watch task at each look: at least the threshold once it logged.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while exported::value(name, "tower_lock_oldest_hold_seconds") < Some(long.as_secs_f64()) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "oldest-hold gauge not set"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    done.send(()).unwrap();
+    assert_eq!(request.await.unwrap().text(), "done");
+    let released = logged(&capture, "long hold released").await;
+    assert_eq!(released.level, Level::INFO);
+    names_the_hold(&released, &info);
+    assert_eq!(layer.metrics().snapshot().oldest_hold, None);
+    #[cfg(feature = "metrics")]
+    exported::until(name, "tower_lock_oldest_hold_seconds", 0.0).await;
 }

@@ -302,13 +302,15 @@ impl RequestLocker {
             lost: lease.lost_signal(),
             fence: lease.fence().get(),
             label: hold_log::holder_label(&lease),
-            // Kept only for the long-hold line the watch task may log (a span handle costs
-            // a reference count, and nothing when no subscriber is installed).
-            span: self
-                .shared
-                .metrics
-                .long_hold()
-                .map(|_| tracing::Span::current()),
+            // The request's span, for the lines logged away from it: the release (often
+            // where the server drops the body, outside any span) and the watch task's.
+            // Kept only when one of them is logged: two reference counts a request.
+            span: (self.shared.metrics.long_hold().is_some()
+                || tracing::enabled!(tracing::Level::DEBUG))
+            .then(|| {
+                let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+                (tracing::Span::current(), dispatch)
+            }),
         };
         hold_log::acquired(&facts, contended.then_some(waited), degraded);
         let hold = self.shared.metrics.acquired(waited, contended, facts, now);

@@ -2,9 +2,11 @@
 //! node and request that hold it, and how long they held it.
 //!
 //! Every line names `key`, `fence` and `holder` (the lease's holder label, see
-//! [`holder_label`]) and is emitted within the request's span (the grant and the release
-//! run in the request's task; a long hold seen by the layer's watch task is logged inside
-//! the span the grant was logged in), so a trace links them to the request:
+//! [`holder_label`]) and is emitted within the request's span, so a trace links them to the
+//! request: the grant runs in the request's task; the release often runs where the server
+//! drops the response body, outside every span, and the watch task on the engine's thread,
+//! so a hold keeps the span (and subscriber) its grant was logged in and logs there, when
+//! `debug` is on for this crate or the layer has a long-hold threshold:
 //!
 //! - `debug`: `lock acquired` / `lock acquired after waiting`, and `lock released` (with
 //!   `held`);
@@ -12,7 +14,9 @@
 //!   and `long hold released` at its release, for holds longer than the layer's
 //!   `log_holds_longer_than`;
 //! - `warn`: `lease was lost while the request held it`, when the layer finds it lost
-//!   (within a second, while the request still runs) or at the request's end.
+//!   (within a second, while the request still runs) or at the request's end (without
+//!   `debug` nor a threshold, the hold keeps no span: this line is then logged where it is
+//!   found).
 
 use std::{sync::Arc, time::Duration};
 
@@ -59,34 +63,51 @@ pub(crate) fn acquired(facts: &HoldFacts, waited: Option<Duration>, degraded: bo
 /// The release of a hold that lasted `held`: `info` past `long`, else `debug`.
 pub(crate) fn released(facts: &HoldFacts, held: Duration, long: Option<Duration>) {
     let key = facts.lost.key();
-    if long.is_some_and(|long| held >= long) {
-        tracing::info!(%key, fence = facts.fence, holder = label(facts), ?held, "long hold released");
-    } else {
-        tracing::debug!(%key, fence = facts.fence, holder = label(facts), ?held, "lock released");
-    }
+    within_request(facts, || {
+        if long.is_some_and(|long| held >= long) {
+            tracing::info!(%key, fence = facts.fence, holder = label(facts), ?held, "long hold released");
+        } else {
+            tracing::debug!(%key, fence = facts.fence, holder = label(facts), ?held, "lock released");
+        }
+    });
 }
 
 /// A hold found lost after `held` (by the layer's watch task while its request runs, or at
 /// the request's end).
 pub(crate) fn lost_while_held(facts: &HoldFacts, held: Duration) {
-    let _entered = facts.span.as_ref().map(tracing::Span::enter);
-    tracing::warn!(
-        key = %facts.lost.key(),
-        fence = facts.fence,
-        holder = label(facts),
-        ?held,
-        "lease was lost while the request held it"
-    );
+    within_request(facts, || {
+        tracing::warn!(
+            key = %facts.lost.key(),
+            fence = facts.fence,
+            holder = label(facts),
+            ?held,
+            "lease was lost while the request held it"
+        );
+    });
 }
 
 /// A hold still held after `held`, past the layer's threshold (by the watch task, once).
 pub(crate) fn still_held(facts: &HoldFacts, held: Duration) {
-    let _entered = facts.span.as_ref().map(tracing::Span::enter);
-    tracing::info!(
-        key = %facts.lost.key(),
-        fence = facts.fence,
-        holder = label(facts),
-        ?held,
-        "lock held longer than the threshold"
-    );
+    within_request(facts, || {
+        tracing::info!(
+            key = %facts.lost.key(),
+            fence = facts.fence,
+            holder = label(facts),
+            ?held,
+            "lock held longer than the threshold"
+        );
+    });
+}
+
+/// Run `log` within the request's span and to the request's subscriber, when the hold
+/// kept them: the watch task runs on the engine's thread, whose default subscriber may not
+/// be the request's (a subscriber set for a thread or a runtime). Else as it is.
+fn within_request(facts: &HoldFacts, log: impl FnOnce()) {
+    match &facts.span {
+        Some((span, dispatch)) => tracing::dispatcher::with_default(dispatch, || {
+            let _entered = span.enter();
+            log();
+        }),
+        None => log(),
+    }
 }

@@ -36,9 +36,10 @@ pub(crate) struct HoldFacts {
     pub(crate) lost: LostSignal,
     pub(crate) fence: u64,
     pub(crate) label: Option<Arc<str>>,
-    /// The request's span where the grant was logged (`None`: no long-hold threshold, so
-    /// the watch task logs nothing for this hold and the span is not kept).
-    pub(crate) span: Option<tracing::Span>,
+    /// The request's span where the grant was logged, and the subscriber it was logged
+    /// to, for the lines logged away from the request (`None`: kept only when `debug` is
+    /// on or the layer has a long-hold threshold).
+    pub(crate) span: Option<(tracing::Span, tracing::Dispatch)>,
 }
 
 /// One current hold.
