@@ -8,6 +8,7 @@
 
 mod across_routes;
 mod compression_inside;
+mod dashboard;
 mod dry_run;
 mod extractors;
 mod fallback;
