@@ -188,6 +188,30 @@ macro_rules! lock_setters {
             self.settings.dry_run = observe_only;
             self
         }
+
+        /// Log at `info` every hold of this layer that lasts `threshold` or longer: once
+        /// while it is still held (`lock held longer than the threshold`, seen within a
+        /// second of crossing it, so a hung handler shows up before it ends) and at its
+        /// release (`long hold released`). Each line names `key`, `fence`, `holder` (the
+        /// lease's holder label) and `held`, within the request's span. Every grant and
+        /// release is logged at `debug` whatever the threshold. Default: none (no
+        /// `info` line). See `docs/runbook.md`.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use tower_lock::{LockEngine, LockLayer, key::HeaderKey};
+        ///
+        /// let layer = LockLayer::builder(LockEngine::in_memory())
+        ///     .key(HeaderKey::new("x-tenant-id"))
+        ///     .log_holds_longer_than(Duration::from_secs(5))
+        ///     .build()
+        ///     .unwrap();
+        /// # drop(layer);
+        /// ```
+        pub fn log_holds_longer_than(mut self, threshold: std::time::Duration) -> Self {
+            self.settings.long_hold = Some(threshold);
+            self
+        }
     };
 }
 

@@ -67,6 +67,8 @@ pub struct LockSettings {
     pub shared_for: Option<Vec<String>>,
     /// `dry_run(true)`: observe only.
     pub dry_run: bool,
+    /// `log_holds_longer_than(d)`: holds past `d` are logged at `info`.
+    pub long_hold: Option<Duration>,
 }
 
 #[allow(clippy::new_without_default)] // tower-lock's builders say which defaults they start from
@@ -92,6 +94,7 @@ impl LockSettings {
             permits: None,
             shared_for: None,
             dry_run: false,
+            long_hold: None,
         }
     }
 
@@ -273,6 +276,7 @@ impl LockSettings {
                 name,
                 default_name,
                 dry_run: self.dry_run,
+                long_hold: self.long_hold,
             },
             engine,
         ))

@@ -8,10 +8,12 @@
 
 mod across_routes;
 mod compression_inside;
+mod dashboard;
 mod dry_run;
 mod extractors;
 mod fallback;
 mod grpc;
+mod hold_metrics;
 mod in_process;
 mod key_kinds;
 mod key_namespace;

@@ -10,12 +10,13 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs};
+use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs, hold_log};
 use crate::{
     LockError,
     engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
     key::RequestView,
     lease_info::LeaseInfo,
+    metrics::HoldFacts,
     options::BackendFailurePolicy,
     reject::RejectionKind,
     retry_after,
@@ -297,7 +298,22 @@ impl RequestLocker {
         // A dry run never waits: its grants found the key free.
         let c = &self.shared.config;
         let contended = !c.wait.is_zero() && !c.dry_run && waited >= Duration::from_millis(1);
-        self.shared.metrics.acquired(waited, contended);
+        let facts = HoldFacts {
+            lost: lease.lost_signal(),
+            fence: lease.fence().get(),
+            label: hold_log::holder_label(&lease),
+            // The request's span, for the lines logged away from it: the release (often
+            // where the server drops the body, outside any span) and the watch task's.
+            // Kept only when one of them is logged: two reference counts a request.
+            span: (self.shared.metrics.long_hold().is_some()
+                || tracing::enabled!(tracing::Level::DEBUG))
+            .then(|| {
+                let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+                (tracing::Span::current(), dispatch)
+            }),
+        };
+        hold_log::acquired(&facts, contended.then_some(waited), degraded);
+        let hold = self.shared.metrics.acquired(waited, contended, facts, now);
         if contended {
             self.shared.metrics.contended_key(lease.key().as_str());
         }
@@ -317,16 +333,6 @@ impl RequestLocker {
                 holder: metrics.began_first(lease.key(), now),
             },
         };
-        if contended {
-            tracing::debug!(
-                fence = lease.fence().get(),
-                ?waited,
-                degraded,
-                "lock acquired after waiting"
-            );
-        } else {
-            tracing::debug!(fence = lease.fence().get(), degraded, "lock acquired");
-        }
         let info = LeaseInfo::new(
             lease.fence(),
             waited,
@@ -342,6 +348,7 @@ impl RequestLocker {
             self.shared.metrics.clone(),
             self.shared.config.release,
             held_as,
+            hold,
         ))
     }
 

@@ -53,4 +53,7 @@ pub(crate) struct Config {
     /// Observe only (`dry_run(true)`): no lock another layer meets, no rejection; what
     /// would have happened is counted and logged.
     pub(crate) dry_run: bool,
+    /// `log_holds_longer_than`: holds past it are logged at `info` (while still held, and
+    /// at their release).
+    pub(crate) long_hold: Option<Duration>,
 }

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AfterHead, Release};
+use super::{AfterHead, Release, hold_log};
 #[cfg(feature = "idempotency")]
 use crate::engine::{LockError, Record};
 use crate::{
     engine::Lease,
     lease_info::LeaseInfo,
-    metrics::{HolderSlot, LockMetrics, PermitInUse},
+    metrics::{HoldId, HolderSlot, LockMetrics, PermitInUse},
     options::ReleasePoint,
 };
 
@@ -37,6 +37,8 @@ pub struct LockGuard {
     /// record of the holder, for a contender's `Retry-After`, cleared at release), or as a
     /// permit (counted in the permits gauge while the guard lives).
     held_as: HeldAs,
+    /// Where the hold is among the layer's current holds (its gauges and log lines).
+    hold: HoldId,
 }
 
 impl fmt::Debug for LockGuard {
@@ -69,6 +71,7 @@ impl LockGuard {
         metrics: LockMetrics,
         release: ReleasePoint,
         held_as: HeldAs,
+        hold: HoldId,
     ) -> Self {
         Self {
             lease: Some(lease),
@@ -78,6 +81,7 @@ impl LockGuard {
             metrics,
             release,
             held_as,
+            hold,
         }
     }
 
@@ -186,7 +190,7 @@ impl Drop for LockGuard {
         // One clock read for the hold time and the lost check.
         let now = Instant::now();
         let held = now.saturating_duration_since(self.granted);
-        self.metrics.held(held);
+        let ended = self.metrics.held(self.hold, held);
         if let HeldAs::Alone(holder)
         | HeldAs::Permit {
             holder: Some(holder),
@@ -195,11 +199,16 @@ impl Drop for LockGuard {
         {
             self.metrics.ended(*holder);
         }
-        if self.info.is_lost_at(now) {
-            self.metrics.lost();
-            tracing::warn!(key = %self.info.key(), ?held, "lease was lost while the request held it");
-        } else {
-            tracing::debug!(key = %self.info.key(), ?held, "lock released");
+        match &ended {
+            // Found lost while the request ran: counted and logged then.
+            Some(ended) if ended.already_lost => {}
+            Some(ended) if self.info.is_lost_at(now) => {
+                self.metrics.lost();
+                hold_log::lost_while_held(&ended.facts, held);
+            }
+            Some(ended) => hold_log::released(&ended.facts, held, self.metrics.long_hold()),
+            // Every guard's hold is registered at its grant.
+            None => {}
         }
         // The clock read above serves the in-process engine's release too.
         if let Some(lease) = self.lease.take() {

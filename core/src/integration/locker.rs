@@ -86,7 +86,7 @@ impl RequestLocker {
     pub(crate) fn new(config: Config, engine: LockEngine) -> Self {
         let local =
             (config.backend_failure == BackendFailurePolicy::Degrade).then(LockEngine::in_memory);
-        let metrics = LockMetrics::new(&config.name);
+        let metrics = LockMetrics::new(&config.name, config.long_hold);
         let default_name = config.default_name;
         let shared = Arc::new(Shared {
             config,

@@ -41,6 +41,7 @@ mod after_head;
 mod config;
 mod dry_run;
 mod guard;
+pub(crate) mod hold_log;
 mod layer_names;
 mod locker;
 mod log_throttle;

@@ -24,6 +24,7 @@ pub(super) struct Facade {
     wait: Key,
     hold: Key,
     holding: Key,
+    oldest_hold: Key,
     waiting: Key,
     /// `tower_lock_permits_in_use`, `mode` = `shared` and `exclusive`.
     permits: [Key; 2],
@@ -64,6 +65,7 @@ impl Facade {
             wait: key("tower_lock_wait_seconds"),
             hold: key("tower_lock_hold_seconds"),
             holding: key("tower_lock_requests_holding"),
+            oldest_hold: key("tower_lock_oldest_hold_seconds"),
             waiting: key("tower_lock_requests_waiting"),
             permits: ["shared", "exclusive"].map(|mode| {
                 Key::from_parts(
@@ -101,6 +103,10 @@ impl Facade {
                     &self.replayed,
                     "Idempotent requests answered with a stored response.",
                 );
+                counter(
+                    &self.discarded,
+                    "Completed idempotent responses not stored: a retry runs again.",
+                );
                 r.describe_histogram(
                     self.wait.name_shared(),
                     Some(Unit::Seconds),
@@ -115,6 +121,11 @@ impl Facade {
                     self.holding.name_shared(),
                     Some(Unit::Count),
                     "Requests holding their lock key now.".into(),
+                );
+                r.describe_gauge(
+                    self.oldest_hold.name_shared(),
+                    Some(Unit::Seconds),
+                    "How long the oldest hold of the layer on this node has lasted.".into(),
                 );
                 r.describe_gauge(
                     self.waiting.name_shared(),
@@ -147,8 +158,9 @@ impl Facade {
         self.count(&self.contended);
     }
 
-    pub(super) fn lost(&self) {
-        self.count(&self.lost);
+    pub(super) fn lost(&self, n: u64) {
+        self.describe();
+        metrics::with_recorder(|r| r.register_counter(&self.lost, &METADATA).increment(n));
     }
 
     pub(super) fn acquired(&self, waited: Duration, contended: bool) {
@@ -169,7 +181,20 @@ impl Facade {
         metrics::with_recorder(|r| {
             r.register_histogram(&self.hold, &METADATA)
                 .record(held.as_secs_f64());
-            r.register_gauge(&self.holding, &METADATA).decrement(1.0);
+        });
+    }
+
+    /// Requests left (or, `delta` > 0, joined) the holding gauge.
+    pub(super) fn holding(&self, delta: f64) {
+        self.describe();
+        metrics::with_recorder(|r| r.register_gauge(&self.holding, &METADATA).increment(delta));
+    }
+
+    pub(super) fn oldest_hold(&self, age: Duration) {
+        self.describe();
+        metrics::with_recorder(|r| {
+            r.register_gauge(&self.oldest_hold, &METADATA)
+                .set(age.as_secs_f64());
         });
     }
 

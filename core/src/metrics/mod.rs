@@ -20,14 +20,18 @@
 //! | `tower_lock_rejected_total` | counter | `layer`, `reason` | rejections, by [`RejectionKind::as_str`] |
 //! | `tower_lock_unlocked_total` | counter | `layer` | requests that ran without a lock (no key under pass-through, fail-open) |
 //! | `tower_lock_degraded_total` | counter | `layer` | acquisitions that fell back to the in-process engine |
-//! | `tower_lock_lost_leases_total` | counter | `layer` | leases lost while their request held them (counted when the request ends) |
+//! | `tower_lock_lost_leases_total` | counter | `layer` | leases lost while their request held them (counted when the layer finds them lost: within a second while the request still runs, or at its end) |
 //! | `tower_lock_replayed_total` | counter | `layer` | idempotent requests answered with a stored response |
 //! | `tower_lock_replay_discarded_total` | counter | `layer` | completed idempotent responses not stored (the lease ran out, the backend refused or failed: an outage), so a retry runs again: alert on it |
 //! | `tower_lock_wait_seconds` | histogram | `layer` | from the start of the acquisition to the grant |
 //! | `tower_lock_hold_seconds` | histogram | `layer` | from the grant to the release |
-//! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now |
+//! | `tower_lock_requests_holding` | gauge | `layer` | requests holding their key now (a request whose lease was lost leaves it within a second, though it may still run) |
+//! | `tower_lock_oldest_hold_seconds` | gauge | `layer` | how long the oldest current hold of the layer on this node has lasted (0: none), set every second while the layer holds keys |
 //! | `tower_lock_requests_waiting` | gauge | `layer` | requests whose acquisition is under way now (waiting for a held key, or for the backend's answer) |
 //! | `tower_lock_permits_in_use` | gauge | `layer`, `mode` | requests holding a permit of their key now (a layer with `permits` or `shared_for`), by `mode`: `shared` or `exclusive` |
+//!
+//! The same table, with what each series is for, the dashboard
+//! (`dashboards/grafana.json`) and the alerts, is in the repository's `docs/metrics.md`.
 //!
 //! Install the recorder before serving: gauges are moved up and down by events, so a
 //! recorder installed while requests hold or wait starts from their later decrements. For
@@ -74,7 +78,9 @@ use crate::{
 };
 
 mod histogram;
+mod holds;
 mod hot_keys;
+mod series;
 mod snapshot;
 // The `metrics` facade, or its empty twin: chosen once, here.
 #[cfg_attr(feature = "metrics", path = "facade.rs")]
@@ -82,11 +88,14 @@ mod snapshot;
 mod recorder;
 
 use histogram::Histogram;
+use holds::Holds;
+pub(crate) use holds::{Ended, HoldFacts, HoldId};
 use hot_keys::HotKeys;
 use recorder::Facade;
 
 pub use histogram::BUCKET_BOUNDS_SECONDS;
 pub use hot_keys::{HOT_KEYS, OTHER};
+pub use series::{SERIES, Series, SeriesKind};
 pub use snapshot::{HistogramSnapshot, MetricsSnapshot, RejectedCounts};
 
 /// The numbers of one layer, and its series on the `metrics` facade.
@@ -112,6 +121,10 @@ struct Inner {
     current_holders: CurrentHolders,
     /// Contention by key, capped.
     hot: HotKeys,
+    /// The holds of this layer on this node now: the holding gauge follows their leases.
+    holds: Holds,
+    /// The layer's `log_holds_longer_than`: holds past it are logged at `info`.
+    long_hold: Option<Duration>,
     facade: Facade,
     /// Whether a locked request answered `405` was logged (see [`LockMetrics::wrapped_405`]).
     wrapped_405: AtomicBool,
@@ -126,7 +139,7 @@ pub struct LockMetrics {
 
 impl Default for LockMetrics {
     fn default() -> Self {
-        Self::new("")
+        Self::new("", None)
     }
 }
 
@@ -137,18 +150,24 @@ impl fmt::Debug for LockMetrics {
 }
 
 impl LockMetrics {
-    /// The metrics of a layer whose series carry `layer = name`.
-    pub(crate) fn new(name: &str) -> Self {
+    /// The metrics of a layer whose series carry `layer = name`, logging holds longer
+    /// than `long_hold` at `info`.
+    pub(crate) fn new(name: &str, long_hold: Option<Duration>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 facade: Facade::new(name),
+                long_hold,
                 ..Inner::default()
             }),
         }
     }
 
     /// Read every counter, histogram and gauge (each is read atomically, not all together).
+    ///
+    /// The layer's holds are looked at first, as its watch task does every second: a
+    /// lease found lost here leaves `holding` (and is counted in `lost`) at this read.
     pub fn snapshot(&self) -> MetricsSnapshot {
+        let oldest_hold = self.look(false).and_then(|oldest| oldest);
         let i = &self.inner;
         let r = |k: RejectionKind| i.rejected[k.index()].load(Relaxed);
         let gauge = |g: &AtomicI64| u64::try_from(g.load(Relaxed)).unwrap_or(0);
@@ -177,6 +196,7 @@ impl LockMetrics {
             wait: i.wait.snapshot(),
             hold: i.hold.snapshot(),
             holding: gauge(&i.holding),
+            oldest_hold,
             waiting: gauge(&i.waiting),
             shared_permits: gauge(&i.permits[0]),
             exclusive_permits: gauge(&i.permits[1]),
@@ -198,8 +218,15 @@ impl LockMetrics {
         self.inner.facade.contended_key(label);
     }
 
-    /// A request was granted its key after `waited`; it holds it until [`held`](Self::held).
-    pub(crate) fn acquired(&self, waited: Duration, contended: bool) {
+    /// A request was granted its key after `waited`, at `granted`; it holds it until
+    /// [`held`](Self::held), or until its lease is found lost.
+    pub(crate) fn acquired(
+        &self,
+        waited: Duration,
+        contended: bool,
+        facts: HoldFacts,
+        granted: tokio::time::Instant,
+    ) -> HoldId {
         let i = &self.inner;
         i.acquired.fetch_add(1, Relaxed);
         if contended {
@@ -208,15 +235,53 @@ impl LockMetrics {
         i.wait.record(waited);
         i.holding.fetch_add(1, Relaxed);
         i.facade.acquired(waited, contended);
+        let (id, start_watch) = i.holds.begin(facts, granted);
+        if start_watch {
+            holds::watch(Arc::downgrade(&self.inner));
+        }
+        id
     }
 
-    /// A request that held its key for `d` released it.
-    pub(crate) fn held(&self, d: Duration) {
+    /// The request of hold `id`, which held its key for `d`, let it go: the hold's facts,
+    /// and whether its lease was already found lost (it left the holding gauge and was
+    /// counted lost then).
+    pub(crate) fn held(&self, id: HoldId, d: Duration) -> Option<Ended> {
         let i = &self.inner;
         i.hold.record(d);
         i.recent_holds.record(d);
-        i.holding.fetch_sub(1, Relaxed);
+        let ended = i.holds.end(id);
+        if !ended.as_ref().is_some_and(|e| e.already_lost) {
+            i.holding.fetch_sub(1, Relaxed);
+            i.facade.holding(-1.0);
+        }
         i.facade.held(d);
+        ended
+    }
+
+    /// The layer's `log_holds_longer_than`.
+    pub(crate) fn long_hold(&self) -> Option<Duration> {
+        self.inner.long_hold
+    }
+
+    /// Look at the layer's holds now (the watch task: `stop_if_empty`): the leases found
+    /// lost leave the holding gauge and are counted lost, and the oldest-hold gauge is set.
+    /// `None` when the watch task is to stop (no holds); else the oldest hold's age.
+    fn look(&self, stop_if_empty: bool) -> Option<Option<Duration>> {
+        let i = &self.inner;
+        let look = i.holds.look(i.long_hold, stop_if_empty);
+        let Some(look) = look else {
+            i.facade.oldest_hold(Duration::ZERO);
+            return None;
+        };
+        if look.newly_lost > 0 {
+            let n = look.newly_lost;
+            i.holding.fetch_sub(i64::from(n), Relaxed);
+            i.lost.fetch_add(u64::from(n), Relaxed);
+            i.facade.holding(-f64::from(n));
+            i.facade.lost(u64::from(n));
+        }
+        i.facade.oldest_hold(look.oldest.unwrap_or_default());
+        Some(look.oldest)
     }
 
     pub(crate) fn rejected(&self, kind: RejectionKind) {
@@ -239,10 +304,11 @@ impl LockMetrics {
         self.inner.facade.degraded();
     }
 
-    /// A request's lease was lost while it held it.
+    /// A request's lease was lost while it held it (found at the request's end: the
+    /// layer's holds did not see it lost before).
     pub(crate) fn lost(&self) {
         self.inner.lost.fetch_add(1, Relaxed);
-        self.inner.facade.lost();
+        self.inner.facade.lost(1);
     }
 
     /// A request's acquisition is under way until the returned guard is dropped.
@@ -354,44 +420,4 @@ impl Drop for PermitInUse {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn gauges_follow_grants_releases_and_waits() {
-        let m = LockMetrics::default();
-        m.acquired(MS, false);
-        m.acquired(MS, false);
-        let waiting = m.waiting();
-        assert_eq!((m.snapshot().holding, m.snapshot().waiting), (2, 1));
-        m.held(MS);
-        drop(waiting);
-        assert_eq!((m.snapshot().holding, m.snapshot().waiting), (1, 0));
-    }
-
-    #[test]
-    fn permits_gauge_counts_shared_and_exclusive_holders() {
-        let m = LockMetrics::default();
-        let a = m.permit(false);
-        let b = m.permit(false);
-        let w = m.permit(true);
-        let snap = m.snapshot();
-        assert_eq!((snap.shared_permits, snap.exclusive_permits), (2, 1));
-        drop((a, w));
-        let snap = m.snapshot();
-        assert_eq!((snap.shared_permits, snap.exclusive_permits), (1, 0));
-        drop(b);
-        assert_eq!(m.snapshot().shared_permits, 0);
-    }
-
-    #[test]
-    fn lost_and_replayed_are_counted() {
-        let m = LockMetrics::default();
-        m.lost();
-        m.replayed();
-        m.replayed();
-        assert_eq!((m.snapshot().lost, m.snapshot().replayed), (1, 2));
-    }
-}
+mod tests;

@@ -20,11 +20,15 @@ impl Facade {
 
     pub(super) fn contended(&self) {}
 
-    pub(super) fn lost(&self) {}
+    pub(super) fn lost(&self, _n: u64) {}
 
     pub(super) fn acquired(&self, _waited: Duration, _contended: bool) {}
 
     pub(super) fn held(&self, _held: Duration) {}
+
+    pub(super) fn holding(&self, _delta: f64) {}
+
+    pub(super) fn oldest_hold(&self, _age: Duration) {}
 
     pub(super) fn rejected(&self, _kind: RejectionKind, _contended: bool) {}
 

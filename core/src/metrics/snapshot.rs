@@ -20,7 +20,8 @@ pub struct MetricsSnapshot {
     /// Acquisitions that fell back to the in-process engine because the backend failed.
     pub degraded: u64,
     /// Leases lost while their request held them (renewal failed, or the key was taken
-    /// away), counted when the request ends.
+    /// away), counted when the layer finds them lost: within a second, while the request
+    /// still runs, or at its end.
     pub lost: u64,
     /// Idempotency replay: requests answered with a stored response.
     pub replayed: u64,
@@ -33,8 +34,13 @@ pub struct MetricsSnapshot {
     pub wait: HistogramSnapshot,
     /// Time from the grant to the release, of acquired requests.
     pub hold: HistogramSnapshot,
-    /// Requests holding their key now.
+    /// Requests holding their key now: a request whose lease was lost (taken away by an
+    /// operator, a backend reset, a failed renewal) is not counted, though it may still
+    /// run.
     pub holding: u64,
+    /// How long the oldest of those holds has lasted (`None`: none held). The
+    /// `tower_lock_oldest_hold_seconds` gauge, exact at the snapshot.
+    pub oldest_hold: Option<Duration>,
     /// Requests whose acquisition is under way now.
     pub waiting: u64,
     /// Requests holding one of the shared permits of their key now (a layer with
