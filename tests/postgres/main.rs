@@ -30,3 +30,4 @@ mod query_timeout;
 mod restart;
 mod setup;
 mod shared;
+mod wake;

@@ -65,7 +65,8 @@
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
 //!   shared leases, 3 since `queued`, 4 since one space and one queue per key for both
-//!   modes); [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2 or 3 schema in
+//!   modes, 5 since a hand-off is notified to its waiter's node alone);
+//!   [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2, 3 or 4 schema in
 //!   place, with its leases held and its waiters queued.
 //!
 //! # Rolling upgrade
@@ -132,8 +133,15 @@
 //! that grants nobody notifies nobody. Each attempt registers with a fresh random nonce,
 //! and a waiter takes a grant only if it names the latest: a grant of an earlier
 //! registration, delivered late (it may have lapsed and gone to another since), is refused
-//! whatever the clocks say, and a grant that still stands is found by the next attempt. One listener connection per backend (a direct one: `LISTEN` needs its
-//! session) hears the grant and completes the waiter's acquire. A waiter also retries on a
+//! whatever the clocks say, and a grant that still stands is found by the next attempt. One
+//! listener connection per backend (a direct one: `LISTEN` needs its session) hears the
+//! grant and completes the waiter's acquire. Each backend has a channel of its own
+//! ([`PostgresBackend::wake_channel`]), the only one its waiters' grants are notified on,
+//! and `LISTEN`s on it only while one of its waiters queues (and 2 s after): a node without
+//! waiters is never woken by a hand-off, and one with waiters is told only its own grants
+//! (Postgres up to 18 still wakes every listening connection of the database for each
+//! `NOTIFY`, which then finds nothing on its channel: a hand-off's server cost grows with
+//! the nodes that have a waiter queued, not with the fleet; see `listener`). A waiter also retries on a
 //! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
 //! that.
@@ -248,6 +256,15 @@ impl PostgresBackend {
     /// The prefix of the backend's table names.
     pub fn table_prefix(&self) -> &str {
         self.inner.names.prefix()
+    }
+
+    /// The `NOTIFY` channel of the hand-offs to this backend's waiters
+    /// (`<schema>.<prefix>wake_<node>`, `<node>` 8 random hex digits per backend): a
+    /// release notifies the channel of the granted waiter's node alone, and the backend
+    /// `LISTEN`s on it only while one of its waiters queues (see the module docs,
+    /// "Waiting").
+    pub fn wake_channel(&self) -> &str {
+        self.inner.listener.channel()
     }
 
     /// The backend's pool (the application's own, or the one it opened).

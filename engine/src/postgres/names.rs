@@ -181,8 +181,9 @@ impl Names {
         format!("{}{name}\"", self.qualified)
     }
 
-    /// The `NOTIFY` channel of hand-offs (at most 2 × 24 + 5 bytes: under the 63 of an
-    /// identifier).
+    /// The base of the `NOTIFY` channels of hand-offs: a node's is `<base>_<node>` (8 hex
+    /// digits), at most 2 × 24 + 5 + 9 = 62 bytes: under the 63 of an identifier. (A
+    /// version 4 node listens on the base itself.)
     pub(super) fn channel(&self) -> String {
         format!("{}.{}wake", self.schema, self.prefix)
     }

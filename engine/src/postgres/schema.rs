@@ -30,12 +30,13 @@ mod upgrade;
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
 /// database whose `schema_version` is another. Version 2 added the shared leases, version
 /// 3 the `queued` flag of a key's row; version 4 made one space and one queue per key for
-/// both modes (the shared leases' own queue, fences and functions folded into the lock's).
-/// `migrate()` brings a version 1, 2 or 3 schema up in place, leases held and waiters
+/// both modes (the shared leases' own queue, fences and functions folded into the lock's);
+/// version 5 notifies a hand-off on the channel of the waiter's node alone.
+/// `migrate()` brings a version 1, 2, 3 or 4 schema up in place, leases held and waiters
 /// queued (see `upgrade`). On a schema that is up to date it takes no table lock that
 /// conflicts with the calls in flight: every step that would is skipped after a look at
 /// the catalog.
-pub(super) const SCHEMA_VERSION: i32 = 4;
+pub(super) const SCHEMA_VERSION: i32 = 5;
 
 /// The whole migration, with `@name@` where [`Names::migration`](super::names::Names::migration)
 /// fills in a name: the tables, the upgrade of an older schema, every function (and what a
