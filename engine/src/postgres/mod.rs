@@ -37,7 +37,8 @@
 //!   keeps acquires and releases off their one-statement fast paths. `released`: the id of
 //!   the key's last release, so that a release sent again after its connection was lost
 //!   answers what the first did. The sweeper deletes every row whose `expires_at` and
-//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
+//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for
+//!   (found by an index on the later of the two, in batches: see [`PostgresBackend::sweep`]).
 //! - `shared_leases (key, token, fence, alone, expires_at)`: a key's shared holders
 //!   ([`Mode::Shared`](crate::Mode::Shared)), one row each (`alone` for a limit of 1),
 //!   deleted by its release or once it ran out. A key has either one holder alone (its
@@ -274,13 +275,17 @@ impl PostgresBackend {
 
     /// Delete now the rows nothing holds any more (what the background sweeper does every
     /// 5 s: fence tombstones and lapsed leases past [`TOMBSTONE_MARGIN`], dead tickets,
-    /// expired numbers and records): for a maintenance task or a test. A failure is
-    /// logged at `warn` and counted in [`failed_sweeps`](Self::failed_sweeps), as the
-    /// background sweeper's are.
-    pub async fn sweep(&self) -> Result<(), LockError> {
+    /// expired numbers and records), for a maintenance task or a test: returns how many
+    /// rows it deleted. It finds them by an index on their expiry, 1,000 rows per table and
+    /// transaction, until none is left: its cost is what expired, not the tables' size. One
+    /// node of the fleet sweeps at a time: this one waits for a sweep another node is
+    /// running to finish its batch, then sweeps (a background sweep that finds another
+    /// running leaves it the work). A failure is logged at `warn` and counted in
+    /// [`failed_sweeps`](Self::failed_sweeps), as the background sweeper's are.
+    pub async fn sweep(&self) -> Result<u64, LockError> {
         let sweep = self.inner.sweep.clone();
         runtime::handle()
-            .spawn(async move { sweep.run().await })
+            .spawn(async move { sweep.run(true).await.map(Option::unwrap_or_default) })
             .await
             .unwrap_or_else(|e| {
                 Err(LockError::Backend(BackendError::new(

@@ -227,6 +227,30 @@ impl Names {
             .replace("@numeric_get@", &self.numeric_get)
             .replace("@version@", &self.table("schema_version"))
             .replace(
+                "@locks_expiry@",
+                &format!("\"{}locks_expiry\"", self.prefix),
+            )
+            .replace(
+                "@locks_queued@",
+                &format!("\"{}locks_queued\"", self.prefix),
+            )
+            .replace(
+                "@tickets_deadline@",
+                &format!("\"{}tickets_deadline\"", self.prefix),
+            )
+            .replace(
+                "@shared_expiry@",
+                &format!("\"{}shared_expiry\"", self.prefix),
+            )
+            .replace(
+                "@numbers_expiry@",
+                &format!("\"{}numbers_expiry\"", self.prefix),
+            )
+            .replace(
+                "@records_expiry@",
+                &format!("\"{}records_expiry\"", self.prefix),
+            )
+            .replace(
                 "@queue_index@",
                 &format!("\"{}tickets_queue\"", self.prefix),
             )

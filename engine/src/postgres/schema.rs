@@ -46,6 +46,7 @@ pub(super) fn migration() -> String {
     [
         TABLES,
         upgrade::STEPS,
+        upgrade::V5_SWEEP,
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,
