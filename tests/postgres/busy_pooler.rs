@@ -83,7 +83,7 @@ async fn sweeps_through_a_busy_pgbouncer_succeed_and_a_failed_one_is_counted() {
     backend
         .pool()
         .execute(sqlx::raw_sql(&format!(
-            "ALTER FUNCTION \"{0}\".sweep(bigint) RENAME TO sweep_gone",
+            "ALTER FUNCTION \"{0}\".sweep(bigint, bigint, bigint) RENAME TO sweep_gone",
             backend.schema()
         )))
         .await

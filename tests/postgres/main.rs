@@ -30,3 +30,5 @@ mod query_timeout;
 mod restart;
 mod setup;
 mod shared;
+mod sweeping;
+mod wake;

@@ -42,7 +42,8 @@ async fn a_release_grants_every_waiter_that_fits_in_its_statement_and_notifies_o
         .await
         .unwrap();
     let backend = backend(url.clone(), None, "pshared").await;
-    let channel = format!("{}.{}wake", backend.schema(), backend.table_prefix());
+    // The grants of this node's waiters are notified on its channel alone.
+    let channel = backend.wake_channel().to_owned();
     let mut listener = PgListener::connect(&url).await.unwrap();
     listener.listen(&channel).await.unwrap();
     let engine = LockEngine::new(backend.clone());

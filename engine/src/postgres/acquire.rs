@@ -182,9 +182,11 @@ impl Inner {
         let deadline = req.wait.and_then(|w| started.checked_add(w));
         let waiting = req.wait != Some(Duration::ZERO);
         let random = || String::from_utf8_lossy(&crate::key::random_hex()).into_owned();
-        let id = if waiting { random() } else { String::new() };
         // Entered before the first attempt: a grant right after it is heard.
-        let mut waiting_entry = waiting.then(|| self.listener.wait_for(&id));
+        let mut waiting_entry = waiting.then(|| self.listener.wait());
+        let id = waiting_entry
+            .as_ref()
+            .map_or_else(String::new, |entry| entry.id().to_owned());
         let mut cleanup = Cleanup {
             inner: self.clone(),
             key: req.key.clone(),
@@ -214,6 +216,11 @@ impl Inner {
             // it leaves.
             // The first attempt carries the acquire's place in line; its task gives it up.
             let line = std::mem::take(&mut place);
+            // Whether a grant notified after this attempt is heard: if not, the waiter tries
+            // again as soon as the node listens (see `listener`).
+            let heard = waiting_entry
+                .as_ref()
+                .is_some_and(super::listener::Waiting::heard);
             // Each attempt registers anew (a fresh nonce): a grant of an earlier
             // registration is refused from now on (see `listener`).
             let nonce = waiting_entry.as_ref().map_or_else(String::new, |entry| {
@@ -282,6 +289,10 @@ impl Inner {
                 }
                 Some(Attempt::Busy(retry_after)) => {
                     cleanup.registered = true;
+                    if let Some(entry) = waiting_entry.as_mut() {
+                        // The node listens from its first queued waiter on.
+                        entry.queued();
+                    }
                     last_sent = sent;
                     retry_after
                 }
@@ -316,6 +327,7 @@ impl Inner {
                 tokio::time::sleep_until(wake_at).await;
                 continue;
             };
+            let listens = entry.until_heard_handle();
             tokio::select! {
                 handed = entry.granted() => {
                     cleanup.armed = false;
@@ -326,6 +338,9 @@ impl Inner {
                     return Ok(Grant::new(Fence::new(handed.fence), last_sent).valid_for(handed.claim));
                 }
                 () = tokio::time::sleep_until(wake_at) => {}
+                // Sent before the node listened: a grant notified meanwhile went unheard,
+                // and the next attempt finds it (a re-entry).
+                () = super::listener::until_heard(listens), if !heard => {}
             }
         }
     }

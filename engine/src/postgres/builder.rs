@@ -185,7 +185,7 @@ impl PostgresBackendBuilder {
             (None, Some(options)) => ListenTarget::Direct(Box::new(options)),
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
-        let listener = Listener::start(target, names.channel(), timeout).await?;
+        let listener = Listener::start(target, &names.channel(), timeout).await?;
         let sweep = Sweep::new(pool.clone(), names.sweep(), timeout);
         let sweeper = Sweeper::start(sweep.clone());
         let ticket_ttl_ms =

@@ -1,21 +1,41 @@
-//! The listener: one `LISTEN` connection per backend, on the engine's runtime, handing each
-//! grant a release notified to the local waiter whose ticket it names.
+//! The listener: one connection per backend, on the engine's runtime, that `LISTEN`s on this
+//! node's own channel while one of its waiters queues, and hands each grant a release
+//! notified to the local waiter whose ticket it names.
 //!
-//! A release that hands a key over sends `NOTIFY` with `"<ticket id> <fence> <claim ms>
-//! <nonce>"` (see `schema/locks.rs`). Every node listening on the channel hears it; only the
-//! node where that ticket's waiter lives finds it in its table, so one release wakes one
-//! waiter (no herd). The waiter takes it only if it names the nonce of its latest
-//! registration ([`Waiting::register`]): a grant of an earlier one, delivered late, may
-//! have lapsed and gone to another holder since, and no clock can tell (the waiter's next
-//! attempt finds a grant it refused that still stands: a re-entry).
-//! A waiter is entered before its first attempt goes out, so a grant is never heard before
-//! its waiter can take it. While the connection is down (a restart, a network cut)
-//! notifications are lost: the listener reconnects every [`FALLBACK_CAP`] and the waiters'
-//! fallback timer finds their grants meanwhile.
+//! # Only the node waiting is told
+//!
+//! A node's ticket ids are `<node>:<random>` (`node`: 8 hex digits, random per backend), and
+//! a release that hands a key over notifies the channel `<base>_<node>` (see
+//! `schema/locks.rs`) with `"<ticket id> <fence> <claim ms> <nonce>"`: the notification goes
+//! to the node of the ticket granted and to no other. A node `LISTEN`s on its channel only
+//! while one of its waiters has queued (and [`LINGER`] after the last left, so a node under
+//! steady contention does not `LISTEN` and `UNLISTEN` every cycle); a node without waiters
+//! listens on nothing, and Postgres then leaves its connection out of every `NOTIFY`: up to
+//! Postgres 18 a `NOTIFY` wakes every backend that listens on any channel of the database
+//! (each wake-up is a transaction that reads the queue), from 19 on only those listening on
+//! its channel. So a hand-off costs the server one wake-up per node that has a waiter
+//! queued (any key: Postgres 15 to 18; that key's node alone: 19+), never one per node of
+//! the fleet.
+//!
+//! # No grant missed
+//!
+//! A waiter is entered in the table before its first attempt goes out, so a grant is never
+//! heard before its waiter can take it. A waiter whose attempt went out before the
+//! `LISTEN` was confirmed ([`Waiting::heard`]) tries again as soon as it is: a grant
+//! notified before is then found by that attempt (a re-entry). The waiter takes a grant
+//! only if it names the nonce of its latest registration ([`Waiting::register`]): a grant of
+//! an earlier one, delivered late, may have lapsed and gone to another holder since, and no
+//! clock can tell (the waiter's next attempt finds a grant it refused that still stands: a
+//! re-entry). While the connection is down (a restart, a network cut) notifications are
+//! lost: the listener reconnects every [`FALLBACK_CAP`] (and `LISTEN`s again if a waiter
+//! queues) and the waiters' fallback timer finds their grants meanwhile.
 
 use std::{
     collections::HashMap,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -23,10 +43,18 @@ use sqlx::{
     Executor,
     postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
 };
-use tokio::sync::oneshot;
+use tokio::{
+    sync::{Notify, oneshot, watch},
+    time::Instant,
+};
 
 use super::FALLBACK_CAP;
 use crate::{BackendError, BackendErrorKind, runtime};
+
+/// How long a node keeps listening after its last queued waiter left: under steady
+/// contention its next waiter queues within a cycle, and a `LISTEN` and an `UNLISTEN` per
+/// cycle would cost two transactions each time.
+pub(super) const LINGER: Duration = Duration::from_secs(2);
 
 /// A hand-off as its notification tells it.
 #[derive(Clone, Copy, Debug)]
@@ -45,10 +73,16 @@ pub(super) enum ListenTarget {
     Pool(PgPool),
 }
 
-/// The backend's listener: the waiters' table and the task that fills it. Dropping it ends
-/// the task and closes its connection.
+/// The backend's listener: the waiters' table, whether the channel is listened on, and the
+/// task that does it. Dropping it ends the task and closes its connection.
 pub(super) struct Listener {
+    node: String,
+    channel: String,
     waiters: Arc<Waiters>,
+    want: Arc<Want>,
+    /// `0`: not listening; else the count of `LISTEN`s confirmed so far, the current one
+    /// included.
+    listening: watch::Receiver<u64>,
     task: tokio::task::AbortHandle,
 }
 
@@ -56,15 +90,33 @@ pub(super) struct Listener {
 /// grant goes.
 type Waiters = Mutex<HashMap<String, (String, oneshot::Sender<Handed>)>>;
 
+/// What the listening task is asked: how many local waiters have queued, and a wake-up
+/// when that count leaves zero.
+#[derive(Default)]
+struct Want {
+    queued: AtomicUsize,
+    wake: Notify,
+}
+
 /// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
 /// table when dropped.
 pub(super) struct Waiting {
     id: String,
     waiters: Arc<Waiters>,
+    want: Arc<Want>,
+    listening: watch::Receiver<u64>,
+    /// Counted in `want.queued`.
+    queued: bool,
     grant: Option<oneshot::Receiver<Handed>>,
 }
 
 impl Waiting {
+    /// The ticket id the waiter registers: `<node>:<random>`, so its grant is notified on
+    /// this node's channel.
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The waiter's next attempt registers (or refreshes) its ticket with `nonce`: from now
     /// on only a grant naming it is taken.
     pub(super) fn register(&self, nonce: &str) {
@@ -76,6 +128,27 @@ impl Waiting {
         {
             nonce.clone_into(current);
         }
+    }
+
+    /// Whether the node listens now (a `LISTEN` confirmed): a grant notified from now on
+    /// is heard, unless the connection is lost meanwhile.
+    pub(super) fn heard(&self) -> bool {
+        *self.listening.borrow() != 0
+    }
+
+    /// The waiter's ticket is registered: the node listens (from its first queued waiter
+    /// on), if it does not already.
+    pub(super) fn queued(&mut self) {
+        if !self.queued {
+            self.queued = true;
+            self.want.queued.fetch_add(1, Ordering::SeqCst);
+            self.want.wake.notify_one();
+        }
+    }
+
+    /// What [`until_heard`] waits on.
+    pub(super) fn until_heard_handle(&self) -> watch::Receiver<u64> {
+        self.listening.clone()
     }
 
     /// The grant of this waiter's ticket; pending for ever once the listener has gone (the
@@ -97,6 +170,10 @@ impl Drop for Waiting {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&self.id);
+        if self.queued && self.want.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // The last one: the task starts its linger.
+            self.want.wake.notify_one();
+        }
     }
 }
 
@@ -107,44 +184,90 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    /// Connect and `LISTEN` on `channel` (once that is confirmed, a notification is heard),
-    /// then keep listening on the engine's runtime.
+    /// Connect (once that is confirmed, the node can listen), then serve on the engine's
+    /// runtime: `LISTEN` on `<base>_<node>` while a waiter queues.
     pub(super) async fn start(
         target: ListenTarget,
-        channel: String,
+        base: &str,
         timeout: Duration,
     ) -> Result<Self, BackendError> {
-        let first = tokio::time::timeout(timeout, connect(&target, &channel, timeout))
+        let first = tokio::time::timeout(timeout, connect(&target, timeout))
             .await
             .map_err(|_| {
                 BackendError::new(
                     BackendErrorKind::Timeout,
-                    format!("postgres LISTEN did not answer within {timeout:?}"),
+                    format!("postgres listener connection did not answer within {timeout:?}"),
                 )
             })?
             .map_err(|e| {
-                BackendError::new(BackendErrorKind::Unavailable, "postgres LISTEN failed")
-                    .with_source(e)
+                BackendError::new(
+                    BackendErrorKind::Unavailable,
+                    "postgres listener connection failed",
+                )
+                .with_source(e)
             })?;
+        let node = String::from_utf8_lossy(&crate::key::random_hex()[..8]).into_owned();
+        let channel = format!("{base}_{node}");
         let waiters: Arc<Waiters> = Arc::default();
+        let want: Arc<Want> = Arc::default();
+        let (listening_tx, listening) = watch::channel(0);
         let task = runtime::handle()
-            .spawn(listen(first, target, channel, timeout, waiters.clone()))
+            .spawn(serve(
+                Task {
+                    target,
+                    channel: channel.clone(),
+                    timeout,
+                    waiters: waiters.clone(),
+                    want: want.clone(),
+                    listening: listening_tx,
+                    listens: 0,
+                },
+                first,
+            ))
             .abort_handle();
-        Ok(Self { waiters, task })
+        Ok(Self {
+            node,
+            channel,
+            waiters,
+            want,
+            listening,
+            task,
+        })
     }
 
-    /// Enter the waiter of ticket `id`.
-    pub(super) fn wait_for(&self, id: &str) -> Waiting {
+    /// The channel this node's grants are notified on.
+    pub(super) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Enter a new waiter (its ticket id made here, `<node>:<random>`).
+    pub(super) fn wait(&self) -> Waiting {
+        let id = format!(
+            "{}:{}",
+            self.node,
+            String::from_utf8_lossy(&crate::key::random_hex())
+        );
         let (tx, rx) = oneshot::channel();
         self.waiters
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.to_owned(), (String::new(), tx));
+            .insert(id.clone(), (String::new(), tx));
         Waiting {
-            id: id.to_owned(),
+            id,
             waiters: self.waiters.clone(),
+            want: self.want.clone(),
+            listening: self.listening.clone(),
+            queued: false,
             grant: Some(rx),
         }
+    }
+}
+
+/// Once the node listens (`listening` from [`Waiting::until_heard_handle`]); pending for ever
+/// once the listener has gone.
+pub(super) async fn until_heard(mut listening: watch::Receiver<u64>) {
+    if listening.wait_for(|g| *g != 0).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -152,11 +275,7 @@ impl Listener {
 const NO_IDLE_TIMEOUT: &str = "SELECT set_config('idle_session_timeout', '0', false) \
      WHERE current_setting('server_version_num')::int >= 140000";
 
-async fn connect(
-    target: &ListenTarget,
-    channel: &str,
-    timeout: Duration,
-) -> Result<PgListener, sqlx::Error> {
+async fn connect(target: &ListenTarget, timeout: Duration) -> Result<PgListener, sqlx::Error> {
     let mut listener = match target {
         ListenTarget::Direct(options) => {
             // A pool of one, only for the listener's reconnects.
@@ -172,40 +291,108 @@ async fn connect(
     // `idle_session_timeout` (Postgres 14+) would end it every few seconds, and each
     // reconnect loses what was notified meanwhile. Off for this session only.
     listener.execute(sqlx::raw_sql(NO_IDLE_TIMEOUT)).await?;
-    listener.listen(channel).await?;
     Ok(listener)
 }
 
-/// The listening task: hand each grant to its waiter; after a failure, a fresh connection
-/// every [`FALLBACK_CAP`] until one listens again.
-async fn listen(
-    first: PgListener,
+/// The listening task's state.
+struct Task {
     target: ListenTarget,
     channel: String,
     timeout: Duration,
     waiters: Arc<Waiters>,
-) {
+    want: Arc<Want>,
+    listening: watch::Sender<u64>,
+    /// `LISTEN`s confirmed so far.
+    listens: u64,
+}
+
+impl Task {
+    /// `LISTEN` (`on`) or `UNLISTEN` within the call timeout; `false` when the connection
+    /// failed.
+    async fn switch(&mut self, listener: &mut PgListener, on: bool) -> bool {
+        let done = if on {
+            tokio::time::timeout(self.timeout, listener.listen(&self.channel)).await
+        } else {
+            tokio::time::timeout(self.timeout, listener.unlisten(&self.channel)).await
+        };
+        if matches!(done, Ok(Ok(()))) {
+            self.listens += u64::from(on);
+            self.listening
+                .send_replace(if on { self.listens } else { 0 });
+            true
+        } else {
+            tracing::debug!(channel = %self.channel, on, "postgres (UN)LISTEN failed");
+            self.listening.send_replace(0);
+            false
+        }
+    }
+}
+
+/// The listening task: `LISTEN` while a waiter queues, `UNLISTEN` [`LINGER`] after the last
+/// left, hand each grant to its waiter; after a failure, a fresh connection every
+/// [`FALLBACK_CAP`] until one answers again.
+async fn serve(mut task: Task, first: PgListener) {
     let mut listener = Some(first);
+    let mut on = false;
+    // Since when nobody queues while the node listens.
+    let mut idle_since: Option<Instant> = None;
     loop {
         let Some(current) = listener.as_mut() else {
             tokio::time::sleep(FALLBACK_CAP).await;
-            match tokio::time::timeout(timeout, connect(&target, &channel, timeout)).await {
+            match tokio::time::timeout(task.timeout, connect(&task.target, task.timeout)).await {
                 Ok(Ok(fresh)) => {
-                    tracing::debug!(%channel, "postgres listener connected again");
+                    tracing::debug!(channel = %task.channel, "postgres listener connected again");
                     listener = Some(fresh);
                 }
-                Ok(Err(error)) => tracing::debug!(%channel, %error, "postgres listener down"),
-                Err(_) => tracing::debug!(%channel, "postgres listener connect timed out"),
+                Ok(Err(error)) => {
+                    tracing::debug!(channel = %task.channel, %error, "postgres listener down");
+                }
+                Err(_) => {
+                    tracing::debug!(channel = %task.channel, "postgres listener connect timed out");
+                }
             }
             continue;
         };
-        match current.try_recv().await {
-            Ok(Some(notification)) => deliver(&waiters, notification.payload()),
-            // The connection was lost: anything notified meanwhile is lost too.
-            Ok(None) | Err(_) => {
-                tracing::debug!(%channel, "postgres listener lost its connection");
+        let queued = task.want.queued.load(Ordering::SeqCst) > 0;
+        if queued {
+            idle_since = None;
+        } else if on {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= LINGER {
+                idle_since = None;
+                on = false;
+                if !task.switch(current, false).await {
+                    listener = None;
+                }
+                continue;
+            }
+        }
+        if queued && !on {
+            on = task.switch(current, true).await;
+            if !on {
                 listener = None;
             }
+            continue;
+        }
+        let linger_ends = idle_since.map(|since| since + LINGER);
+        tokio::select! {
+            received = current.try_recv() => match received {
+                Ok(Some(notification)) => deliver(&task.waiters, notification.payload()),
+                // The connection was lost: anything notified meanwhile is lost too.
+                Ok(None) | Err(_) => {
+                    tracing::debug!(channel = %task.channel, "postgres listener lost its connection");
+                    task.listening.send_replace(0);
+                    on = false;
+                    listener = None;
+                }
+            },
+            () = task.want.wake.notified() => {}
+            () = async {
+                match linger_ends {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
         }
     }
 }

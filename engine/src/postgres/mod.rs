@@ -37,7 +37,8 @@
 //!   keeps acquires and releases off their one-statement fast paths. `released`: the id of
 //!   the key's last release, so that a release sent again after its connection was lost
 //!   answers what the first did. The sweeper deletes every row whose `expires_at` and
-//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for.
+//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for
+//!   (found by an index on the later of the two, in batches: see [`PostgresBackend::sweep`]).
 //! - `shared_leases (key, token, fence, alone, expires_at)`: a key's shared holders
 //!   ([`Mode::Shared`](crate::Mode::Shared)), one row each (`alone` for a limit of 1),
 //!   deleted by its release or once it ran out. A key has either one holder alone (its
@@ -65,7 +66,8 @@
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
 //!   shared leases, 3 since `queued`, 4 since one space and one queue per key for both
-//!   modes); [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2 or 3 schema in
+//!   modes, 5 since a hand-off is notified to its waiter's node alone);
+//!   [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2, 3 or 4 schema in
 //!   place, with its leases held and its waiters queued.
 //!
 //! # Rolling upgrade
@@ -132,8 +134,15 @@
 //! that grants nobody notifies nobody. Each attempt registers with a fresh random nonce,
 //! and a waiter takes a grant only if it names the latest: a grant of an earlier
 //! registration, delivered late (it may have lapsed and gone to another since), is refused
-//! whatever the clocks say, and a grant that still stands is found by the next attempt. One listener connection per backend (a direct one: `LISTEN` needs its
-//! session) hears the grant and completes the waiter's acquire. A waiter also retries on a
+//! whatever the clocks say, and a grant that still stands is found by the next attempt. One
+//! listener connection per backend (a direct one: `LISTEN` needs its session) hears the
+//! grant and completes the waiter's acquire. Each backend has a channel of its own
+//! ([`PostgresBackend::wake_channel`]), the only one its waiters' grants are notified on,
+//! and `LISTEN`s on it only while one of its waiters queues (and 2 s after): a node without
+//! waiters is never woken by a hand-off, and one with waiters is told only its own grants
+//! (Postgres up to 18 still wakes every listening connection of the database for each
+//! `NOTIFY`, which then finds nothing on its channel: a hand-off's server cost grows with
+//! the nodes that have a waiter queued, not with the fleet; see `listener`). A waiter also retries on a
 //! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
 //! that.
@@ -250,6 +259,15 @@ impl PostgresBackend {
         self.inner.names.prefix()
     }
 
+    /// The `NOTIFY` channel of the hand-offs to this backend's waiters
+    /// (`<schema>.<prefix>wake_<node>`, `<node>` 8 random hex digits per backend): a
+    /// release notifies the channel of the granted waiter's node alone, and the backend
+    /// `LISTEN`s on it only while one of its waiters queues (see the module docs,
+    /// "Waiting").
+    pub fn wake_channel(&self) -> &str {
+        self.inner.listener.channel()
+    }
+
     /// The backend's pool (the application's own, or the one it opened).
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.inner.pool
@@ -257,13 +275,17 @@ impl PostgresBackend {
 
     /// Delete now the rows nothing holds any more (what the background sweeper does every
     /// 5 s: fence tombstones and lapsed leases past [`TOMBSTONE_MARGIN`], dead tickets,
-    /// expired numbers and records): for a maintenance task or a test. A failure is
-    /// logged at `warn` and counted in [`failed_sweeps`](Self::failed_sweeps), as the
-    /// background sweeper's are.
-    pub async fn sweep(&self) -> Result<(), LockError> {
+    /// expired numbers and records), for a maintenance task or a test: returns how many
+    /// rows it deleted. It finds them by an index on their expiry, 1,000 rows per table and
+    /// transaction, until none is left: its cost is what expired, not the tables' size. One
+    /// node of the fleet sweeps at a time: this one waits for a sweep another node is
+    /// running to finish its batch, then sweeps (a background sweep that finds another
+    /// running leaves it the work). A failure is logged at `warn` and counted in
+    /// [`failed_sweeps`](Self::failed_sweeps), as the background sweeper's are.
+    pub async fn sweep(&self) -> Result<u64, LockError> {
         let sweep = self.inner.sweep.clone();
         runtime::handle()
-            .spawn(async move { sweep.run().await })
+            .spawn(async move { sweep.run(true).await.map(Option::unwrap_or_default) })
             .await
             .unwrap_or_else(|e| {
                 Err(LockError::Backend(BackendError::new(

@@ -181,8 +181,9 @@ impl Names {
         format!("{}{name}\"", self.qualified)
     }
 
-    /// The `NOTIFY` channel of hand-offs (at most 2 × 24 + 5 bytes: under the 63 of an
-    /// identifier).
+    /// The base of the `NOTIFY` channels of hand-offs: a node's is `<base>_<node>` (8 hex
+    /// digits), at most 2 × 24 + 5 + 9 = 62 bytes: under the 63 of an identifier. (A
+    /// version 4 node listens on the base itself.)
     pub(super) fn channel(&self) -> String {
         format!("{}.{}wake", self.schema, self.prefix)
     }
@@ -225,6 +226,30 @@ impl Names {
             .replace("@compare_and_set@", &self.compare_and_set)
             .replace("@numeric_get@", &self.numeric_get)
             .replace("@version@", &self.table("schema_version"))
+            .replace(
+                "@locks_expiry@",
+                &format!("\"{}locks_expiry\"", self.prefix),
+            )
+            .replace(
+                "@locks_queued@",
+                &format!("\"{}locks_queued\"", self.prefix),
+            )
+            .replace(
+                "@tickets_deadline@",
+                &format!("\"{}tickets_deadline\"", self.prefix),
+            )
+            .replace(
+                "@shared_expiry@",
+                &format!("\"{}shared_expiry\"", self.prefix),
+            )
+            .replace(
+                "@numbers_expiry@",
+                &format!("\"{}numbers_expiry\"", self.prefix),
+            )
+            .replace(
+                "@records_expiry@",
+                &format!("\"{}records_expiry\"", self.prefix),
+            )
             .replace(
                 "@queue_index@",
                 &format!("\"{}tickets_queue\"", self.prefix),

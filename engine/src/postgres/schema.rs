@@ -30,9 +30,10 @@ mod upgrade;
 /// The version of the tables and functions [`migration`] installs; `build()` refuses a
 /// database whose `schema_version` is another. Version 2 added the shared leases, version
 /// 3 the `queued` flag of a key's row; version 4 made one space and one queue per key for
-/// both modes (the shared leases' own queue, fences and functions folded into the lock's),
-/// version 5 the holders' labels.
-/// `migrate()` brings a version 1, 2 or 3 schema up in place, leases held and waiters
+/// both modes (the shared leases' own queue, fences and functions folded into the lock's);
+/// version 5 added the holders' labels, notifies a hand-off on the channel of the waiter's
+/// node alone and sweeps by expiry indexes.
+/// `migrate()` brings a version 1, 2, 3 or 4 schema up in place, leases held and waiters
 /// queued (see `upgrade`). On a schema that is up to date it takes no table lock that
 /// conflicts with the calls in flight: every step that would is skipped after a look at
 /// the catalog.
@@ -47,6 +48,7 @@ pub(super) fn migration() -> String {
         TABLES,
         upgrade::STEPS,
         upgrade::V5_LABEL,
+        upgrade::V5_SWEEP,
         locks::FUNCTIONS,
         leases::FUNCTIONS,
         capabilities::FUNCTIONS,

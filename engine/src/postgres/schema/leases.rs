@@ -28,13 +28,18 @@
 /// `holder` had no `fence` and `label`: the `V5_LABEL` step drops it, its type changed.) (Version 1's `holder` answered the lock's only,
 /// without `kind`: the migration drops it first, its type changed.)
 ///
-/// # `sweep(margin_ms) -> bigint`
+/// # `sweep(margin_ms, batch, try_only) -> bigint`
 ///
 /// Deletes the rows that stopped holding more than `margin_ms` ago (tombstones and lapsed
 /// leases, their shared leases too) unless someone queues for their key, the shared leases
 /// that ran out and the dead tickets (each only if its key's row is free of calls right
 /// now: its lock tried, never waited for), the expired numbers and records; clears `queued`
-/// on the rows whose queue is empty; returns how many rows it deleted.
+/// on the rows whose queue is empty; returns how many rows it deleted. Each step finds its
+/// rows by an index on their expiry, at most `batch` of them (`0`, a version 4 node's
+/// call: no limit), so a sweep costs what expired, never a scan of the table; a caller
+/// sweeps again while a sweep deleted `batch` rows or more. One sweep at a time in the
+/// fleet: it takes the transaction-level advisory lock `(class, 1)` first; with `try_only
+/// = 1` it returns `-1` at once if another node's sweep holds it, else it waits for it.
 pub(super) const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION @extend@(k text, tok text, ms bigint, mode text, lim bigint DEFAULT 0)
 RETURNS bigint LANGUAGE plpgsql AS $fn$
@@ -131,11 +136,14 @@ CREATE OR REPLACE FUNCTION @waiters@(k text) RETURNS bigint LANGUAGE sql AS $fn$
   SELECT count(*) FROM @tickets@ WHERE key = k AND deadline > clock_timestamp()
 $fn$;
 
-CREATE OR REPLACE FUNCTION @sweep@(margin_ms bigint) RETURNS bigint
+CREATE OR REPLACE FUNCTION @sweep@(margin_ms bigint, batch bigint DEFAULT 0,
+  try_only bigint DEFAULT 0) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
   t timestamptz := clock_timestamp();
   old timestamptz := clock_timestamp() - margin_ms * interval '1 millisecond';
+  -- `LIMIT NULL`: no limit (a version 4 node's call).
+  most bigint := CASE WHEN batch > 0 THEN batch END;
   leases bigint;
   tickets bigint;
   shared bigint;
@@ -143,13 +151,26 @@ DECLARE
   records bigint;
   ks text[];
 BEGIN
-  -- A key's tickets, shared leases and `queued` flag change only under its row's lock: the
-  -- rows of the keys with dead tickets or lapsed shared leases, locked (those a call holds
-  -- skipped), then those deleted (and any of a key without a row).
+  -- One sweeper at a time in the fleet: a node that finds another sweeping leaves it the
+  -- work (`try_only`), or waits for its batch to end (a sweep asked for by hand).
+  IF try_only = 1 THEN
+    IF NOT pg_try_advisory_xact_lock(@class@, 1) THEN
+      RETURN -1;
+    END IF;
+  ELSE
+    PERFORM pg_advisory_xact_lock(@class@, 1);
+  END IF;
+  -- Each step reads what expired by an index on its expiry, at most `batch` rows: its cost
+  -- is what expired, not the table. A key's tickets, shared leases and `queued` flag
+  -- change only under its row's lock: the rows of the keys with dead tickets or lapsed
+  -- shared leases, locked (those a call holds skipped), then those deleted (and any of a
+  -- key without a row).
   SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
     SELECT l.key FROM @locks@ l
-      WHERE EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key AND w.deadline < t)
-         OR EXISTS (SELECT 1 FROM @shared@ s WHERE s.key = l.key AND s.expires_at < t)
+      WHERE l.key = ANY (ARRAY(
+        (SELECT w.key FROM @tickets@ w WHERE w.deadline < t ORDER BY w.deadline LIMIT most)
+        UNION
+        (SELECT s.key FROM @shared@ s WHERE s.expires_at < t ORDER BY s.expires_at LIMIT most)))
       FOR NO KEY UPDATE OF l SKIP LOCKED) s;
   DELETE FROM @tickets@ w WHERE w.deadline < t
     AND (w.key = ANY (ks) OR NOT EXISTS (SELECT 1 FROM @locks@ l WHERE l.key = w.key));
@@ -157,25 +178,32 @@ BEGIN
   DELETE FROM @shared@ s WHERE s.expires_at < t
     AND (s.key = ANY (ks) OR NOT EXISTS (SELECT 1 FROM @locks@ l WHERE l.key = s.key));
   GET DIAGNOSTICS shared = ROW_COUNT;
-  -- The keys nobody queues for any more, locked, then (a snapshot taken under their locks:
-  -- no registration is in flight) cleared.
+  -- The keys nobody queues for any more (by the index of the queued rows), locked, then
+  -- (a snapshot taken under their locks: no registration is in flight) cleared.
   SELECT coalesce(array_agg(key), '{}') INTO ks FROM (
     SELECT l.key FROM @locks@ l
       WHERE l.queued AND NOT EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key)
+      LIMIT most
       FOR NO KEY UPDATE OF l SKIP LOCKED) s;
   UPDATE @locks@ l SET queued = false
     WHERE l.key = ANY (ks) AND NOT EXISTS (SELECT 1 FROM @tickets@ w WHERE w.key = l.key);
-  -- The rows that stopped holding long ago, in both modes, and nobody queues for.
+  -- The rows that stopped holding long ago, in both modes, and nobody queues for (by the
+  -- index of their last expiry in either mode, which leaves the queued rows out).
   DELETE FROM @locks@ WHERE key IN (
     SELECT key FROM @locks@
-      WHERE expires_at < old AND shared_until < old AND NOT queued
+      WHERE greatest(expires_at, shared_until) < old AND NOT queued
+      ORDER BY greatest(expires_at, shared_until)
+      LIMIT most
       FOR UPDATE SKIP LOCKED);
   GET DIAGNOSTICS leases = ROW_COUNT;
-  DELETE FROM @numbers@ WHERE CASE
-    WHEN expires_at < t THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || key))
-    ELSE false END;
+  DELETE FROM @numbers@ n WHERE n.key IN (
+      SELECT key FROM @numbers@ WHERE expires_at < t ORDER BY expires_at LIMIT most)
+    AND CASE WHEN n.expires_at < t
+      THEN pg_try_advisory_xact_lock(@class@, hashtext('#' || n.key)) ELSE false END;
   GET DIAGNOSTICS numbers = ROW_COUNT;
-  DELETE FROM @records@ WHERE expires_at < t;
+  DELETE FROM @records@ r WHERE r.key IN (
+      SELECT key FROM @records@ WHERE expires_at < t ORDER BY expires_at LIMIT most)
+    AND r.expires_at < t;
   GET DIAGNOSTICS records = ROW_COUNT;
   RETURN leases + tickets + shared + numbers + records;
 END

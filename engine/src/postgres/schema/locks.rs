@@ -42,7 +42,8 @@
 /// arrival `tok` itself for `ttl_ms` with limit `lim`. Each waiter granted becomes a
 /// holder for `min(its TTL, its claim)` with fence `c.fence + 1` and is told by `NOTIFY
 /// "<ticket id> <fence> <claim ms> <nonce>"` (its registration's nonce, which its waiter
-/// checks), except the caller's own ticket `own` and the arrival: those get their full TTL
+/// checks) on its node's channel alone (`<base>_<node>` for a ticket id `<node>:<random>`;
+/// the base channel for an id without `:`, a version 4 node's), except the caller's own ticket `own` and the arrival: those get their full TTL
 /// and a fence of at least the clock in µs, learnt from the reply. A waiter whose token
 /// already shares re-enters (its fence). Writes the row back once (its holder, fence,
 /// `queued`, `shared_until`), if anything changed. Returns the fence granted to `own` or
@@ -178,7 +179,12 @@ BEGIN
     IF w.id = own THEN
       mine := f;
     ELSE
-      PERFORM pg_notify(@channel@, w.id || ' ' || f || ' ' || g || ' ' || w.nonce);
+      -- To the ticket's node alone: `<node>:<random>` ids (a version 4 node's have no `:`
+      -- and it listens on the base channel).
+      PERFORM pg_notify(CASE WHEN strpos(w.id, ':') > 0
+                          THEN @channel@ || '_' || split_part(w.id, ':', 1)
+                          ELSE @channel@ END,
+                        w.id || ' ' || f || ' ' || g || ' ' || w.nonce);
     END IF;
     IF w.seq IS NOT NULL THEN
       DELETE FROM @tickets@ WHERE key = c.key AND id = w.id;

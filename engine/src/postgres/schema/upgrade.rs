@@ -64,6 +64,40 @@ DO $do$ BEGIN
 END $do$;
 "#;
 
+/// Version 5 (from 4): the sweep finds what expired by an index on each table's expiry, in
+/// bounded batches (see `sweep`): the expiry of a key's row in either mode (its rows that
+/// nobody queues for), the queued rows, tickets' deadlines, shared leases', numbers' and
+/// records' expiries. Each index is made only if missing (a `CREATE INDEX` takes a SHARE
+/// lock: writes to its table wait while it builds, about a second per million rows). The
+/// version 4 `sweep(bigint)` is dropped (the new one's added arguments have defaults, so a
+/// version 4 node mid-deploy still calls it).
+pub(super) const V5_SWEEP: &str = r#"
+DO $do$ BEGIN
+  IF to_regclass('@schema@.@locks_expiry@') IS NULL THEN
+    CREATE INDEX @locks_expiry@ ON @locks@ ((greatest(expires_at, shared_until)))
+      WHERE NOT queued;
+  END IF;
+  IF to_regclass('@schema@.@locks_queued@') IS NULL THEN
+    CREATE INDEX @locks_queued@ ON @locks@ (key) WHERE queued;
+  END IF;
+  IF to_regclass('@schema@.@tickets_deadline@') IS NULL THEN
+    CREATE INDEX @tickets_deadline@ ON @tickets@ (deadline);
+  END IF;
+  IF to_regclass('@schema@.@shared_expiry@') IS NULL THEN
+    CREATE INDEX @shared_expiry@ ON @shared@ (expires_at);
+  END IF;
+  IF to_regclass('@schema@.@numbers_expiry@') IS NULL THEN
+    CREATE INDEX @numbers_expiry@ ON @numbers@ (expires_at);
+  END IF;
+  IF to_regclass('@schema@.@records_expiry@') IS NULL THEN
+    CREATE INDEX @records_expiry@ ON @records@ (expires_at);
+  END IF;
+  IF to_regprocedure('@sweep@(bigint)') IS NOT NULL THEN
+    DROP FUNCTION @sweep@(bigint);
+  END IF;
+END $do$;
+"#;
+
 /// What a version 3 node still running during a rolling deploy calls for its shared leases,
 /// each the one-space function in the shared mode (so its leases and waiters are in the
 /// key's one space and queue too). Installed after the functions they call.
