@@ -408,3 +408,98 @@ async fn migrating_an_up_to_date_schema_waits_for_no_call_in_flight() {
             .expect("a migrated schema is accepted"),
     );
 }
+
+/// On a database nobody migrated, `LockEngine::postgres(url)` and `build()` name the exact
+/// call that installs the schema, with the builder's own schema and table prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_database_names_the_exact_call_that_installs_the_schema() {
+    let fresh = tokio::task::spawn_blocking(|| {
+        PostgresServer::shared().database(&unique_schema("fresh"), &[])
+    })
+    .await
+    .unwrap();
+    let Err(missing) = LockEngine::postgres(fresh.clone()).await else {
+        panic!("an engine was built on a database without the tables");
+    };
+    assert_eq!(missing.kind(), BackendErrorKind::Config, "{missing}");
+    assert!(
+        missing
+            .to_string()
+            .contains("`PostgresBackend::builder(url).migrate().await?`"),
+        "{missing}"
+    );
+    let missing = PostgresBackend::builder(fresh.clone())
+        .schema("app_locks")
+        .table_prefix("svc_")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains(
+            "`PostgresBackend::builder(url).schema(\"app_locks\").table_prefix(\"svc_\")\
+             .migrate().await?`"
+        ),
+        "{missing}"
+    );
+    // The call it names is the fix.
+    PostgresBackend::builder(fresh.clone())
+        .migrate()
+        .await
+        .unwrap();
+    LockEngine::postgres(fresh).await.unwrap();
+}
+
+/// An engine with the default pool opens at most 4 connections to the database however
+/// many calls it has in flight (its pool's 3 and its listener's), so 20 engines fit
+/// Postgres's default `max_connections` of 100 with room to spare.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_engine_opens_at_most_four_connections_by_default() {
+    let name = unique_schema("conns");
+    let fresh = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || PostgresServer::shared().database(&name, &[]))
+            .await
+            .unwrap()
+    };
+    PostgresBackend::builder(fresh.clone())
+        .migrate()
+        .await
+        .unwrap();
+    let engine = LockEngine::postgres(fresh).await.unwrap();
+    let count = format!("SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'");
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let watch = {
+        let (count, most) = (count.clone(), most.clone());
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..20 {
+                let n: usize = PostgresServer::shared().psql(&count).parse().unwrap();
+                most.fetch_max(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        })
+    };
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..50 {
+        let engine = engine.clone();
+        calls.spawn(async move {
+            for _ in 0..10 {
+                let lease = engine
+                    .lock(format!("c{i}"))
+                    .wait(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .unwrap();
+                lease.release().await.unwrap();
+            }
+        });
+    }
+    calls.join_all().await;
+    watch.await.unwrap();
+    let after: usize = tokio::task::spawn_blocking(move || PostgresServer::shared().psql(&count))
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    let most = most.load(std::sync::atomic::Ordering::Relaxed).max(after);
+    assert!(most >= 2, "the pool and the listener were seen: {most}");
+    assert!(most <= 4, "{most} connections for one engine");
+}

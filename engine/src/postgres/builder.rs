@@ -20,6 +20,13 @@ use crate::{BackendError, BackendErrorKind, runtime};
 /// The longest call timeout accepted: one hour (a waiter's claim period is three times it).
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
+/// The default most connections of a backend's own pool: with the listener's, 4
+/// connections per engine, so a fleet of 20 engines opens at most 80 of Postgres's default
+/// `max_connections` of 100 (the sweeper takes one of the pool's). Measured against the
+/// former 10: the same uncontended cycle (one call at a time needs one connection); see the
+/// engine README for the figures with many keys at once.
+pub const DEFAULT_POOL_SIZE: u32 = 3;
+
 /// Where the calls go: a URL (the backend opens its pool), or the application's pool.
 #[derive(Clone, Debug)]
 pub(super) enum Source {
@@ -57,7 +64,7 @@ impl PostgresBackendBuilder {
             schema: DEFAULT_SCHEMA.to_owned(),
             prefix: String::new(),
             command_timeout: Duration::from_secs(2),
-            pool_size: 10,
+            pool_size: DEFAULT_POOL_SIZE,
         }
     }
 
@@ -93,11 +100,32 @@ impl PostgresBackendBuilder {
         self
     }
 
-    /// The most connections the backend's own pool opens (default 10; ignored over the
-    /// application's pool).
+    /// The most connections the backend's own pool opens (default [`DEFAULT_POOL_SIZE`],
+    /// 3; ignored over the application's pool). The backend opens these on demand (none
+    /// held idle beyond what was used), plus one `LISTEN` connection of its own for as
+    /// long as it lives, and one more for the time of [`migrate`](Self::migrate): at most
+    /// `pool_size + 1` at once after `build()`. Calls beyond the pool's size wait for a
+    /// connection (within the call timeout).
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
         self
+    }
+
+    /// The exact call that installs this builder's schema, for the error that finds it
+    /// missing or older: the user's own builder with `.migrate().await?`.
+    fn migrate_call(&self) -> String {
+        let mut call = match self.source {
+            Source::Url(_) => "PostgresBackend::builder(url)".to_owned(),
+            Source::Pool(_) => "PostgresBackend::from_pool(pool)".to_owned(),
+        };
+        if self.schema != DEFAULT_SCHEMA {
+            call.push_str(&format!(".schema({:?})", self.schema));
+        }
+        if !self.prefix.is_empty() {
+            call.push_str(&format!(".table_prefix({:?})", self.prefix));
+        }
+        call.push_str(".migrate().await?");
+        call
     }
 
     fn names(&self) -> Result<Names, BackendError> {
@@ -179,7 +207,7 @@ impl PostgresBackendBuilder {
             }
             Source::Pool(pool) => (pool.clone(), None),
         };
-        check_version(&pool, &names, timeout).await?;
+        check_version(&pool, &names, timeout, &self.migrate_call()).await?;
         let target = match (&self.listen_url, direct) {
             (Some(url), _) => ListenTarget::Direct(Box::new(options(url)?)),
             (None, Some(options)) => ListenTarget::Direct(Box::new(options)),
@@ -239,11 +267,13 @@ async fn check_version(
     pool: &PgPool,
     names: &Names,
     timeout: Duration,
+    call: &str,
 ) -> Result<(), BackendError> {
     let sql = names.version_query();
     let read = tokio::time::timeout(timeout, pool.fetch_optional(sqlx::raw_sql(&sql))).await;
     let fix = format!(
-        "run PostgresBackendBuilder::migrate() with schema {:?} and table prefix {:?}",
+        "run `{call}` once (schema {:?}, table prefix {:?}; idempotent, so at every start \
+         is fine too), then build again",
         names.schema(),
         names.prefix()
     );

@@ -172,7 +172,7 @@ mod sweeper;
 
 use std::{fmt, sync::Arc, time::Duration};
 
-pub use builder::{MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
+pub use builder::{DEFAULT_POOL_SIZE, MAX_COMMAND_TIMEOUT, PostgresBackendBuilder};
 /// The sqlx crate the backend is built on (0.8): name its `PgPool` through this path for
 /// [`PostgresBackend::from_pool`], and no version mismatch can arise.
 pub use sqlx;
@@ -229,7 +229,9 @@ impl PostgresBackend {
     /// A builder for `url` (`postgres://user:password@host:port/database`): the backend
     /// opens a pool of its own there, and its listener connection too unless
     /// [`listen_url`](PostgresBackendBuilder::listen_url) says otherwise (the direct
-    /// address, when `url` is a PgBouncer's).
+    /// address, when `url` is a PgBouncer's). With the defaults an engine opens at most 4
+    /// connections: up to [`DEFAULT_POOL_SIZE`] pooled ones on demand, and its listener's
+    /// (see [`PostgresBackendBuilder::pool_size`]).
     pub fn builder(url: impl Into<String>) -> PostgresBackendBuilder {
         PostgresBackendBuilder::new(builder::Source::Url(url.into()))
     }
