@@ -77,7 +77,7 @@ fn fail(e: &str) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn print(config: &Config, figure: Value) {
+fn print(config: &Config, figure: &Value) {
     if config.json {
         println!("{figure}");
     } else {
@@ -118,7 +118,7 @@ async fn run(config: &Config) -> Result<(), String> {
         engines.push(LockEngine::new(backend));
     }
     let empty = cycles(&engines[0], config, "empty").await?;
-    print(config, with(&empty, json!({"table": "empty"})));
+    print(config, &with(&empty, &json!({"table": "empty"})));
     fill(&exec, "fleet", config.rows).await?;
     let full = cycles(&engines[0], config, "full").await?;
     print(
@@ -130,7 +130,7 @@ async fn run(config: &Config) -> Result<(), String> {
     );
     print(
         config,
-        json!({
+        &json!({
             "figure": "acquire p50 with the rows / empty (goal <= 1.2)",
             "engines": config.engines,
             "ratio": round(full["acquire_p50_us"].as_f64().unwrap_or(0.0)
@@ -170,7 +170,7 @@ async fn run(config: &Config) -> Result<(), String> {
         let took = began.elapsed();
         print(
             config,
-            json!({
+            &json!({
                 "figure": "sweep",
                 "table_rows": config.rows,
                 "expired": expired,
@@ -196,7 +196,7 @@ async fn run(config: &Config) -> Result<(), String> {
         .map_err(e)?;
     print(
         config,
-        json!({
+        &json!({
             "figure": "version 4 sweep's first scan (every node, every 5 s)",
             "table_rows": config.rows,
             "ms": round(began.elapsed().as_secs_f64() * 1e3, 2),
@@ -208,7 +208,7 @@ async fn run(config: &Config) -> Result<(), String> {
 }
 
 /// `value`'s fields, then `extra`'s.
-fn with(value: &Value, extra: Value) -> Value {
+fn with(value: &Value, extra: &Value) -> Value {
     let mut out = value.clone();
     if let (Some(out), Some(extra)) = (out.as_object_mut(), extra.as_object()) {
         out.extend(extra.clone());
