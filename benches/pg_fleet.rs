@@ -123,9 +123,9 @@ async fn run(config: &Config) -> Result<(), String> {
     let full = cycles(&engines[0], config, "full").await?;
     print(
         config,
-        with(
+        &with(
             &full,
-            json!({"table": format!("{} live rows", config.rows)}),
+            &json!({"table": format!("{} live rows", config.rows)}),
         ),
     );
     print(
