@@ -251,6 +251,25 @@ if [ "$POSTGRES" = yes ]; then
         --workers 50 --pool 50 --ttl-ms 1000 --settle-ms 15000
 fi
 
+# --- pgfleet (issue 52): Postgres at fleet scale ----------------------------------------
+# Server transactions per contended cycle by engine count (8 workers on one key, worker w
+# on engine w mod N, FIFO, 2 connections per engine; goal: within 1.5x of each other), and
+# benches/pg_fleet.rs: a cycle's latency with a million rows while 32 engines sweep (goal:
+# within 1.2x of an empty table) and the sweep's cost against what expired.
+if [ "$POSTGRES" = yes ]; then
+    for n in 2 8 32; do
+        REPEAT=1 pcontention "postgres-fifo-${n}engines" --backend postgres "${CONTENDED[@]}" \
+            --fifo --engines "$n" --pool 2
+        log "postgres ${n} engines: $(grep -o '"postgres_transactions_per_cycle":[0-9.]*' \
+            "$OUT/postgres-fifo-${n}engines.1.json") "
+    done
+    log "pg_fleet: a million rows, 32 engines"
+    cargo bench -q --bench pg_fleet --features postgres -- --json >"$OUT/pg_fleet.jsonl" \
+        2>"$OUT/pg_fleet.log" && cat "$OUT/pg_fleet.jsonl" >&2 ||
+        log "pg_fleet failed: $OUT/pg_fleet.log"
+fi
+# --- end pgfleet -------------------------------------------------------------------------
+
 # The baselines again, after the Redis runs: the higher of the two counts, so a moment of
 # competing load during one measurement cannot make the ratios look better than they are.
 log "redis-benchmark baselines, again"
