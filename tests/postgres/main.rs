@@ -28,5 +28,6 @@ mod matrix;
 mod order;
 mod query_timeout;
 mod restart;
+mod restarts;
 mod setup;
 mod shared;

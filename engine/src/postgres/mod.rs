@@ -65,7 +65,9 @@
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
 //!   shared leases, 3 since `queued`, 4 since one space and one queue per key for both
-//!   modes); [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2 or 3 schema in
+//!   modes, 5 since the lock functions commit asynchronously, hand-off fences floored at the
+//!   server's start);
+//!   [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2, 3 or 4 schema in
 //!   place, with its leases held and its waiters queued.
 //!
 //! # Rolling upgrade
@@ -93,9 +95,10 @@
 //! Nothing outlives the statement on its connection: no session advisory lock, no `SET`, no
 //! prepared statement (calls go out in the simple query protocol, their values written as
 //! hex-decoded literals, never spliced as text), so the backend works unchanged behind
-//! PgBouncer in transaction pooling mode. A function that changes a lease commits
-//! synchronously whatever the database's `synchronous_commit` says (for its own transaction
-//! only): a grant the caller was told of survives a crash.
+//! PgBouncer in transaction pooling mode. A function that changes only lock state commits
+//! asynchronously (`synchronous_commit = off` for its own transaction: no WAL flush per
+//! lock operation); one that stores a record or a numeric value commits synchronously
+//! whatever the database says. See "Durability" below.
 //!
 //! Every call runs as a task on the engine's runtime (one thread hop), where the backend's
 //! own connections live: a runtime the application shuts down or blocks takes no connection
@@ -118,10 +121,25 @@
 //!
 //! A grant's fence is `max(last fence + 1, database time in µs)`, the last fence read from
 //! the key's row (a holder's, a lapsed lease's or a tombstone's, in either mode); a
-//! hand-off's is the last fence + 1. Every fence is at most the database time at its grant (plus one
-//! per hand-off within the same microsecond), so once a row is swept (at least
-//! [`TOMBSTONE_MARGIN`] after it stopped holding) the clock has moved past it: fences
-//! strictly increase per key unless the database clock steps back by more than that margin.
+//! hand-off's is `max(last fence + 1, the server's start time in µs)`
+//! (`pg_postmaster_start_time()`): the last fence + 1, but for the first hand-off of a row
+//! the server kept through a crash. Every fence is at most the database time at its grant
+//! (plus one per grant within the same microsecond), so once a row is swept (at least
+//! [`TOMBSTONE_MARGIN`] after it stopped holding), or taken back by a crash with the commits
+//! that wrote it (the server's start is later than every grant of its previous run), the
+//! floor has moved past it: fences strictly increase per key unless the database clock
+//! steps back by more than that margin (or by more than the crash and restart took).
+//!
+//! # Durability
+//!
+//! As on Redis, a lease is ephemeral: the lock functions commit asynchronously, so a crash
+//! of the database may forget the last ~3 × `wal_writer_delay` (600 ms by default) of
+//! grants, releases and renewals. Three things hold through it: fences never go back (above;
+//! `tests/postgres/restarts.rs`: `fences_keep_rising_through_a_kill_9_crash`); a restart is
+//! a reset (every lease granted before it is `lost()`, see `restarts`); and a record stored
+//! with [`Lease::complete`](crate::Lease::complete) or a numeric value is committed
+//! synchronously (it survives a crash as any committed row). The transactional layer's
+//! records are the user's transaction's, and its durability is the user's.
 //!
 //! # Waiting
 //!

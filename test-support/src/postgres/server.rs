@@ -4,6 +4,7 @@
 //! let server = PostgresServer::start(); // initdb + postgres, as the `postgres` user
 //! let url = server.url();               // postgres://tower_lock@127.0.0.1:<port>/tower_lock
 //! server.kill();                        // immediate shutdown (SIGQUIT): a crash
+//! server.crash();                       // kill -9 of every server process
 //! server.restart();                     // same port, same data (recovered)
 //! server.pause();                       // every process SIGSTOPped: frozen, sockets open
 //! server.resume();                      // SIGCONT, in the reverse order
@@ -291,6 +292,26 @@ impl PostgresServer {
         // A stopped process would take the shutdown signal only once continued.
         self.resume();
         if let Some(mut g) = self.running.lock().unwrap().take() {
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "postgres did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Crash the server the way `kill -9` does: SIGKILL the postmaster and every process it
+    /// started, at once (no shutdown of any kind: WAL still in the server's shared memory,
+    /// such as an asynchronous commit's not yet written, is lost), and wait until its port
+    /// refuses connections. [`restart`](Self::restart) then recovers from the data directory.
+    pub fn crash(&self) {
+        self.resume();
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            let mut pids = vec![g.pid];
+            pids.extend(children_of(g.pid));
+            signal("-KILL", &pids);
+            // (Its shutdown signal then finds nobody; the guardian ends.)
             g.kill();
         }
         let deadline = Instant::now() + Duration::from_secs(30);
