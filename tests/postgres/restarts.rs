@@ -171,3 +171,79 @@ async fn fences_keep_rising_through_a_kill_9_crash() {
         );
     }
 }
+
+/// A holder on one node, a waiter on another; the server restarts (`how`). The holder's
+/// `lost()` fires, and the waiter is granted the key only after it fired (the restart may
+/// have taken the holder's grant back with its asynchronous commit: the waiter is then
+/// granted as soon as it asks again).
+async fn a_restart_is_a_reset(how: fn(&PostgresServer)) {
+    let (server, url, schema) = cluster("reset").await;
+    let holder_node = engine(&url, &schema, Duration::from_secs(1)).await;
+    let waiter_node = engine(&url, &schema, Duration::from_secs(1)).await;
+    let holder = holder_node
+        .lock("k")
+        .ttl(Duration::from_secs(3))
+        .acquire()
+        .await
+        .unwrap();
+    let lost_at = {
+        let lost = holder.lost();
+        tokio::spawn(async move {
+            lost.await;
+            Instant::now()
+        })
+    };
+    let waiter = {
+        let lock = waiter_node
+            .lock("k")
+            .ttl(Duration::from_secs(3))
+            .wait(Duration::from_secs(30));
+        tokio::spawn(async move {
+            let result = lock.acquire().await;
+            (result, Instant::now())
+        })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while waiter_node.lock("k").waiters().await.unwrap() != 1 {
+        assert!(Instant::now() < give_up, "the waiter never queued");
+        tokio::task::yield_now().await;
+    }
+    let restarted = Instant::now();
+    blocking(&server, how).await;
+    let lost_at = timeout(Duration::from_secs(10), lost_at)
+        .await
+        .expect("the holder's lost() fires at the restart")
+        .unwrap();
+    // (Measured from before the restart: the restart itself takes a while.)
+    assert!(
+        lost_at.duration_since(restarted) < Duration::from_secs(5),
+        "lost() fired {:?} after the restart began",
+        lost_at.duration_since(restarted)
+    );
+    let (granted, granted_at) = timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter ends")
+        .unwrap();
+    let lease = granted.expect("the waiter is granted the key once the holder's lease is gone");
+    assert!(
+        granted_at >= lost_at,
+        "the waiter was granted {:?} before the holder was told its lease was lost",
+        lost_at.duration_since(granted_at)
+    );
+    drop(holder);
+    let _ = lease.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_is_a_reset_before_anyone_else_is_granted_the_key() {
+    a_restart_is_a_reset(PostgresServer::restart_clean).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_crash_is_a_reset_before_anyone_else_is_granted_the_key() {
+    a_restart_is_a_reset(|server| {
+        server.crash();
+        server.restart();
+    })
+    .await;
+}

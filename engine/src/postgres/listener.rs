@@ -25,7 +25,7 @@ use sqlx::{
 };
 use tokio::sync::oneshot;
 
-use super::FALLBACK_CAP;
+use super::{FALLBACK_CAP, restarts::Restarts};
 use crate::{BackendError, BackendErrorKind, runtime};
 
 /// A hand-off as its notification tells it.
@@ -108,13 +108,15 @@ impl Drop for Listener {
 
 impl Listener {
     /// Connect and `LISTEN` on `channel` (once that is confirmed, a notification is heard),
-    /// then keep listening on the engine's runtime.
+    /// then keep listening on the engine's runtime. Each connect, and each end of the
+    /// connection, is told to `restarts` (a restart is a reset).
     pub(super) async fn start(
         target: ListenTarget,
         channel: String,
         timeout: Duration,
+        restarts: Arc<Restarts>,
     ) -> Result<Self, BackendError> {
-        let first = tokio::time::timeout(timeout, connect(&target, &channel, timeout))
+        let first = tokio::time::timeout(timeout, connect(&target, &channel, timeout, &restarts))
             .await
             .map_err(|_| {
                 BackendError::new(
@@ -128,7 +130,14 @@ impl Listener {
             })?;
         let waiters: Arc<Waiters> = Arc::default();
         let task = runtime::handle()
-            .spawn(listen(first, target, channel, timeout, waiters.clone()))
+            .spawn(listen(
+                first,
+                target,
+                channel,
+                timeout,
+                waiters.clone(),
+                restarts,
+            ))
             .abort_handle();
         Ok(Self { waiters, task })
     }
@@ -156,6 +165,7 @@ async fn connect(
     target: &ListenTarget,
     channel: &str,
     timeout: Duration,
+    restarts: &Restarts,
 ) -> Result<PgListener, sqlx::Error> {
     let mut listener = match target {
         ListenTarget::Direct(options) => {
@@ -172,6 +182,9 @@ async fn connect(
     // `idle_session_timeout` (Postgres 14+) would end it every few seconds, and each
     // reconnect loses what was notified meanwhile. Off for this session only.
     listener.execute(sqlx::raw_sql(NO_IDLE_TIMEOUT)).await?;
+    // Before `LISTEN`, so that the session's last statement (`pg_stat_activity.query`)
+    // names it.
+    restarts.connected(&mut listener).await?;
     listener.listen(channel).await?;
     Ok(listener)
 }
@@ -184,12 +197,14 @@ async fn listen(
     channel: String,
     timeout: Duration,
     waiters: Arc<Waiters>,
+    restarts: Arc<Restarts>,
 ) {
     let mut listener = Some(first);
     loop {
         let Some(current) = listener.as_mut() else {
             tokio::time::sleep(FALLBACK_CAP).await;
-            match tokio::time::timeout(timeout, connect(&target, &channel, timeout)).await {
+            let connecting = connect(&target, &channel, timeout, &restarts);
+            match tokio::time::timeout(timeout, connecting).await {
                 Ok(Ok(fresh)) => {
                     tracing::debug!(%channel, "postgres listener connected again");
                     listener = Some(fresh);
@@ -204,6 +219,7 @@ async fn listen(
             // The connection was lost: anything notified meanwhile is lost too.
             Ok(None) | Err(_) => {
                 tracing::debug!(%channel, "postgres listener lost its connection");
+                restarts.lost();
                 listener = None;
             }
         }

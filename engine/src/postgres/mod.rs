@@ -136,7 +136,10 @@
 //! of the database may forget the last ~3 × `wal_writer_delay` (600 ms by default) of
 //! grants, releases and renewals. Three things hold through it: fences never go back (above;
 //! `tests/postgres/restarts.rs`: `fences_keep_rising_through_a_kill_9_crash`); a restart is
-//! a reset (every lease granted before it is `lost()`, see `restarts`); and a record stored
+//! a reset (every lease granted before it is `lost()`: the listener's connection ending,
+//! or another `pg_postmaster_start_time()` when it connects again, is reported to the
+//! engine as [`Resets`](crate::Resets), before a restarted server can grant anyone else;
+//! see the engine README for the limit); and a record stored
 //! with [`Lease::complete`](crate::Lease::complete) or a numeric value is committed
 //! synchronously (it survives a crash as any committed row). The transactional layer's
 //! records are the user's transaction's, and its durability is the user's.
@@ -175,6 +178,7 @@ mod numeric;
 mod pools;
 mod records;
 mod resend;
+mod restarts;
 mod schema;
 mod sql;
 mod sweeper;
@@ -219,6 +223,8 @@ struct Inner {
     /// hand-off to this node's waiters, which their tickets carry.
     ticket_ttl_ms: u64,
     listener: Listener,
+    /// The watch on the server's restarts (fed by the listener): the engine's resets.
+    restarts: Arc<restarts::Restarts>,
     /// The sweep the sweeper runs, and its failures' count.
     sweep: sweeper::Sweep,
     /// Ends the sweeper with the backend.

@@ -6,6 +6,7 @@
 //! server.kill();                        // immediate shutdown (SIGQUIT): a crash
 //! server.crash();                       // kill -9 of every server process
 //! server.restart();                     // same port, same data (recovered)
+//! server.restart_clean();               // fast shutdown (SIGINT), then the same
 //! server.pause();                       // every process SIGSTOPped: frozen, sockets open
 //! server.resume();                      // SIGCONT, in the reverse order
 //! ```
@@ -319,6 +320,28 @@ impl PostgresServer {
             assert!(Instant::now() < deadline, "postgres did not stop");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Restart the server the way an operator does (`pg_ctl restart -m fast`: SIGINT, every
+    /// session ended with an error, a checkpoint, then a start on the same port and data).
+    pub fn restart_clean(&self) {
+        self.resume();
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            signal("-INT", &[g.pid]);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Path::new(&format!("/proc/{}", g.pid)).exists()
+                && !std::fs::read_to_string(format!("/proc/{}/stat", g.pid)).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            {
+                assert!(Instant::now() < deadline, "postgres did not shut down");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // (Its immediate-shutdown signal then finds nobody; the guardian ends.)
+            g.kill();
+        }
+        self.restart();
     }
 
     /// Freeze the server the way a stalled machine does: SIGSTOP the postmaster (so that it
