@@ -182,6 +182,11 @@ async fn connect(
     // `idle_session_timeout` (Postgres 14+) would end it every few seconds, and each
     // reconnect loses what was notified meanwhile. Off for this session only.
     listener.execute(sqlx::raw_sql(NO_IDLE_TIMEOUT)).await?;
+    // The end of the connection is reported at once (a restart is a reset, `restarts`):
+    // sqlx would otherwise first try to connect again inside `try_recv`, for up to the
+    // pool's acquire timeout, while a restarted server may already grant others. The loop
+    // in `listen` reconnects.
+    listener.eager_reconnect(false);
     // Before `LISTEN`, so that the session's last statement (`pg_stat_activity.query`)
     // names it.
     restarts.connected(&mut listener).await?;
