@@ -1,8 +1,11 @@
 //! The Postgres backend on a throwaway cluster of this binary's own: the conformance suite's
 //! cases (both modes on one key included) directly and through a PgBouncer in transaction pooling mode, a
-//! server crash and restart under a holder and a waiter, a frozen server, killed pool and listener
+//! server crash and restart under a holder and a waiter, fences rising and every lease
+//! reported lost through a `kill -9` crash or a clean restart (`restarts`), a stored record
+//! through a crash (`durability`), a frozen server, killed pool and listener
 //! connections, grants matched by their registration's nonce, a release sent again, the
-//! set-up (schema check, names, the application's own pool, tombstone
+//! set-up (schema check and the exact call it names, names, the application's own pool,
+//! the connections an engine opens, tombstone
 //! sweeping, upgrades), the one-statement fast paths against the waiters they race with,
 //! the uncontended cycle's cost; every statement type through a PgBouncer whose two server
 //! connections other clients keep busy, calls on pooled connections the server ended while
@@ -18,6 +21,7 @@ mod conformance_bouncer;
 mod conformance_direct;
 mod cycle;
 mod dead_idle;
+mod durability;
 mod fast_path;
 mod faults;
 mod grants;
@@ -28,6 +32,7 @@ mod matrix;
 mod order;
 mod query_timeout;
 mod restart;
+mod restarts;
 mod setup;
 mod shared;
 mod sweeping;

@@ -161,6 +161,12 @@ impl Backend for PostgresBackend {
         true
     }
 
+    /// A restart of the database (or the end of the listener's connection) is a reset:
+    /// see `restarts`.
+    fn resets(&self) -> Option<crate::Resets> {
+        Some(self.inner.restarts.resets())
+    }
+
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
             .with_admin(self)

@@ -12,6 +12,7 @@ use super::{
     DEFAULT_SCHEMA, FALLBACK_CAP, Inner, PostgresBackend,
     listener::{ListenTarget, Listener},
     names::Names,
+    restarts::Restarts,
     schema::SCHEMA_VERSION,
     sweeper::{Sweep, Sweeper},
 };
@@ -213,7 +214,8 @@ impl PostgresBackendBuilder {
             (None, Some(options)) => ListenTarget::Direct(Box::new(options)),
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
-        let listener = Listener::start(target, &names.channel(), timeout).await?;
+        let restarts = Arc::new(Restarts::default());
+        let listener = Listener::start(target, &names.channel(), timeout, restarts.clone()).await?;
         let sweep = Sweep::new(pool.clone(), names.sweep(), timeout);
         let sweeper = Sweeper::start(sweep.clone());
         let ticket_ttl_ms =
@@ -225,6 +227,7 @@ impl PostgresBackendBuilder {
                 timeout,
                 ticket_ttl_ms,
                 listener,
+                restarts,
                 sweep,
                 _sweeper: sweeper,
             }),

@@ -48,7 +48,7 @@ use tokio::{
     time::Instant,
 };
 
-use super::FALLBACK_CAP;
+use super::{FALLBACK_CAP, restarts::Restarts};
 use crate::{BackendError, BackendErrorKind, runtime};
 
 /// How long a node keeps listening after its last queued waiter left: under steady
@@ -185,13 +185,15 @@ impl Drop for Listener {
 
 impl Listener {
     /// Connect (once that is confirmed, the node can listen), then serve on the engine's
-    /// runtime: `LISTEN` on `<base>_<node>` while a waiter queues.
+    /// runtime: `LISTEN` on `<base>_<node>` while a waiter queues. Each connect, and each
+    /// end of the connection, is told to `restarts` (a restart is a reset).
     pub(super) async fn start(
         target: ListenTarget,
         base: &str,
         timeout: Duration,
+        restarts: Arc<Restarts>,
     ) -> Result<Self, BackendError> {
-        let first = tokio::time::timeout(timeout, connect(&target, timeout))
+        let first = tokio::time::timeout(timeout, connect(&target, timeout, &restarts))
             .await
             .map_err(|_| {
                 BackendError::new(
@@ -221,6 +223,7 @@ impl Listener {
                     want: want.clone(),
                     listening: listening_tx,
                     listens: 0,
+                    restarts,
                 },
                 first,
             ))
@@ -275,7 +278,11 @@ pub(super) async fn until_heard(mut listening: watch::Receiver<u64>) {
 const NO_IDLE_TIMEOUT: &str = "SELECT set_config('idle_session_timeout', '0', false) \
      WHERE current_setting('server_version_num')::int >= 140000";
 
-async fn connect(target: &ListenTarget, timeout: Duration) -> Result<PgListener, sqlx::Error> {
+async fn connect(
+    target: &ListenTarget,
+    timeout: Duration,
+    restarts: &Restarts,
+) -> Result<PgListener, sqlx::Error> {
     let mut listener = match target {
         ListenTarget::Direct(options) => {
             // A pool of one, only for the listener's reconnects.
@@ -291,6 +298,12 @@ async fn connect(target: &ListenTarget, timeout: Duration) -> Result<PgListener,
     // `idle_session_timeout` (Postgres 14+) would end it every few seconds, and each
     // reconnect loses what was notified meanwhile. Off for this session only.
     listener.execute(sqlx::raw_sql(NO_IDLE_TIMEOUT)).await?;
+    // The end of the connection is reported at once (a restart is a reset, `restarts`):
+    // sqlx would otherwise first try to connect again inside `try_recv`, for up to the
+    // pool's acquire timeout, while a restarted server may already grant others. The loop
+    // in `serve` reconnects.
+    listener.eager_reconnect(false);
+    restarts.connected(&mut listener).await?;
     Ok(listener)
 }
 
@@ -304,6 +317,7 @@ struct Task {
     listening: watch::Sender<u64>,
     /// `LISTEN`s confirmed so far.
     listens: u64,
+    restarts: Arc<Restarts>,
 }
 
 impl Task {
@@ -323,6 +337,8 @@ impl Task {
         } else {
             tracing::debug!(channel = %self.channel, on, "postgres (UN)LISTEN failed");
             self.listening.send_replace(0);
+            // The connection is dropped and made again: its end is a reset, as any other.
+            self.restarts.lost();
             false
         }
     }
@@ -339,7 +355,7 @@ async fn serve(mut task: Task, first: PgListener) {
     loop {
         let Some(current) = listener.as_mut() else {
             tokio::time::sleep(FALLBACK_CAP).await;
-            match tokio::time::timeout(task.timeout, connect(&task.target, task.timeout)).await {
+            match tokio::time::timeout(task.timeout, connect(&task.target, task.timeout, &task.restarts)).await {
                 Ok(Ok(fresh)) => {
                     tracing::debug!(channel = %task.channel, "postgres listener connected again");
                     listener = Some(fresh);
@@ -381,6 +397,7 @@ async fn serve(mut task: Task, first: PgListener) {
                 // The connection was lost: anything notified meanwhile is lost too.
                 Ok(None) | Err(_) => {
                     tracing::debug!(channel = %task.channel, "postgres listener lost its connection");
+                    task.restarts.lost();
                     task.listening.send_replace(0);
                     on = false;
                     listener = None;

@@ -66,7 +66,8 @@
 //!   swept then.
 //! - `schema_version (version int)`: what [`PostgresBackendBuilder::build`] checks (2 since
 //!   shared leases, 3 since `queued`, 4 since one space and one queue per key for both
-//!   modes, 5 since a hand-off is notified to its waiter's node alone);
+//!   modes, 5 since a hand-off is notified to its waiter's node alone, the lock functions
+//!   commit asynchronously and hand-off fences are floored at the server's start);
 //!   [`PostgresBackendBuilder::migrate`] upgrades a version 1, 2, 3 or 4 schema in
 //!   place, with its leases held and its waiters queued.
 //!
@@ -95,9 +96,10 @@
 //! Nothing outlives the statement on its connection: no session advisory lock, no `SET`, no
 //! prepared statement (calls go out in the simple query protocol, their values written as
 //! hex-decoded literals, never spliced as text), so the backend works unchanged behind
-//! PgBouncer in transaction pooling mode. A function that changes a lease commits
-//! synchronously whatever the database's `synchronous_commit` says (for its own transaction
-//! only): a grant the caller was told of survives a crash.
+//! PgBouncer in transaction pooling mode. A function that changes only lock state commits
+//! asynchronously (`synchronous_commit = off` for its own transaction: no WAL flush per
+//! lock operation); one that stores a record or a numeric value commits synchronously
+//! whatever the database says. See "Durability" below.
 //!
 //! Every call runs as a task on the engine's runtime (one thread hop), where the backend's
 //! own connections live: a runtime the application shuts down or blocks takes no connection
@@ -120,10 +122,28 @@
 //!
 //! A grant's fence is `max(last fence + 1, database time in µs)`, the last fence read from
 //! the key's row (a holder's, a lapsed lease's or a tombstone's, in either mode); a
-//! hand-off's is the last fence + 1. Every fence is at most the database time at its grant (plus one
-//! per hand-off within the same microsecond), so once a row is swept (at least
-//! [`TOMBSTONE_MARGIN`] after it stopped holding) the clock has moved past it: fences
-//! strictly increase per key unless the database clock steps back by more than that margin.
+//! hand-off's is `max(last fence + 1, the server's start time in µs)`
+//! (`pg_postmaster_start_time()`): the last fence + 1, but for the first hand-off of a row
+//! the server kept through a crash. Every fence is at most the database time at its grant
+//! (plus one per grant within the same microsecond), so once a row is swept (at least
+//! [`TOMBSTONE_MARGIN`] after it stopped holding), or taken back by a crash with the commits
+//! that wrote it (the server's start is later than every grant of its previous run), the
+//! floor has moved past it: fences strictly increase per key unless the database clock
+//! steps back by more than that margin (or by more than the crash and restart took).
+//!
+//! # Durability
+//!
+//! As on Redis, a lease is ephemeral: the lock functions commit asynchronously, so a crash
+//! of the database may forget the last ~3 × `wal_writer_delay` (600 ms by default) of
+//! grants, releases and renewals. Three things hold through it: fences never go back (above;
+//! `tests/postgres/restarts.rs`: `fences_keep_rising_through_a_kill_9_crash`); a restart is
+//! a reset (every lease granted before it is `lost()`: the listener's connection ending,
+//! or another `pg_postmaster_start_time()` when it connects again, is reported to the
+//! engine as [`Resets`](crate::Resets), before a restarted server can grant anyone else;
+//! see the engine README for the limit); and a record stored
+//! with [`Lease::complete`](crate::Lease::complete) or a numeric value is committed
+//! synchronously (it survives a crash as any committed row). The transactional layer's
+//! records are the user's transaction's, and its durability is the user's.
 //!
 //! # Waiting
 //!
@@ -166,6 +186,7 @@ mod numeric;
 mod pools;
 mod records;
 mod resend;
+mod restarts;
 mod schema;
 mod sql;
 mod sweeper;
@@ -210,6 +231,8 @@ struct Inner {
     /// hand-off to this node's waiters, which their tickets carry.
     ticket_ttl_ms: u64,
     listener: Listener,
+    /// The watch on the server's restarts (fed by the listener): the engine's resets.
+    restarts: Arc<restarts::Restarts>,
     /// The sweep the sweeper runs, and its failures' count.
     sweep: sweeper::Sweep,
     /// Ends the sweeper with the backend.

@@ -14,11 +14,21 @@
 //! transaction-level advisory lock instead (`pg_advisory_xact_lock(class, hashtext(...))`,
 //! `class` a number of this schema and prefix).
 //!
-//! Every function that changes a lease also sets `synchronous_commit` on for its own
-//! transaction (`set_config(..., true)`, an expression rather than a statement: nothing stays
-//! on the session): a grant the caller was told of must survive a crash of the server, or a
-//! second holder would be granted after the restart while the first still runs. A database
-//! or role configured with `synchronous_commit = off` so still keeps every lease it reported.
+//! Durability (issue 52). The functions that change only lock state (acquire, release,
+//! leave, extend, the batched renewal, admin set and force release) commit with
+//! `synchronous_commit = off` for their own transaction (`set_config(..., true)`, an
+//! expression rather than a statement: nothing stays on the session, and it works behind
+//! PgBouncer): no call waits for a WAL flush. A crash of the server may so take back the
+//! last grants and releases (up to about 3 × `wal_writer_delay`, 600 ms by default), as a
+//! Redis restart forgets its last writes: leases are ephemeral. What must hold through it
+//! holds otherwise: every grant's fence is at least the database clock in µs, a hand-off's
+//! at least the server's start time in µs (see `locks`), so fences handed out after the restart exceed every fence handed out before
+//! whatever the crash took back, and the backend reports a restart as a reset (`restarts`),
+//! so every lease granted before it is lost. The functions that store a user's data keep
+//! `synchronous_commit = on` whatever the database says: `complete` (a stored response
+//! must survive a crash, or a request would run twice) and `compare_and_set` (a numeric
+//! value is the application's). A database configured with `synchronous_commit = off`
+//! still keeps those.
 //!
 //! Microsecond fences (about 2^51) fit a `bigint`. Durations travel as milliseconds.
 
@@ -32,7 +42,8 @@ mod upgrade;
 /// 3 the `queued` flag of a key's row; version 4 made one space and one queue per key for
 /// both modes (the shared leases' own queue, fences and functions folded into the lock's);
 /// version 5 added the holders' labels, notifies a hand-off on the channel of the waiter's
-/// node alone and sweeps by expiry indexes.
+/// node alone, sweeps by expiry indexes, commits the lock functions asynchronously and
+/// floors a hand-off's fence at the server's start time in µs.
 /// `migrate()` brings a version 1, 2, 3 or 4 schema up in place, leases held and waiters
 /// queued (see `upgrade`). On a schema that is up to date it takes no table lock that
 /// conflicts with the calls in flight: every step that would is skipped after a look at

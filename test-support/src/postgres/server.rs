@@ -4,7 +4,9 @@
 //! let server = PostgresServer::start(); // initdb + postgres, as the `postgres` user
 //! let url = server.url();               // postgres://tower_lock@127.0.0.1:<port>/tower_lock
 //! server.kill();                        // immediate shutdown (SIGQUIT): a crash
+//! server.crash();                       // kill -9 of every server process
 //! server.restart();                     // same port, same data (recovered)
+//! server.restart_clean();               // fast shutdown (SIGINT), then the same
 //! server.pause();                       // every process SIGSTOPped: frozen, sockets open
 //! server.resume();                      // SIGCONT, in the reverse order
 //! ```
@@ -298,6 +300,48 @@ impl PostgresServer {
             assert!(Instant::now() < deadline, "postgres did not stop");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Crash the server the way `kill -9` does: SIGKILL the postmaster and every process it
+    /// started, at once (no shutdown of any kind: WAL still in the server's shared memory,
+    /// such as an asynchronous commit's not yet written, is lost), and wait until its port
+    /// refuses connections. [`restart`](Self::restart) then recovers from the data directory.
+    pub fn crash(&self) {
+        self.resume();
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            let mut pids = vec![g.pid];
+            pids.extend(children_of(g.pid));
+            signal("-KILL", &pids);
+            // (Its shutdown signal then finds nobody; the guardian ends.)
+            g.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(Instant::now() < deadline, "postgres did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Restart the server the way an operator does (`pg_ctl restart -m fast`: SIGINT, every
+    /// session ended with an error, a checkpoint, then a start on the same port and data).
+    pub fn restart_clean(&self) {
+        self.resume();
+        if let Some(mut g) = self.running.lock().unwrap().take() {
+            signal("-INT", &[g.pid]);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Path::new(&format!("/proc/{}", g.pid)).exists()
+                && !std::fs::read_to_string(format!("/proc/{}/stat", g.pid)).is_ok_and(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+            {
+                assert!(Instant::now() < deadline, "postgres did not shut down");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // (Its immediate-shutdown signal then finds nobody; the guardian ends.)
+            g.kill();
+        }
+        self.restart();
     }
 
     /// Freeze the server the way a stalled machine does: SIGSTOP the postmaster (so that it

@@ -43,7 +43,7 @@ DECLARE
   e timestamptz;
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   t := clock_timestamp();
   IF ms < 0 THEN
     e := 'infinity';
@@ -69,7 +69,7 @@ DECLARE
   held boolean;
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
   IF NOT FOUND THEN

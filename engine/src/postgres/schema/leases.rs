@@ -49,7 +49,7 @@ DECLARE
   e timestamptz;
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   t := clock_timestamp();
   IF lim = 0 AND c.token = tok AND c.expires_at > t THEN
@@ -86,7 +86,7 @@ DECLARE
   renewed text[] := array_fill('0'::text, ARRAY[coalesce(array_length(ks, 1), 0)]);
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   -- The rows' locks in hash order, as any other batch takes them: no cycle.
   FOR i IN SELECT o FROM generate_subscripts(ks, 1) AS o ORDER BY hashtext(ks[o]), o LOOP
     t := clock_timestamp();

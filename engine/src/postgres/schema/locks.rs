@@ -40,11 +40,14 @@
 /// from its head as many as fit, stopping at the first that does not (a lone waiter is so
 /// never overtaken by later shared arrivals), then, when nobody waits and `lim >= 0`, the
 /// arrival `tok` itself for `ttl_ms` with limit `lim`. Each waiter granted becomes a
-/// holder for `min(its TTL, its claim)` with fence `c.fence + 1` and is told by `NOTIFY
-/// "<ticket id> <fence> <claim ms> <nonce>"` (its registration's nonce, which its waiter
-/// checks) on its node's channel alone (`<base>_<node>` for a ticket id `<node>:<random>`;
-/// the base channel for an id without `:`, a version 4 node's), except the caller's own ticket `own` and the arrival: those get their full TTL
-/// and a fence of at least the clock in µs, learnt from the reply. A waiter whose token
+/// holder for `min(its TTL, its claim)` with fence `max(c.fence + 1, the server's start in
+/// µs)` and is told by `NOTIFY "<ticket id> <fence> <claim ms> <nonce>"` (its
+/// registration's nonce, which its waiter checks) on its node's channel alone
+/// (`<base>_<node>` for a ticket id `<node>:<random>`; the base channel for an id without
+/// `:`, a version 4 node's), except the caller's own ticket `own` and the arrival: those
+/// get their full TTL and a fence of `max(c.fence + 1, clock in µs)`, learnt from the
+/// reply. Either floor is past every fence of before a crash and restart, whatever the
+/// crash took back of the last commits. A waiter whose token
 /// already shares re-enters (its fence). Writes the row back once (its holder, fence,
 /// `queued`, `shared_until`), if anything changed. Returns the fence granted to `own` or
 /// the arrival, `-1` when none. Statements: 2 when someone queues (dead tickets, the
@@ -150,7 +153,12 @@ BEGIN
       f := greatest(c.fence + 1, @us@(t));
     ELSE
       g := least(w.ttl_ms, w.claim_ms);
-      f := c.fence + 1;
+      -- At least the server's start in µs: a crash may take back the last grants'
+      -- commits (asynchronous commit) and the row's fence with them, and a ticket it kept
+      -- would be granted a fence handed out before. Every fence of before the crash is
+      -- below the clock at the crash, so below this run's start; a row written in this
+      -- run is above it already (a hand-off stays `+ 1`).
+      f := greatest(c.fence + 1, @us@(pg_postmaster_start_time()));
     END IF;
     IF w.lim = 0 THEN
       c.token := w.token;
@@ -217,7 +225,7 @@ DECLARE
   sc text;
 BEGIN
   -- An expression, not a statement (`PERFORM` would run a query).
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   IF tid = '' THEN
     -- A try on a key another holds alone is answered from the snapshot, the row left
     -- unlocked: a read, with no transaction id and no commit record to flush.
@@ -328,7 +336,7 @@ DECLARE
   gone boolean := false;
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   t := clock_timestamp();
   IF lim = 0 THEN
     -- The fast path: nobody queues, so the key is simply freed.
@@ -371,7 +379,7 @@ DECLARE
   c @locks@%ROWTYPE;
   sc text;
 BEGIN
-  sc := set_config('synchronous_commit', 'on', true);
+  sc := set_config('synchronous_commit', 'off', true);
   -- Locked before the ticket goes: a grant running now must not see it vanish midway.
   SELECT * INTO c FROM @locks@ WHERE key = k FOR NO KEY UPDATE;
   IF NOT FOUND THEN
