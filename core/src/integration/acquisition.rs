@@ -10,7 +10,11 @@ use std::{
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{LockGuard, Outcome, RequestLocker, guard::HeldAs, hold_log};
+use super::{
+    LockGuard, Outcome, RequestLocker,
+    guard::{Granted, HeldAs},
+    hold_log,
+};
 use crate::{
     LockError,
     engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
@@ -344,11 +348,10 @@ impl RequestLocker {
             lease,
             node,
             info,
-            now,
+            Granted { at: now, hold },
             self.shared.metrics.clone(),
             self.shared.config.release,
             held_as,
-            hold,
         ))
     }
 

@@ -49,6 +49,13 @@ impl fmt::Debug for LockGuard {
     }
 }
 
+/// When a [`LockGuard`]'s lease was granted, and where the layer's metrics keep its hold.
+#[derive(Clone, Copy)]
+pub(crate) struct Granted {
+    pub(crate) at: Instant,
+    pub(crate) hold: HoldId,
+}
+
 /// How a [`LockGuard`]'s lease holds its key, for the layer's metrics.
 pub(crate) enum HeldAs {
     /// Alone: where this node's record of the holder is.
@@ -67,21 +74,20 @@ impl LockGuard {
         lease: Lease,
         node: Option<Lease>,
         info: LeaseInfo,
-        granted: Instant,
+        granted: Granted,
         metrics: LockMetrics,
         release: ReleasePoint,
         held_as: HeldAs,
-        hold: HoldId,
     ) -> Self {
         Self {
             lease: Some(lease),
             node: node.map(Box::new),
             info,
-            granted,
+            granted: granted.at,
             metrics,
             release,
             held_as,
-            hold,
+            hold: granted.hold,
         }
     }
 
