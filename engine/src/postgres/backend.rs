@@ -161,6 +161,11 @@ impl Backend for PostgresBackend {
         true
     }
 
+    /// An admin's revocations, which the listener hears (see `admin`).
+    fn resets(&self) -> Option<crate::Resets> {
+        Some(self.inner.resets.clone())
+    }
+
     fn capabilities(&self) -> Capabilities<'_> {
         Capabilities::none()
             .with_admin(self)

@@ -185,7 +185,8 @@ impl PostgresBackendBuilder {
             (None, Some(options)) => ListenTarget::Direct(Box::new(options)),
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
-        let listener = Listener::start(target, names.channel(), timeout).await?;
+        let resets = crate::Resets::new();
+        let listener = Listener::start(target, names.channel(), timeout, resets.clone()).await?;
         let sweep = Sweep::new(pool.clone(), names.sweep(), timeout);
         let sweeper = Sweeper::start(sweep.clone());
         let ticket_ttl_ms =
@@ -197,6 +198,7 @@ impl PostgresBackendBuilder {
                 timeout,
                 ticket_ttl_ms,
                 listener,
+                resets,
                 sweep,
                 _sweeper: sweeper,
             }),

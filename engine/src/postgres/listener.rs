@@ -26,7 +26,7 @@ use sqlx::{
 use tokio::sync::oneshot;
 
 use super::FALLBACK_CAP;
-use crate::{BackendError, BackendErrorKind, runtime};
+use crate::{BackendError, BackendErrorKind, LockKey, Resets, Token, runtime};
 
 /// A hand-off as its notification tells it.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +113,7 @@ impl Listener {
         target: ListenTarget,
         channel: String,
         timeout: Duration,
+        resets: Resets,
     ) -> Result<Self, BackendError> {
         let first = tokio::time::timeout(timeout, connect(&target, &channel, timeout))
             .await
@@ -128,7 +129,14 @@ impl Listener {
             })?;
         let waiters: Arc<Waiters> = Arc::default();
         let task = runtime::handle()
-            .spawn(listen(first, target, channel, timeout, waiters.clone()))
+            .spawn(listen(
+                first,
+                target,
+                channel,
+                timeout,
+                waiters.clone(),
+                resets,
+            ))
             .abort_handle();
         Ok(Self { waiters, task })
     }
@@ -184,6 +192,7 @@ async fn listen(
     channel: String,
     timeout: Duration,
     waiters: Arc<Waiters>,
+    resets: Resets,
 ) {
     let mut listener = Some(first);
     loop {
@@ -200,13 +209,26 @@ async fn listen(
             continue;
         };
         match current.try_recv().await {
-            Ok(Some(notification)) => deliver(&waiters, notification.payload()),
+            Ok(Some(notification)) => match notification.payload().strip_prefix("revoke\n") {
+                Some(revoked) => revoke(&resets, revoked),
+                None => deliver(&waiters, notification.payload()),
+            },
             // The connection was lost: anything notified meanwhile is lost too.
             Ok(None) | Err(_) => {
                 tracing::debug!(%channel, "postgres listener lost its connection");
                 listener = None;
             }
         }
+    }
+}
+
+/// An admin's force release, `"revoke\n<token>\n<key>"` (see `admin`): the lease, if this
+/// engine holds it, reads lost at once and is given back.
+fn revoke(resets: &Resets, revoked: &str) {
+    if let Some((token, key)) = revoked.split_once('\n')
+        && let (Ok(token), Ok(key)) = (Token::new(token), LockKey::new(key))
+    {
+        resets.revoke(&key, &token);
     }
 }
 

@@ -201,6 +201,8 @@ struct Inner {
     /// hand-off to this node's waiters, which their tickets carry.
     ticket_ttl_ms: u64,
     listener: Listener,
+    /// Where the listener reports an admin's revocations (see `admin`).
+    resets: crate::Resets,
     /// The sweep the sweeper runs, and its failures' count.
     sweep: sweeper::Sweep,
     /// Ends the sweeper with the backend.
