@@ -98,5 +98,25 @@ pub async fn a_force_released_holder_reads_lost_before_its_waiter_is_granted(h: 
         next.release().await.unwrap();
         drop(held);
     }
+    // A holder no engine answers for (set by an admin, or its node gone): released all the
+    // same, once its engine had its chance.
+    let orphan = Token::new("a-node-gone").unwrap();
+    admin
+        .admin()
+        .set("orphaned", &orphan, Some(ttl))
+        .await
+        .unwrap();
+    let waiter = {
+        let node = waiter_node.clone();
+        tokio::spawn(async move { node.lock("orphaned").ttl(ttl).acquire().await })
+    };
+    until_waiters(&admin, "orphaned", 1).await;
+    assert!(admin.admin().force_release("orphaned").await.unwrap());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("granted after the orphan's release");
+    assert_ne!(next.token(), &orphan);
+    next.release().await.unwrap();
     assert_no_residue(h).await;
 }
