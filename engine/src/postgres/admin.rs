@@ -37,7 +37,7 @@ impl AdminBackend for PostgresBackend {
     /// The holders first: a `NOTIFY` on the hand-off channel, `"revoke\n<token>\n<key>"`
     /// per holder, which every node's listener hears; the holder's engine reads its lease
     /// lost and gives the key back (its release hands it to the next waiter). What is
-    /// still held by those tokens after [`GIVE_BACK`] is released here by token (the
+    /// still held by those tokens after `GIVE_BACK` (1 s) is released here by token (the
     /// release's own compare: a waiter granted meanwhile keeps the key).
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {

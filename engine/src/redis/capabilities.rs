@@ -43,7 +43,7 @@ impl AdminBackend for RedisBackend {
 
     /// The holders first (see `revocation`): each holder's engine reads its lease lost,
     /// then gives the key back, which hands it to the next waiter; what is still held after
-    /// [`GIVE_BACK`](super::revocation::GIVE_BACK) is released here, holder by holder.
+    /// `GIVE_BACK` (1 s) is released here, holder by holder.
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
