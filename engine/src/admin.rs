@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{ActiveKey, LockEngine, LockError, LockKey, Token, options::check_ttl};
+use super::{LockEngine, LockError, LockKey, Token, options::check_ttl};
 
 /// Operations that ignore ownership. Every call is logged at `warn`. Backends without the
 /// admin capability answer [`LockError::Unsupported`].
@@ -72,5 +72,24 @@ impl LockAdmin {
             .admin_backend()?
             .active_keys(after, starts_with, limit)
             .await
+    }
+}
+
+/// A key someone holds or waits for, as [`AdminBackend::active_keys`](super::AdminBackend::active_keys) lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ActiveKey {
+    /// The key.
+    pub key: LockKey,
+    /// Someone holds it (in either mode).
+    pub held: bool,
+    /// Someone may wait for it (a queue is there; its tickets may have lapsed).
+    pub waiting: bool,
+}
+
+impl ActiveKey {
+    /// `key`, held or not, waited for or not.
+    pub fn new(key: LockKey, held: bool, waiting: bool) -> Self {
+        Self { key, held, waiting }
     }
 }

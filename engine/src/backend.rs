@@ -6,8 +6,10 @@ use std::{future::Future, pin::Pin, time::Duration};
 
 use tokio::time::Instant;
 
+pub use super::holder::Holder;
 use super::{
-    ExtendMode, Fence, HolderLabel, LockError, LockKey, Mode, NumericOp, PoolOp, Record, Token,
+    ActiveKey, ExtendMode, Fence, HolderLabel, LockError, LockKey, Mode, NumericOp, PoolOp, Record,
+    Token,
 };
 
 /// Every member of a pool with its holder, as returned by [`PoolBackend::pool_holders`].
@@ -124,68 +126,6 @@ pub struct Renewal {
     pub token: Token,
     /// The TTL to set.
     pub ttl: Duration,
-}
-
-/// One holder of a key, as seen by [`Backend::holders`].
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct Holder {
-    /// The holder's token.
-    pub token: Token,
-    /// Remaining TTL; `None` when the lease has no expiry.
-    pub ttl: Option<Duration>,
-    /// How it holds the key: [`Mode::Exclusive`] for the key's lock; for a shared lease,
-    /// `Shared { limit: 1 }` when it holds alone, otherwise `Shared { limit: u32::MAX }`
-    /// (the limit each request brought is not kept).
-    pub mode: Mode,
-    /// The holder's label (see [`AcquireRequest::label`]), if it gave one.
-    pub label: Option<HolderLabel>,
-    /// The fence of its grant, where the backend reports it.
-    pub fence: Option<Fence>,
-}
-
-impl Holder {
-    /// The key's lock holder.
-    pub fn new(token: Token, ttl: Option<Duration>) -> Self {
-        Self {
-            token,
-            ttl,
-            mode: Mode::Exclusive,
-            label: None,
-            fence: None,
-        }
-    }
-
-    /// This holder, labelled `label` (a backend reading a stored label).
-    pub fn with_label(mut self, label: Option<HolderLabel>) -> Self {
-        self.label = label;
-        self
-    }
-
-    /// This holder, granted at `fence`.
-    pub fn with_fence(mut self, fence: Fence) -> Self {
-        self.fence = Some(fence);
-        self
-    }
-
-    /// Who holds: the label its engine (and layer) gave, e.g. `web-3:4242 POST
-    /// /orders/{id}`; `None` when it gave none (an admin's [`set`](super::LockAdmin::set),
-    /// a node of an older version).
-    pub fn label(&self) -> Option<&str> {
-        self.label.as_ref().map(HolderLabel::as_str)
-    }
-
-    /// A holder of one of the key's shared leases, alone among them or not.
-    pub fn shared(token: Token, ttl: Option<Duration>, alone: bool) -> Self {
-        let limit = if alone { 1 } else { u32::MAX };
-        Self {
-            token,
-            ttl,
-            mode: Mode::Shared { limit },
-            label: None,
-            fence: None,
-        }
-    }
 }
 
 /// A place where leases are kept, in both modes of the one acquisition model (see
@@ -402,25 +342,6 @@ pub trait AdminBackend: Send + Sync {
         Box::pin(std::future::ready(Err(LockError::Unsupported(
             "active_keys",
         ))))
-    }
-}
-
-/// A key someone holds or waits for, as [`AdminBackend::active_keys`] lists it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ActiveKey {
-    /// The key.
-    pub key: LockKey,
-    /// Someone holds it (in either mode).
-    pub held: bool,
-    /// Someone may wait for it (a queue is there; its tickets may have lapsed).
-    pub waiting: bool,
-}
-
-impl ActiveKey {
-    /// `key`, held or not, waited for or not.
-    pub fn new(key: LockKey, held: bool, waiting: bool) -> Self {
-        Self { key, held, waiting }
     }
 }
 

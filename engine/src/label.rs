@@ -66,6 +66,7 @@ impl HolderLabel {
 
     /// A label read back from a backend (stored by an engine, so valid), or `None` for an
     /// empty one.
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn stored(label: &str) -> Option<Self> {
         (!label.is_empty()).then(|| Self(Arc::from(label)))
     }

@@ -70,6 +70,7 @@ mod config_error;
 #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
 pub mod conformance;
 mod error;
+mod holder;
 mod key;
 mod label;
 mod lease;
@@ -95,11 +96,11 @@ pub mod runtime;
 mod status;
 mod watchdog;
 
-pub use admin::LockAdmin;
+pub use admin::{ActiveKey, LockAdmin};
 pub(crate) use backend::SynchronousBackend;
 pub use backend::{
-    AcquireRequest, ActiveKey, AdminBackend, Backend, BoxFuture, Capabilities, Grant,
-    GrantOrRecord, Holder, NumericBackend, PoolBackend, PoolHolders, RecordBackend, Renewal,
+    AcquireRequest, AdminBackend, Backend, BoxFuture, Capabilities, Grant, GrantOrRecord, Holder,
+    NumericBackend, PoolBackend, PoolHolders, RecordBackend, Renewal,
 };
 pub use config_error::ConfigError;
 pub use error::{BackendError, BackendErrorKind, KeyError, LockError};

@@ -1,14 +1,24 @@
 //! [`Resets`]: how a backend tells the engine that it can no longer vouch for what it
 //! granted before, so that `lost()` never lags a second holder.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering},
+use std::{
+    collections::VecDeque,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use tokio::{sync::Notify, time::Instant};
 
-use super::lost::{instant_at, since_origin};
+use super::{
+    LockKey, Token,
+    lost::{instant_at, since_origin},
+};
+
+/// How many revocations are remembered (the newest): an admin's force releases are rare,
+/// and a lease is looked up in them only while one is remembered.
+const REVOCATIONS: usize = 256;
 
 /// The instants after which a backend can no longer vouch for the grants it made before:
 /// its connection to the server was reset, or the server came back as another run (a
@@ -31,6 +41,10 @@ struct Inner {
     /// The last reset, in nanoseconds since the leases' common origin; 0: none yet.
     last: AtomicU64,
     notify: Notify,
+    /// How many revocations were ever reported (0: none, and no lease looks further).
+    revoked: AtomicU64,
+    /// The newest revocations: key, token, and when (nanoseconds since the origin).
+    revocations: Mutex<VecDeque<(LockKey, Token, u64)>>,
 }
 
 impl Resets {
@@ -49,6 +63,44 @@ impl Resets {
             "lock backend reset: leases granted before it are lost"
         );
         self.inner.notify.notify_waiters();
+    }
+
+    /// An admin force-releases `key` from `token`'s lease (see
+    /// [`LockAdmin::force_release`](crate::LockAdmin::force_release)): that lease, if
+    /// granted before now, is lost at once, before the backend grants the key to anyone
+    /// else where it can order the two, and the engine holding it gives the key back (the
+    /// release that hands it to the next waiter). Logged at `warn`.
+    pub fn revoke(&self, key: &LockKey, token: &Token) {
+        let now = since_origin(Instant::now()).max(1);
+        {
+            let mut revocations = self.inner.revocations.lock().unwrap();
+            if revocations.len() == REVOCATIONS {
+                revocations.pop_front();
+            }
+            revocations.push_back((key.clone(), token.clone(), now));
+        }
+        self.inner.revoked.fetch_add(1, Ordering::AcqRel);
+        tracing::warn!(%key, "lease force-released by an admin: lost");
+        self.inner.notify.notify_waiters();
+    }
+
+    /// Whether `token`'s lease of `key`, granted at `granted_at`, was revoked since.
+    pub(crate) fn is_revoked(&self, key: &LockKey, token: &Token, granted_at: Instant) -> bool {
+        if self.inner.revoked.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let granted = since_origin(granted_at);
+        self.inner
+            .revocations
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(k, t, at)| *at >= granted && k == key && t == token)
+    }
+
+    /// How many revocations were reported so far.
+    pub(crate) fn revocations(&self) -> u64 {
+        self.inner.revoked.load(Ordering::Acquire)
     }
 
     /// The instant of the last reset, if any.

@@ -156,8 +156,9 @@ struct Due {
 /// (`resets`; never, for a backend that reports none) wakes it to mark lost every lease
 /// granted before it.
 async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets) {
-    // The last reset acted on.
+    // The last reset acted on, and how many revocations.
     let mut reported = 0;
+    let mut revoked = 0;
     loop {
         // Registered before the schedule is read, so a registration in between wakes us;
         // likewise a reset.
@@ -181,6 +182,15 @@ async fn run(engine: Weak<EngineShared>, inner: Arc<WatchInner>, resets: Resets)
             if resets.last_nanos() > reported {
                 reported = resets.last_nanos();
                 lose_unvouched(&mut st, &resets);
+            }
+            if resets.revocations() > revoked {
+                revoked = resets.revocations();
+                let leases = lose_revoked(&mut st, &resets);
+                if !leases.is_empty()
+                    && let Some(shared) = engine.upgrade()
+                {
+                    tokio::spawn(give_back(shared, leases));
+                }
             }
             while let Some(&(at, id)) = st.queue.first() {
                 if at > horizon {
@@ -284,6 +294,51 @@ fn lose_unvouched(st: &mut WatchState, resets: &Resets) {
         if let Some((lease, _)) = st.leases.get(&id).cloned() {
             st.remove(id);
             lease.mark_lost("the backend was reset after the lease was granted");
+        }
+    }
+}
+
+/// After an admin's revocation (see [`Resets::revoke`]): the revoked leases are lost (each
+/// already reads so) and taken off the schedule; returned, to be given back.
+fn lose_revoked(st: &mut WatchState, resets: &Resets) -> Vec<Arc<LeaseState>> {
+    let revoked =
+        |lease: &LeaseState| resets.is_revoked(&lease.key, &lease.token, lease.granted_at);
+    let mut out: Vec<Arc<LeaseState>> = st
+        .incoming
+        .iter()
+        .filter(|(lease, _)| !lease.is_released() && revoked(lease))
+        .map(|(lease, _)| lease.clone())
+        .collect();
+    let ids: Vec<u64> = st
+        .leases
+        .iter()
+        .filter(|(_, (lease, _))| !lease.is_released() && revoked(lease))
+        .map(|(&id, _)| id)
+        .collect();
+    for id in ids {
+        if let Some((lease, _)) = st.leases.get(&id).cloned() {
+            st.remove(id);
+            out.push(lease);
+        }
+    }
+    for lease in &out {
+        lease.mark_lost("force-released by an admin");
+    }
+    out
+}
+
+/// Give the revoked `leases` back: their holder has been told (each reads lost), so the
+/// key may now pass to the next waiter, which this release does. The admin's force
+/// release waits for it (a while) rather than granting the key itself, so that the holder
+/// learns first. The lease's own release, later, finds the key gone or another's.
+async fn give_back(shared: Arc<EngineShared>, leases: Vec<Arc<LeaseState>>) {
+    for lease in leases {
+        if let Err(error) = shared
+            .backend
+            .release(&lease.key, &lease.token, lease.mode)
+            .await
+        {
+            tracing::debug!(key = %lease.key, %error, "giving back a revoked lease failed");
         }
     }
 }

@@ -16,5 +16,6 @@ mod axum;
 #[cfg(feature = "redis")]
 mod axum_redis;
 mod dry_run;
+mod holder_label;
 mod permits;
 mod routing;

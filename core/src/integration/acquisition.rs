@@ -17,7 +17,7 @@ use super::{
 };
 use crate::{
     LockError,
-    engine::{BoxFuture, Lease, Lock, LockEngine, LockKey, Mode},
+    engine::{BoxFuture, HolderLabel, Lease, Lock, LockEngine, LockKey, Mode},
     key::RequestView,
     lease_info::LeaseInfo,
     metrics::HoldFacts,
@@ -83,8 +83,21 @@ impl RequestLocker {
                 // (boxed or not): the request goes straight to the inner service. Not under
                 // the degrade policy, which takes two locks in turn, nor for permits, which
                 // the engine grants in a future.
+                // The engine's label with the route the router matched: who holds the key,
+                // for `holders()` and `tower-lock-cli status`.
+                let label = req.route_template().and_then(|route| {
+                    self.shared
+                        .engine
+                        .label()
+                        .map(|label| label.with_detail(&route))
+                });
                 if self.shared.local.is_none() && take == Mode::Exclusive {
-                    let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+                    let lock = self.lock_handle(
+                        &self.shared.engine,
+                        &key,
+                        self.shared.config.wait,
+                        label.as_ref(),
+                    );
                     if let Some(result) = lock.acquire_now() {
                         // Asked first: a disabled span still costs a request some work (its
                         // fields are recorded for the `log` fallback).
@@ -101,7 +114,7 @@ impl RequestLocker {
                 // is first polled: FIFO order is the order of calls.
                 let span = tracing::debug_span!("tower_lock.acquire", %key);
                 let metrics = self.shared.metrics.clone();
-                let lock = self.clone().lock_as(key, take);
+                let lock = self.clone().lock_as(key, take, label);
                 let mut acquire: BoxFuture<'static, Outcome> = Box::pin(
                     async move {
                         let mut lock = std::pin::pin!(lock);
@@ -131,20 +144,26 @@ impl RequestLocker {
     /// Take `key` with the lock (idempotency replay's way: its layers have no permits).
     #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
     pub(crate) async fn lock(self, key: LockKey) -> Outcome {
-        self.lock_as(key, Mode::Exclusive).await
+        self.lock_as(key, Mode::Exclusive, None).await
     }
 
     /// Take `key` as `take` says.
-    async fn lock_as(self, key: LockKey, take: Mode) -> Outcome {
+    async fn lock_as(self, key: LockKey, take: Mode, label: Option<HolderLabel>) -> Outcome {
         let started = Instant::now();
         let outcome = match &self.shared.local {
             Some(local) => {
-                self.lock_degradable(local, key.clone(), take, started)
+                self.lock_degradable(local, key.clone(), take, started, label.as_ref())
                     .await
             }
             None => {
                 let result = self
-                    .lock_on(&self.shared.engine, &key, self.shared.config.wait, take)
+                    .lock_on(
+                        &self.shared.engine,
+                        &key,
+                        self.shared.config.wait,
+                        take,
+                        label.as_ref(),
+                    )
                     .await;
                 self.settle(result, &key, take, Some(started))
             }
@@ -203,9 +222,10 @@ impl RequestLocker {
         key: LockKey,
         take: Mode,
         started: Instant,
+        label: Option<&HolderLabel>,
     ) -> Outcome {
         let c = &self.shared.config;
-        let node = match self.lock_on(local, &key, c.wait, take).await {
+        let node = match self.lock_on(local, &key, c.wait, take, label).await {
             Ok(lease) => lease,
             Err(e) => return self.refuse(&e, &key),
         };
@@ -218,7 +238,9 @@ impl RequestLocker {
                 .saturating_sub(started.elapsed())
                 .max(Duration::from_millis(1))
         };
-        let result = self.lock_on(&self.shared.engine, &key, wait, take).await;
+        let result = self
+            .lock_on(&self.shared.engine, &key, wait, take, label)
+            .await;
         self.backend_answered(&result);
         match result {
             Ok(lease) => self.held(lease, Some(node), take, Some(started), false),
@@ -247,15 +269,23 @@ impl RequestLocker {
         key: &LockKey,
         wait: Duration,
         take: Mode,
+        label: Option<&HolderLabel>,
     ) -> Result<Lease, LockError> {
-        self.lock_handle(engine, key, wait)
+        self.lock_handle(engine, key, wait, label)
             .in_mode(take)
             .acquire()
             .await
     }
 
-    /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all).
-    pub(super) fn lock_handle(&self, engine: &LockEngine, key: &LockKey, wait: Duration) -> Lock {
+    /// The lock this locker takes on `key`, waiting up to `wait` (zero: not at all),
+    /// labelled `label` (`None`: the engine's label).
+    pub(super) fn lock_handle(
+        &self,
+        engine: &LockEngine,
+        key: &LockKey,
+        wait: Duration,
+        label: Option<&HolderLabel>,
+    ) -> Lock {
         // Option by option, not `Lock::options`: what the layer does not set (auto-renewal,
         // a waiter limit when it has none) stays the engine's default.
         let options = &self.shared.config.options;
@@ -270,6 +300,10 @@ impl RequestLocker {
             .ttl(options.lease_ttl())
             .fifo(options.is_fifo() && !wait.is_zero())
             .wait(wait);
+        let lock = match label {
+            Some(label) => lock.holder_label(label.clone()),
+            None => lock,
+        };
         match options.waiter_limit() {
             Some(max) if !wait.is_zero() => lock.max_waiters(max),
             _ => lock,

@@ -291,7 +291,7 @@ impl RequestLocker {
     #[cfg(feature = "idempotency")]
     pub(super) async fn lock_or_record(self, key: LockKey) -> Result<Outcome, Record> {
         let started = Instant::now();
-        let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait);
+        let lock = self.lock_handle(&self.shared.engine, &key, self.shared.config.wait, None);
         let result = match lock.acquire_or_record().await {
             Ok(Acquired::Record(record)) => return Err(record),
             Ok(Acquired::Lease(lease)) => Ok(lease),

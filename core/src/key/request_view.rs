@@ -77,6 +77,25 @@ pub trait RequestView {
         (self.path(), self.query())
     }
 
+    /// The route the framework's router matched, as written in the application (axum's
+    /// `MatchedPath`, actix-web's match pattern, e.g. `/orders/{id}`), never a value the
+    /// client sent: the layer adds it to the holder label it stores with each lease, so
+    /// that `tower-lock-cli status` shows which route holds a key. `None` when no router
+    /// matched or the framework does not tell. The default reads axum's `MatchedPath`
+    /// from the extensions (with the `axum` feature).
+    fn route_template(&self) -> Option<std::borrow::Cow<'_, str>> {
+        #[cfg(feature = "axum")]
+        {
+            self.extensions()
+                .and_then(|e| e.get::<axum::extract::MatchedPath>())
+                .map(|m| std::borrow::Cow::Borrowed(m.as_str()))
+        }
+        #[cfg(not(feature = "axum"))]
+        {
+            None
+        }
+    }
+
     /// The framework's own request, for extractors written for one framework: an
     /// integration whose requests are not `http` 1 requests offers its request type here
     /// (`tower-lock-actix` offers actix-web's `HttpRequest`, which its `RouteKey` reads the

@@ -60,3 +60,63 @@ pub async fn admin_force_release_hands_the_key_to_the_next_waiter(h: &impl Harne
     next.release().await.unwrap();
     assert_no_residue(h).await;
 }
+
+/// An admin's force release tells the holder first: its lease reads lost before the
+/// waiter (another node) is granted the key, and long before the holder's next renewal
+/// (a third of a long TTL) would have told it.
+pub async fn a_force_released_holder_reads_lost_before_its_waiter_is_granted(h: &impl Harness) {
+    let (holder_node, waiter_node, admin) = (h.engine(), h.engine(), h.engine());
+    let ttl = std::time::Duration::from_secs(60);
+    for round in 0..5 {
+        let key = format!("revoked-{round}");
+        let held = holder_node.lock(&key).ttl(ttl).acquire().await.unwrap();
+        let told = held.lost_signal();
+        let waiter = {
+            let (node, key) = (waiter_node.clone(), key.clone());
+            tokio::spawn(async move {
+                let lease = node.lock(&key).ttl(ttl).acquire().await;
+                // Read the moment the grant is back: was the holder told before it?
+                (lease, told.is_lost())
+            })
+        };
+        until_waiters(&admin, &key, 1).await;
+        let started = tokio::time::Instant::now();
+        assert!(admin.admin().force_release(&key).await.unwrap());
+        let (next, told_first) = waiter.await.unwrap();
+        let next = next.expect("the waiter is granted the key");
+        assert!(
+            told_first,
+            "round {round}: the holder read its lease lost before the waiter was granted"
+        );
+        assert!(held.is_lost(), "round {round}");
+        assert!(next.fence() > held.fence(), "round {round}");
+        assert!(
+            started.elapsed() < ttl / 6,
+            "round {round}: told by the release, not a renewal: {:?}",
+            started.elapsed()
+        );
+        next.release().await.unwrap();
+        drop(held);
+    }
+    // A holder no engine answers for (set by an admin, or its node gone): released all the
+    // same, once its engine had its chance.
+    let orphan = Token::new("a-node-gone").unwrap();
+    admin
+        .admin()
+        .set("orphaned", &orphan, Some(ttl))
+        .await
+        .unwrap();
+    let waiter = {
+        let node = waiter_node.clone();
+        tokio::spawn(async move { node.lock("orphaned").ttl(ttl).acquire().await })
+    };
+    until_waiters(&admin, "orphaned", 1).await;
+    assert!(admin.admin().force_release("orphaned").await.unwrap());
+    let next = waiter
+        .await
+        .unwrap()
+        .expect("granted after the orphan's release");
+    assert_ne!(next.token(), &orphan);
+    next.release().await.unwrap();
+    assert_no_residue(h).await;
+}

@@ -91,9 +91,9 @@ impl LeaseState {
     }
 
     fn unvouched(&self) -> bool {
-        self.resets
-            .as_ref()
-            .is_some_and(|r| !r.vouch_for(self.granted_at))
+        self.resets.as_ref().is_some_and(|r| {
+            !r.vouch_for(self.granted_at) || r.is_revoked(&self.key, &self.token, self.granted_at)
+        })
     }
 
     /// Its release begins as of `now`: a lease lost by then stays lost (it is marked so,

@@ -36,6 +36,11 @@ impl AdminBackend for MemoryBackend {
                 return Ok(false);
             };
             entry.expire(now, self);
+            // Each holder is told first (its lease reads lost from here on), then the key
+            // passes to the waiters: nobody holds it beside a holder not yet told.
+            for holder in entry.holders(now) {
+                self.resets.revoke(key, &holder.token);
+            }
             let was_held = entry.clear(now, self);
             shard.remove_if_empty(key);
             Ok(was_held)

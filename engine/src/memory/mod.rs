@@ -14,7 +14,7 @@ use tokio::{sync::oneshot, time::Instant};
 
 use super::{
     AcquireRequest, Backend, BoxFuture, Capabilities, ExtendMode, Fence, Grant, Holder, LockError,
-    LockKey, Mode, Renewal, Token, backend::SynchronousBackend,
+    LockKey, Mode, Renewal, Resets, Token, backend::SynchronousBackend,
 };
 
 mod capabilities;
@@ -61,6 +61,8 @@ pub struct MemoryBackend {
     numbers: Mutex<Numbers>,
     pools: Mutex<HashMap<LockKey, BTreeSet<LockKey>>>,
     records: Mutex<RecordStore>,
+    /// Where a force release tells its holders (see [`Resets::revoke`]).
+    resets: Resets,
 }
 
 impl Default for MemoryBackend {
@@ -110,6 +112,7 @@ impl MemoryBackend {
             numbers: Mutex::default(),
             pools: Mutex::default(),
             records: Mutex::new(RecordStore::new(bytes)),
+            resets: Resets::new(),
         }
     }
 
@@ -315,6 +318,12 @@ impl Backend for MemoryBackend {
 
     fn has_shared_mode(&self) -> bool {
         true
+    }
+
+    /// Only revocations: the table never forgets a grant, but an admin's force release
+    /// tells its holders through them.
+    fn resets(&self) -> Option<Resets> {
+        Some(self.resets.clone())
     }
 
     fn capabilities(&self) -> Capabilities<'_> {

@@ -12,6 +12,10 @@ use super::{
 };
 use crate::{ActiveKey, AdminBackend, BoxFuture, LockError, LockKey, Token};
 
+/// How long an admin's force release waits for the holders' engines to give the key back
+/// before releasing it itself.
+const GIVE_BACK: Duration = Duration::from_secs(1);
+
 impl AdminBackend for PostgresBackend {
     fn admin_set<'a>(
         &'a self,
@@ -30,8 +34,49 @@ impl AdminBackend for PostgresBackend {
         })
     }
 
+    /// The holders first: a `NOTIFY` on the hand-off channel, `"revoke\n<token>\n<key>"`
+    /// per holder, which every node's listener hears; the holder's engine reads its lease
+    /// lost and gives the key back (its release hands it to the next waiter). What is
+    /// still held by those tokens after `GIVE_BACK` (1 s) is released here by token (the
+    /// release's own compare: a waiter granted meanwhile keeps the key).
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         Box::pin(async move {
+            let holders = crate::Backend::holders(self, key).await?;
+            if !holders.is_empty() {
+                let mut sql = String::new();
+                for holder in &holders {
+                    sql.push_str("SELECT pg_notify(");
+                    text_literal(&mut sql, &self.inner.names.channel());
+                    sql.push_str(", ");
+                    let payload = format!("revoke\n{}\n{}", holder.token.as_str(), key.as_str());
+                    text_literal(&mut sql, &payload);
+                    sql.push_str(");");
+                }
+                self.inner.call("revoke", sql).await?;
+                let give_up = tokio::time::Instant::now() + GIVE_BACK;
+                let mut left = holders;
+                loop {
+                    let now = crate::Backend::holders(self, key).await?;
+                    left.retain(|h| now.iter().any(|n| n.token == h.token));
+                    if left.is_empty() || tokio::time::Instant::now() >= give_up {
+                        break;
+                    }
+                    // Polled: an admin's call, rare; the holders' engines answer within a
+                    // round trip or two when they are there at all.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                for holder in left {
+                    let lim = super::backend::lim(holder.mode);
+                    let sql = Call::function(self.inner.names.release())
+                        .text(key.as_str())
+                        .text(holder.token.as_str())
+                        .int(lim)
+                        .text("")
+                        .finish();
+                    self.inner.call("force release", sql).await?;
+                }
+                return Ok(true);
+            }
             let sql = Call::function(self.inner.names.force_release())
                 .text(key.as_str())
                 .finish();

@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::{
     PostgresBackend,
     acquire::{int, protocol},
-    backend_error, millis, remaining,
+    backend_error, listener, millis, remaining,
     sql::Call,
 };
 use crate::{
@@ -65,7 +65,15 @@ impl Backend for PostgresBackend {
                 "a shared limit must be at least 1",
             ))));
         }
-        Box::pin(self.inner.clone().acquire(req))
+        let lease = listener::lease_hash(&req.key, &req.token);
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let granted = inner.clone().acquire(req).await;
+            if granted.is_ok() {
+                inner.listener.hold(lease);
+            }
+            granted
+        })
     }
 
     fn release<'a>(
@@ -83,8 +91,9 @@ impl Backend for PostgresBackend {
                 .int(lim(mode))
                 .text(&String::from_utf8_lossy(&crate::key::random_hex()))
                 .finish();
-            let row = self.inner.call("release", sql).await?;
-            refused(int(row.first(), 0)?)
+            let answered = self.inner.call("release", sql).await;
+            self.inner.listener.let_go(listener::lease_hash(key, token));
+            refused(int(answered?.first(), 0)?)
         })
     }
 
@@ -161,8 +170,9 @@ impl Backend for PostgresBackend {
         true
     }
 
-    /// A restart of the database (or the end of the listener's connection) is a reset:
-    /// see `restarts`.
+    /// A restart of the database (or the end of the listener's connection) is a reset (see
+    /// `restarts`), and an admin's revocations, which the listener hears (see `admin`), go
+    /// to the same `Resets`.
     fn resets(&self) -> Option<crate::Resets> {
         Some(self.inner.restarts.resets())
     }

@@ -14,8 +14,14 @@
 //! Postgres 18 a `NOTIFY` wakes every backend that listens on any channel of the database
 //! (each wake-up is a transaction that reads the queue), from 19 on only those listening on
 //! its channel. So a hand-off costs the server one wake-up per node that has a waiter
-//! queued (any key: Postgres 15 to 18; that key's node alone: 19+), never one per node of
-//! the fleet.
+//! queued or holds a lease (any key: Postgres 15 to 18; that key's node alone: 19+), never
+//! one per node of the fleet.
+//!
+//! A node also listens while it holds a lease (and [`LINGER`] after), on its channel and
+//! the base channel, where an admin's force release notifies `"revoke\n<token>\n<key>"`
+//! (see `admin`): the holder reads its lease lost and gives the key back before the admin
+//! releases it. That is the price of telling the holder first: a node that holds leases
+//! all the time is woken by every `NOTIFY` of the database up to Postgres 18.
 //!
 //! # No grant missed
 //!
@@ -31,7 +37,7 @@
 //! queues) and the waiters' fallback timer finds their grants meanwhile.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -49,7 +55,7 @@ use tokio::{
 };
 
 use super::{FALLBACK_CAP, restarts::Restarts};
-use crate::{BackendError, BackendErrorKind, runtime};
+use crate::{BackendError, BackendErrorKind, LockKey, Resets, Token, runtime};
 
 /// How long a node keeps listening after its last queued waiter left: under steady
 /// contention its next waiter queues within a cycle, and a `LISTEN` and an `UNLISTEN` per
@@ -90,12 +96,33 @@ pub(super) struct Listener {
 /// grant goes.
 type Waiters = Mutex<HashMap<String, (String, oneshot::Sender<Handed>)>>;
 
-/// What the listening task is asked: how many local waiters have queued, and a wake-up
-/// when that count leaves zero.
+/// What the listening task is asked: how many local waiters have queued, the leases this
+/// node holds (a hash of key and token each: an admin's revocation must reach their holder,
+/// see `admin`), and a wake-up when either leaves zero.
 #[derive(Default)]
 struct Want {
     queued: AtomicUsize,
+    held: Mutex<HashSet<u64>>,
     wake: Notify,
+}
+
+impl Want {
+    /// Whether the node must listen: a waiter queues or a lease is held.
+    fn listen(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) > 0
+            || !self
+                .held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_empty()
+    }
+}
+
+/// A lease's entry in [`Want::held`].
+pub(super) fn lease_hash(key: &LockKey, token: &Token) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default()
+        .hash_one((key.as_str(), token.as_str()))
 }
 
 /// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
@@ -218,11 +245,13 @@ impl Listener {
                 Task {
                     target,
                     channel: channel.clone(),
+                    base: base.to_owned(),
                     timeout,
                     waiters: waiters.clone(),
                     want: want.clone(),
                     listening: listening_tx,
                     listens: 0,
+                    resets: restarts.resets(),
                     restarts,
                 },
                 first,
@@ -236,6 +265,38 @@ impl Listener {
             listening,
             task,
         })
+    }
+
+    /// This node holds a lease (granted, or granted again): it listens
+    /// while it holds one, so that an admin's revocation reaches it (see `admin`).
+    /// `lease` is [`lease_hash`]'s.
+    pub(super) fn hold(&self, lease: u64) {
+        let first = {
+            let mut held = self
+                .want
+                .held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            held.insert(lease) && held.len() == 1
+        };
+        if first {
+            self.want.wake.notify_one();
+        }
+    }
+
+    /// The lease [`hold`](Self::hold) was given was released (or its release attempted).
+    pub(super) fn let_go(&self, lease: u64) {
+        let last = {
+            let mut held = self
+                .want
+                .held
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            held.remove(&lease) && held.is_empty()
+        };
+        if last {
+            self.want.wake.notify_one();
+        }
     }
 
     /// The channel this node's grants are notified on.
@@ -311,6 +372,8 @@ async fn connect(
 struct Task {
     target: ListenTarget,
     channel: String,
+    /// The base channel, where an admin's revocations are notified (see `admin`).
+    base: String,
     timeout: Duration,
     waiters: Arc<Waiters>,
     want: Arc<Want>,
@@ -318,6 +381,8 @@ struct Task {
     /// `LISTEN`s confirmed so far.
     listens: u64,
     restarts: Arc<Restarts>,
+    /// Where an admin's revocations go (the restarts' resets).
+    resets: Resets,
 }
 
 impl Task {
@@ -325,9 +390,10 @@ impl Task {
     /// failed.
     async fn switch(&mut self, listener: &mut PgListener, on: bool) -> bool {
         let done = if on {
-            tokio::time::timeout(self.timeout, listener.listen(&self.channel)).await
+            let channels = [self.channel.as_str(), self.base.as_str()];
+            tokio::time::timeout(self.timeout, listener.listen_all(channels)).await
         } else {
-            tokio::time::timeout(self.timeout, listener.unlisten(&self.channel)).await
+            tokio::time::timeout(self.timeout, listener.unlisten_all()).await
         };
         if matches!(done, Ok(Ok(()))) {
             self.listens += u64::from(on);
@@ -355,7 +421,12 @@ async fn serve(mut task: Task, first: PgListener) {
     loop {
         let Some(current) = listener.as_mut() else {
             tokio::time::sleep(FALLBACK_CAP).await;
-            match tokio::time::timeout(task.timeout, connect(&task.target, task.timeout, &task.restarts)).await {
+            match tokio::time::timeout(
+                task.timeout,
+                connect(&task.target, task.timeout, &task.restarts),
+            )
+            .await
+            {
                 Ok(Ok(fresh)) => {
                     tracing::debug!(channel = %task.channel, "postgres listener connected again");
                     listener = Some(fresh);
@@ -369,7 +440,7 @@ async fn serve(mut task: Task, first: PgListener) {
             }
             continue;
         };
-        let queued = task.want.queued.load(Ordering::SeqCst) > 0;
+        let queued = task.want.listen();
         if queued {
             idle_since = None;
         } else if on {
@@ -393,7 +464,10 @@ async fn serve(mut task: Task, first: PgListener) {
         let linger_ends = idle_since.map(|since| since + LINGER);
         tokio::select! {
             received = current.try_recv() => match received {
-                Ok(Some(notification)) => deliver(&task.waiters, notification.payload()),
+                Ok(Some(notification)) => match notification.payload().strip_prefix("revoke\n") {
+                    Some(revoked) => revoke(&task.resets, revoked),
+                    None => deliver(&task.waiters, notification.payload()),
+                },
                 // The connection was lost: anything notified meanwhile is lost too.
                 Ok(None) | Err(_) => {
                     tracing::debug!(channel = %task.channel, "postgres listener lost its connection");
@@ -411,6 +485,16 @@ async fn serve(mut task: Task, first: PgListener) {
                 }
             } => {}
         }
+    }
+}
+
+/// An admin's force release, `"revoke\n<token>\n<key>"` (see `admin`): the lease, if this
+/// engine holds it, reads lost at once and is given back.
+fn revoke(resets: &Resets, revoked: &str) {
+    if let Some((token, key)) = revoked.split_once('\n')
+        && let (Ok(token), Ok(key)) = (Token::new(token), LockKey::new(key))
+    {
+        resets.revoke(&key, &token);
     }
 }
 

@@ -26,7 +26,7 @@
 //! table prefix (default none):
 //!
 //! - `locks (key text primary key, token text, fence bigint, expires_at timestamptz,
-//!   queued boolean, shared_until timestamptz, released text)`: one row per key held (in
+//!   queued boolean, shared_until timestamptz, released text, label text)`: one row per key held (in
 //!   either mode), or released within the last [`TOMBSTONE_MARGIN`], or queued for: the
 //!   key's one space. `token` is its lone holder's (the lock); `NULL` once released: the
 //!   row is then the key's fence tombstone, kept so that the next grant's fence, in either
@@ -36,15 +36,18 @@
 //!   no other read). `queued`: the key may have tickets (it has none when false), which
 //!   keeps acquires and releases off their one-statement fast paths. `released`: the id of
 //!   the key's last release, so that a release sent again after its connection was lost
-//!   answers what the first did. The sweeper deletes every row whose `expires_at` and
-//!   `shared_until` are more than [`TOMBSTONE_MARGIN`] past and that nobody queues for
-//!   (found by an index on the later of the two, in batches: see [`PostgresBackend::sweep`]).
-//! - `shared_leases (key, token, fence, alone, expires_at)`: a key's shared holders
+//!   answers what the first did. `label`: its lone holder's label (see
+//!   [`Holder::label`](crate::Holder::label); `NULL`: none; shared leases and tickets carry
+//!   theirs in a `label` column too, and a hand-off copies the ticket's). The sweeper
+//!   deletes every row whose `expires_at` and `shared_until` are more than
+//!   [`TOMBSTONE_MARGIN`] past and that nobody queues for (found by an index on the later
+//!   of the two, in batches: see [`PostgresBackend::sweep`]).
+//! - `shared_leases (key, token, fence, alone, expires_at, label)`: a key's shared holders
 //!   ([`Mode::Shared`](crate::Mode::Shared)), one row each (`alone` for a limit of 1),
 //!   deleted by its release or once it ran out. A key has either one holder alone (its
 //!   lock, or a shared lease with a limit of 1) or up to each shared holder's limit of
 //!   shared holders, never both.
-//! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms, lim, nonce)`: the waiters of
+//! - `tickets (key, id, seq, token, deadline, ttl_ms, claim_ms, lim, nonce, label)`: the waiters of
 //!   both modes, one row each, in one arrival order (`seq`, an identity column; a node's
 //!   acquires of a key are lined up in the order they were called, see
 //!   `AcquireRequest::leave_line`, so its calls taking different pooled connections cannot
@@ -171,7 +174,10 @@
 //!
 //! Shared leases (permits, in the key's one space and queue), admin operations
 //! ([`LockAdmin`](crate::LockAdmin): `admin_set` on the key's lock, `force_release` of
-//! every holder), numeric compare-and-set
+//! every holder, each told first: a `NOTIFY "revoke\n<token>\n<key>"` on the hand-off
+//! channel, which the holder's listener hears, so its lease reads lost and its engine gives
+//! the key back to the next waiter; after 1 s the admin releases what is left by token;
+//! `active_keys`, a range of the key rows' index), numeric compare-and-set
 //! ([`NumericKey`](crate::NumericKey), table `numbers`), lock pools
 //! ([`LockPool`](crate::LockPool), table `pools`) and records written with a release
 //! ([`Lease::complete`](crate::Lease::complete), table `records`) all work.

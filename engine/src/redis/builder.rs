@@ -51,10 +51,12 @@ pub(super) trait Target: fmt::Debug + Send + Sync {
     /// one of them drops, kept alive as long as what it returns (see [`session`](super::session));
     /// `None` where the kind watches through the command connector instead (one server,
     /// Sentinel).
+    /// The watch also subscribes to `_revoke`, the prefix's revocation channel.
     fn watch(
         &self,
         _timeout: Duration,
         _resets: crate::Resets,
+        _revoke: String,
     ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
         Box::pin(std::future::ready(Ok(None)))
     }
@@ -331,14 +333,25 @@ impl RedisBackendBuilder {
         let session: Box<dyn std::any::Any + Send + Sync> = match commands.connector() {
             Some(connector) => {
                 let channel = layout::session_channel(&self.prefix);
-                let (session, watch) =
-                    Session::start(connector, channel, self.command_timeout, resets.clone()).await;
+                let revoke = super::revocation::channel(&self.prefix);
+                let (session, watch) = Session::start(
+                    connector,
+                    channel,
+                    revoke,
+                    self.command_timeout,
+                    resets.clone(),
+                )
+                .await;
                 commands.watched_by(watch);
                 Box::new(session)
             }
             None => match self
                 .target
-                .watch(self.command_timeout, resets.clone())
+                .watch(
+                    self.command_timeout,
+                    resets.clone(),
+                    super::revocation::channel(&self.prefix),
+                )
                 .await?
             {
                 Some(watch) => watch,

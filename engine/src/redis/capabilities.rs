@@ -12,7 +12,7 @@ use super::{
     remaining,
     scripts::{
         ADMIN_SET, COMPARE_AND_SET, FORCE_RELEASE, NUMERIC_GET, POOL_HOLDERS, POOL_MEMBERS,
-        POOL_MODIFY,
+        POOL_MODIFY, REVOKE,
     },
 };
 use crate::{
@@ -41,19 +41,55 @@ impl AdminBackend for RedisBackend {
         }))
     }
 
+    /// The holders first (see `revocation`): each holder's engine reads its lease lost,
+    /// then gives the key back, which hands it to the next waiter; what is still held after
+    /// `GIVE_BACK` (1 s) is released here, holder by holder.
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {
         with_drivers(Box::pin(async move {
             let names = self.inner.names(key);
-            let mut inv = ScriptCall::new(&FORCE_RELEASE, 5);
+            let mut inv = ScriptCall::new(&REVOKE, 2);
             inv.key(names.lock())
-                .key(names.fence())
-                .key(names.queue())
-                .key(names.tickets())
                 .key(names.holders())
-                .arg(names.channel())
-                .arg(millis(FENCE_MARGIN));
-            let was_held: i64 = self.inner.call("force release", &inv).await?;
-            Ok(was_held == 1)
+                .arg(super::revocation::channel(&self.inner.prefix))
+                .arg(key.as_str());
+            let revoked: Vec<String> = self.inner.call("revoke", &inv).await?;
+            let Some((told, tokens)) = revoked.split_first() else {
+                return Ok(false);
+            };
+            if tokens.is_empty() {
+                return Ok(false);
+            }
+            if told.as_str() != "0" {
+                // Polled: an admin's call, rare, and the holders' engines answer within a
+                // round trip or two when they are there at all.
+                let give_up = tokio::time::Instant::now() + super::revocation::GIVE_BACK;
+                loop {
+                    let holders = crate::Backend::holders(self, key).await?;
+                    if !holders
+                        .iter()
+                        .any(|h| tokens.iter().any(|t| t == h.token.as_str()))
+                    {
+                        return Ok(true);
+                    }
+                    if tokio::time::Instant::now() >= give_up {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            }
+            for token in tokens {
+                let mut inv = ScriptCall::new(&FORCE_RELEASE, 5);
+                inv.key(names.lock())
+                    .key(names.fence())
+                    .key(names.queue())
+                    .key(names.tickets())
+                    .key(names.holders())
+                    .arg(names.channel())
+                    .arg(millis(FENCE_MARGIN))
+                    .arg(token.as_str());
+                let _released: i64 = self.inner.call("force release", &inv).await?;
+            }
+            Ok(true)
         }))
     }
 }

@@ -17,6 +17,7 @@ mod names;
 mod pool;
 mod records;
 mod release;
+mod revocation;
 mod runtime_conns;
 mod script_call;
 mod scripts;

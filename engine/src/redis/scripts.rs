@@ -31,7 +31,7 @@ mod numeric;
 mod pools;
 mod release;
 
-pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE};
+pub(crate) use admin::{ADMIN_SET, FORCE_RELEASE, REVOKE};
 pub(crate) use lease::{EXTEND, HOLDERS, RENEW, WAITERS};
 pub(crate) use lock::{ACQUIRE, ACQUIRE_OR_RECORD, LEAVE, LEAVE_SOURCE};
 pub(crate) use numeric::{COMPARE_AND_SET, NUMERIC_GET};
@@ -248,6 +248,7 @@ pub(crate) fn all() -> Vec<&'static Script> {
         &WAITERS,
         &ADMIN_SET,
         &FORCE_RELEASE,
+        &REVOKE,
         &COMPARE_AND_SET,
         &NUMERIC_GET,
         &POOL_MODIFY,

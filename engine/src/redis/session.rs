@@ -3,7 +3,8 @@
 //!
 //! One RESP3 connection per backend stays open to the server (for Sentinel: the primary it
 //! names), subscribed to a channel of the engine's own that nobody publishes on (a
-//! subscribed client is exempt from the server's idle `timeout`). When it drops (the
+//! subscribed client is exempt from the server's idle `timeout`), and to the prefix's
+//! revocation channel (an admin's force release, see `revocation`). When it drops (the
 //! server was killed or restarted, a failover's `CLIENT KILL`, a reset network path),
 //! every grant made before can be gone from the server: a reset, reported from the
 //! connection's own driver task the moment it reads the end of the stream. A killed
@@ -27,7 +28,7 @@ use std::{
 use redis::{PushInfo, PushKind, RedisError, aio::MultiplexedConnection};
 use tokio::{sync::Notify, task::JoinHandle, time::Instant};
 
-use super::connector::Connector;
+use super::{connector::Connector, revocation};
 use crate::{BackendError, BackendErrorKind, Resets, runtime};
 
 /// The watch task of one backend; dropping it ends the task.
@@ -56,6 +57,7 @@ impl Session {
     pub(super) async fn start(
         connector: Arc<Connector>,
         channel: String,
+        revoke: String,
         timeout: Duration,
         resets: Resets,
     ) -> (Self, Arc<Watch>) {
@@ -67,7 +69,7 @@ impl Session {
             error: Mutex::new(None),
         });
         let tried = watch.tried.notified();
-        let task = runtime::handle().spawn(run(watch.clone(), channel, timeout, resets));
+        let task = runtime::handle().spawn(run(watch.clone(), channel, revoke, timeout, resets));
         let _ = tokio::time::timeout(timeout, tried).await;
         (Self { task }, watch)
     }
@@ -115,7 +117,13 @@ impl Watch {
     }
 }
 
-async fn run(watch: Arc<Watch>, channel: String, timeout: Duration, resets: Resets) {
+async fn run(
+    watch: Arc<Watch>,
+    channel: String,
+    revoke: String,
+    timeout: Duration,
+    resets: Resets,
+) {
     let connector = watch.connector.clone();
     let mut watched: Option<String> = None;
     let mut backoff = Duration::from_millis(50);
@@ -125,7 +133,13 @@ async fn run(watch: Arc<Watch>, channel: String, timeout: Duration, resets: Rese
         let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel::<()>();
         let on_push = {
             let (watch, resets, reported) = (watch.clone(), resets.clone(), reported.clone());
+            let revoke = revoke.clone();
             move |push: PushInfo| {
+                // An admin's force release of a lease this engine may hold: read in the
+                // driver too, so the lease reads lost before the key is given back.
+                if revocation::on_push(&resets, &revoke, &push) {
+                    return Ok(());
+                }
                 if push.kind == PushKind::Disconnection && !reported.swap(true, Ordering::AcqRel) {
                     // Here, in the connection's driver: no task hop before the engine knows.
                     watch.up.store(false, Ordering::Release);
@@ -135,7 +149,8 @@ async fn run(watch: Arc<Watch>, channel: String, timeout: Duration, resets: Rese
                 Ok::<(), std::convert::Infallible>(())
             }
         };
-        let connected = tokio::time::timeout(timeout, connect(&connector, on_push, &channel))
+        let channels = [channel.as_str(), revoke.as_str()];
+        let connected = tokio::time::timeout(timeout, connect(&connector, on_push, &channels))
             .await
             .unwrap_or_else(|_| {
                 Err(RedisError::from(std::io::Error::new(
@@ -177,11 +192,11 @@ async fn run(watch: Arc<Watch>, channel: String, timeout: Duration, resets: Rese
 }
 
 /// A RESP3 connection to the server `connector` names now, its pushes to `on_push`,
-/// subscribed to `channel`; and the server's run id.
+/// subscribed to `channels`; and the server's run id.
 async fn connect(
     connector: &Connector,
     on_push: impl redis::aio::AsyncPushSender,
-    channel: &str,
+    channels: &[&str],
 ) -> Result<(MultiplexedConnection, String), RedisError> {
     let client = connector.resp3_client().await?;
     // No response timeout: the connection only ever waits for its end.
@@ -201,7 +216,7 @@ async fn connect(
     // Refused (a user without rights on the engine's channels, which the wake-ups need
     // too and `build()` checks): the watch works unsubscribed, and the server's idle
     // timeout, if set, may close it (a reset: early, which is safe).
-    if let Err(error) = conn.subscribe(channel).await {
+    if let Err(error) = conn.subscribe(channels).await {
         if error.is_unrecoverable_error() {
             return Err(error);
         }

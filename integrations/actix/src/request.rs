@@ -78,6 +78,11 @@ impl RequestView for ActixRequest<'_> {
     fn framework_request(&self) -> Option<&dyn Any> {
         Some(self.req)
     }
+
+    /// The resource pattern actix-web matched (`/orders/{id}`), for the holder label.
+    fn route_template(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.req.match_pattern().map(std::borrow::Cow::Owned)
+    }
 }
 
 /// The actix-web request behind `req`, when `req` is an [`ActixRequest`] (the view

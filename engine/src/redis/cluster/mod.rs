@@ -65,9 +65,10 @@ impl Target for Nodes {
         &self,
         timeout: Duration,
         resets: Resets,
+        revoke: String,
     ) -> BoxFuture<'_, Result<Option<Box<dyn std::any::Any + Send + Sync>>, BackendError>> {
         Box::pin(async move {
-            let watch = watch::Watch::start(&self.0, timeout, resets).await?;
+            let watch = watch::Watch::start(&self.0, timeout, resets, revoke).await?;
             Ok(Some(Box::new(watch) as Box<dyn std::any::Any + Send + Sync>))
         })
     }

@@ -71,6 +71,7 @@ impl NodeWatch {
         info: ConnectionInfo,
         timeout: Duration,
         resets: Resets,
+        revoke: Arc<str>,
         peers: Peers,
     ) -> Self {
         let shared = Arc::new(Shared {
@@ -86,6 +87,7 @@ impl NodeWatch {
             info,
             timeout,
             resets,
+            revoke,
             peers,
         };
         let task = runtime::handle().spawn(run(shared.clone(), watch));
@@ -135,6 +137,8 @@ struct Watched {
     info: ConnectionInfo,
     timeout: Duration,
     resets: Resets,
+    /// The prefix's revocation channel, which the watch subscribes to.
+    revoke: Arc<str>,
     peers: Peers,
 }
 
@@ -144,6 +148,7 @@ async fn run(shared: Arc<Shared>, watched: Watched) {
         info,
         timeout,
         resets,
+        revoke,
         peers,
     } = watched;
     let node = format!("{:?}", info.addr());
@@ -156,13 +161,19 @@ async fn run(shared: Arc<Shared>, watched: Watched) {
         // the connection does, and `shared` holds one: a strong reference here would keep
         // both alive for good once the watch is dropped.
         let on_push = {
-            let (shared, resets, reported, node) = (
+            let (shared, resets, reported, node, revoke) = (
                 Arc::downgrade(&shared),
                 resets.clone(),
                 reported.clone(),
                 node.clone(),
+                revoke.clone(),
             );
             move |push: PushInfo| {
+                // An admin's force release (a plain `PUBLISH`: every node carries it, so
+                // each watch reads it; a revocation is idempotent).
+                if crate::redis::revocation::on_push(&resets, &revoke, &push) {
+                    return Ok(());
+                }
                 if push.kind == PushKind::Disconnection && !is_retired(&shared) {
                     // Here, in the connection's driver: no task hop before the engine knows.
                     // A replica's is weighed by the task, below.
@@ -176,7 +187,7 @@ async fn run(shared: Arc<Shared>, watched: Watched) {
                 Ok::<(), std::convert::Infallible>(())
             }
         };
-        let connected = tokio::time::timeout(timeout, connect(&info, on_push))
+        let connected = tokio::time::timeout(timeout, connect(&info, on_push, &revoke))
             .await
             .unwrap_or_else(|_| {
                 Err(RedisError::from(std::io::Error::new(
@@ -242,10 +253,13 @@ fn is_replica(shared: &Weak<Shared>) -> bool {
         .is_some_and(|shared| shared.role.load(Ordering::Acquire) == REPLICA)
 }
 
-/// A RESP3 connection to the node, its pushes to `on_push`, named [`NAME`].
+/// A RESP3 connection to the node, its pushes to `on_push`, named [`NAME`], subscribed to
+/// `revoke` (a user without the right watches unsubscribed: its revocations are then
+/// learnt at the next renewal).
 async fn connect(
     info: &ConnectionInfo,
     on_push: impl redis::aio::AsyncPushSender,
+    revoke: &str,
 ) -> Result<MultiplexedConnection, RedisError> {
     let client = redis::Client::open(info.clone())?;
     // No response timeout: the connection mostly waits for its end; each command it sends
@@ -267,6 +281,12 @@ async fn connect(
             return Err(error);
         }
         tracing::debug!(%error, "redis cluster watch could not name its connection");
+    }
+    if let Err(error) = conn.subscribe(revoke).await {
+        if error.is_unrecoverable_error() {
+            return Err(error);
+        }
+        tracing::debug!(%error, "redis cluster watch could not subscribe to revocations");
     }
     Ok(conn)
 }

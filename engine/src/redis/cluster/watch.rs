@@ -48,6 +48,8 @@ struct Nodes {
     template: ConnectionInfo,
     timeout: Duration,
     resets: Resets,
+    /// The prefix's revocation channel, which each node watch subscribes to.
+    revoke: std::sync::Arc<str>,
     /// Asked again when no watched node tells the topology.
     seeds: Vec<String>,
     topology: Topology,
@@ -64,6 +66,7 @@ impl Watch {
         seeds: &[String],
         timeout: Duration,
         resets: Resets,
+        revoke: String,
     ) -> Result<Self, BackendError> {
         let template = seeds
             .first()
@@ -80,6 +83,7 @@ impl Watch {
             template,
             timeout,
             resets,
+            revoke: revoke.into(),
             seeds: seeds.to_vec(),
             topology: Topology::default(),
             watches: HashMap::new(),
@@ -126,6 +130,7 @@ impl Nodes {
                 info,
                 self.timeout,
                 self.resets.clone(),
+                self.revoke.clone(),
                 self.peers.clone(),
             );
             self.watches.insert(addr, watch);
