@@ -11,7 +11,7 @@
 # exit; it installs Debian's redis-server (which brings redis-benchmark and redis-cli) if
 # missing. The HTTP load generator is built into benches/http.rs, so wrk is not needed.
 # Budget: well under 10 minutes on 2 cores once the benches are built (Postgres rows: about
-# 5 more, each run on a throwaway cluster of its own when postgresql is installed).
+# 5 more, on a cluster of their own when postgresql is installed: benches/postgres.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -22,6 +22,8 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.jsonl "$OUT"/*.log
 
 log() { printf '== %s\n' "$*" >&2; }
+# The table's helpers (jget, row, F, ratio...).
+source benches/table.sh
 
 # --- tools -----------------------------------------------------------------------------
 if ! command -v redis-server >/dev/null || ! command -v redis-benchmark >/dev/null; then
@@ -211,71 +213,11 @@ if [ "$REDIS_BACKEND" = yes ]; then
     CLUSTER_SET_C50_LAST=$(cluster_set_rate)
 fi
 
-# --- Postgres (benches/contention/postgres.rs): every run starts a throwaway cluster of its
-# own with the test-support fixture (initdb as the `postgres` user, a free port) and stops
-# it on exit; each engine figure has its baseline in the same kind of run: the simplest
-# correct Postgres lock (INSERT ... ON CONFLICT + DELETE by token) and pg_advisory_xact_lock
-# in a transaction, on the same kind of connection.
-POSTGRES=no
-if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
-    log "building the contention bench with postgres"
-    if cargo bench --no-run --bench contention --features postgres 2>"$OUT/build-postgres.log"; then
-        POSTGRES=yes
-    else
-        log "the contention bench does not build with postgres: $OUT/build-postgres.log"
-    fi
-else
-    log "Postgres is not installed (Debian's postgresql): Postgres figures are n/a"
-fi
-if [ "$POSTGRES" = yes ]; then
-    pcontention() { # name args...: a contention run on a throwaway Postgres
-        local name=$1 i
-        shift
-        log "contention $name: $*"
-        for i in $(seq "$REPEAT"); do
-            cargo bench -q --bench contention --features postgres -- --json \
-                --label "$name" "$@" >"$OUT/$name.$i.json" 2>"$OUT/$name.log" || return
-        done
-    }
-    UNCONTENDED=(--workers 1 --keys 1 --iterations 3000 --hold-us 0)
-    pcontention postgres-1client --backend postgres "${UNCONTENDED[@]}"
-    pcontention postgres-baseline-1client --backend postgres-baseline "${UNCONTENDED[@]}"
-    pcontention postgres-advisory-1client --backend postgres-advisory "${UNCONTENDED[@]}"
-    pcontention postgres-fifo --backend postgres "${CONTENDED[@]}" --fifo
-    DISTINCT=(--workers 50 --keys 50 --iterations 100 --hold-us 0 --pool 50)
-    pcontention postgres-50distinct --backend postgres "${DISTINCT[@]}"
-    pcontention postgres-baseline-50distinct --backend postgres-baseline "${DISTINCT[@]}"
-    # Released keys leave a fence tombstone each, swept within 10 s (TOMBSTONE_MARGIN plus
-    # one sweep period): measured right after and 15 s later.
-    REPEAT=1 pcontention postgres-residue --backend postgres --residue-keys 100000 \
-        --workers 50 --pool 50 --ttl-ms 1000 --settle-ms 15000
-fi
-
-# --- pgfleet (issue 52): Postgres at fleet scale ----------------------------------------
-# Server transactions per contended cycle by engine count (8 workers on one key, worker w
-# on engine w mod N, FIFO, 2 connections per engine; goal: within 1.5x of each other), and
-# benches/pg_fleet.rs: a cycle's latency with a million rows while 32 engines sweep (goal:
-# within 1.2x of an empty table) and the sweep's cost against what expired.
-if [ "$POSTGRES" = yes ]; then
-    for n in 2 8 32; do
-        REPEAT=1 pcontention "postgres-fifo-${n}engines" --backend postgres "${CONTENDED[@]}" \
-            --fifo --engines "$n" --pool 2
-        log "postgres ${n} engines: $(grep -o '"postgres_transactions_per_cycle":[0-9.]*' \
-            "$OUT/postgres-fifo-${n}engines.1.json") "
-    done
-    log "pg_fleet: a million rows, 32 engines"
-    cargo bench -q --bench pg_fleet --features postgres -- --json >"$OUT/pg_fleet.jsonl" \
-        2>"$OUT/pg_fleet.log" && cat "$OUT/pg_fleet.jsonl" >&2 ||
-        log "pg_fleet failed: $OUT/pg_fleet.log"
-fi
-# --- end pgfleet -------------------------------------------------------------------------
-
 # The baselines again, after the Redis runs: the higher of the two counts, so a moment of
 # competing load during one measurement cannot make the ratios look better than they are.
 log "redis-benchmark baselines, again"
 SET_C1_LAST=$(set_rate 1 20000)
 SET_C50_LAST=$(set_rate 50 200000)
-max() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { print (a > b) ? a : b }'; }
 SET_C1=$(max "$SET_C1_FIRST" "$SET_C1_LAST")
 SET_C50=$(max "$SET_C50_FIRST" "$SET_C50_LAST")
 printf '{"set_c1_rps":[%s,%s],"set_c50_rps":[%s,%s]}\n' "$SET_C1_FIRST" "$SET_C1_LAST" \
@@ -314,53 +256,12 @@ rm -rf "$CRITERION_DIR/engine" "$CRITERION_DIR/layer" # no stale figures in the 
 cargo bench -q --bench engine -- --warm-up-time 1 --measurement-time 2 \
     >"$OUT/engine.log" 2>&1
 
-# --- the table ---------------------------------------------------------------------------
-# The JSON is flat with unique field names, so a field is found by name without a JSON tool.
-jget() { # key [file] -> value, or nothing
-    { grep -o "\"$1\":[^,}]*" "${2:-/dev/stdin}" 2>/dev/null || true; } | head -1 |
-        cut -d: -f2- | tr -d '"' | sed 's/^null$//'
-}
+# --- the table (its helpers: benches/table.sh) -------------------------------------------
 http_get() { grep "\"name\":\"$1\"" "$OUT/http.jsonl" | jget "$2"; }
 crit_ns() { # group/bench -> mean in ns
     local f="$CRITERION_DIR/${1%%/*}/$(echo "${1#*/}" | tr '/' '_')/new/estimates.json"
     [ -f "$f" ] && grep -o '"point_estimate":[0-9.e+-]*' "$f" | head -1 | cut -d: -f2
 }
-calc() { awk "BEGIN { printf \"%.${2:-1}f\", $1 }"; }
-
-row() { # label value op target [unit]
-    local label=$1 value=$2 op=$3 target=$4 status
-    if [ -z "$op" ]; then
-        status="" # a figure reported without a target
-        value=${value:-n/a}
-    elif [ -z "$value" ] || [ -z "$target" ]; then
-        status="n/a"
-        value=${value:-n/a}
-    else
-        status=$(awk -v v="$value" -v t="$target" -v op="$op" 'BEGIN {
-            ok = (op == "<=") ? v <= t : (op == ">=") ? v >= t : (op == "==") ? v == t : 1
-            print (ok ? "ok" : "MISS") }')
-    fi
-    printf '%-58s %14s  %-3s %-12s %s\n' "$label" "$value" "$op" "$target" "$status"
-}
-
-values() { # run field -> the field's value in each repetition of the run, one per line
-    local f
-    for f in "$OUT/$1".*.json; do
-        [ -f "$f" ] && jget "$2" "$f"
-    done | grep -v '^$' || true
-}
-F() { # run field -> median over the repetitions (the lower middle for an even count)
-    values "$1" "$2" | sort -g | awk '{ v[NR] = $0 } END { if (NR) print v[int((NR + 1) / 2)] }'
-}
-Fmax() { # run field -> the worst (largest) over the repetitions
-    values "$1" "$2" | sort -g | tail -1
-}
-ratio() { # a b -> a/b, or nothing
-    if [ -n "$1" ] && [ -n "$2" ] && awk -v b="$2" 'BEGIN { exit !(b > 0) }'; then
-        calc "$1 / $2" 3
-    fi
-}
-
 echo
 echo "tower-lock benchmarks  ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
     "load average $(cut -d' ' -f1-3 /proc/loadavg), redis on :$PORT)"
@@ -480,37 +381,11 @@ row "residue: RSS after (KiB)" "$(F memory-residue rss_after_kib)" "" ""
 row "residue: Redis keys right after 100,000 locks (TTL'd keys)" "$(F redis-residue redis_dbsize_after)" "" ""
 row "residue: Redis keys 15 s later (lease TTL 1 s)" "$(F redis-residue redis_dbsize_settled)" "==" 0
 
-row "postgres uncontended 1 client: cycles/s" "$(F postgres-1client cycles_per_s)" "" ""
-row "postgres simple lock (INSERT ON CONFLICT + DELETE) 1 client: cycles/s" \
-    "$(F postgres-baseline-1client cycles_per_s)" "" ""
-row "postgres pg_advisory_xact_lock in a transaction 1 client: cycles/s" \
-    "$(F postgres-advisory-1client cycles_per_s)" "" ""
-row "postgres uncontended 1 client / simple lock" \
-    "$(ratio "$(F postgres-1client cycles_per_s)" "$(F postgres-baseline-1client cycles_per_s)")" ">=" 0.9
-row "postgres uncontended 1 client / advisory xact lock" \
-    "$(ratio "$(F postgres-1client cycles_per_s)" "$(F postgres-advisory-1client cycles_per_s)")" "" ""
-row "postgres uncontended: statements (transactions) per cycle" \
-    "$(F postgres-1client postgres_transactions_per_cycle)" "" ""
-row "postgres   ... simple lock; advisory lock (3 statements, 1 transaction)" \
-    "$(F postgres-baseline-1client postgres_transactions_per_cycle); $(F postgres-advisory-1client postgres_transactions_per_cycle)" "" ""
-row "postgres FIFO 8w/1key/1ms: hand-off p99 (us)" "$(F postgres-fifo handoff_p99_us)" "" ""
-row "postgres FIFO hand-off p99 / redis's" \
-    "$(ratio "$(F postgres-fifo handoff_p99_us)" "$(F redis-fifo handoff_p99_us)")" "<=" 2
-row "postgres FIFO 8w/1key/1ms: longest wait (ms)" "$(F postgres-fifo longest_wait_ms)" "" ""
-row "postgres FIFO 8w/1key/1ms: FIFO overtakes" "$(Fmax postgres-fifo fifo_overtakes)" "==" 0
-row "postgres FIFO 8w/1key/1ms: cycles/s" "$(F postgres-fifo cycles_per_s)" "" ""
-row "postgres FIFO 8w/1key/1ms: statements per cycle" \
-    "$(F postgres-fifo postgres_transactions_per_cycle)" "" ""
-row "postgres 50 workers, distinct keys: cycles/s" "$(F postgres-50distinct cycles_per_s)" "" ""
-row "postgres   ... / simple lock at 50 connections" \
-    "$(ratio "$(F postgres-50distinct cycles_per_s)" "$(F postgres-baseline-50distinct cycles_per_s)")" ">=" 0.9
-row "residue: Postgres lock rows right after 100,000 keys (tombstones)" \
-    "$(F postgres-residue postgres_lock_rows_after)" "" ""
-row "residue: Postgres live leases; tickets, right after" \
-    "$(F postgres-residue postgres_live_leases_after); $(F postgres-residue postgres_tickets_after)" "" ""
-psum() { [ -n "$1" ] && [ -n "$2" ] && echo $(($1 + $2)); return 0; }
-row "residue: Postgres lock and ticket rows 15 s later" \
-    "$(psum "$(F postgres-residue postgres_lock_rows_settled)" "$(F postgres-residue postgres_tickets_settled)")" "==" 0
+# --- Postgres (benches/postgres.sh): its runs on a cluster of its own, beside the
+# advisory locks and the simple lease row; it prints its own rows.
+log "postgres runs"
+BENCH_IN_TABLE=1 OUT="$OUT" BENCH_REPEAT="$REPEAT" bash benches/postgres.sh ||
+    log "the postgres runs failed (see $OUT/postgres*.log)"
 
 violations=0
 for f in "$OUT"/*.json; do

@@ -59,7 +59,8 @@ pub(crate) fn analyse(logs: &[Vec<Cycle>], slack: Duration) -> Analysis {
                 None => run = 1,
             }
             if let Some(prev) = i.checked_sub(1).map(|j| &log[j])
-                && c.fence <= prev.fence
+                && let (Some(fence), Some(before)) = (c.fence, prev.fence)
+                && fence <= before
             {
                 a.fence_regressions += 1;
             }

@@ -54,6 +54,7 @@ impl Config {
             "postgres",
             "postgres-baseline",
             "postgres-advisory",
+            "postgres-advisory-session",
         ];
         if !BACKENDS.contains(&backend.as_str()) {
             return Err(format!(

@@ -11,7 +11,8 @@
 //!
 //! The contended run is in `turns` (its figures in `analysis`), the residue run in
 //! `residue`, the plain `SET NX` lock it is compared with in `baseline`, the Postgres
-//! database and its two baselines in `postgres`.
+//! database and its simple-lock baseline in `postgres`; what the workers lock with (the
+//! engines, or the Postgres advisory locks, through the same run) in `lockers`.
 
 // Shared with the other benches (`benches/support/`).
 #[path = "../support/mod.rs"]
@@ -21,6 +22,7 @@ mod analysis;
 mod baseline;
 mod config;
 mod engines;
+mod lockers;
 mod postgres;
 mod report;
 mod residue;
@@ -49,10 +51,14 @@ OPTIONS:
                              script; no waiting: a refused try retries at once,
                              no fences), on the same kind of connection  [memory]
                            | postgres|postgres-baseline|postgres-advisory
+                           | postgres-advisory-session
                              (needs the `postgres` feature; the baselines:
                              one INSERT ... ON CONFLICT and one DELETE by
                              token, a refused try retrying at once; or
-                             pg_advisory_xact_lock in a transaction)
+                             pg_advisory_xact_lock in a transaction; or
+                             pg_advisory_lock / pg_advisory_unlock on a
+                             pooled connection: the advisory locks run as
+                             the engine does, with every figure)
     --redis-url URL          Redis server (else $REDIS_URL)
     --database-url URL       Postgres database (else $DATABASE_URL; else the
                                bench starts a throwaway cluster, as the
@@ -161,7 +167,7 @@ fn main() -> ExitCode {
             Some(n) => residue(&config, n).await,
             None if config.backend == "redis-baseline" => baseline::run(&config).await,
             #[cfg(feature = "postgres")]
-            None if config.backend.starts_with("postgres-") => postgres::baseline(&config).await,
+            None if config.backend == "postgres-baseline" => postgres::baseline(&config).await,
             None => contention(&config).await,
         }
     });

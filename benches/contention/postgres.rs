@@ -1,25 +1,23 @@
 //! The contention bench on Postgres: the database (`--database-url`, or a throwaway cluster
 //! the bench starts with the test-support fixture and stops on exit), the engines on it in a
-//! schema of the run's own, the two baselines the engine is compared with, and what the
-//! run counts there (transactions per cycle, rows left behind).
+//! schema of the run's own, the simple-lock baseline the engine is compared with, and what
+//! the run counts there (transactions per cycle, rows left behind). The advisory-lock
+//! baselines run through the engine's own harness (`lockers`).
 //!
-//! The baselines, on the same kind of connection as the engine (a sqlx pool of the same
-//! size, the simple query protocol, values written into the statement):
-//!
-//! - `postgres-baseline`: the simplest correct Postgres lock. Acquire is one conditional
-//!   `INSERT … ON CONFLICT DO UPDATE … WHERE expired` (a row affected: ours), release one
-//!   `DELETE` by key and token. A refused try retries at once: no waiting, no fairness, no
-//!   fences, and the row of a released key is gone.
-//! - `postgres-advisory`: `pg_advisory_xact_lock` in a transaction (`BEGIN`, the lock, the
-//!   critical section, `COMMIT`): a pooled connection is held for the whole section.
+//! The baseline here, on the same kind of connection as the engine (a sqlx pool of the
+//! same size, the simple query protocol, values written into the statement):
+//! `postgres-baseline`, the simplest correct Postgres lock. Acquire is one conditional
+//! `INSERT … ON CONFLICT DO UPDATE … WHERE expired` (a row affected: ours), release one
+//! `DELETE` by key and token. A refused try retries at once: no waiting, no fairness, no
+//! fences, and the row of a released key is gone.
 //!
 //! Transactions per cycle come from `pg_stat_database` (commits and rollbacks of the
 //! database) before the run and after it, once the run's connections are closed (a backend
 //! reports all its statistics as it exits; an idle one may hold them back for 10 s). The
 //! few statements of the warm-up count too. Each engine call is one statement in its own
 //! transaction, so for the engine it is its statements per cycle; the simple baseline's
-//! two statements are two transactions, the advisory baseline's three (`BEGIN`, the lock,
-//! `COMMIT`) one.
+//! two statements are two transactions, the transaction-level advisory lock's three
+//! (`BEGIN`, the lock, `COMMIT`) one, the session advisory lock's two (lock, unlock) two.
 
 #[cfg(feature = "postgres")]
 pub(crate) use on::*;
@@ -118,6 +116,16 @@ mod on {
             Ok(LockEngine::new(backend))
         }
 
+        /// A pool of `size` connections to the run's database, for an advisory baseline.
+        pub(crate) async fn pool(&self, size: u32) -> Result<sqlx::PgPool, String> {
+            PgPoolOptions::new()
+                .max_connections(size)
+                .test_before_acquire(false)
+                .connect(&self.url)
+                .await
+                .map_err(|e| format!("cannot connect to Postgres at {}: {e}", self.url))
+        }
+
         async fn query_one(&self, sql: &str) -> Result<i64, String> {
             let pool = PgPoolOptions::new()
                 .max_connections(1)
@@ -153,12 +161,13 @@ mod on {
                           AND backend_type = 'client backend'";
             // A connection the pool has not closed yet (sqlx's `close` sometimes leaves one
             // behind) whose last statement was on the run's schema, or the advisory
-            // baseline's `COMMIT`: the run's own, ended.
+            // baselines' `COMMIT` or unlock: the run's own, ended.
             let leftover = format!(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                  WHERE datname = current_database() AND pid <> pg_backend_pid() \
                  AND backend_type = 'client backend' \
-                 AND (query LIKE '%{}%' OR query = 'COMMIT')",
+                 AND (query LIKE '%{}%' OR query = 'COMMIT' \
+                 OR query LIKE 'SELECT pg_advisory_unlock(%')",
                 self.schema
             );
             while self.query_one(others).await? > 0 {
@@ -191,11 +200,10 @@ mod on {
         }
     }
 
-    /// The two baselines (see the module docs), measured like the engine: cycles per
-    /// second, transactions per cycle, exclusion checked on every grant.
+    /// The simple-lock baseline (see the module docs), measured like the engine: cycles
+    /// per second, transactions per cycle, exclusion checked on every grant.
     pub(crate) async fn baseline(config: &Config) -> Result<Value, String> {
         let db = database();
-        let advisory = config.backend == "postgres-advisory";
         let pool = PgPoolOptions::new()
             .max_connections(config.pool)
             .test_before_acquire(false)
@@ -234,22 +242,6 @@ mod on {
                 let e = |e: sqlx::Error| e.to_string();
                 let slot = &holders[worker % config.keys];
                 for _ in 0..config.iterations {
-                    if advisory {
-                        let mut tx = pool.begin().await.map_err(e)?;
-                        (&mut *tx)
-                            .execute(sqlx::raw_sql(&format!(
-                                "SELECT pg_advisory_xact_lock(hashtext('{key}'))"
-                            )))
-                            .await
-                            .map_err(e)?;
-                        if slot.swap(worker + 1, Ordering::SeqCst) != 0 {
-                            violations.fetch_add(1, Ordering::Relaxed);
-                        }
-                        hold(config.hold, config.hold_mode).await;
-                        slot.store(0, Ordering::SeqCst);
-                        tx.commit().await.map_err(e)?;
-                        continue;
-                    }
                     let token = format!("{:032x}", rand::random::<u128>());
                     let acquire = format!(
                         "INSERT INTO {table} AS l (key, token, expires_at) \

@@ -15,7 +15,7 @@ use crate::support::{self, RedisStats, micros, round};
 use crate::{
     analysis::{analyse, p},
     config::{Config, Hold},
-    engines::engines,
+    lockers::lockers,
     report::{extend, header},
     run_id,
 };
@@ -34,7 +34,8 @@ pub(crate) struct Cycle {
     pub(crate) granted: Instant,
     /// When `release()` was called.
     pub(crate) release_call: Instant,
-    pub(crate) fence: u64,
+    /// `None` for a lock without fences (the advisory-lock baselines).
+    pub(crate) fence: Option<u64>,
 }
 
 /// Per-key bookkeeping, touched only by the key's holder.
@@ -48,7 +49,7 @@ struct KeySlot {
 }
 
 pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
-    let (engines, _memory) = engines(config).await?;
+    let engines = lockers(config).await?;
     let run_id = run_id();
     let slots: Arc<Vec<KeySlot>> = Arc::new(
         (0..config.keys)
@@ -65,16 +66,10 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
     // Warm up outside the measurement (pool connections, script loading, the watchdog
     // task), so the command count and the figures are of steady-state cycles.
     for engine in &engines {
-        let lease = engine
-            .lock(format!("contention:{run_id}:warmup"))
-            .fifo(config.fifo)
-            .acquire()
+        engine
+            .warm_up(&format!("contention:{run_id}:warmup"), config)
             .await
-            .map_err(|e| format!("warm-up acquire: {e}"))?;
-        lease
-            .release()
-            .await
-            .map_err(|e| format!("warm-up release: {e}"))?;
+            .map_err(|e| format!("warm-up: {e}"))?;
     }
 
     let mut stats = match &config.redis_url {
@@ -90,9 +85,9 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
     };
 
     #[cfg(feature = "postgres")]
-    let transactions_before = match config.backend.as_str() {
-        "postgres" => Some(crate::postgres::database().transactions().await?),
-        _ => None,
+    let transactions_before = match config.backend.starts_with("postgres") {
+        true => Some(crate::postgres::database().transactions().await?),
+        false => None,
     };
 
     let violations = Arc::new(AtomicU64::new(0));
@@ -116,7 +111,7 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
         tasks.push(tokio::spawn(async move {
             let slot = &slots[worker % slots.len()];
             let me = worker + 1;
-            let record_error = |what: &str, e: tower_lock::LockError| {
+            let record_error = |what: &str, e: String| {
                 errors.fetch_add(1, Ordering::Relaxed);
                 first_error
                     .lock()
@@ -125,9 +120,8 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
             };
             let _ = start.await;
             for _ in 0..config.iterations {
-                let lock = engine.lock(&slot.name).ttl(config.ttl).fifo(config.fifo);
                 let arrival = Instant::now();
-                let call = lock.acquire();
+                let call = engine.acquire(&slot.name, &config);
                 tokio::pin!(call);
                 let mut entered = None;
                 let acquired = std::future::poll_fn(|cx| {
@@ -163,7 +157,7 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
                     entered,
                     granted,
                     release_call,
-                    fence: lease.fence().get(),
+                    fence: lease.fence(),
                 });
                 if let Err(e) = lease.release().await {
                     record_error("release", e);
@@ -199,7 +193,9 @@ pub(crate) async fn contention(config: &Config) -> Result<Value, String> {
     };
     // The engines' connections are closed first, so that their backends report every
     // transaction (see `postgres`).
-    drop(engines);
+    for engine in engines {
+        engine.close().await;
+    }
     #[cfg(feature = "postgres")]
     let transactions = match transactions_before {
         Some(before) => Some(

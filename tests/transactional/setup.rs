@@ -68,6 +68,48 @@ async fn build_refuses_a_missing_table_and_names_migrate() {
     assert!(refused.to_string().contains("migrate()"), "{refused}");
 }
 
+/// Tables the version before made (the commit check there, the claim function that a
+/// first request's `BEGIN` travels with not): `build()` refuses them naming `migrate()`,
+/// which adds the function; then a first request runs once and its retry is replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_tables_without_the_claim_sent_with_begin_and_migrate_adds_it() {
+    let db = Db::new(&shared_url().await, "claim_ours").await;
+    let _ = db.layer(|b| b).await;
+    sqlx::raw_sql(&format!(
+        "DROP FUNCTION {}.tower_lock_idempotency_claim_ours(
+            text, bytea, double precision, text, boolean)",
+        db.schema
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let builder = || {
+        IdempotencyLayer::builder(LockEngine::in_memory())
+            .unscoped()
+            .transactional(db.pool.clone())
+            .schema(&db.schema)
+    };
+    let refused = builder()
+        .build()
+        .await
+        .expect_err("tables without the claim sent with BEGIN were accepted");
+    assert!(
+        matches!(refused, SetupError::Outdated { .. }) && refused.to_string().contains("migrate()"),
+        "{refused}"
+    );
+    builder().migrate().await.unwrap();
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, builder().build().await.unwrap(), gate)).await;
+    assert_eq!(
+        post(&server, "k", "ok", "card").await.status,
+        StatusCode::CREATED
+    );
+    let retry = post(&server, "k", "ok", "card").await;
+    assert_eq!(retry.status, StatusCode::CREATED);
+    assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+    assert_eq!(db.payments().await, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_refuses_an_unscoped_decision_left_open() {
     let pool = pool(&shared_url().await).await;

@@ -1,10 +1,11 @@
-//! [`OpenTransaction`]: a pooled connection inside the transaction the layer begins (sqlx's
-//! own `BEGIN`, so sqlx knows it is in a transaction: a handler's `begin()` on the lent
-//! connection makes a savepoint) and ends with its record write (`UPDATE …; COMMIT`, one
+//! [`OpenTransaction`]: a pooled connection inside the transaction the layer begins (with
+//! sqlx's own `begin`, its statement the `BEGIN` and the claim, so sqlx knows it is in a
+//! transaction: a handler's `begin()` on the lent connection makes a savepoint) and ends with its record write (`UPDATE …; COMMIT`, one
 //! round trip) or a rollback. Each of these statements is awaited [`InFlight`]: a future
 //! dropped before its reply closes the connection instead of pooling it.
 
 use std::{
+    borrow::Cow,
     fmt,
     future::Future,
     ops::{Deref, DerefMut},
@@ -39,12 +40,30 @@ impl fmt::Debug for OpenTransaction {
 }
 
 impl OpenTransaction {
-    /// A connection of `pool` in a transaction begun now (one round trip).
-    pub(super) async fn begin(pool: &PgPool) -> Result<Self, sqlx::Error> {
-        // Dropped before its reply, sqlx's own guard would count no transaction on a
-        // connection the server may have begun one on.
+    /// A connection of `pool` in a transaction begun by `statement` (a `BEGIN` and what
+    /// follows it in the same simple query, sent as sqlx's `begin` statement, so sqlx
+    /// counts the transaction; its rows are not read): one round trip. An error the
+    /// server answered (a statement after the `BEGIN` failed) is [`Begun::Refused`], with
+    /// the connection in the failed transaction, which sqlx does not count: end it with
+    /// [`uncounted`] statements. Any other error (the connection failed, or the future was
+    /// dropped before the reply) closes the connection.
+    pub(super) async fn begin_with(pool: &PgPool, statement: String) -> Result<Begun, sqlx::Error> {
         let mut conn = InFlight::new(pool.acquire().await?);
-        PgTransactionManager::begin(&mut conn, None).await?;
+        match PgTransactionManager::begin(&mut conn, Some(Cow::Owned(statement))).await {
+            Ok(()) => Ok(Begun::Open(Self {
+                conn: Some(conn.landed()),
+            })),
+            Err(error @ sqlx::Error::Database(_)) => Ok(Begun::Refused(error, conn.landed())),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A connection in a transaction that sqlx does not count yet (begun by an
+    /// [`uncounted`] statement): counted now, by sqlx's `begin` with a statement that
+    /// does nothing in it (one round trip).
+    pub(super) async fn adopt(conn: PoolConnection<Postgres>) -> Result<Self, sqlx::Error> {
+        let mut conn = InFlight::new(conn);
+        PgTransactionManager::begin(&mut conn, Some(Cow::Borrowed("SELECT 1"))).await?;
         Ok(Self {
             conn: Some(conn.landed()),
         })
@@ -94,6 +113,51 @@ impl OpenTransaction {
             None => Box::pin(async {}),
         }
     }
+}
+
+/// How [`OpenTransaction::begin_with`] ended, when the server answered.
+pub(super) enum Begun {
+    /// The transaction is open.
+    Open(OpenTransaction),
+    /// A statement after the `BEGIN` failed with this error: the connection is in the
+    /// failed transaction, not counted by sqlx.
+    Refused(sqlx::Error, PoolConnection<Postgres>),
+}
+
+/// On a connection whose server-side transaction sqlx does not count (see
+/// [`Begun::Refused`]), `statement` (a simple query that ends that transaction first and
+/// may begin another): its rows and the connection, in whatever transaction the statement
+/// left open (end it with [`uncounted_rollback`], or count it with
+/// [`OpenTransaction::adopt`]). An error the server answered rolls back on a task of its
+/// own; any other (or the future dropped before the reply) closes the connection.
+pub(super) async fn uncounted(
+    conn: PoolConnection<Postgres>,
+    statement: &str,
+) -> Result<(Vec<sqlx::postgres::PgRow>, PoolConnection<Postgres>), sqlx::Error> {
+    let mut conn = InFlight::new(conn);
+    match (&mut *conn).fetch_all(sqlx::raw_sql(statement)).await {
+        Ok(rows) => Ok((rows, conn.landed())),
+        Err(error @ sqlx::Error::Database(_)) => {
+            uncounted_rollback(conn.landed());
+            Err(error)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// `ROLLBACK` on a connection whose transaction sqlx does not count, on a task of its own;
+/// the connection is pooled again if it succeeded, closed otherwise.
+pub(super) fn uncounted_rollback(conn: PoolConnection<Postgres>) {
+    tokio::spawn(async move {
+        let mut conn = InFlight::new(conn);
+        if (&mut *conn)
+            .execute(sqlx::raw_sql("ROLLBACK"))
+            .await
+            .is_ok()
+        {
+            drop(conn.landed());
+        }
+    });
 }
 
 /// Roll back on `conn` (through sqlx's transaction manager, which counts the transaction

@@ -25,8 +25,9 @@ pub enum SetupError {
         table: String,
     },
     /// The tables were made by an earlier version: the records table lacks the commit
-    /// check that refuses a claim committed without its response (a handler's `COMMIT`).
-    /// Run [`migrate`](super::TransactionalLayerBuilder::migrate) once to add it.
+    /// check that refuses a claim committed without its response (a handler's `COMMIT`),
+    /// or the claim function that a first request's `BEGIN` travels with. Run
+    /// [`migrate`](super::TransactionalLayerBuilder::migrate) once to add them.
     Outdated {
         /// The records table, qualified.
         table: String,
@@ -53,7 +54,8 @@ impl fmt::Display for SetupError {
             Self::Outdated { table } => write!(
                 f,
                 "the idempotency table {table} was made by an earlier version (it lacks the \
-                 commit check of unfinished claims): call \
+                 commit check of unfinished claims, or the claim function sent with \
+                 `BEGIN`): call \
                  `TransactionalLayerBuilder::migrate()` once before `build()`"
             ),
             Self::Database(e) => write!(f, "the database failed: {e}"),

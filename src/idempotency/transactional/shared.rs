@@ -11,13 +11,13 @@ use std::{
 };
 
 use bytes::Bytes;
-use sqlx::{Executor, PgPool, Row};
+use sqlx::{PgPool, Row};
 use tower_lock_core::{AcceptedCodings, ReplayLocker};
 
 use super::{
     misuse::MisuseLog,
-    open::OpenTransaction,
-    tables::{CLAIM_COLUMNS, Tables},
+    open::{Begun, OpenTransaction, uncounted, uncounted_rollback},
+    tables::{CLAIM_COLUMNS, NOT_CLAIMED, Tables},
 };
 use crate::{
     Rejection,
@@ -156,6 +156,13 @@ impl Shared {
 
     /// One claim in a transaction of its own, waiting at most `left` (at least
     /// [`MIN_LOCK_WAIT`]) for a duplicate in flight.
+    ///
+    /// A first request's claim is one round trip: `BEGIN` and the claim in sqlx's `begin`
+    /// statement ([`Tables::begin_and_claim`]), whose rows sqlx does not return; a key
+    /// that is not this request's is refused there ([`NOT_CLAIMED`]), and the next message
+    /// rolls that back and claims again the way that returns the record (a replay's
+    /// second round trip, as before this fast path, which cost every first request one
+    /// more: the `BEGIN` of its own).
     async fn try_claim(
         &self,
         key: &LockKey,
@@ -163,30 +170,43 @@ impl Shared {
         accepted: &AcceptedCodings,
         left: Duration,
     ) -> Result<Claim, sqlx::Error> {
-        let mut tx = OpenTransaction::begin(&self.pool).await?;
         let now = self.replay.wait().is_zero();
         let wait = left.max(MIN_LOCK_WAIT).as_millis();
         let retention = self.replay.retention().as_millis();
-        let claim = self
+        let first = self
             .tables
-            .claim(key.as_str(), fingerprint, retention, wait, now);
-        // The connection is in the transaction (or, after an error, in a failed one): it
-        // ends by a commit or a rollback, never back to the pool as it is.
-        let claimed = (&mut *tx).fetch_all(sqlx::raw_sql(&claim)).await;
-        // The rows of the statements around the claim's have other columns.
-        let row = match claimed.map(|rows| rows.into_iter().find(|r| r.len() == CLAIM_COLUMNS)) {
-            Ok(Some(row)) => row,
-            Ok(None) => return Err(sqlx::Error::RowNotFound),
-            Err(error) => {
-                tokio::spawn(tx.rollback());
+            .begin_and_claim(key.as_str(), fingerprint, retention, wait, now);
+        let conn = match OpenTransaction::begin_with(&self.pool, first).await? {
+            Begun::Open(tx) => return Ok(Claim::Ours(tx)),
+            Begun::Refused(error, conn) if has_code(&error, NOT_CLAIMED) => conn,
+            Begun::Refused(error, conn) => {
+                uncounted_rollback(conn);
                 return Err(error);
             }
         };
-        if row.try_get::<bool, _>(0)? {
-            return Ok(Claim::Ours(tx));
+        let claim = self
+            .tables
+            .claim(key.as_str(), fingerprint, retention, wait, now);
+        let (rows, conn) = uncounted(conn, &format!("ROLLBACK; BEGIN; {claim}")).await?;
+        // The rows of the statements around the claim's have other columns.
+        let Some(row) = rows.into_iter().find(|r| r.len() == CLAIM_COLUMNS) else {
+            uncounted_rollback(conn);
+            return Err(sqlx::Error::RowNotFound);
+        };
+        let claimed = match row.try_get::<bool, _>(0) {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                uncounted_rollback(conn);
+                return Err(error);
+            }
+        };
+        if claimed {
+            // The duplicate that held the key rolled back in between: the key is ours, in
+            // a transaction sqlx is yet to count.
+            return Ok(Claim::Ours(OpenTransaction::adopt(conn).await?));
         }
         // Nothing was written: roll back after this answer, on a task of its own.
-        tokio::spawn(tx.rollback());
+        uncounted_rollback(conn);
         let Some(stored_fingerprint) = row.try_get::<Option<Vec<u8>>, _>(1)? else {
             return Ok(Claim::Answer(Err(self.replay.in_flight())));
         };

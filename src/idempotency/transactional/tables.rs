@@ -19,6 +19,8 @@ pub(super) struct Tables {
     fences: FenceTable,
     /// The claim function (see [`Tables::claim`]).
     claim: String,
+    /// The claim function that refuses a key not claimed (see [`Tables::begin_and_claim`]).
+    claim_ours: String,
     /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
     /// its table's schema).
     expiry_index: String,
@@ -45,6 +47,10 @@ impl fmt::Debug for Tables {
 /// The SQLSTATE of the commit check's refusal (see [`Tables::claim_check`]): a class of
 /// tower-lock's own.
 pub(super) const UNFINISHED_CLAIM: &str = "TLK01";
+
+/// The SQLSTATE of a claim that did not claim (see [`Tables::begin_and_claim`]): the key
+/// is a committed record's or a duplicate's in flight.
+pub(super) const NOT_CLAIMED: &str = "TLK02";
 
 /// The columns of the claim's row (see [`Tables::claim`]).
 pub(super) const CLAIM_COLUMNS: usize = 6;
@@ -87,6 +93,7 @@ impl Tables {
             fences: FenceTable::new(schema, prefix)
                 .map_err(|_| SetupError::Name(format!("{schema:?}, prefix {prefix:?}")))?,
             claim: qualified("idempotency_claim"),
+            claim_ours: qualified("idempotency_claim_ours"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
             expiry_index_qualified: qualified("idempotency_records_expiry"),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
@@ -125,6 +132,7 @@ impl Tables {
             records,
             fences,
             claim,
+            claim_ours,
             expiry_index,
             expiry_index_qualified,
             lock_name,
@@ -224,6 +232,26 @@ impl Tables {
                 END
                 $fn$"
             ),
+            // The claim as the first request's fast path uses it: the same claim, which
+            // refuses (`NOT_CLAIMED`) what is not this request's, so that `BEGIN` and the
+            // claim travel in the one message whose rows sqlx's `begin` does not return
+            // (see `Tables::begin_and_claim`).
+            format!(
+                "CREATE OR REPLACE FUNCTION {claim_ours}(
+                    p_key text, p_fingerprint bytea, p_retention_ms double precision,
+                    p_wait text, p_now boolean)
+                RETURNS void
+                LANGUAGE plpgsql AS $fn$
+                BEGIN
+                    IF NOT (SELECT c.o_claimed
+                            FROM {claim}(p_key, p_fingerprint, p_retention_ms, p_wait, p_now) c)
+                    THEN
+                        RAISE EXCEPTION 'tower-lock: the idempotency key is not this request''s'
+                            USING ERRCODE = '{NOT_CLAIMED}';
+                    END IF;
+                END
+                $fn$"
+            ),
         ]);
         statements
     }
@@ -274,13 +302,15 @@ impl Tables {
         ]
     }
 
-    /// Whether the records table has the commit check of [`claim_check`](Self::claim_check):
-    /// one row, one boolean (false for tables made before it, or none).
+    /// Whether the records table has the commit check of [`claim_check`](Self::claim_check)
+    /// and the claim function of [`begin_and_claim`](Self::begin_and_claim): one row, one
+    /// boolean (false for tables made before them, or none).
     pub(super) fn claim_check_exists(&self) -> String {
         format!(
             "SELECT EXISTS (SELECT FROM pg_trigger
-                WHERE tgrelid = to_regclass('{}') AND tgname = '{CHECK_TRIGGER}')",
-            self.records
+                WHERE tgrelid = to_regclass('{}') AND tgname = '{CHECK_TRIGGER}')
+                AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL",
+            self.records, self.claim_ours
         )
     }
 
@@ -317,6 +347,41 @@ impl Tables {
         wait_ms: u128,
         now: bool,
     ) -> String {
+        let call = format!(
+            "SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
+            self.claim,
+            text_literal(key),
+            bytea_literal(fingerprint),
+        );
+        Self::bounded(&call, wait_ms)
+    }
+
+    /// `BEGIN` and the claim of [`claim`](Self::claim) in one simple query (one round
+    /// trip, sent as sqlx's `begin` statement so that sqlx counts the transaction): the
+    /// first request's fast path. Its rows are not read: a key that is not this request's
+    /// (a committed record, a duplicate in flight) is refused with [`NOT_CLAIMED`], which
+    /// aborts the transaction; the layer then rolls back and reads the record with
+    /// [`claim`](Self::claim) in the next message.
+    pub(super) fn begin_and_claim(
+        &self,
+        key: &str,
+        fingerprint: &[u8],
+        retention_ms: u128,
+        wait_ms: u128,
+        now: bool,
+    ) -> String {
+        let call = format!(
+            "SELECT {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
+            self.claim_ours,
+            text_literal(key),
+            bytea_literal(fingerprint),
+        );
+        format!("BEGIN; {}", Self::bounded(&call, wait_ms))
+    }
+
+    /// The claim statement `call` between the statements that give it its own
+    /// `statement_timeout` (see [`claim`](Self::claim)) and put the application's back.
+    fn bounded(call: &str, wait_ms: u128) -> String {
         let bound = wait_ms * 3 + 1000;
         format!(
             "SELECT set_config('tower_lock.statement_timeout', s.t, true),
@@ -325,12 +390,9 @@ impl Tables {
                         OR s.t::interval >= interval '{bound} milliseconds' THEN s.t
                     ELSE '{bound}ms' END, true)
              FROM (SELECT current_setting('statement_timeout') AS t OFFSET 0) s;
-             SELECT * FROM {}({}, {}, {retention_ms}, '{wait_ms}ms', {now});
+             {call};
              SELECT set_config('statement_timeout',
-                current_setting('tower_lock.statement_timeout'), true)",
-            self.claim,
-            text_literal(key),
-            bytea_literal(fingerprint),
+                current_setting('tower_lock.statement_timeout'), true)"
         )
     }
 

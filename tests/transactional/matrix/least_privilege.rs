@@ -47,6 +47,8 @@ fn grants(schema: &str) -> String {
          REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC;
          GRANT EXECUTE ON FUNCTION {schema}.tower_lock_idempotency_claim(
              text, bytea, double precision, text, boolean) TO {APP};
+         GRANT EXECUTE ON FUNCTION {schema}.tower_lock_idempotency_claim_ours(
+             text, bytea, double precision, text, boolean) TO {APP};
          GRANT SELECT, INSERT ON {schema}.payments TO {APP};
          GRANT USAGE ON SEQUENCE {schema}.payments_id_seq TO {APP};"
     )
