@@ -339,7 +339,7 @@ impl RequestLocker {
         let facts = HoldFacts {
             lost: lease.lost_signal(),
             fence: lease.fence().get(),
-            label: hold_log::holder_label(&lease),
+            label: hold_log::holder_label(&self.shared.engine),
             // The request's span, for the lines logged away from it: the release (often
             // where the server drops the body, outside any span) and the watch task's.
             // Kept only when one of them is logged: two reference counts a request.

@@ -18,24 +18,22 @@
 //!   `debug` nor a threshold, the hold keeps no span: this line is then logged where it is
 //!   found).
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use crate::{engine::Lease, metrics::HoldFacts};
+use crate::{
+    engine::{HolderLabel, LockEngine},
+    metrics::HoldFacts,
+};
 
-/// The holder label of `lease`, for the log lines: the label the engine stores with the
-/// lease (host name and process id by default, the route template from the HTTP layers).
-///
-/// HOOK(holder label): leases carry no label yet (issue 53's holder label lands in the
-/// engine separately); until then this answers `None` and the lines log `holder=""`. Once
-/// the engine has it, answer `lease.holder_label()` (or its name there) here: every line
-/// and the long-hold notices take it from this one place.
-pub(crate) fn holder_label(lease: &Lease) -> Option<Arc<str>> {
-    let _ = lease;
-    None
+/// The holder label the lines name: the engine's (see `LockEngine::holder_label`; the
+/// route template a request's lock adds is not kept with its lease, so the lines name the
+/// node, and the request's span names the route).
+pub(crate) fn holder_label(engine: &LockEngine) -> Option<HolderLabel> {
+    engine.label().cloned()
 }
 
 fn label(facts: &HoldFacts) -> &str {
-    facts.label.as_deref().unwrap_or("")
+    facts.label.as_ref().map_or("", HolderLabel::as_str)
 }
 
 /// The grant of a hold (`waited`: the wait, when it waited).

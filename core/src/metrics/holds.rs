@@ -13,7 +13,7 @@
 //! too, so what a snapshot reads is exact at its instant.
 
 use std::{
-    sync::{Arc, Mutex, Weak},
+    sync::{Mutex, Weak},
     time::Duration,
 };
 
@@ -35,7 +35,7 @@ pub(crate) struct HoldId(usize);
 pub(crate) struct HoldFacts {
     pub(crate) lost: LostSignal,
     pub(crate) fence: u64,
-    pub(crate) label: Option<Arc<str>>,
+    pub(crate) label: Option<tower_lock_engine::HolderLabel>,
     /// The request's span where the grant was logged, and the subscriber it was logged
     /// to, for the lines logged away from the request (`None`: kept only when `debug` is
     /// on or the layer has a long-hold threshold).
