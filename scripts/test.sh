@@ -49,9 +49,9 @@ cargo test --workspace --all-features --all-targets --no-run \
 # Seconds each slow binary took in a recent CI run: the order they start in.
 weight() {
     case "$(basename "$1" | sed 's/-[0-9a-f]*$//')" in
-    postgres) echo 121 ;; redis_faults) echo 116 ;; scale) echo 96 ;; layer) echo 71 ;;
-    engine) echo 62 ;; integrations) echo 48 ;; model) echo 23 ;; transactional) echo 23 ;;
-    replay) echo 11 ;;
+    postgres) echo 183 ;; redis_faults) echo 129 ;; scale) echo 105 ;; layer) echo 70 ;;
+    engine) echo 67 ;; integrations) echo 43 ;; model) echo 33 ;; transactional) echo 25 ;;
+    replay) echo 14 ;; tower_lock_engine) echo 9 ;; cli) echo 6 ;;
     *) echo 1 ;;
     esac
 }

@@ -37,12 +37,14 @@ async fn queued(engine: &LockEngine, key: &str, n: usize) {
     }
 }
 
-/// Whether a connection of the cluster listens on `channel` now (its last statement a
-/// `LISTEN` of it: the listener runs nothing else while it listens).
+/// Whether a node listens on its `channel` now: its listener's last statement the `LISTEN`
+/// of it and of the base channel (where revocations come; the listener runs nothing else
+/// while it listens, and the test's spy listens on no base channel).
 async fn listens(pool: &sqlx::PgPool, channel: &str) -> bool {
+    let base = channel.rsplit_once('_').expect("<base>_<node>").0;
     let sql = format!(
-        "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN \"{channel}\"' \
-         AND state = 'idle'"
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE query = 'LISTEN \"{channel}\";LISTEN \"{base}\";' AND state = 'idle'"
     );
     let row = pool.fetch_one(sqlx::raw_sql(&sql)).await.unwrap();
     row.get::<i64, _>(0) > 0

@@ -309,6 +309,10 @@ impl PostgresServer {
     pub fn crash(&self) {
         self.resume();
         if let Some(mut g) = self.running.lock().unwrap().take() {
+            // Stopped first, so that it forks no backend between the listing of its children
+            // and their kill: a backend left alive keeps the shared memory, and the next
+            // postmaster refuses to start beside it.
+            signal("-STOP", &[g.pid]);
             let mut pids = vec![g.pid];
             pids.extend(children_of(g.pid));
             signal("-KILL", &pids);
