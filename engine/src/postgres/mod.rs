@@ -161,11 +161,12 @@
 //! listener connection per backend (a direct one: `LISTEN` needs its session) hears the
 //! grant and completes the waiter's acquire. Each backend has a channel of its own
 //! ([`PostgresBackend::wake_channel`]), the only one its waiters' grants are notified on,
-//! and `LISTEN`s on it only while one of its waiters queues (and 2 s after): a node without
-//! waiters is never woken by a hand-off, and one with waiters is told only its own grants
+//! and `LISTEN`s on it (and on the base channel, where an admin's force release is
+//! notified) only while one of its waiters queues or it holds a lease (and 2 s after): an
+//! idle node is never woken by a hand-off, and one with waiters is told only its own grants
 //! (Postgres up to 18 still wakes every listening connection of the database for each
 //! `NOTIFY`, which then finds nothing on its channel: a hand-off's server cost grows with
-//! the nodes that have a waiter queued, not with the fleet; see `listener`). A waiter also retries on a
+//! the nodes that wait or hold, not with the fleet; see `listener`). A waiter also retries on a
 //! fallback timer (at most 250 ms apart), which refreshes its ticket and finds a
 //! grant whose notification was lost (re-entry): the listener's reconnects cost at most
 //! that.
@@ -293,8 +294,8 @@ impl PostgresBackend {
     /// The `NOTIFY` channel of the hand-offs to this backend's waiters
     /// (`<schema>.<prefix>wake_<node>`, `<node>` 8 random hex digits per backend): a
     /// release notifies the channel of the granted waiter's node alone, and the backend
-    /// `LISTEN`s on it only while one of its waiters queues (see the module docs,
-    /// "Waiting").
+    /// `LISTEN`s on it only while one of its waiters queues or it holds a lease (see the
+    /// module docs, "Waiting").
     pub fn wake_channel(&self) -> &str {
         self.inner.listener.channel()
     }
