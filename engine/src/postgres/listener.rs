@@ -37,11 +37,8 @@
 //! queues) and the waiters' fallback timer finds their grants meanwhile.
 
 use std::{
-    collections::{HashMap, HashSet},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
-    },
+    collections::HashMap,
+    sync::{Arc, Mutex, atomic::Ordering},
     time::Duration,
 };
 
@@ -50,9 +47,14 @@ use sqlx::{
     postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
 };
 use tokio::{
-    sync::{Notify, oneshot, watch},
+    sync::{oneshot, watch},
     time::Instant,
 };
+
+mod want;
+
+use want::Want;
+pub(super) use want::lease_hash;
 
 use super::{FALLBACK_CAP, restarts::Restarts};
 use crate::{BackendError, BackendErrorKind, LockKey, Resets, Token, runtime};
@@ -95,35 +97,6 @@ pub(super) struct Listener {
 /// Each local waiter's ticket id: the nonce of its latest registration, and where its
 /// grant goes.
 type Waiters = Mutex<HashMap<String, (String, oneshot::Sender<Handed>)>>;
-
-/// What the listening task is asked: how many local waiters have queued, the leases this
-/// node holds (a hash of key and token each: an admin's revocation must reach their holder,
-/// see `admin`), and a wake-up when either leaves zero.
-#[derive(Default)]
-struct Want {
-    queued: AtomicUsize,
-    held: Mutex<HashSet<u64>>,
-    wake: Notify,
-}
-
-impl Want {
-    /// Whether the node must listen: a waiter queues or a lease is held.
-    fn listen(&self) -> bool {
-        self.queued.load(Ordering::SeqCst) > 0
-            || !self
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .is_empty()
-    }
-}
-
-/// A lease's entry in [`Want::held`].
-pub(super) fn lease_hash(key: &LockKey, token: &Token) -> u64 {
-    use std::hash::BuildHasher;
-    std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default()
-        .hash_one((key.as_str(), token.as_str()))
-}
 
 /// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
 /// table when dropped.
@@ -267,36 +240,16 @@ impl Listener {
         })
     }
 
-    /// This node holds a lease (granted, or granted again): it listens
-    /// while it holds one, so that an admin's revocation reaches it (see `admin`).
-    /// `lease` is [`lease_hash`]'s.
+    /// This node holds a lease (granted, or granted again; `lease` is [`lease_hash`]'s):
+    /// it listens while it holds one, so that an admin's revocation reaches it (see
+    /// `admin`).
     pub(super) fn hold(&self, lease: u64) {
-        let first = {
-            let mut held = self
-                .want
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            held.insert(lease) && held.len() == 1
-        };
-        if first {
-            self.want.wake.notify_one();
-        }
+        self.want.hold(lease);
     }
 
     /// The lease [`hold`](Self::hold) was given was released (or its release attempted).
     pub(super) fn let_go(&self, lease: u64) {
-        let last = {
-            let mut held = self
-                .want
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            held.remove(&lease) && held.is_empty()
-        };
-        if last {
-            self.want.wake.notify_one();
-        }
+        self.want.let_go(lease);
     }
 
     /// The channel this node's grants are notified on.
