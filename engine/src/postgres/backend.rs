@@ -70,7 +70,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let granted = inner.clone().acquire(req).await;
             if granted.is_ok() {
-                inner.listener.hold(lease);
+                inner.listener.hold(lease).await;
             }
             granted
         })

@@ -243,8 +243,13 @@ impl Listener {
     /// This node holds a lease (granted, or granted again; `lease` is [`lease_hash`]'s):
     /// it listens while it holds one, so that an admin's revocation reaches it (see
     /// `admin`).
-    pub(super) fn hold(&self, lease: u64) {
+    ///
+    /// Returns once the node listens (at most [`FALLBACK_CAP`] later): a revocation sent
+    /// the moment the lease is granted is heard, not missed while the `LISTEN` is on its
+    /// way. A node already listening returns at once.
+    pub(super) async fn hold(&self, lease: u64) {
         self.want.hold(lease);
+        let _ = tokio::time::timeout(FALLBACK_CAP, until_heard(self.listening.clone())).await;
     }
 
     /// The lease [`hold`](Self::hold) was given was released (or its release attempted).
