@@ -30,6 +30,7 @@ mod isolation;
 mod late_refresh;
 mod matrix;
 mod order;
+mod plans;
 mod query_timeout;
 mod restart;
 mod restarts;

@@ -19,8 +19,12 @@
 //! microseconds of the server's time, and no round trip.
 //!
 //! Values are written as literals no input can break out of: strings as
-//! `convert_from(decode('<hex>', 'hex'), 'UTF8')` (hex digits only between the quotes,
-//! whatever `standard_conforming_strings` says), numbers as digits.
+//! `(convert_from(decode('<hex>', 'hex'), 'UTF8') COLLATE "default")` (hex digits only
+//! between the quotes, whatever `standard_conforming_strings` says), numbers as digits.
+//! The collation is named because `convert_from` takes its `name` argument's, `C`, and a
+//! plpgsql function's parameters take the call's: `key = k` in `C` is a comparison the
+//! primary key (of the default collation) cannot serve, and every call read the whole
+//! table (`tests/postgres/plans.rs`).
 
 use std::fmt::Write;
 
@@ -126,11 +130,11 @@ impl Call {
 /// `value` as a text literal made of hex digits only.
 pub(super) fn text_literal(out: &mut String, value: &str) {
     out.reserve(value.len() * 2 + 40);
-    out.push_str("convert_from(decode('");
+    out.push_str("(convert_from(decode('");
     for byte in value.bytes() {
         let _ = write!(out, "{byte:02x}");
     }
-    out.push_str("', 'hex'), 'UTF8')");
+    out.push_str("', 'hex'), 'UTF8') COLLATE \"default\")");
 }
 
 #[cfg(test)]
@@ -160,9 +164,11 @@ mod tests {
             sql,
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; \
-             SELECT * FROM \"s\".\"f\"(convert_from(decode('612762', 'hex'), 'UTF8'), \
-             -2::bigint, ARRAY[convert_from(decode('78', 'hex'), 'UTF8'), \
-             convert_from(decode('79', 'hex'), 'UTF8')]::text[], ARRAY[1, 2]::bigint[])"
+             SELECT * FROM \"s\".\"f\"((convert_from(decode('612762', 'hex'), 'UTF8') \
+             COLLATE \"default\"), -2::bigint, \
+             ARRAY[(convert_from(decode('78', 'hex'), 'UTF8') COLLATE \"default\"), \
+             (convert_from(decode('79', 'hex'), 'UTF8') COLLATE \"default\")]::text[], \
+             ARRAY[1, 2]::bigint[])"
         );
     }
 }
