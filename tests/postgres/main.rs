@@ -6,7 +6,8 @@
 //! connections, grants matched by their registration's nonce, a release sent again, the
 //! set-up (schema check and the exact call it names, names, the application's own pool,
 //! the connections an engine opens, tombstone
-//! sweeping, upgrades), the one-statement fast paths against the waiters they race with,
+//! sweeping, upgrades), every lock operation finding its key by index on a large table
+//! (`plans`), the one-statement fast paths against the waiters they race with,
 //! the uncontended cycle's cost; every statement type through a PgBouncer whose two server
 //! connections other clients keep busy, calls on pooled connections the server ended while
 //! idle, and the configuration matrix (`matrix/`: isolation defaults, idle and statement
