@@ -77,9 +77,7 @@ impl Call {
         self.sep();
         self.sql.reserve(value.len() * 2 + 24);
         self.sql.push_str("decode('");
-        for byte in value {
-            let _ = write!(self.sql, "{byte:02x}");
-        }
+        push_hex(&mut self.sql, value);
         self.sql.push_str("', 'hex')");
         self
     }
@@ -131,10 +129,19 @@ impl Call {
 pub(super) fn text_literal(out: &mut String, value: &str) {
     out.reserve(value.len() * 2 + 40);
     out.push_str("(convert_from(decode('");
-    for byte in value.bytes() {
-        let _ = write!(out, "{byte:02x}");
-    }
+    push_hex(out, value.as_bytes());
     out.push_str("', 'hex'), 'UTF8') COLLATE \"default\")");
+}
+
+/// `bytes` as two lowercase hex digits each, from a table: a `write!` per byte showed in
+/// the profile of an uncontended lock cycle (about 5% of the client's CPU; a cycle writes
+/// some 200 digits).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +156,17 @@ mod tests {
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; \
              SELECT * FROM f('9.995e0'::double precision, '-1e-300'::double precision)"
+        );
+    }
+
+    #[test]
+    fn bytes_are_hex_digits() {
+        let sql = Call::function("f")
+            .bytes(&[0x00, 0x7f, 0xab, 0xff])
+            .finish();
+        assert!(
+            sql.ends_with("SELECT * FROM f(decode('007fabff', 'hex'))"),
+            "{sql}"
         );
     }
 
