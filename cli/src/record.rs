@@ -1,5 +1,6 @@
 //! `record get|delete KEY`: an idempotency record the engine-backed layer stored under a
-//! request's lock key (status, headers, body size, when it was stored), or its deletion.
+//! request's lock key (status, headers, body size, when it was stored, how long it lives
+//! on), or its deletion.
 
 use std::time::UNIX_EPOCH;
 
@@ -46,6 +47,11 @@ async fn get(engine: &LockEngine, key: &str) -> Result<Outcome, Failure> {
         .completed_at
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    // Read after the record: a record that expired in between shows no expiry.
+    let expires_ms = engine
+        .record_expiry(&lock_key)
+        .await?
+        .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
     let summary = RecordSummary::decode(&record.meta);
     let mut text = format!("{key}: record\n");
     match &summary {
@@ -57,8 +63,9 @@ async fn get(engine: &LockEngine, key: &str) -> Result<Outcome, Failure> {
         }
         None => text.push_str("  status ? (metadata of another version)\n"),
     }
+    let expires = expires_ms.map_or_else(|| "expired".to_owned(), |ms| ms.to_string());
     text.push_str(&format!(
-        "  body {} bytes{}\n  stored_at_unix_ms {stored_ms}\n",
+        "  body {} bytes{}\n  stored_at_unix_ms {stored_ms}\n  expires_in_ms {expires}\n",
         record.body.len(),
         if record.kept {
             ""
@@ -74,6 +81,7 @@ async fn get(engine: &LockEngine, key: &str) -> Result<Outcome, Failure> {
         "kept": record.kept,
         "body_bytes": record.body.len(),
         "stored_at_unix_ms": stored_ms,
+        "expires_in_ms": expires_ms,
     });
     Ok(Outcome::new(OK, text, json))
 }

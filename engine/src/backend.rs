@@ -409,6 +409,19 @@ pub trait RecordBackend: Send + Sync {
         retention: Duration,
     ) -> BoxFuture<'a, Result<(), LockError>>;
 
+    /// How long the record (or tombstone) stored under `key` lives on, by the store's
+    /// clock: `None` when there is none. [`LockError::Unsupported`] by default (a store
+    /// written before this method; every backend of this crate answers it).
+    fn record_expiry<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(LockError::Unsupported(
+            "the record's expiry",
+        ))))
+    }
+
     /// Delete the record or tombstone stored under `key`, whoever wrote it; returns
     /// whether there was one (within its retention). The lock on `key` is left as it is:
     /// a holder keeps it, and may still complete and write a new record.

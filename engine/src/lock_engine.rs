@@ -1,6 +1,6 @@
 //! [`LockEngine`]: a cheap-to-clone handle on a backend and its renewal task.
 
-use std::{any::Any, fmt, sync::Arc};
+use std::{any::Any, fmt, sync::Arc, time::Duration};
 
 use super::{
     AdminBackend, Backend, HolderLabel, KeyMutex, LockAdmin, LockError, LockKey, LockOptions,
@@ -255,6 +255,31 @@ impl LockEngine {
     /// ```
     pub async fn record(&self, key: &LockKey) -> Result<Option<Record>, LockError> {
         self.record_backend()?.record(key).await
+    }
+
+    /// How long the record (or tombstone) stored under `key` lives on: `None` when there is
+    /// none. What an operator reads beside [`record`](Self::record) (`tower-lock-cli
+    /// record get`). [`LockError::Unsupported`] on a backend without records.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use bytes::Bytes;
+    /// use tower_lock_engine::{LockEngine, LockKey, Record};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tower_lock_engine::LockError> {
+    /// let engine = LockEngine::in_memory();
+    /// let key = LockKey::new("order-7")?;
+    /// let lease = engine.lock_on(key.clone()).acquire().await?;
+    /// let record = Record::new(Bytes::from("fp"), Bytes::new(), Bytes::from("done"));
+    /// lease.complete(record, Duration::from_secs(3600)).await?;
+    /// let left = engine.record_expiry(&key).await?.expect("stored");
+    /// assert!(left <= Duration::from_secs(3600) && left > Duration::from_secs(3590));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn record_expiry(&self, key: &LockKey) -> Result<Option<Duration>, LockError> {
+        self.record_backend()?.record_expiry(key).await
     }
 
     /// Delete the record (or tombstone) stored under `key`, so that the next operation

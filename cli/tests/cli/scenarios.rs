@@ -144,6 +144,8 @@ pub(crate) async fn a_record_is_read_and_deleted_by_key(
     assert_eq!(json["body_bytes"], 5, "{json}");
     assert_eq!(json["kept"], true, "{json}");
     assert!(json["stored_at_unix_ms"].as_u64().unwrap() > 0, "{json}");
+    let left = json["expires_in_ms"].as_u64().expect("the record's expiry");
+    assert!(left > 50_000 && left <= 60_000, "a 60 s retention: {json}");
     let deleted = cli(args(store, &["record", "delete", key]), "").await;
     assert_eq!(deleted.code, 0, "{deleted:?}");
     let gone = cli(args(store, &["--json", "record", "get", key]), "").await;

@@ -133,8 +133,20 @@ pub async fn records_expire_after_their_retention(h: &impl Harness) {
         stored(&engine, "rec-d").await.is_some(),
         "retention counts from the completion"
     );
+    // What an operator reads: the retention left, by the store's clock.
+    let left = engine.record_expiry(&key("rec-d")).await.unwrap();
+    assert!(
+        left.is_some_and(|left| left > Duration::ZERO && left <= u * 10),
+        "the record's expiry: {left:?} of a {:?} retention",
+        u * 10
+    );
     sleep(u * 12).await;
     assert_eq!(stored(&engine, "rec-d").await, None, "expired");
+    assert_eq!(
+        engine.record_expiry(&key("rec-d")).await.unwrap(),
+        None,
+        "no expiry once it expired"
+    );
     assert_no_residue(h).await;
 }
 

@@ -102,6 +102,14 @@ impl RecordStore {
         None
     }
 
+    /// How long the record or tombstone under `key` lives on, if there is one.
+    pub(super) fn expiry(&self, key: &LockKey, now: Instant) -> Option<Duration> {
+        let now = self.offset(now);
+        let slot = self.map.get(key.as_str().as_bytes())?;
+        let left = slot.expires().checked_sub(now).filter(|&n| n > 0)?;
+        Some(Duration::from_nanos(left))
+    }
+
     /// Remove the record or tombstone under `key`; whether one was there (within its
     /// retention).
     pub(super) fn forget(&mut self, key: &LockKey, now: Instant) -> bool {
@@ -256,6 +264,13 @@ impl RecordStore {
 impl RecordBackend for MemoryBackend {
     fn record<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<Option<Record>, LockError>> {
         Box::pin(async move { Ok(self.records.lock().unwrap().get(key, Instant::now())) })
+    }
+
+    fn record_expiry<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move { Ok(self.records.lock().unwrap().expiry(key, Instant::now())) })
     }
 
     fn acquire_or_record(

@@ -57,6 +57,31 @@ impl RecordBackend for PostgresBackend {
         })
     }
 
+    fn record_expiry<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        Box::pin(async move {
+            // A read of the table (the schema's `record` function answers no expiry, and
+            // changing its columns would need a schema version).
+            let mut sql = String::from(
+                "SELECT ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint FROM ",
+            );
+            sql.push_str(&self.inner.names.table("records"));
+            sql.push_str(" WHERE key = ");
+            super::sql::text_literal(&mut sql, key.as_str());
+            sql.push_str(" AND expires_at > clock_timestamp()");
+            let rows = self.inner.call("record expiry", sql).await?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let left = int(rows.first(), 0)?;
+            Ok(Some(Duration::from_millis(
+                u64::try_from(left).unwrap_or(0),
+            )))
+        })
+    }
+
     fn complete<'a>(
         &'a self,
         key: &'a LockKey,

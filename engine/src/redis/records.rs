@@ -37,6 +37,24 @@ impl RecordBackend for RedisBackend {
         }))
     }
 
+    fn record_expiry<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Duration>, LockError>> {
+        with_drivers(Box::pin(async move {
+            // The hash's own expiry, which the completion set to the retention.
+            let mut cmd = redis::cmd("PTTL");
+            cmd.arg(self.inner.names(key).record());
+            let left: i64 = self
+                .inner
+                .commands
+                .query("record expiry", &cmd)
+                .await
+                .map_err(LockError::Backend)?;
+            Ok(u64::try_from(left).ok().map(Duration::from_millis))
+        }))
+    }
+
     fn acquire_or_record(
         &self,
         req: AcquireRequest,
