@@ -1,8 +1,9 @@
 //! `status KEY`: free or held; each holder with its label, fence, mode and lease left; how
-//! many wait.
+//! many wait; the last fence the store remembers for the key (the next grant's is above
+//! it: what a storage system's high-water mark may be at most).
 
 use serde_json::{Value, json};
-use tower_lock_engine::{Holder, LockEngine, Mode};
+use tower_lock_engine::{Holder, LockEngine, LockError, Mode};
 
 use crate::output::{Failure, NOT_FOUND, OK, Outcome};
 
@@ -11,17 +12,26 @@ pub(crate) async fn run(engine: &LockEngine, key: &str) -> Result<Outcome, Failu
     lock.key()?;
     let holders = lock.holders().await?;
     let waiters = lock.waiters().await?;
+    let last_fence = match engine.admin().last_fence(key).await {
+        Ok(fence) => fence.map(|f| f.get()),
+        Err(LockError::Unsupported(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
     let held = !holders.is_empty();
     let mut text = format!("{key}: {}\n", if held { "held" } else { "free" });
     for holder in &holders {
         text.push_str(&format!("  holder {}\n", describe(holder)));
     }
     text.push_str(&format!("  waiters {waiters}\n"));
+    if let Some(fence) = last_fence {
+        text.push_str(&format!("  last_fence {fence}\n"));
+    }
     let json = json!({
         "key": key,
         "state": if held { "held" } else { "free" },
         "holders": holders.iter().map(holder_json).collect::<Vec<_>>(),
         "waiters": waiters,
+        "last_fence": last_fence,
     });
     Ok(Outcome::new(if held { OK } else { NOT_FOUND }, text, json))
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{LockEngine, LockError, LockKey, Token, options::check_ttl};
+use super::{Fence, LockEngine, LockError, LockKey, Token, options::check_ttl};
 
 /// Operations that ignore ownership. Every call is logged at `warn`. Backends without the
 /// admin capability answer [`LockError::Unsupported`].
@@ -56,6 +56,15 @@ impl LockAdmin {
         let key = LockKey::new(key)?;
         tracing::warn!(%key, "admin: force-releasing lock");
         self.engine.admin_backend()?.force_release(&key).await
+    }
+
+    /// The highest fence the store remembers for `key`, held or not (see
+    /// [`AdminBackend::last_fence`](super::AdminBackend::last_fence)): what a storage
+    /// system's high-water mark for `key` should be at most, and what the next grant
+    /// exceeds.
+    pub async fn last_fence(&self, key: impl AsRef<str>) -> Result<Option<Fence>, LockError> {
+        let key = LockKey::new(key)?;
+        self.engine.admin_backend()?.last_fence(&key).await
     }
 
     /// Up to `limit` keys someone holds or waits for, in key order, after `after` (the

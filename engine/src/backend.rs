@@ -327,6 +327,21 @@ pub trait AdminBackend: Send + Sync {
     /// waiters that now fit. Returns whether it was held.
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>>;
 
+    /// Admin: the highest fence the store remembers for `key` (its holder's, or the fence
+    /// tombstone a release left): every fence granted for `key` so far is at most this,
+    /// and the next grant's is above it. `None` when the store remembers none (never
+    /// granted, or swept). The in-process backend's fences are one counter for all keys: it
+    /// answers that counter's last value. Default: [`LockError::Unsupported`].
+    fn last_fence<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Fence>, LockError>> {
+        let _ = key;
+        Box::pin(std::future::ready(Err(LockError::Unsupported(
+            "last_fence",
+        ))))
+    }
+
     /// Admin: up to `limit` keys that someone holds or waits for, in key order, each after
     /// `after` (a page's last key) and beginning with `starts_with`, read without blocking
     /// the store (Postgres: a range of the key's index). Default:

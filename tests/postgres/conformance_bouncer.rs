@@ -42,6 +42,7 @@ conformance_tests!(@cases [tokio::test(flavor = "multi_thread", worker_threads =
     status_tells_free_locked_reserved_and_no_expiry,
     admin_force_release_hands_the_key_to_the_next_waiter,
     a_force_released_holder_reads_lost_before_its_waiter_is_granted,
+            the_last_fence_bounds_every_grant_and_the_next_exceeds_it,
     numeric_compare_and_set_follows_each_comparison,
     numeric_values_expire_and_delete,
     numeric_ttls_past_the_maximum_are_refused,

@@ -114,11 +114,17 @@ pub(crate) async fn a_held_key_is_shown_listed_and_released_to_its_waiter(
     assert_eq!(status.json()["holders"][0]["label"], "node-b:2");
     assert_eq!(status.json()["holders"][0]["fence"], next.fence().get());
 
+    let last = next.fence().get();
     next.release().await.unwrap();
     drop(held);
     let free = cli(args(store, &["--json", "status", key]), "").await;
     assert_eq!(free.code, 1, "a free key: {free:?}");
     assert_eq!(free.json()["state"], "free");
+    assert_eq!(
+        free.json()["last_fence"],
+        last,
+        "the released key's last fence: {free:?}"
+    );
     let nothing = cli(args(store, &["release", key, "--yes"]), "").await;
     assert_eq!(nothing.code, 1, "nothing to release: {nothing:?}");
 }

@@ -120,3 +120,35 @@ pub async fn a_force_released_holder_reads_lost_before_its_waiter_is_granted(h: 
     next.release().await.unwrap();
     assert_no_residue(h).await;
 }
+
+/// What an operator reads as a key's last fence (`tower-lock-cli status`): at least every
+/// fence granted for the key, held or released, and below the next grant's.
+pub async fn the_last_fence_bounds_every_grant_and_the_next_exceeds_it(h: &impl Harness) {
+    let engine = h.engine();
+    let u = h.unit();
+    let admin = engine.admin();
+    let lock = engine.lock("last-fence").ttl(u * 100);
+    let first = lock.acquire().await.unwrap();
+    let held = admin.last_fence("last-fence").await.unwrap();
+    assert!(
+        held.is_some_and(|f| f >= first.fence()),
+        "held: {held:?}, granted {:?}",
+        first.fence()
+    );
+    let granted = first.fence();
+    first.release().await.unwrap();
+    let released = admin
+        .last_fence("last-fence")
+        .await
+        .unwrap()
+        .expect("a released key's fence is remembered");
+    assert!(released >= granted, "{released:?} < {granted:?}");
+    let next = lock.acquire().await.unwrap();
+    assert!(
+        next.fence() > released,
+        "the next grant {:?} is above the last fence {released:?}",
+        next.fence()
+    );
+    next.release().await.unwrap();
+    assert_no_residue(h).await;
+}

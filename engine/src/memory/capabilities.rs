@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::MemoryBackend;
 use crate::{
-    AdminBackend, BoxFuture, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
+    AdminBackend, BoxFuture, Fence, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
     PoolBackend, PoolHolders, PoolOp, Token, options::after,
 };
 
@@ -26,6 +26,16 @@ impl AdminBackend for MemoryBackend {
             entry.set_alone(value.clone(), ttl.map(|t| after(now, t)), fence);
             Ok(())
         })
+    }
+
+    fn last_fence<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Fence>, LockError>> {
+        let _ = key;
+        // One counter for every key: its last value is at least the key's last fence.
+        let last = self.fence.load(std::sync::atomic::Ordering::Relaxed);
+        Box::pin(std::future::ready(Ok((last > 0).then(|| Fence::new(last)))))
     }
 
     fn force_release<'a>(&'a self, key: &'a LockKey) -> BoxFuture<'a, Result<bool, LockError>> {

@@ -10,7 +10,7 @@ use super::{
     millis,
     sql::{Call, text_literal},
 };
-use crate::{ActiveKey, AdminBackend, BoxFuture, LockError, LockKey, Token};
+use crate::{ActiveKey, AdminBackend, BoxFuture, Fence, LockError, LockKey, Token};
 
 /// How long an admin's force release waits for the holders' engines to give the key back
 /// before releasing it itself.
@@ -88,6 +88,26 @@ impl AdminBackend for PostgresBackend {
     /// One statement on the key rows, in the order of their primary key from `after`: an
     /// index range scan, stopped at `limit` rows that hold or queue (a row holds while its
     /// lock's or a shared lease's expiry is ahead; `queued` says tickets exist).
+    fn last_fence<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Fence>, LockError>> {
+        Box::pin(async move {
+            // The key's row keeps the last fence granted in either mode, held or not, until
+            // the sweeper deletes it.
+            let mut sql = String::from("SELECT fence FROM ");
+            sql.push_str(&self.inner.names.table("locks"));
+            sql.push_str(" WHERE key = ");
+            text_literal(&mut sql, key.as_str());
+            let rows = self.inner.call("last_fence", sql).await?;
+            if rows.is_empty() {
+                return Ok(None);
+            }
+            let fence = int(rows.first(), 0)?;
+            Ok(u64::try_from(fence).ok().map(Fence::new))
+        })
+    }
+
     fn active_keys<'a>(
         &'a self,
         after: Option<&'a LockKey>,

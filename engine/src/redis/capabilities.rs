@@ -16,8 +16,8 @@ use super::{
     },
 };
 use crate::{
-    AdminBackend, BoxFuture, Holder, LockError, LockKey, NumericAction, NumericBackend, NumericOp,
-    PoolBackend, PoolHolders, PoolOp, Token,
+    AdminBackend, BoxFuture, Fence, Holder, LockError, LockKey, NumericAction, NumericBackend,
+    NumericOp, PoolBackend, PoolHolders, PoolOp, Token,
 };
 use crate::{BackendError, BackendErrorKind};
 
@@ -38,6 +38,34 @@ impl AdminBackend for RedisBackend {
                 .arg(ttl.map_or(-1, |t| i64::try_from(millis(t)).unwrap_or(i64::MAX)));
             let _fence: String = self.inner.call("admin set", &inv).await?;
             Ok(())
+        }))
+    }
+
+    fn last_fence<'a>(
+        &'a self,
+        key: &'a LockKey,
+    ) -> BoxFuture<'a, Result<Option<Fence>, LockError>> {
+        with_drivers(Box::pin(async move {
+            // The lock's value and the fence tombstone (one hash slot) both begin with a
+            // fence: a holder's, or the last release's (or a hand-off's, `<fence>@<ms>`).
+            let names = self.inner.names(key);
+            let mut cmd = redis::cmd("MGET");
+            cmd.arg(names.lock()).arg(names.fence());
+            let values: Vec<Option<String>> = self
+                .inner
+                .commands
+                .query("last fence", &cmd)
+                .await
+                .map_err(LockError::Backend)?;
+            Ok(values
+                .iter()
+                .flatten()
+                .filter_map(|v| {
+                    let digits = v.bytes().take_while(u8::is_ascii_digit).count();
+                    v[..digits].parse().ok()
+                })
+                .max()
+                .map(Fence::new))
         }))
     }
 
