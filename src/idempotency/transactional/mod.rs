@@ -102,6 +102,7 @@ mod body;
 mod borrow_error;
 mod borrowed;
 mod builder;
+mod first_request;
 mod flow;
 mod in_flight;
 mod layer;
