@@ -13,17 +13,18 @@
 //! waited for a duplicate (`57014`) is made again the way that bounds it
 //! ([`Tables::claim`], within what is left of the layer's `wait`).
 
-use super::tables::{NOT_OURS, Tables, bytea_literal, text_literal};
+use super::tables::{NOT_CLAIMED, NOT_OURS, Tables, bytea_literal, text_literal};
 
 impl Tables {
     /// The functions of a first request's statements (see the module's docs), created or
     /// replaced by [`migration`](Self::migration) after the claim functions they call.
     ///
-    /// The claim: the insert under the layer's `lock_timeout` (a duplicate waits on the
-    /// unique index for the transaction that claimed the key); on a conflict, or under
-    /// `wait(0)` (whose advisory lock is tried first), the claim function that refuses what
-    /// is not this request's ([`NOT_CLAIMED`](super::tables::NOT_CLAIMED): a committed record, a duplicate in flight; an
-    /// expired record is deleted and the key claimed again there).
+    /// The claim: under `wait(0)`, the key's transaction-level advisory lock tried first (a
+    /// claimer of the same layer in flight holds it: refused at once, [`NOT_CLAIMED`]);
+    /// then the insert under the layer's `lock_timeout` (a duplicate waits on the unique
+    /// index for the transaction that claimed the key); on a conflict, the claim function
+    /// that refuses what is not this request's ([`NOT_CLAIMED`]: a committed record, a
+    /// duplicate in flight; an expired record is deleted and the key claimed again there).
     ///
     /// The completion: the record write, on the record this transaction inserted (its
     /// `xmin`) only; none (the handler ended the transaction it borrowed, and what follows
@@ -31,8 +32,12 @@ impl Tables {
     /// same message never runs.
     pub(super) fn first_request_functions(&self) -> [String; 2] {
         let records = self.records();
-        let (claim_first, claim_ours, complete) =
-            (&self.claim_first, &self.claim_ours, &self.complete);
+        let (claim_first, claim_ours, complete, lock_name) = (
+            &self.claim_first,
+            &self.claim_ours,
+            &self.complete,
+            &self.lock_name,
+        );
         [
             format!(
                 "CREATE OR REPLACE FUNCTION {claim_first}(
@@ -44,17 +49,20 @@ impl Tables {
                     previous text := current_setting('lock_timeout');
                     claimed boolean;
                 BEGIN
-                    IF NOT p_now THEN
-                        PERFORM set_config('lock_timeout', p_wait, true);
-                        INSERT INTO {records} (key, fingerprint, expires_at)
-                        VALUES (p_key, p_fingerprint,
-                                clock_timestamp() + p_retention_ms * interval '1 millisecond')
-                        ON CONFLICT (key) DO NOTHING;
-                        claimed := FOUND;
-                        PERFORM set_config('lock_timeout', previous, true);
-                        IF claimed THEN
-                            RETURN;
-                        END IF;
+                    IF p_now AND NOT pg_try_advisory_xact_lock(
+                            hashtextextended('{lock_name} ' || p_key, 0)) THEN
+                        RAISE EXCEPTION 'tower-lock: the idempotency key is not this request''s'
+                            USING ERRCODE = '{NOT_CLAIMED}';
+                    END IF;
+                    PERFORM set_config('lock_timeout', p_wait, true);
+                    INSERT INTO {records} (key, fingerprint, expires_at)
+                    VALUES (p_key, p_fingerprint,
+                            clock_timestamp() + p_retention_ms * interval '1 millisecond')
+                    ON CONFLICT (key) DO NOTHING;
+                    claimed := FOUND;
+                    PERFORM set_config('lock_timeout', previous, true);
+                    IF claimed THEN
+                        RETURN;
                     END IF;
                     PERFORM {claim_ours}(p_key, p_fingerprint, p_retention_ms, p_wait, p_now);
                 END
@@ -83,7 +91,7 @@ impl Tables {
     /// `BEGIN` and the claim in one simple query (one round trip, sent as sqlx's `begin`
     /// statement so that sqlx counts the transaction): the first request's fast path. Its
     /// rows are not read: a key that is not this request's (a committed record, a
-    /// duplicate in flight) is refused with [`NOT_CLAIMED`](super::tables::NOT_CLAIMED), which aborts the transaction;
+    /// duplicate in flight) is refused with [`NOT_CLAIMED`], which aborts the transaction;
     /// the layer then rolls back and reads the record with [`claim`](Self::claim) in the
     /// next message (as it does when a short `statement_timeout` cut this claim's wait).
     pub(super) fn begin_and_claim(

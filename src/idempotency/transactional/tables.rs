@@ -33,7 +33,7 @@ pub(super) struct Tables {
     /// The records table as `schema.table`, unquoted: the text the advisory locks' keys
     /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
     /// the layer's first versions so that nodes of both agree during a rolling upgrade.
-    lock_name: String,
+    pub(super) lock_name: String,
     /// The trigger function that refuses to commit a claim without its response (see
     /// [`Tables::claim_check`]).
     check: String,
