@@ -32,7 +32,7 @@ const BOTH: [Framework; 2] = [Framework::Axum, Framework::Actix];
 /// What the handler of `POST /payments` does after inserting its payment, as the
 /// request's `x-misuse` header says, and its answer (`201` unless it says otherwise):
 /// `commit` / `rollback` send the statement on the lent connection and ignore its
-/// outcome; `exists` inserts an account that already exists and answers `200 already
+/// outcome; `rollback-begin` sends `ROLLBACK`, `BEGIN` and its insert again; `exists` inserts an account that already exists and answers `200 already
 /// exists` when the insert fails (the create-if-absent pattern, without a savepoint);
 /// `savepoint` does the same in a savepoint it rolls back; `constraints` runs `SET
 /// CONSTRAINTS ALL IMMEDIATE` and answers `500` with its error when it fails,
@@ -50,6 +50,14 @@ fn act<'a>(
             "commit" | "rollback" => {
                 let _ = (&mut *conn)
                     .execute(sqlx::raw_sql(&misuse.to_uppercase()))
+                    .await;
+                true
+            }
+            // Ends the request's transaction and writes in one of its own, which the
+            // layer's `COMMIT` must not commit.
+            "rollback-begin" => {
+                let _ = (&mut *conn)
+                    .execute(sqlx::raw_sql(&format!("ROLLBACK; BEGIN; {insert}")))
                     .await;
                 true
             }
@@ -234,7 +242,7 @@ async fn a_handler_that_commits_or_rolls_back_the_lent_transaction_leaves_nothin
     for framework in BOTH {
         let db = db("ended").await;
         let server = server(framework, &db).await;
-        for (key, misuse) in [("c", "commit"), ("r", "rollback")] {
+        for (key, misuse) in [("c", "commit"), ("r", "rollback"), ("b", "rollback-begin")] {
             let ended = send(&server, "/payments", key, misuse).await;
             assert_misuse(&ended, "ended the request's transaction", framework);
             // The database refused the handler's `COMMIT` (a claim cannot commit without

@@ -110,6 +110,57 @@ async fn build_refuses_tables_without_the_claim_sent_with_begin_and_migrate_adds
     assert_eq!(db.payments().await, 1);
 }
 
+/// Tables a version before the first request's lean statements made (the claim and
+/// the completion as functions whose plans the server caches per connection): `build()`
+/// refuses them naming `migrate()`, which adds both; then a first request runs once and
+/// its retry is replayed. Nodes of that version keep their own claim on the same table
+/// meanwhile (the same insert into the same unique index).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_refuses_tables_without_the_first_request_functions_and_migrate_adds_them() {
+    for dropped in ["idempotency_claim_first", "idempotency_complete"] {
+        let db = Db::new(&shared_url().await, "claim_first").await;
+        let _ = db.layer(|b| b).await;
+        let signature = if dropped == "idempotency_claim_first" {
+            "text, bytea, double precision, text, boolean"
+        } else {
+            "text, bytea, bytea, double precision"
+        };
+        sqlx::raw_sql(&format!(
+            "DROP FUNCTION {}.tower_lock_{dropped}({signature})",
+            db.schema
+        ))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        let builder = || {
+            IdempotencyLayer::builder(LockEngine::in_memory())
+                .unscoped()
+                .transactional(db.pool.clone())
+                .schema(&db.schema)
+        };
+        let refused = builder()
+            .build()
+            .await
+            .expect_err("tables without the first request's functions were accepted");
+        assert!(
+            matches!(refused, SetupError::Outdated { .. })
+                && refused.to_string().contains("migrate()"),
+            "{dropped}: {refused}"
+        );
+        builder().migrate().await.unwrap();
+        let (gate, _entered) = Gate::new();
+        let server = serve(router(&db, builder().build().await.unwrap(), gate)).await;
+        assert_eq!(
+            post(&server, "k", "ok", "card").await.status,
+            StatusCode::CREATED
+        );
+        let retry = post(&server, "k", "ok", "card").await;
+        assert_eq!(retry.status, StatusCode::CREATED);
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"));
+        assert_eq!(db.payments().await, 1);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_refuses_an_unscoped_decision_left_open() {
     let pool = pool(&shared_url().await).await;

@@ -51,7 +51,9 @@
 //! A handler's mistakes with the transaction are answered `500` naming them, with nothing
 //! committed or stored, and logged (throttled): a `COMMIT` or `ROLLBACK` statement on it
 //! (a `COMMIT` fails: `migrate()` puts a check deferred to the commit on the records
-//! table that refuses a claim without its response), a failed statement it handled
+//! table that refuses a claim without its response; after a `ROLLBACK`, the record write
+//! finds no claim of its transaction and refuses before the layer's `COMMIT`, so nothing
+//! the handler wrote after it commits either), a failed statement it handled
 //! outside a savepoint, a second borrow (refused at once, [`BorrowError`]), a borrow kept
 //! past its return.
 //!
@@ -102,6 +104,7 @@ mod body;
 mod borrow_error;
 mod borrowed;
 mod builder;
+mod first_request;
 mod flow;
 mod in_flight;
 mod layer;

@@ -17,7 +17,7 @@ use tower_lock_core::{AcceptedCodings, ReplayLocker};
 use super::{
     misuse::MisuseLog,
     open::{Begun, OpenTransaction, uncounted, uncounted_rollback},
-    tables::{CLAIM_COLUMNS, NOT_CLAIMED, Tables},
+    tables::{CLAIM_COLUMNS, NOT_CLAIMED, NOT_OURS, Tables},
 };
 use crate::{
     Rejection,
@@ -162,7 +162,10 @@ impl Shared {
     /// that is not this request's is refused there ([`NOT_CLAIMED`]), and the next message
     /// rolls that back and claims again the way that returns the record (a replay's
     /// second round trip, as before this fast path, which cost every first request one
-    /// more: the `BEGIN` of its own).
+    /// more: the `BEGIN` of its own). The first claim does not bound its own
+    /// `statement_timeout` (two statements more on every request); one that a shorter
+    /// `statement_timeout` cut (`57014`: it waited for a duplicate) is made again in that
+    /// second message, which does, within what is left of the wait.
     async fn try_claim(
         &self,
         key: &LockKey,
@@ -171,6 +174,7 @@ impl Shared {
         left: Duration,
     ) -> Result<Claim, sqlx::Error> {
         let now = self.replay.wait().is_zero();
+        let started = Instant::now();
         let wait = left.max(MIN_LOCK_WAIT).as_millis();
         let retention = self.replay.retention().as_millis();
         let first = self
@@ -178,12 +182,25 @@ impl Shared {
             .begin_and_claim(key.as_str(), fingerprint, retention, wait, now);
         let conn = match OpenTransaction::begin_with(&self.pool, first).await? {
             Begun::Open(tx) => return Ok(Claim::Ours(tx)),
-            Begun::Refused(error, conn) if has_code(&error, NOT_CLAIMED) => conn,
+            // Not this request's; or a `statement_timeout` shorter than the wait cut the
+            // claim while it waited for a duplicate (`57014`): claimed again the way that
+            // bounds its own `statement_timeout`, within what is left of the wait.
+            Begun::Refused(error, conn)
+                if has_code(&error, NOT_CLAIMED) || has_code(&error, "57014") =>
+            {
+                conn
+            }
             Begun::Refused(error, conn) => {
                 uncounted_rollback(conn);
                 return Err(error);
             }
         };
+        // What is left of the wait after the first claim's (which waited for the duplicate,
+        // or until a `statement_timeout` cut it).
+        let wait = left
+            .saturating_sub(started.elapsed())
+            .max(MIN_LOCK_WAIT)
+            .as_millis();
         let claim = self
             .tables
             .claim(key.as_str(), fingerprint, retention, wait, now);
@@ -239,12 +256,12 @@ impl Shared {
             key.as_str(),
             &meta,
             &body,
-            true,
             self.replay.retention().as_millis(),
         );
         match tx.commit_with(&statement).await {
-            Ok(1) => Ok(()),
-            Ok(_) => Err(Completion::NotOurs),
+            Ok(_) => Ok(()),
+            // Refused before the `COMMIT`: the transaction was no longer this request's.
+            Err(error) if has_code(&error, NOT_OURS) => Err(Completion::NotOurs),
             // `in_failed_sql_transaction`: the record write met a transaction a failed
             // statement had aborted, a handler's mistake that no retry outlives.
             Err(error) if in_aborted_transaction(&error) => Err(Completion::Aborted),

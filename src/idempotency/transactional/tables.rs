@@ -20,7 +20,11 @@ pub(super) struct Tables {
     /// The claim function (see [`Tables::claim`]).
     claim: String,
     /// The claim function that refuses a key not claimed (see [`Tables::begin_and_claim`]).
-    claim_ours: String,
+    pub(super) claim_ours: String,
+    /// A first request's claim (see [`Tables::first_request_functions`]).
+    pub(super) claim_first: String,
+    /// A first request's record write (see [`Tables::first_request_functions`]).
+    pub(super) complete: String,
     /// The records table's index on `expires_at`, quoted, unqualified (an index lives in
     /// its table's schema).
     expiry_index: String,
@@ -29,7 +33,7 @@ pub(super) struct Tables {
     /// The records table as `schema.table`, unquoted: the text the advisory locks' keys
     /// are hashed from (the migration's, and the claim's under `wait(0)`), unchanged from
     /// the layer's first versions so that nodes of both agree during a rolling upgrade.
-    lock_name: String,
+    pub(super) lock_name: String,
     /// The trigger function that refuses to commit a claim without its response (see
     /// [`Tables::claim_check`]).
     check: String,
@@ -52,6 +56,10 @@ pub(super) const UNFINISHED_CLAIM: &str = "TLK01";
 /// is a committed record's or a duplicate's in flight.
 pub(super) const NOT_CLAIMED: &str = "TLK02";
 
+/// The SQLSTATE of a record write that found no record of its transaction's (see
+/// [`Tables::complete_and_commit`]): the handler ended the transaction it borrowed.
+pub(super) const NOT_OURS: &str = "TLK03";
+
 /// The columns of the claim's row (see [`Tables::claim`]).
 pub(super) const CLAIM_COLUMNS: usize = 6;
 
@@ -60,7 +68,7 @@ const CHECK_TRIGGER: &str = "tower_lock_claim_check";
 
 /// `bytes` as a `bytea` expression of hexadecimal digits only: nothing in them can end the
 /// literal, whatever `standard_conforming_strings` says.
-fn bytea_literal(bytes: &[u8]) -> String {
+pub(super) fn bytea_literal(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut literal = String::with_capacity(bytes.len() * 2 + 16);
     literal.push_str("decode('");
@@ -75,7 +83,7 @@ fn bytea_literal(bytes: &[u8]) -> String {
 /// `text` as a `text` expression: its UTF-8 bytes in hexadecimal (see [`bytea_literal`]).
 /// `convert_from` takes the collation of its `name` argument (`C`), which no index on a
 /// `text` column of the default collation serves: the expression names the default.
-fn text_literal(text: &str) -> String {
+pub(super) fn text_literal(text: &str) -> String {
     format!(
         "(convert_from({}, 'UTF8') COLLATE \"default\")",
         bytea_literal(text.as_bytes())
@@ -94,6 +102,8 @@ impl Tables {
                 .map_err(|_| SetupError::Name(format!("{schema:?}, prefix {prefix:?}")))?,
             claim: qualified("idempotency_claim"),
             claim_ours: qualified("idempotency_claim_ours"),
+            claim_first: qualified("idempotency_claim_first"),
+            complete: qualified("idempotency_complete"),
             expiry_index: format!("\"{prefix}idempotency_records_expiry\""),
             expiry_index_qualified: qualified("idempotency_records_expiry"),
             lock_name: format!("{schema}.{prefix}idempotency_records"),
@@ -253,6 +263,7 @@ impl Tables {
                 $fn$"
             ),
         ]);
+        statements.extend(self.first_request_functions());
         statements
     }
 
@@ -302,15 +313,19 @@ impl Tables {
         ]
     }
 
-    /// Whether the records table has the commit check of [`claim_check`](Self::claim_check)
-    /// and the claim function of [`begin_and_claim`](Self::begin_and_claim): one row, one
+    /// Whether the records table has the commit check of [`claim_check`](Self::claim_check),
+    /// the claim function that refuses a key not claimed, and the functions of a first
+    /// request ([`first_request_functions`](Self::first_request_functions)): one row, one
     /// boolean (false for tables made before them, or none).
     pub(super) fn claim_check_exists(&self) -> String {
         format!(
             "SELECT EXISTS (SELECT FROM pg_trigger
                 WHERE tgrelid = to_regclass('{}') AND tgname = '{CHECK_TRIGGER}')
-                AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL",
-            self.records, self.claim_ours
+                AND to_regprocedure('{}(text, bytea, double precision, text, boolean)') IS NOT NULL
+                AND {}",
+            self.records,
+            self.claim_ours,
+            self.first_request_functions_exist()
         )
     }
 
@@ -356,29 +371,6 @@ impl Tables {
         Self::bounded(&call, wait_ms)
     }
 
-    /// `BEGIN` and the claim of [`claim`](Self::claim) in one simple query (one round
-    /// trip, sent as sqlx's `begin` statement so that sqlx counts the transaction): the
-    /// first request's fast path. Its rows are not read: a key that is not this request's
-    /// (a committed record, a duplicate in flight) is refused with [`NOT_CLAIMED`], which
-    /// aborts the transaction; the layer then rolls back and reads the record with
-    /// [`claim`](Self::claim) in the next message.
-    pub(super) fn begin_and_claim(
-        &self,
-        key: &str,
-        fingerprint: &[u8],
-        retention_ms: u128,
-        wait_ms: u128,
-        now: bool,
-    ) -> String {
-        let call = format!(
-            "SELECT {}({}, {}, {retention_ms}, '{wait_ms}ms', {now})",
-            self.claim_ours,
-            text_literal(key),
-            bytea_literal(fingerprint),
-        );
-        format!("BEGIN; {}", Self::bounded(&call, wait_ms))
-    }
-
     /// The claim statement `call` between the statements that give it its own
     /// `statement_timeout` (see [`claim`](Self::claim)) and put the application's back.
     fn bounded(call: &str, wait_ms: u128) -> String {
@@ -393,36 +385,6 @@ impl Tables {
              {call};
              SELECT set_config('statement_timeout',
                 current_setting('tower_lock.statement_timeout'), true)"
-        )
-    }
-
-    /// Completes the claimed `key` with `meta`, `body` and `kept`, kept `retention_ms`
-    /// from now (retention counts from the completion, by the database's clock, as the
-    /// claim's expiry does: a handler slower than the retention must not leave a record
-    /// already expired), and commits, in one
-    /// simple query (one round trip); then `BEGIN`s an empty transaction for sqlx's
-    /// bookkeeping to end (see `OpenTransaction::commit_with`). The update matches only a record this transaction
-    /// inserted (its `xmin`): `0` rows affected means the claim is no longer this
-    /// transaction's (the handler ended it), and nothing of the request's was stored.
-    pub(super) fn complete_and_commit(
-        &self,
-        key: &str,
-        meta: &[u8],
-        body: &[u8],
-        kept: bool,
-        retention_ms: u128,
-    ) -> String {
-        format!(
-            "UPDATE {} SET meta = {}, body = {}, kept = {kept},
-                completed_at = clock_timestamp(),
-                expires_at = clock_timestamp() + {retention_ms} * interval '1 millisecond'
-             WHERE key = {} AND xmin = pg_current_xact_id_if_assigned()::xid;
-             COMMIT;
-             BEGIN",
-            self.records,
-            bytea_literal(meta),
-            bytea_literal(body),
-            text_literal(key),
         )
     }
 

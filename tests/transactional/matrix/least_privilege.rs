@@ -49,6 +49,10 @@ fn grants(schema: &str) -> String {
              text, bytea, double precision, text, boolean) TO {APP};
          GRANT EXECUTE ON FUNCTION {schema}.tower_lock_idempotency_claim_ours(
              text, bytea, double precision, text, boolean) TO {APP};
+         GRANT EXECUTE ON FUNCTION {schema}.tower_lock_idempotency_claim_first(
+             text, bytea, double precision, text, boolean) TO {APP};
+         GRANT EXECUTE ON FUNCTION {schema}.tower_lock_idempotency_complete(
+             text, bytea, bytea, double precision) TO {APP};
          GRANT SELECT, INSERT ON {schema}.payments TO {APP};
          GRANT USAGE ON SEQUENCE {schema}.payments_id_seq TO {APP};"
     )
