@@ -105,8 +105,8 @@ end
 -- The key's state: the last fence, the mark, what the value names, and the holder (nil:
 -- nobody; '': shared holders, in KEYS[5]; else the token holding alone) with its label.
 local fence, kind, mark, named, holder, label = 0, '', '', '', nil, ''
-local function load()
-  local held = redis.call('GET', KEYS[1])
+-- `held`: the lock's value, read already (a script whose fast path read it).
+local function parse(held)
   if held then
     local f
     f, kind, mark, named, holder = string.match(held, '^(%d+)(a?)(%+?)([%d@q]*) (.*)$')
@@ -115,6 +115,7 @@ local function load()
   end
   return held
 end
+local function load() return parse(redis.call('GET', KEYS[1])) end
 -- How many shared holders run; when at least `upto`, the expired ones are dropped first.
 local function sharers(upto)
   local n = redis.call('HLEN', KEYS[5])
