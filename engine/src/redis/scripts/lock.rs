@@ -58,8 +58,8 @@ pub(crate) static ACQUIRE: LazyLock<Script> =
 /// The start of [`ACQUIRE`]: its arguments and the grant from a tombstone, which is the
 /// whole of an uncontended acquire. It comes before the prelude and needs none of it, so
 /// that an acquire granted there returns before the prelude's functions are made: Lua
-/// makes every `local function` anew on each call, and the prelude's were most of an
-/// uncontended script's time on the server. Shared with [`ACQUIRE_OR_RECORD`], which runs
+/// makes every `local function` anew on each call, and the prelude's (with the rest of
+/// the script's) were about a quarter of an uncontended cycle's server time. Shared with [`ACQUIRE_OR_RECORD`], which runs
 /// it (and [`ACQUIRE_REST`]) as a function after the prelude.
 const ACQUIRE_HEAD: &str = r#"
 local token, ttl, id, flags = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
