@@ -191,3 +191,56 @@ async fn an_uncontended_cycle_is_two_round_trips_and_at_most_7_commands() {
         total as f64 / CYCLES as f64
     );
 }
+
+/// The uncontended cycle's fast paths (the grant from the tombstone, and the release of a
+/// holder alone that nobody queued behind: both run before the scripts' prelude, which
+/// they do not need) keep every promise of the full scripts: each grant's fence is the
+/// last one + 1, for the lock and for a shared request alone (`shared(1)`), with a holder
+/// label stored beside the token (the release must still recognise its token), the label
+/// shown by `holders` while held, another token refused while it is, and the key free
+/// again after each release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_uncontended_fast_paths_keep_fences_labels_and_ownership() {
+    use tower_lock::LockError;
+    use tower_lock::engine::{HolderLabel, Mode, Token};
+    let _group = serial::group(module_path!()).await;
+    let server = RedisServer::start();
+    let node = engine(&server, "fast").await;
+    // The first cycle leaves the tombstone; every later grant takes it.
+    let first = node.lock("k").acquire().await.unwrap();
+    let mut last = first.fence().get();
+    first.release().await.unwrap();
+    for round in 0..6u32 {
+        let mode = if round % 2 == 0 {
+            Mode::Exclusive
+        } else {
+            Mode::Shared { limit: 1 }
+        };
+        let label = HolderLabel::new(format!("node-{round}")).unwrap();
+        let lease = node
+            .lock("k")
+            .in_mode(mode)
+            .holder_label(label.clone())
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(lease.fence().get(), last + 1, "round {round} ({mode:?})");
+        last = lease.fence().get();
+        let holders = node.lock("k").holders().await.unwrap();
+        assert_eq!(holders.len(), 1, "{holders:?}");
+        assert_eq!(holders[0].label.as_ref(), Some(&label), "{holders:?}");
+        assert_eq!(&holders[0].token, lease.token(), "{holders:?}");
+        let other = node
+            .lock("k")
+            .token(Token::random())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await;
+        assert!(matches!(other, Err(LockError::Busy { .. })), "{other:?}");
+        lease.release().await.unwrap();
+        assert!(
+            node.lock("k").holders().await.unwrap().is_empty(),
+            "round {round}: released"
+        );
+    }
+}

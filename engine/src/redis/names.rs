@@ -103,13 +103,45 @@ impl Name<'_> {
     }
 }
 
+impl<'a> Name<'a> {
+    /// The name's parts, in order: written one after the other, they are the name. (A
+    /// script call writes five or six names: piece by piece, not through `format_args!`,
+    /// whose machinery was a good part of a call's cost on the client.)
+    fn parts<'t>(&self, tag: &'t [u8; 16]) -> [&'t [u8]; 7]
+    where
+        'a: 't,
+    {
+        [
+            self.prefix.as_bytes(),
+            b":{",
+            tag,
+            b"}:",
+            self.kind.as_bytes(),
+            b":",
+            self.key.as_bytes(),
+        ]
+    }
+}
+
+/// `tag` as 16 lowercase hex digits (what `{:016x}` writes).
+fn hex16(tag: u64) -> [u8; 16] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    for (i, digit) in out.iter_mut().enumerate() {
+        *digit = HEX[((tag >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
 impl fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{{{:016x}}}:{}:{}",
-            self.prefix, self.tag, self.kind, self.key
-        )
+        let tag = hex16(self.tag);
+        for part in self.parts(&tag) {
+            // Every part is UTF-8: the prefix, the key and the kind are `str`s, the rest
+            // ASCII.
+            f.write_str(std::str::from_utf8(part).map_err(|_| fmt::Error)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -119,8 +151,11 @@ impl ToRedisArgs for Name<'_> {
         W: ?Sized + RedisWrite,
     {
         let mut w = out.writer_for_next_arg();
-        // Writing to a command's buffer cannot fail.
-        let _ = write!(w, "{self}");
+        let tag = hex16(self.tag);
+        for part in self.parts(&tag) {
+            // Writing to a command's buffer cannot fail.
+            let _ = w.write_all(part);
+        }
     }
 }
 
@@ -150,6 +185,40 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_written_as_it_was_formatted() {
+        for (prefix, key) in [
+            ("app", "k"),
+            ("", "}{evil}"),
+            ("tl", "ключ:1"),
+            ("p", "a b"),
+        ] {
+            let key = LockKey::new(key).unwrap();
+            let tag = fnv1a(key.as_str().as_bytes());
+            for kind in ["lock", "fence", "wake", "swake", "rec"] {
+                let name = Name {
+                    prefix,
+                    tag,
+                    kind,
+                    key: key.as_str(),
+                };
+                let expected = format!("{prefix}:{{{tag:016x}}}:{kind}:{}", key.as_str());
+                assert_eq!(name.to_string(), expected);
+                let mut cmd = redis::Cmd::new();
+                cmd.arg(name);
+                assert_eq!(cmd.args_iter().count(), 1);
+                match cmd.args_iter().next() {
+                    Some(redis::Arg::Simple(bytes)) => assert_eq!(bytes, expected.as_bytes()),
+                    _ => panic!("{expected}: not one simple argument"),
+                }
+                assert_eq!(name.with_str(str::to_owned), expected);
+            }
+        }
+        assert_eq!(&hex16(0), b"0000000000000000");
+        assert_eq!(&hex16(u64::MAX), b"ffffffffffffffff");
+        assert_eq!(&hex16(0x0123_4567_89ab_cdef), b"0123456789abcdef");
+    }
 
     #[test]
     fn user_braces_never_reach_the_hash_tag() {

@@ -36,12 +36,36 @@ use super::PRELUDE;
 /// Shared, others still holding: 3 (`GET`, `HDEL`, `HLEN`); the last: 5 (and the
 /// tombstone's 2).
 pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&format!("{PRELUDE}{RELEASE_BODY}")));
+    LazyLock::new(|| Script::new(&format!("{RELEASE_HEAD}{PRELUDE}{RELEASE_REST}")));
 
-/// The body of [`RELEASE`], shared with [`COMPLETE`] (which runs it as a function).
-const RELEASE_BODY: &str = r#"
-local token, channel, margin, id = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-if not load() then
+/// The start of [`RELEASE`]: the lock's value read, and the release of a holder alone
+/// that nobody queued behind (no mark), which is the whole of an uncontended release: the
+/// tombstone written, the lock deleted, as the prelude's `free_or_handoff` does. It comes
+/// before the prelude and needs none of it, so that such a release returns before the
+/// prelude's functions are made (Lua makes every `local function` anew on each call).
+/// Shared with [`COMPLETE`], which runs it (and [`RELEASE_REST`]) as a function after the
+/// prelude.
+const RELEASE_HEAD: &str = r#"
+local token, id = ARGV[1], ARGV[4]
+local held = redis.call('GET', KEYS[1])
+if held then
+  -- A holder alone (`a`: a shared request alone), with no mark and nothing named after
+  -- its fence; its token up to the label's separator. (The fence is the value's own
+  -- text, written by `fmt`.)
+  local f, who = string.match(held, '^(%d+)a? ([^\31]*)')
+  if who == token then
+    redis.call('SET', KEYS[2], f .. ' ' .. id, 'PX', ARGV[3])
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+end
+"#;
+
+/// The rest of [`RELEASE`], after the prelude: the lock's value (`held`, read by
+/// [`RELEASE_HEAD`]) looked at in full.
+const RELEASE_REST: &str = r#"
+local channel, margin = ARGV[2], tonumber(ARGV[3])
+if not parse(held) then
   local last = redis.call('GET', KEYS[2])
   return (last and string.match(last, '^%d+ (.*)$') == id) and 1 or 0
 end
@@ -67,7 +91,7 @@ return shared_left(channel, margin, id)
 /// whatever [`RELEASE`] takes.
 pub(crate) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{PRELUDE}local function release_lock(){RELEASE_BODY}end\n{}",
+        "{PRELUDE}local function release_lock(){RELEASE_HEAD}{RELEASE_REST}end\n{}",
         r#"
 local r = release_lock()
 if r > 0 then
