@@ -81,16 +81,20 @@ impl Frozen {
         }
         // Freeze one pooled connection's backend (not the listener's): the pool hands its
         // idle connections out in turn, so one of the next refreshes is sent to it.
-        let pid = psql(
+        let found = psql(
             &server,
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'late_waiter' \
-             AND query NOT LIKE 'LISTEN%' ORDER BY pid LIMIT 1"
+            "SELECT pid || ' ' || client_port FROM pg_stat_activity \
+             WHERE application_name = 'late_waiter' AND query NOT LIKE 'LISTEN%' \
+             ORDER BY pid LIMIT 1"
                 .to_owned(),
         )
         .await;
-        assert!(!pid.is_empty(), "no pooled connection of the waiter's node");
+        let (pid, client_port) = found
+            .split_once(' ')
+            .expect("no pooled connection of the waiter's node");
+        let (pid, client_port) = (pid.to_owned(), client_port.to_owned());
         signal("-STOP", &pid);
-        until_unread_input(server.port()).await;
+        until_unread_input(server.port(), &client_port).await;
         let frozen = Self {
             server,
             holder_node,
@@ -136,9 +140,12 @@ impl Frozen {
     }
 }
 
-/// Until some connection to the server on `port` has input its backend has not read (the
-/// frozen backend's): `ss`'s receive queue of the server's side.
-async fn until_unread_input(port: u16) {
+/// Until the frozen backend's connection (the server on `port`, the client's end on
+/// `client_port`) has input the backend has not read: `ss`'s receive queue of the server's
+/// side. That connection's own, not any: on a loaded machine another connection's queue
+/// holds a statement for a moment too, and the test went on before a refresh was sent to
+/// the frozen backend, whose idle connection the pool then gave to the lease's release.
+async fn until_unread_input(port: u16, client_port: &str) {
     let give_up = Instant::now() + Duration::from_secs(10);
     loop {
         let out = Command::new("ss")
@@ -146,9 +153,15 @@ async fn until_unread_input(port: u16) {
                 "-tnH",
                 "state",
                 "established",
+                "(",
                 "sport",
                 "=",
                 &format!(":{port}"),
+                "and",
+                "dport",
+                "=",
+                &format!(":{client_port}"),
+                ")",
             ])
             .output()
             .expect("run ss");
