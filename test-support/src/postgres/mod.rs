@@ -7,6 +7,7 @@
 mod bouncer;
 #[cfg(feature = "postgres")]
 mod busy;
+mod processes;
 mod server;
 
 pub use bouncer::PgBouncer;

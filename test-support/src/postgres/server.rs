@@ -28,6 +28,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use super::processes::{children_of, exited, signal};
+
 /// The role and database made for the tests.
 pub const TEST_USER: &str = "tower_lock";
 
@@ -226,6 +228,18 @@ impl PostgresServer {
             if ready {
                 return Ok(g);
             }
+            // A postmaster that refused to start (the data directory's lock or the shared
+            // memory still held a moment by the last processes of the one before) has
+            // exited: said at once, so that `restart` tries again, rather than after the
+            // whole deadline (which left it no time to).
+            if exited(g.pid) {
+                let mut g = g;
+                g.kill();
+                return Err(format!(
+                    "postgres on port {} exited while starting",
+                    self.port
+                ));
+            }
             if Instant::now() >= deadline {
                 let mut g = g;
                 g.kill();
@@ -333,12 +347,7 @@ impl PostgresServer {
         if let Some(mut g) = self.running.lock().unwrap().take() {
             signal("-INT", &[g.pid]);
             let deadline = Instant::now() + Duration::from_secs(30);
-            while Path::new(&format!("/proc/{}", g.pid)).exists()
-                && !std::fs::read_to_string(format!("/proc/{}/stat", g.pid)).is_ok_and(|stat| {
-                    stat.rsplit_once(')')
-                        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
-                })
-            {
+            while !exited(g.pid) {
                 assert!(Instant::now() < deadline, "postgres did not shut down");
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -445,39 +454,6 @@ impl Guardian {
         drop(self.lifeline.take());
         let _ = self.shell.wait();
     }
-}
-
-/// Send `sig` (`-STOP`, `-CONT`) to `pids`, each of them a process of ours; one already
-/// gone is no failure.
-fn signal(sig: &str, pids: &[u32]) {
-    if pids.is_empty() {
-        return;
-    }
-    let _ = Command::new("kill")
-        .arg(sig)
-        .args(pids.iter().map(u32::to_string))
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// The processes whose parent is `pid`, from `/proc/<pid>/stat` (its fourth field; the
-/// second, the command in parentheses, may hold spaces, so fields count from the last `)`).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
-                stat.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                    .and_then(|ppid| ppid.parse::<u32>().ok())
-                    == Some(pid)
-            })
-        })
-        .collect()
 }
 
 /// A loopback port nobody listens on right now.
