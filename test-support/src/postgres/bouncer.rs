@@ -90,7 +90,7 @@ impl PgBouncer {
             assert!(status.success());
             let program = PathBuf::from("/usr/sbin/pgbouncer");
             let args = [dir.join("pgbouncer.ini").to_string_lossy().into_owned()];
-            match Guardian::spawn(&program, &args, "-KILL") {
+            match Guardian::spawn(&program, &args, "-KILL", None) {
                 Ok(mut g) => {
                     let deadline = Instant::now() + Duration::from_secs(10);
                     loop {
@@ -138,7 +138,7 @@ impl PgBouncer {
             .into_owned()];
         loop {
             // The port may take a moment to be free again.
-            let mut g = Guardian::spawn(&program, &args, "-KILL").expect("restart pgbouncer");
+            let mut g = Guardian::spawn(&program, &args, "-KILL", None).expect("restart pgbouncer");
             let started = Instant::now();
             while started.elapsed() < Duration::from_secs(2) {
                 if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {

@@ -218,7 +218,9 @@ impl PostgresServer {
             "-c".to_owned(),
             "unix_socket_permissions=0700".to_owned(),
         ];
-        let g = Guardian::spawn(&self.bin.join("postgres"), &args, "-QUIT")?;
+        // In the socket directory, which the `postgres` user owns: why a start failed.
+        let log = socket.join("server.log");
+        let g = Guardian::spawn(&self.bin.join("postgres"), &args, "-QUIT", Some(&log))?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = Command::new(self.bin.join("pg_isready"))
@@ -236,14 +238,19 @@ impl PostgresServer {
                 let mut g = g;
                 g.kill();
                 return Err(format!(
-                    "postgres on port {} exited while starting",
-                    self.port
+                    "postgres on port {} exited while starting: {}",
+                    self.port,
+                    last_lines(&log)
                 ));
             }
             if Instant::now() >= deadline {
                 let mut g = g;
                 g.kill();
-                return Err(format!("postgres on port {} never became ready", self.port));
+                return Err(format!(
+                    "postgres on port {} never became ready: {}",
+                    self.port,
+                    last_lines(&log)
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -411,17 +418,20 @@ impl Drop for PostgresServer {
 
 impl Guardian {
     /// Run `program args` as the `postgres` user under a guardian shell that sends `stop`
-    /// to it when our end of its stdin closes.
+    /// to it when our end of its stdin closes; its standard error is appended to `log` (a
+    /// file the `postgres` user may write), or dropped.
     pub(super) fn spawn(
         program: &Path,
         args: &[String],
         stop: &'static str,
+        log: Option<&Path>,
     ) -> Result<Self, String> {
         let script = format!(
-            r#""$@" >/dev/null 2>&1 & echo $!; read _; kill {stop} $! 2>/dev/null; wait $!"#
+            r#"log=$1; shift; "$@" >/dev/null 2>>"$log" & echo $!; read _; kill {stop} $! 2>/dev/null; wait $!"#
         );
         let mut shell = Command::new("runuser")
             .args(["-u", "postgres", "--", "sh", "-c", &script, "sh"])
+            .arg(log.unwrap_or(Path::new("/dev/null")))
             .arg(program)
             .args(args)
             .stdin(Stdio::piped())
@@ -454,6 +464,13 @@ impl Guardian {
         drop(self.lifeline.take());
         let _ = self.shell.wait();
     }
+}
+
+/// The last lines of the server's log, for a failure's message.
+fn last_lines(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 /// A loopback port nobody listens on right now.
