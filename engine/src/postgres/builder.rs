@@ -21,6 +21,11 @@ use crate::{BackendError, BackendErrorKind, runtime};
 /// The longest call timeout accepted: one hour (a waiter's claim period is three times it).
 pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
+/// What the `LISTEN` connection's first start may take in `build`, when longer than the
+/// command timeout: a session's start (a fork and the authentication) on a loaded server
+/// can outlast a call's bound.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The default most connections of a backend's own pool: with the listener's, 4
 /// connections per engine, so a fleet of 20 engines opens at most 80 of Postgres's default
 /// `max_connections` of 100 (the sweeper takes one of the pool's). Measured against the
@@ -95,7 +100,8 @@ impl PostgresBackendBuilder {
 
     /// The bound on every call (default 2 s, at most [`MAX_COMMAND_TIMEOUT`]). A waiter's
     /// ticket lives three times as long unrefreshed, and so does a hand-off to it before it
-    /// confirms (its claim period).
+    /// confirms (its claim period). The `LISTEN` connection's first start, in
+    /// [`build`](Self::build), may take up to 10 s, or this bound if longer.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
@@ -215,7 +221,11 @@ impl PostgresBackendBuilder {
             (None, None) => ListenTarget::Pool(pool.clone()),
         };
         let restarts = Arc::new(Restarts::default());
-        let listener = Listener::start(target, &names.channel(), timeout, restarts.clone()).await?;
+        // A session's start (a fork and the authentication) on a loaded server can outlast
+        // a call's bound: the listener's first connection gets at least `SETUP_TIMEOUT`.
+        let setup = timeout.max(SETUP_TIMEOUT);
+        let listener =
+            Listener::start(target, &names.channel(), timeout, setup, restarts.clone()).await?;
         let sweep = Sweep::new(pool.clone(), names.sweep(), timeout);
         let sweeper = Sweeper::start(sweep.clone());
         let ticket_ttl_ms =

@@ -187,18 +187,22 @@ impl Listener {
     /// Connect (once that is confirmed, the node can listen), then serve on the engine's
     /// runtime: `LISTEN` on `<base>_<node>` while a waiter queues. Each connect, and each
     /// end of the connection, is told to `restarts` (a restart is a reset).
+    ///
+    /// The first connection may take `setup` (a session's start on a loaded server can
+    /// outlast a call's `timeout`); reconnects later take `timeout`.
     pub(super) async fn start(
         target: ListenTarget,
         base: &str,
         timeout: Duration,
+        setup: Duration,
         restarts: Arc<Restarts>,
     ) -> Result<Self, BackendError> {
-        let first = tokio::time::timeout(timeout, connect(&target, timeout, &restarts))
+        let first = tokio::time::timeout(setup, connect(&target, setup, &restarts))
             .await
             .map_err(|_| {
                 BackendError::new(
                     BackendErrorKind::Timeout,
-                    format!("postgres listener connection did not answer within {timeout:?}"),
+                    format!("postgres listener connection did not answer within {setup:?}"),
                 )
             })?
             .map_err(|e| {
