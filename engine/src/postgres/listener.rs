@@ -36,23 +36,19 @@
 //! lost: the listener reconnects every [`FALLBACK_CAP`] (and `LISTEN`s again if a waiter
 //! queues) and the waiters' fallback timer finds their grants meanwhile.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex, atomic::Ordering},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use sqlx::{
     Executor,
     postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions},
 };
-use tokio::{
-    sync::{oneshot, watch},
-    time::Instant,
-};
+use tokio::{sync::watch, time::Instant};
 
+mod waiting;
 mod want;
 
+use waiting::Waiters;
+pub(super) use waiting::{Handed, Waiting};
 use want::Want;
 pub(super) use want::lease_hash;
 
@@ -63,15 +59,6 @@ use crate::{BackendError, BackendErrorKind, LockKey, Resets, Token, runtime};
 /// contention its next waiter queues within a cycle, and a `LISTEN` and an `UNLISTEN` per
 /// cycle would cost two transactions each time.
 pub(super) const LINGER: Duration = Duration::from_secs(2);
-
-/// A hand-off as its notification tells it.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Handed {
-    pub(super) fence: u64,
-    /// The lease's expiry the release set, from then: the waiter's claim period, or its TTL
-    /// when shorter.
-    pub(super) claim: Duration,
-}
 
 /// Where the listener connects: its own direct connection, or one of the application's pool.
 #[derive(Clone, Debug)]
@@ -92,89 +79,6 @@ pub(super) struct Listener {
     /// included.
     listening: watch::Receiver<u64>,
     task: tokio::task::AbortHandle,
-}
-
-/// Each local waiter's ticket id: the nonce of its latest registration, and where its
-/// grant goes.
-type Waiters = Mutex<HashMap<String, (String, oneshot::Sender<Handed>)>>;
-
-/// A local waiter's entry: the grant of its ticket, when a release notifies one. Leaves the
-/// table when dropped.
-pub(super) struct Waiting {
-    id: String,
-    waiters: Arc<Waiters>,
-    want: Arc<Want>,
-    listening: watch::Receiver<u64>,
-    /// Counted in `want.queued`.
-    queued: bool,
-    grant: Option<oneshot::Receiver<Handed>>,
-}
-
-impl Waiting {
-    /// The ticket id the waiter registers: `<node>:<random>`, so its grant is notified on
-    /// this node's channel.
-    pub(super) fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// The waiter's next attempt registers (or refreshes) its ticket with `nonce`: from now
-    /// on only a grant naming it is taken.
-    pub(super) fn register(&self, nonce: &str) {
-        if let Some((current, _)) = self
-            .waiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get_mut(&self.id)
-        {
-            nonce.clone_into(current);
-        }
-    }
-
-    /// Whether the node listens now (a `LISTEN` confirmed): a grant notified from now on
-    /// is heard, unless the connection is lost meanwhile.
-    pub(super) fn heard(&self) -> bool {
-        *self.listening.borrow() != 0
-    }
-
-    /// The waiter's ticket is registered: the node listens (from its first queued waiter
-    /// on), if it does not already.
-    pub(super) fn queued(&mut self) {
-        if !self.queued {
-            self.queued = true;
-            self.want.queued.fetch_add(1, Ordering::SeqCst);
-            self.want.wake.notify_one();
-        }
-    }
-
-    /// What [`until_heard`] waits on.
-    pub(super) fn until_heard_handle(&self) -> watch::Receiver<u64> {
-        self.listening.clone()
-    }
-
-    /// The grant of this waiter's ticket; pending for ever once the listener has gone (the
-    /// fallback timer then decides).
-    pub(super) async fn granted(&mut self) -> Handed {
-        if let Some(grant) = self.grant.as_mut()
-            && let Ok(handed) = grant.await
-        {
-            return handed;
-        }
-        self.grant = None;
-        std::future::pending().await
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        self.waiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&self.id);
-        if self.queued && self.want.queued.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // The last one: the task starts its linger.
-            self.want.wake.notify_one();
-        }
-    }
 }
 
 impl Drop for Listener {
@@ -273,19 +177,7 @@ impl Listener {
             self.node,
             String::from_utf8_lossy(&crate::key::random_hex())
         );
-        let (tx, rx) = oneshot::channel();
-        self.waiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(id.clone(), (String::new(), tx));
-        Waiting {
-            id,
-            waiters: self.waiters.clone(),
-            want: self.want.clone(),
-            listening: self.listening.clone(),
-            queued: false,
-            grant: Some(rx),
-        }
+        Waiting::enter(id, &self.waiters, &self.want, &self.listening)
     }
 }
 

@@ -14,7 +14,8 @@ use std::{
 
 use super::{
     PostgresServer,
-    server::{Guardian, TEST_USER, free_port, postgres_dir},
+    guardian::Guardian,
+    server::{TEST_USER, free_port, postgres_dir},
 };
 
 /// A PgBouncer process owned by the test.

@@ -7,6 +7,7 @@
 mod bouncer;
 #[cfg(feature = "postgres")]
 mod busy;
+mod guardian;
 mod processes;
 mod server;
 

@@ -20,15 +20,17 @@
 //! does: when the test process exits for any reason the guardian stops the server.
 
 use std::{
-    io::{BufRead, BufReader},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, ChildStdin, Command, Stdio},
+    process::{Command, Stdio},
     sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
-use super::processes::{children_of, exited, signal};
+use super::{
+    guardian::Guardian,
+    processes::{children_of, exited, signal},
+};
 
 /// The role and database made for the tests.
 pub const TEST_USER: &str = "tower_lock";
@@ -42,16 +44,6 @@ pub struct PostgresServer {
     running: Mutex<Option<Guardian>>,
     /// The processes [`PostgresServer::pause`] stopped, postmaster first.
     paused: Mutex<Vec<u32>>,
-}
-
-/// A process run as the `postgres` user under a guardian shell (see the module docs).
-#[derive(Debug)]
-pub(super) struct Guardian {
-    shell: Child,
-    lifeline: Option<ChildStdin>,
-    pid: u32,
-    /// The signal that stops it on a kill or a drop.
-    pub(super) stop: &'static str,
 }
 
 /// Where Debian keeps the newest installed Postgres's programs.
@@ -234,25 +226,21 @@ impl PostgresServer {
             // memory still held a moment by the last processes of the one before) has
             // exited: said at once, so that `restart` tries again, rather than after the
             // whole deadline (which left it no time to).
-            if exited(g.pid) {
-                let mut g = g;
-                g.kill();
-                return Err(format!(
-                    "postgres on port {} exited while starting: {}",
-                    self.port,
-                    last_lines(&log)
-                ));
-            }
-            if Instant::now() >= deadline {
-                let mut g = g;
-                g.kill();
-                return Err(format!(
-                    "postgres on port {} never became ready: {}",
-                    self.port,
-                    last_lines(&log)
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+            let failed = if exited(g.pid) {
+                "exited while starting"
+            } else if Instant::now() >= deadline {
+                "never became ready"
+            } else {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            };
+            let mut g = g;
+            g.kill();
+            return Err(format!(
+                "postgres on port {} {failed}: {}",
+                self.port,
+                last_lines(&log)
+            ));
         }
     }
 
@@ -413,56 +401,6 @@ impl Drop for PostgresServer {
             g.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-impl Guardian {
-    /// Run `program args` as the `postgres` user under a guardian shell that sends `stop`
-    /// to it when our end of its stdin closes; its standard error is appended to `log` (a
-    /// file the `postgres` user may write), or dropped.
-    pub(super) fn spawn(
-        program: &Path,
-        args: &[String],
-        stop: &'static str,
-        log: Option<&Path>,
-    ) -> Result<Self, String> {
-        let script = format!(
-            r#"log=$1; shift; "$@" >/dev/null 2>>"$log" & echo $!; read _; kill {stop} $! 2>/dev/null; wait $!"#
-        );
-        let mut shell = Command::new("runuser")
-            .args(["-u", "postgres", "--", "sh", "-c", &script, "sh"])
-            .arg(log.unwrap_or(Path::new("/dev/null")))
-            .arg(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("spawn {} (is it installed?): {e}", program.display()))?;
-        let mut line = String::new();
-        BufReader::new(shell.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let pid: u32 = line
-            .trim()
-            .parse()
-            .map_err(|_| format!("guardian printed {line:?}"))?;
-        Ok(Self {
-            lifeline: shell.stdin.take(),
-            shell,
-            pid,
-            stop,
-        })
-    }
-
-    pub(super) fn kill(&mut self) {
-        let _ = Command::new("kill")
-            .args([self.stop, &self.pid.to_string()])
-            .stderr(Stdio::null())
-            .status();
-        // Closing the lifeline ends the guardian's `read`; it then waits for the process.
-        drop(self.lifeline.take());
-        let _ = self.shell.wait();
     }
 }
 
