@@ -44,6 +44,8 @@ OPTIONS:
     --server-threads N    server runtime threads                                  [1]
     --client-threads N    load generator runtime threads                          [1]
     --fifo                lock in FIFO mode
+    --only A,B            run only the scenarios whose names contain A or B (without
+                          bare, ratio_to_bare is null)
     --redis-url URL       also run the Redis scenarios (else $REDIS_URL)
     --json                print only the JSON lines
     --help                this text
@@ -66,6 +68,7 @@ const OPTIONS: &[&str] = &[
     "client-threads",
     "fifo",
     "redis-url",
+    "only",
     "json",
     "help",
 ];
@@ -79,6 +82,7 @@ struct Config {
     client_threads: usize,
     fifo: bool,
     redis_url: Option<String>,
+    only: Option<String>,
     json: bool,
 }
 
@@ -98,6 +102,7 @@ impl Config {
             client_threads: args.get("client-threads", 1)?,
             fifo: args.flag("fifo"),
             redis_url: support::redis_url(args),
+            only: args.string("only"),
             json: args.flag("json"),
         };
         if config.connections == 0
@@ -121,6 +126,7 @@ impl Config {
             client_threads: 1,
             fifo: false,
             redis_url: None,
+            only: None,
             json: true,
         }
     }
@@ -185,6 +191,12 @@ fn main() -> ExitCode {
         Config::smoke()
     };
 
+    let chosen = |scenario: &Scenario| {
+        config.only.as_deref().is_none_or(|only| {
+            let name = scenario.name();
+            only.split(',').any(|part| name.contains(part))
+        })
+    };
     let mut scenarios = vec![Scenario {
         variant: Variant::Bare,
         backend: Backend::Memory,
@@ -197,14 +209,17 @@ fn main() -> ExitCode {
     for &backend in &backends {
         for variant in [Variant::LockInHandler, Variant::LockLayer] {
             for hot in [false, true] {
-                scenarios.push(Scenario {
+                let scenario = Scenario {
                     variant,
                     backend,
                     hot,
-                });
+                };
+                scenarios.push(scenario);
             }
         }
     }
+
+    scenarios.retain(chosen);
 
     // Scenarios take turns, a slice each per round, so drift in the machine's other load
     // falls on all of them alike instead of on whichever ran last.
@@ -223,7 +238,11 @@ fn main() -> ExitCode {
         }
     }
 
-    let bare_rps = tallies[0].rps();
+    let bare_rps = scenarios
+        .iter()
+        .zip(&tallies)
+        .find(|(scenario, _)| scenario.variant == Variant::Bare)
+        .and_then(|(_, tally)| tally.rps());
     let results: Vec<Value> = scenarios
         .iter()
         .zip(tallies)

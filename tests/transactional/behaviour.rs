@@ -82,6 +82,27 @@ async fn a_request_commits_its_row_with_the_record_and_its_retry_is_replayed() {
     assert_eq!((db.payments().await, db.records().await), (1, 1));
 }
 
+/// Keys are written into the layer's statements as literals (dollar-quoted, or in hex when
+/// they hold a `$`): quotes, dashes and dollar signs in a key are data, each key its
+/// own, and each is replayed to its own retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_quoting_characters_run_once_each_and_are_replayed() {
+    let db = Db::new(&shared_url().await, "quoting").await;
+    let (gate, _entered) = Gate::new();
+    let server = serve(router(&db, db.layer(|b| b).await, gate)).await;
+    let keys = ["a'b", "$l$", "x$l$'); --", "$", "$$", "ab"];
+    for (i, key) in keys.iter().enumerate() {
+        let body = format!("card {i}");
+        let first = post(&server, key, "ok", &body).await;
+        assert_eq!(first.status, StatusCode::CREATED, "{key}");
+        let retry = post(&server, key, "ok", &body).await;
+        assert_eq!(retry.header("idempotent-replayed"), Some("true"), "{key}");
+        assert_eq!(retry.body, first.body, "{key}");
+    }
+    let n = i64::try_from(keys.len()).unwrap();
+    assert_eq!((db.payments().await, db.records().await), (n, n));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_reused_for_another_request_is_422_and_writes_nothing() {
     let db = Db::new(&shared_url().await, "mismatch").await;

@@ -244,8 +244,22 @@ pub async fn invalid_keys_are_refused(h: &impl Harness, mode: Mode) {
         let err = engine.lock(&bad).try_acquire().await.unwrap_err();
         assert!(matches!(err, LockError::InvalidKey(_)), "{bad:?}: {err:?}");
     }
-    // Characters with meaning to Redis or to the engine's own layout are just data.
-    let tricky = ["{tag}", "a:b:c", "}{", "*", "lock:queue", "\u{e9}t\u{e9}"];
+    // Characters with meaning to Redis, to SQL's quoting or to the engine's own layout are
+    // just data.
+    let tricky = [
+        "{tag}",
+        "a:b:c",
+        "}{",
+        "*",
+        "lock:queue",
+        "\u{e9}t\u{e9}",
+        "a'b",
+        "a\\'b",
+        "$l$",
+        "x$l$'); --",
+        "$",
+        "$$",
+    ];
     let leases: Vec<_> = {
         let mut v = Vec::new();
         for k in tricky {
@@ -257,7 +271,9 @@ pub async fn invalid_keys_are_refused(h: &impl Harness, mode: Mode) {
         assert_eq!(lease.key().as_str(), *k);
         assert!(engine.lock(k).locked().await.unwrap());
     }
-    assert!(!engine.lock("{tag").locked().await.unwrap());
+    for free in ["{tag", "$l", "x", "a\\b", "ab"] {
+        assert!(!engine.lock(free).locked().await.unwrap(), "{free}");
+    }
     for lease in leases {
         lease.release().await.unwrap();
     }

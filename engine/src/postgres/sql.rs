@@ -18,7 +18,8 @@
 //! transaction, so behind PgBouncer no other client meets them. They cost a few
 //! microseconds of the server's time, and no round trip.
 //!
-//! Values are written as literals no input can break out of: strings as
+//! Values are written as literals no input can break out of: strings dollar-quoted when
+//! they hold no `$` (see [`text_literal`]), else as
 //! `(convert_from(decode('<hex>', 'hex'), 'UTF8') COLLATE "default")` (hex digits only
 //! between the quotes, whatever `standard_conforming_strings` says), numbers as digits.
 //! The collation is named because `convert_from` takes its `name` argument's, `C`, and a
@@ -125,8 +126,22 @@ impl Call {
     }
 }
 
-/// `value` as a text literal made of hex digits only.
+/// `value` as a text literal: dollar-quoted (`$l$…$l$`) when it holds no `$` and no NUL,
+/// so that its text is taken as it is, with no escape and whatever
+/// `standard_conforming_strings` says, and no `$l$` can end it early; otherwise
+/// `(convert_from(decode('<hex>', 'hex'), 'UTF8') COLLATE "default")`, hex digits only
+/// between the quotes. The dollar-quoted form is the usual one: it costs the server no
+/// function calls to parse, analyse and run per argument (about a tenth of an uncontended
+/// lock cycle's server time went to those), and an untyped literal takes the parameter's
+/// type and the default collation.
 pub(super) fn text_literal(out: &mut String, value: &str) {
+    if !value.contains(['$', '\0']) {
+        out.reserve(value.len() + 6);
+        out.push_str("$l$");
+        out.push_str(value);
+        out.push_str("$l$");
+        return;
+    }
     out.reserve(value.len() * 2 + 40);
     out.push_str("(convert_from(decode('");
     push_hex(out, value.as_bytes());
@@ -171,22 +186,22 @@ mod tests {
     }
 
     #[test]
-    fn values_are_hex_literals() {
+    fn values_are_dollar_quoted_or_hex_literals() {
         let sql = Call::function("\"s\".\"f\"")
-            .text("a'b")
+            .text("a'b\\c")
             .int(-2)
-            .texts(["x", "y"].into_iter())
+            .texts(["x", "y$"].into_iter())
             .ints([1, 2].into_iter())
+            .text("n\0ul")
             .finish();
         assert_eq!(
             sql,
             "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; \
              SET LOCAL statement_timeout = '60s'; SET LOCAL lock_timeout = 0; \
-             SELECT * FROM \"s\".\"f\"((convert_from(decode('612762', 'hex'), 'UTF8') \
-             COLLATE \"default\"), -2::bigint, \
-             ARRAY[(convert_from(decode('78', 'hex'), 'UTF8') COLLATE \"default\"), \
-             (convert_from(decode('79', 'hex'), 'UTF8') COLLATE \"default\")]::text[], \
-             ARRAY[1, 2]::bigint[])"
+             SELECT * FROM \"s\".\"f\"($l$a'b\\c$l$, -2::bigint, \
+             ARRAY[$l$x$l$, (convert_from(decode('7924', 'hex'), 'UTF8') COLLATE \"default\")]::text[], \
+             ARRAY[1, 2]::bigint[], \
+             (convert_from(decode('6e00756c', 'hex'), 'UTF8') COLLATE \"default\"))"
         );
     }
 }

@@ -80,10 +80,16 @@ pub(super) fn bytea_literal(bytes: &[u8]) -> String {
     literal
 }
 
-/// `text` as a `text` expression: its UTF-8 bytes in hexadecimal (see [`bytea_literal`]).
-/// `convert_from` takes the collation of its `name` argument (`C`), which no index on a
-/// `text` column of the default collation serves: the expression names the default.
+/// `text` as a `text` expression. Dollar-quoted (`$l$…$l$`) when it holds no `$` and no
+/// NUL: taken as it is, no escape, whatever `standard_conforming_strings` says, nothing
+/// in it can end the literal early, and it costs the server no function call per value.
+/// Otherwise its UTF-8 bytes in hexadecimal (see [`bytea_literal`]); `convert_from` takes
+/// the collation of its `name` argument (`C`), which no index on a `text` column of the
+/// default collation serves, so that expression names the default.
 pub(super) fn text_literal(text: &str) -> String {
+    if !text.contains(['$', '\0']) {
+        return format!("$l${text}$l$");
+    }
     format!(
         "(convert_from({}, 'UTF8') COLLATE \"default\")",
         bytea_literal(text.as_bytes())
@@ -407,7 +413,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn inlined_values_are_hexadecimal_digits_whatever_a_client_sends() {
+    fn inlined_values_are_taken_as_they_are_whatever_a_client_sends() {
+        let quoted = "k'); DROP TABLE payments; -- \\'";
+        assert_eq!(text_literal(quoted), format!("$l${quoted}$l$"));
         let hostile = "k'); DROP TABLE payments; -- \\' $$ \u{0}";
         let literal = text_literal(hostile);
         let digits = literal

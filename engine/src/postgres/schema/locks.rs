@@ -98,6 +98,9 @@
 /// # `ms(e, t) -> bigint`, `us(t) -> bigint`
 ///
 /// The ms from `t` to `e`, rounded up (`-1` for no expiry); `t` in µs (a fence's floor).
+/// Both are inlined into the statements that call them: their bodies are immutable, as
+/// declared (`extract(epoch FROM <timestamptz>)` is only stable, which kept `us` from being
+/// inlined, and a SQL function that is not is parsed again at every call from plpgsql).
 pub(super) const FUNCTIONS: &str = r#"
 CREATE OR REPLACE FUNCTION @ms@(e timestamptz, t timestamptz) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $fn$
@@ -106,7 +109,7 @@ $fn$;
 
 CREATE OR REPLACE FUNCTION @us@(t timestamptz) RETURNS bigint
 LANGUAGE sql IMMUTABLE AS $fn$
-  SELECT floor(extract(epoch FROM t) * 1000000)::bigint
+  SELECT floor(extract(epoch FROM t - timestamptz 'epoch') * 1000000)::bigint
 $fn$;
 
 CREATE OR REPLACE FUNCTION @pump@(
