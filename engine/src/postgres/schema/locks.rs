@@ -124,6 +124,7 @@ DECLARE
   g bigint;
   f bigint;
   mine bigint := -1;
+  sent text;
 BEGIN
   IF c.shared_until > t THEN
     DELETE FROM @shared@ WHERE key = c.key AND expires_at <= t;
@@ -131,14 +132,18 @@ BEGIN
       INTO held, lone, c.shared_until FROM @shared@ WHERE key = c.key;
     dirty := true;
   END IF;
-  -- (`queued` false: no ticket to look for.)
-  IF c.queued THEN
-    DELETE FROM @tickets@ WHERE key = c.key AND deadline <= t AND id <> own;
-  END IF;
   LOOP
+    -- (`queued` false: no ticket to look for.)
     IF c.queued THEN
       SELECT * INTO w FROM @tickets@ WHERE key = c.key ORDER BY seq LIMIT 1;
       c.queued := FOUND;
+      -- A lapsed ticket (its waiter gone) is dropped when it comes to the head, not all of
+      -- the key's at every grant: a statement less per hand-off. `waiters` counts live
+      -- ones; the sweeper drops the rest.
+      IF FOUND AND w.deadline <= t AND w.id <> own THEN
+        DELETE FROM @tickets@ WHERE key = c.key AND id = w.id;
+        CONTINUE;
+      END IF;
     END IF;
     IF NOT c.queued THEN
       -- Nobody waits: the arrival, if one asks (once).
@@ -192,10 +197,11 @@ BEGIN
     ELSE
       -- To the ticket's node alone: `<node>:<random>` ids (a version 4 node's have no `:`
       -- and it listens on the base channel).
-      PERFORM pg_notify(CASE WHEN strpos(w.id, ':') > 0
+      -- An expression, not a statement (`PERFORM` would run a query).
+      sent := pg_notify(CASE WHEN strpos(w.id, ':') > 0
                           THEN @channel@ || '_' || split_part(w.id, ':', 1)
                           ELSE @channel@ END,
-                        w.id || ' ' || f || ' ' || g || ' ' || w.nonce);
+                        w.id || ' ' || f || ' ' || g || ' ' || w.nonce)::text;
     END IF;
     IF w.seq IS NOT NULL THEN
       DELETE FROM @tickets@ WHERE key = c.key AND id = w.id;
@@ -225,6 +231,7 @@ DECLARE
   e timestamptz;
   f bigint;
   ticketed boolean := false;
+  marked boolean := false;
   sc text;
 BEGIN
   -- An expression, not a statement (`PERFORM` would run a query).
@@ -296,8 +303,9 @@ BEGIN
     ticketed := FOUND;
   END IF;
   IF c.token IS NOT NULL AND c.expires_at > t THEN
-    -- Held alone: nobody is granted.
+    -- Held alone: nobody is granted, and the row (locked) is as read.
     val := @ms@(c.expires_at, t);
+    marked := c.queued;
   ELSE
     f := @pump@(c, t, false, CASE WHEN ticketed THEN tid ELSE '' END, tok, ttl_ms,
                 CASE WHEN ticketed THEN -1 ELSE lim END, nullif(lbl, ''));
@@ -325,8 +333,12 @@ BEGIN
   INSERT INTO @tickets@ (key, id, token, deadline, ttl_ms, claim_ms, lim, nonce, label)
     VALUES (k, tid, tok, t + ticket_ms * interval '1 millisecond', ttl_ms, ticket_ms, lim, reg,
             nullif(lbl, ''));
-  -- In the ticket's transaction: the fast paths see it from its commit on.
-  UPDATE @locks@ SET queued = true WHERE key = k AND NOT queued;
+  -- In the ticket's transaction: the fast paths see it from its commit on. (Not when the
+  -- row, unchanged since it was locked, says so already: a statement less for each waiter
+  -- behind a holder. After a pump, which may have written it, the row decides.)
+  IF NOT marked THEN
+    UPDATE @locks@ SET queued = true WHERE key = k AND NOT queued;
+  END IF;
 END
 $fn$;
 
