@@ -89,7 +89,7 @@ impl RequestLocker {
                     self.shared
                         .engine
                         .label()
-                        .map(|label| label.with_detail(&route))
+                        .map(|label| self.shared.route_labels.get(label, &route))
                 });
                 if self.shared.local.is_none() && take == Mode::Exclusive {
                     let lock = self.lock_handle(

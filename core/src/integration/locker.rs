@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 #[cfg(feature = "idempotency")]
 use super::Outcome;
+use super::route_labels::RouteLabels;
 use super::{
     config::Config,
     layer_names::LayerNames,
@@ -46,6 +47,8 @@ pub(super) struct Shared {
     pub(super) misconfig: MisconfigLog,
     /// Requests that reached the layer around a router's fallback.
     pub(super) unrouted: UnroutedLog,
+    /// The engine's label with each route template, made once.
+    pub(super) route_labels: RouteLabels,
 }
 
 /// The runtime core of a layer, shared by the tower `LockLayer` and
@@ -96,6 +99,7 @@ impl RequestLocker {
             outage: OutageLog::default(),
             misconfig: MisconfigLog::default(),
             unrouted: UnroutedLog::default(),
+            route_labels: RouteLabels::default(),
         });
         LayerNames::register(&shared, default_name);
         Self { shared }

@@ -49,6 +49,7 @@ mod methods;
 mod misconfig_log;
 mod outage;
 mod outcome;
+mod route_labels;
 mod sharing;
 mod unrouted;
 // Gated once here; its public items are re-exported below.
