@@ -208,6 +208,15 @@ impl Lease {
         }
     }
 
+    /// Whether this lease is released on the spot, on the caller's thread (the in-process
+    /// engine): [`drop_at`](Self::drop_at) has then released it when it returns, with no
+    /// future made, boxed or polled. A middleware that must release before it hands on a
+    /// response's last frame drops such a lease; any other it releases in order.
+    #[doc(hidden)]
+    pub fn releases_in_place(&self) -> bool {
+        self.engine.synchronous.is_some()
+    }
+
     /// Drop the lease (it is released as [dropping](Drop) it releases it) as of `now`, an
     /// instant the caller has just read: the in-process engine's release then reads no
     /// clock of its own (a clock read is a good part of an in-process request's cost). A
