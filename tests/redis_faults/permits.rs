@@ -228,6 +228,29 @@ async fn a_crashed_holders_permit_frees_after_its_ttl_and_goes_to_a_waiter() {
     until_no_residue(&server, "crash").await;
 }
 
+/// Each node's connections opened and the permits' scripts loaded before a run whose
+/// history is checked for FIFO order: an arrival is stamped before its acquire is sent,
+/// and a node's first calls, which connect and load scripts (the first grant came 63 ms
+/// after the first arrival in a loaded CI run), reached Redis after callers stamped 20 ms
+/// later on a node already connected.
+async fn warm(nodes: &[LockEngine], n: u32) {
+    let calls: Vec<_> = nodes
+        .iter()
+        .flat_map(|node| {
+            (0..4).map(move |i| {
+                let lock = node.lock(format!("warm-{i}")).shared(n).fifo(true);
+                tokio::spawn(async move {
+                    let lease = lock.acquire().await.expect("warm-up acquire");
+                    lease.release().await.expect("warm-up release");
+                })
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+}
+
 /// Shared and exclusive holders on three nodes, counted as they hold: never more than
 /// `N` shared, never anyone beside an exclusive one, while Redis is paused mid-run. The
 /// run's history is checked too: the same bounds in real time, fences rising in grant
@@ -242,6 +265,7 @@ async fn redis_paused_mid_run_never_lets_more_than_n_hold() {
         engine(&server, "paused").await,
         engine(&server, "paused").await,
     ];
+    warm(&nodes, N as u32).await;
     let shared = Arc::new(AtomicUsize::new(0));
     let exclusive = Arc::new(AtomicUsize::new(0));
     let grants = Arc::new(AtomicUsize::new(0));
