@@ -9,7 +9,7 @@
 #
 # It starts its own redis-server on a free loopback port (no persistence) and stops it on
 # exit; it installs Debian's redis-server (which brings redis-benchmark and redis-cli) if
-# missing. The HTTP load generator is built into benches/http.rs, so wrk is not needed.
+# missing. The HTTP load generator is built into benches/http/load.rs, so wrk is not needed.
 # Budget: well under 10 minutes on 2 cores once the benches are built (Postgres rows: about
 # 5 more, on a cluster of their own when postgresql is installed: benches/postgres.sh).
 set -euo pipefail

@@ -12,22 +12,19 @@
 //! client run on separate runtimes with their own threads, so they compete for the CPU
 //! as two processes would, and equally in every scenario.
 
+#[path = "../support/mod.rs"]
 mod support;
 
-use std::{
-    net::SocketAddr,
-    process::ExitCode,
-    time::{Duration, Instant},
-};
+mod load;
+mod tally;
+
+use std::{process::ExitCode, time::Duration};
 
 use axum::Router;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::{Request, StatusCode, header::HOST};
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use support::{Args, micros, percentiles, round};
-use tokio::{net::TcpStream, runtime::Runtime};
+use support::Args;
+use tally::Tally;
+use tokio::runtime::Runtime;
 use tower_lock::{LockEngine, LockOptions};
 
 const HELP: &str = "\
@@ -271,58 +268,6 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One scenario's measurements, summed over the rounds.
-#[derive(Default)]
-struct Tally {
-    latencies: Vec<f64>,
-    errors: u64,
-    measured: Duration,
-    rps_by_round: Vec<f64>,
-    skipped: Option<String>,
-}
-
-impl Tally {
-    fn add(&mut self, outcome: LoadOutcome, slice: Duration) {
-        self.rps_by_round.push(round(
-            outcome.latencies.len() as f64 / slice.as_secs_f64(),
-            1,
-        ));
-        self.latencies.extend(outcome.latencies);
-        self.errors += outcome.errors;
-        self.measured += slice;
-    }
-
-    fn rps(&self) -> Option<f64> {
-        (!self.measured.is_zero())
-            .then(|| self.latencies.len() as f64 / self.measured.as_secs_f64())
-    }
-
-    fn report(mut self, config: &Config, scenario: &Scenario, bare_rps: Option<f64>) -> Value {
-        if let Some(why) = self.skipped {
-            return json!({ "skipped": why });
-        }
-        let requests = self.latencies.len();
-        let rps = self.rps();
-        let p = percentiles(&mut self.latencies).unwrap_or_default();
-        json!({
-            "backend": (scenario.variant != Variant::Bare).then(|| scenario.backend.name()),
-            "keys": if scenario.hot { "hot" } else { "distinct" },
-            "connections": config.connections,
-            "duration_s": self.measured.as_secs_f64(),
-            "rounds": config.rounds,
-            "requests": requests,
-            "errors": self.errors,
-            "rps": rps.map(|r| round(r, 1)),
-            "rps_by_round": self.rps_by_round,
-            "ratio_to_bare": rps.zip(bare_rps).map(|(r, b)| round(r / b, 3)),
-            "p50_us": round(p.p50, 1),
-            "p99_us": round(p.p99, 1),
-            "max_us": round(p.max, 1),
-            "loadavg_1m": support::loadavg(),
-        })
-    }
-}
-
 fn fail(message: &str) -> ExitCode {
     eprintln!("http: {message}");
     ExitCode::from(2)
@@ -370,7 +315,7 @@ fn run(
     client: &Runtime,
     scenario: &Scenario,
     slice: Duration,
-) -> Result<LoadOutcome, String> {
+) -> Result<load::LoadOutcome, String> {
     let server = runtime(config.server_threads);
     let addr = server.block_on(async {
         let app = app(config, scenario).await?;
@@ -381,99 +326,16 @@ fn run(
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok::<_, String>(addr)
     })?;
-    let outcome = client.block_on(load(config, addr, scenario.hot, slice));
+    let outcome = client.block_on(load::load(
+        config.connections,
+        config.warmup,
+        addr,
+        scenario.hot,
+        slice,
+    ));
     // Dropping the runtime stops the server and its connections.
     server.shutdown_timeout(Duration::from_secs(1));
     outcome
-}
-
-struct LoadOutcome {
-    latencies: Vec<f64>,
-    errors: u64,
-}
-
-/// Keep `connections` requests in flight for warm-up plus `slice`; record the requests
-/// sent inside the measured window.
-async fn load(
-    config: &Config,
-    addr: SocketAddr,
-    hot: bool,
-    slice: Duration,
-) -> Result<LoadOutcome, String> {
-    let measure_from = Instant::now() + config.warmup;
-    let until = measure_from + slice;
-    let tasks: Vec<_> = (0..config.connections)
-        .map(|conn| tokio::spawn(connection(addr, conn, hot, measure_from, until)))
-        .collect();
-    let mut outcome = LoadOutcome {
-        latencies: Vec::new(),
-        errors: 0,
-    };
-    for task in tasks {
-        let one = task.await.map_err(|e| format!("client task: {e}"))??;
-        outcome.latencies.extend(one.latencies);
-        outcome.errors += one.errors;
-    }
-    Ok(outcome)
-}
-
-/// One client connection sending requests back to back.
-async fn connection(
-    addr: SocketAddr,
-    conn: usize,
-    hot: bool,
-    measure_from: Instant,
-    until: Instant,
-) -> Result<LoadOutcome, String> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let (mut sender, driver) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    tokio::spawn(driver);
-    let mut outcome = LoadOutcome {
-        latencies: Vec::new(),
-        errors: 0,
-    };
-    for seq in 0u64.. {
-        let sent = Instant::now();
-        if sent >= until {
-            break;
-        }
-        let key = if hot {
-            "hot".to_string()
-        } else {
-            format!("c{conn}-{seq}")
-        };
-        let request = Request::get(format!("/items/{key}"))
-            .header(HOST, "localhost")
-            .header(support::KEY_HEADER, &key)
-            .body(Empty::<Bytes>::new())
-            .expect("valid request");
-        sender
-            .ready()
-            .await
-            .map_err(|e| format!("connection closed: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("request: {e}"))?;
-        let status = response.status();
-        response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("body: {e}"))?;
-        if sent >= measure_from {
-            outcome.latencies.push(micros(sent.elapsed()));
-            if status != StatusCode::OK {
-                outcome.errors += 1;
-            }
-        }
-    }
-    Ok(outcome)
 }
 
 fn summary(r: &Value) -> String {
