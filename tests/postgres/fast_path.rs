@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use tokio::{task::JoinHandle, time::Instant};
 use tower_lock::engine::{
-    LockEngine, LockError,
+    Lease, LockEngine, LockError,
     postgres::{
         PostgresBackend, TOMBSTONE_MARGIN,
         sqlx::{self, Executor, Row},
@@ -39,6 +39,33 @@ fn locks(backend: &PostgresBackend) -> String {
         backend.schema(),
         backend.table_prefix()
     )
+}
+
+/// A node holding `k` for 20 s (not renewed), and another node's caller queued behind
+/// it (the queue seen from the backend).
+async fn a_holder_and_a_queued_waiter(
+    name: &str,
+) -> (PostgresBackend, Lease, JoinHandle<Result<Lease, LockError>>) {
+    let backend = backend(url().await, None, name).await;
+    let engine = LockEngine::new(backend.clone());
+    let other = other_node(&backend).await;
+    let holder = engine
+        .lock("k")
+        .auto_renew(false)
+        .ttl(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let lock = other.lock("k").wait(Duration::from_secs(20));
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while engine.lock("k").waiters().await.unwrap() != 1 {
+        assert!(Instant::now() < give_up, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    (backend, holder, waiter)
 }
 
 async fn count(backend: &PostgresBackend, sql: String) -> i64 {
@@ -100,25 +127,8 @@ async fn a_release_racing_a_waiters_registration_hands_the_key_over() {
 /// waiter gets the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newcomer_never_takes_a_free_key_from_a_live_ticket() {
-    let backend = backend(url().await, None, "fast_acquire").await;
+    let (backend, holder, waiter) = a_holder_and_a_queued_waiter("fast_acquire").await;
     let engine = LockEngine::new(backend.clone());
-    let other = other_node(&backend).await;
-    let holder = engine
-        .lock("k")
-        .auto_renew(false)
-        .ttl(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = {
-        let lock = other.lock("k").wait(Duration::from_secs(20));
-        tokio::spawn(async move { lock.acquire().await })
-    };
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while engine.lock("k").waiters().await.unwrap() != 1 {
-        assert!(Instant::now() < give_up, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
     // The holder's lease runs out now.
     backend
         .pool()
@@ -217,24 +227,7 @@ async fn a_refused_try_leaves_the_keys_row_untouched() {
 /// sweepers delete lapsed tickets too, at any moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_off_passes_over_a_lapsed_ticket_at_the_head_of_the_queue() {
-    let backend = backend(url().await, None, "lapsed_head").await;
-    let engine = LockEngine::new(backend.clone());
-    let other = other_node(&backend).await;
-    let holder = engine
-        .lock("k")
-        .ttl(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    let waiter = {
-        let lock = other.lock("k").wait(Duration::from_secs(20));
-        tokio::spawn(async move { lock.acquire().await })
-    };
-    let give_up = Instant::now() + Duration::from_secs(10);
-    while engine.lock("k").waiters().await.unwrap() != 1 {
-        assert!(Instant::now() < give_up, "the waiter never queued");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let (backend, holder, waiter) = a_holder_and_a_queued_waiter("lapsed_head").await;
     let tickets = format!(
         "\"{}\".\"{}tickets\"",
         backend.schema(),
