@@ -4,7 +4,7 @@
 //! text is parsed, analysed and planned again on every request. Measured on the project's
 //! bench (16 clients, 2 cores), the server's time per request, not the round trips
 //! (three either way, as for the handler in its own transaction), is what the layer adds;
-//! `docs/transactional.md`, "What a request costs".
+//! `docs/transactional.md`, "What it costs".
 //!
 //! The claim is the same insert into the same unique index as [`Tables::claim`]'s (nodes
 //! of the version before exclude this version's duplicates, and the other way round),
