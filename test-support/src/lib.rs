@@ -15,6 +15,7 @@
 //! | [`cycling`] | workers cycling one lock under faults, checking exclusion, fences and answer times on every grant | the Cluster and Sentinel fault tests (`tests/scale`) |
 //! | [`history`] | a soak's recorded history (acquisitions, fenced-register writes, force releases) and its checker: exclusion, fences, the register, FIFO, each printing the window that breaks it | `tests/scale/exclusion_soak.rs`, `tests/scale/permit_soak.rs`, `tests/redis_faults/permits.rs` (the paused-Redis permit run) |
 //! | [`fallbacks`] | counts the waiters served by the fallback timer rather than by a wake-up message | the wake-up, runtime, Cluster and Sentinel tests (`tests/redis_faults`, `tests/scale`) |
+//! | [`scratch`] | scratch directories and files in `/tmp`, removed when the test process exits however it exits | the Postgres, Cluster, Sentinel, TLS and stepped-clock fixtures, `tests/transactional`'s marks, `tests/redis_faults/lost_on_cluster_join.rs` |
 //! | [`serial`] | a process-wide gate: the fault tests of one group never run beside another group's | every test of `tests/redis_faults` and `tests/scale` |
 //!
 //! The workspace's integration tests are a few binaries by theme, each a `tests/<theme>/`
@@ -76,6 +77,7 @@ pub mod postgres;
 pub mod prefix;
 pub mod redis;
 pub mod scenarios;
+pub mod scratch;
 pub mod scripted;
 pub mod serial;
 pub mod unavailable;

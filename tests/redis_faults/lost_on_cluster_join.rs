@@ -109,11 +109,7 @@ async fn a_node_that_joined_after_build_reports_the_lease_lost_when_it_comes_bac
     let second = node(&cluster).await;
     let slot = slot_of(&cluster, "k");
 
-    let dir = std::env::temp_dir().join(format!(
-        "tower-lock-cluster-join-{}-{}",
-        std::process::id(),
-        cluster.nodes()[0].port()
-    ));
+    let dir = tower_lock_test_support::scratch::dir("cluster-join");
     let joined = tokio::task::block_in_place(|| {
         let old = cluster.primary_of(slot);
         let joined = join_replica(&cluster, old, &dir);

@@ -222,9 +222,12 @@ pub(crate) async fn until_written(path: &Path) {
     }
 }
 
-/// A mark path of this process's own for `name`.
+/// A mark path of this process's own for `name`, in a scratch directory removed when the
+/// process exits (the children's `.entered` and `.committed` files with it).
 pub(crate) fn mark(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("tower-lock-txn-{name}-{}", std::process::id()))
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tower_lock_test_support::scratch::dir("txn"))
+        .join(name)
 }
 
 /// The raw HTTP/1.1 `POST path` with `headers` and `body`, closing the connection after

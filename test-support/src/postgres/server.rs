@@ -102,29 +102,9 @@ pub(super) fn postgres_dir(name: &str) -> PathBuf {
         .status()
         .expect("run chmod");
     assert!(status.success());
-    sweep_at_exit(&dir);
+    // Once its server (stopped by its guardian at the same moment) has removed its pid file.
+    crate::scratch::remove_at_exit(&dir, Some(&dir.join("data").join("postmaster.pid")));
     dir
-}
-
-/// Remove `dir` when this process exits, however it exits: a server kept for the whole
-/// binary (in a `static`, never dropped) or one a panicking test left would otherwise leave
-/// its cluster's files in the temporary directory after every run. A shell waits on a pipe
-/// whose write end this process holds until it exits, then for the server in `dir` to stop
-/// (its guardian stops it at the same moment), then removes the directory. A server dropped
-/// before has removed it already.
-fn sweep_at_exit(dir: &Path) {
-    let script = r#"read _; i=0; while [ -e "$1/data/postmaster.pid" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i+1)); done; rm -rf "$1""#;
-    let spawned = Command::new("sh")
-        .args(["-c", script, "sh"])
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    if let Ok(mut sweeper) = spawned {
-        // The write end lives as long as the process: its exit closes it.
-        std::mem::forget(sweeper.stdin.take());
-    }
 }
 
 impl PostgresServer {

@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{RedisServer, server::free_port};
+use super::RedisServer;
 
 /// Six nodes, each slot served by one primary and one replica.
 #[derive(Debug)]
@@ -29,11 +29,7 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// Start six nodes, form the cluster and wait until every node reports it healthy.
     pub fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "tower-lock-cluster-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
+        let dir = crate::scratch::dir("cluster");
         let nodes: Vec<RedisServer> = (0..6)
             .map(|i| {
                 let node_dir = dir.join(i.to_string());

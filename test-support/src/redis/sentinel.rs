@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{RedisServer, Replicated, server::free_port};
+use super::{RedisServer, Replicated};
 
 /// The name the Sentinels know the primary by.
 pub const SERVICE: &str = "tower-lock-test";
@@ -30,12 +30,7 @@ impl Sentineled {
     /// knows the replica and the other Sentinels.
     pub fn start() -> Self {
         let servers = Replicated::start(1);
-        let dir = std::env::temp_dir().join(format!(
-            "tower-lock-sentinel-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("create the sentinel directory");
+        let dir = crate::scratch::dir("sentinel");
         // Down after 2 s without an answer: with 1 s, a busy machine has been seen to
         // fail straight back (a replica just promoted rewrites its config file, fsync
         // included, and some Sentinels, whose links to it were new, heard nothing for a

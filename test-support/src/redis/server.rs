@@ -70,6 +70,8 @@ impl RedisServer {
         let file =
             std::env::temp_dir().join(format!("tower-lock-clock-{}-{n}", std::process::id()));
         std::fs::write(&file, "+0").expect("write the clock offset file");
+        // A shared server is never dropped, and so never removes it.
+        crate::scratch::remove_at_exit(&file, None);
         let server = Self::start_from(None, Vec::new(), Some(file));
         server.set_clock(0);
         server

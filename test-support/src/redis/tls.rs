@@ -30,12 +30,7 @@ impl TlsRedis {
     /// the engine's `redis-tls` feature enables no provider of its own.
     pub fn start() -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let dir = std::env::temp_dir().join(format!(
-            "tower-lock-tls-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
-        std::fs::create_dir_all(&dir).expect("create the certificate directory");
+        let dir = crate::scratch::dir("tls");
         let openssl = |args: &[&str]| {
             let out = Command::new("openssl")
                 .args(args)
