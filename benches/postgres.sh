@@ -105,6 +105,39 @@ for n in 2 8 32; do
     REPEAT=1 pcontention "postgres-fifo-${n}engines" --backend postgres "${CONTENDED[@]}" \
         --fifo --engines "$n" --pool 2
 done
+# What bounds that row on Postgres up to 18: the server's own cost of one NOTIFY on a
+# channel nobody listens on, beside N idle sessions each listening on a channel of its own.
+# Up to Postgres 18 every listening backend of the database is signalled and reads the
+# queue in a transaction of its own (from 19, only those listening on the channel), so an
+# engine that listens (a waiter queued, a lease held) costs a transaction per hand-off of
+# any key. A backend counts those transactions in its statistics when it next runs a
+# query or exits: the listeners are ended before the count is read.
+notify_fanout() { # listeners: prints server transactions per NOTIFY
+    local k=$1 i before after sessions=()
+    local psql=(as_pg "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -qAt -d)
+    for i in $(seq "$k"); do
+        # A session that listens, then idles until its input ends (closed below).
+        exec {fd}> >("${psql[@]}" postgres >/dev/null)
+        echo "LISTEN fanout_$i;" >&"$fd"
+        sessions+=("$fd")
+    done
+    # Looked at from template1, so that these looks are not counted.
+    until [ "$("${psql[@]}" template1 -c "SELECT count(*) FROM pg_stat_activity
+            WHERE query LIKE 'LISTEN fanout_%' AND state = 'idle'")" = "$k" ]; do sleep 0.05; done
+    before=$("${psql[@]}" postgres -c "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'")
+    for i in $(seq 200); do echo "NOTIFY fanout_nobody;"; done | "${psql[@]}" postgres
+    for fd in "${sessions[@]}"; do exec {fd}>&-; done
+    until [ "$("${psql[@]}" template1 -c "SELECT count(*) FROM pg_stat_activity
+            WHERE query LIKE 'LISTEN fanout_%'")" = 0 ]; do sleep 0.05; done
+    after=$("${psql[@]}" postgres -c "SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'")
+    # The first read's own transaction is the 1 taken off.
+    awk -v a="$after" -v b="$before" 'BEGIN { printf "%.2f", (a - b - 1) / 200 }'
+}
+log "NOTIFY fan-out: 0, 8 and 32 idle listeners"
+FANOUT_0=$(notify_fanout 0)
+FANOUT_8=$(notify_fanout 8)
+FANOUT_32=$(notify_fanout 32)
+
 # benches/pg_fleet.rs: a cycle's latency with a million rows while 32 engines sweep (goal:
 # within 1.2x of an empty table) and the sweep's cost against what expired. Bounded: its
 # million-row phase has not finished on a loaded 2-core machine (see benches/README.md).
@@ -177,6 +210,8 @@ row "postgres hand-off transactions, 8 engines / 2 engines" \
     "$(ratio "$(F postgres-fifo-8engines postgres_transactions_per_cycle)" "$(F postgres-fifo-2engines postgres_transactions_per_cycle)")" "<=" 1.5
 row "postgres hand-off transactions, 32 engines / 8 engines" \
     "$(ratio "$(F postgres-fifo-32engines postgres_transactions_per_cycle)" "$(F postgres-fifo-8engines postgres_transactions_per_cycle)")" "<=" 1.5
+row "postgres $PG_VERSION itself: transactions per NOTIFY, 0 / 8 / 32 listeners elsewhere" \
+    "$FANOUT_0 / $FANOUT_8 / $FANOUT_32" "" ""
 if [ -f "$OUT/pg_fleet.jsonl" ]; then
     row "pg_fleet: acquire p50 with a million rows, 32 engines / empty table" \
         "$(grep '"acquire p50' "$OUT/pg_fleet.jsonl" | jget ratio)" "<=" 1.2
