@@ -47,9 +47,13 @@ async fn lost_fires_before_a_second_holder_is_granted(ttl: Duration, rounds: usi
                 panic!("round {round}: the first lease was never reported lost ({ttl:?} TTL)")
             })
             .unwrap();
+        // The promise is the flag, read at the instant the granted acquire was sent. When
+        // the task waiting on `lost()` gets to run is the scheduler's business, not the
+        // engine's: a loaded CI run failed this test with that task 129 µs after the send,
+        // without saying whether the flag was set by then (now both are said).
         assert!(
-            lost_when_sent && lost_at < sent,
-            "round {round}: lost() fired {:?} after the second node sent the acquire that was granted ({ttl:?} TTL)",
+            lost_when_sent,
+            "round {round}: the first lease was not yet reported lost when the second node sent the acquire that was granted ({ttl:?} TTL; the task waiting on lost() woke {:?} after that send)",
             lost_at.saturating_duration_since(sent)
         );
         assert!(lease.is_lost());
