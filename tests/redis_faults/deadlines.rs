@@ -14,8 +14,21 @@ use tower_lock_test_support::redis::{RedisServer, engine};
 use tower_lock_test_support::serial;
 
 /// `at` on the wall clock, in microseconds since the epoch.
+///
+/// The two clocks are read back to back, between two reads of the monotonic one, until
+/// those are at most 50 µs apart: a thread preempted between the reads (a loaded CI
+/// machine) would shift the mapping by as long as it was away. A CI run failed with a
+/// renewed lease "trusted 718 µs past the server's expiry", where this test's leases keep
+/// some 200 to 300 µs short of it; such a preemption is the one cause on the test's side.
 fn unix_micros(at: Instant) -> i128 {
-    let (now, wall) = (Instant::now(), SystemTime::now());
+    let (now, wall) = loop {
+        let before = Instant::now();
+        let wall = SystemTime::now();
+        let after = Instant::now();
+        if after - before <= Duration::from_micros(50) {
+            break (before + (after - before) / 2, wall);
+        }
+    };
     let wall = wall.duration_since(UNIX_EPOCH).unwrap().as_micros() as i128;
     if at >= now {
         wall + (at - now).as_micros() as i128
