@@ -2,6 +2,7 @@
 //! feature) engines on it and a check of what they leave behind.
 
 mod cluster;
+mod guardian;
 mod replicated;
 mod sentinel;
 mod server;

@@ -11,7 +11,7 @@
 
 use std::{path::PathBuf, process::Command};
 
-use super::{RedisServer, server::free_port};
+use super::{RedisServer, guardian::free_port};
 
 /// A redis-server with a plain port (for `redis-cli`) and a TLS port.
 #[derive(Debug)]
