@@ -70,6 +70,7 @@ pub mod conformance;
 pub mod cycling;
 pub mod fallbacks;
 pub mod gate;
+mod guarded;
 pub mod history;
 pub mod http;
 pub mod occupancy;

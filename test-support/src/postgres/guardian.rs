@@ -3,7 +3,6 @@
 //! leaves no server behind.
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
     process::{Child, ChildStdin, Command, Stdio},
 };
@@ -41,14 +40,7 @@ impl Guardian {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("spawn {} (is it installed?): {e}", program.display()))?;
-        let mut line = String::new();
-        BufReader::new(shell.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let pid: u32 = line
-            .trim()
-            .parse()
-            .map_err(|_| format!("guardian printed {line:?}"))?;
+        let pid = crate::guarded::pid(&mut shell)?;
         Ok(Self {
             lifeline: shell.stdin.take(),
             shell,

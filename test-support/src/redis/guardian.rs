@@ -4,7 +4,7 @@
 //! and the free port and the `PING` that tell when it is up.
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::{Read, Write},
     net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream},
     path::PathBuf,
     process::{Child, ChildStdin, Command, Stdio},
@@ -84,14 +84,7 @@ impl Guardian {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| format!("spawn redis-server (is it installed?): {e}"))?;
-        let mut line = String::new();
-        BufReader::new(shell.stdout.take().expect("piped stdout"))
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        let pid: u32 = line
-            .trim()
-            .parse()
-            .map_err(|_| format!("guardian printed {line:?}"))?;
+        let pid = crate::guarded::pid(&mut shell)?;
         let lifeline = shell.stdin.take().expect("piped stdin");
         let mut g = Self {
             shell,
